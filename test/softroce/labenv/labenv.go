@@ -1,0 +1,148 @@
+// Package labenv is what a test running inside a SoftRoCE lab guest knows
+// about its surroundings: which guest it is, the addresses of its peers, the
+// RDMA device it must use, and a barrier shared by all guests of one boot.
+//
+// The lab (test/softroce) sets these through the environment of every
+// command it runs in a guest. Outside the lab every accessor reports
+// ErrNotInLab, so a lab test never mistakes the host for a guest.
+//
+// Lab tests are Go test files named *_lab_test.go that carry the build tag
+// "lab". The lab compiles them with `go test -c -tags lab` and runs the
+// binary in every guest. A lab test that needs a device calls Device(t),
+// which fails the test (never skips it) when the guest has none.
+package labenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Environment variables the lab sets in every guest command.
+const (
+	EnvIndex  = "LAB_INDEX"  // this guest's number, 1..LAB_GUESTS
+	EnvGuests = "LAB_GUESTS" // how many guests this boot has
+	EnvRole   = "LAB_ROLE"   // "server" on guest 1, "client" on the others
+	EnvAddr   = "LAB_ADDR"   // this guest's IPv4 address on the lab segment
+	EnvPeers  = "LAB_PEERS"  // the other guests' addresses, space-separated, by index
+	EnvAddrs  = "LAB_ADDRS"  // every guest's address, space-separated, by index
+	EnvDevice = "LAB_DEVICE" // the rxe device the lab created, e.g. "rxe0"
+	EnvShared = "LAB_SHARED" // a directory every guest of this boot can read and write
+	EnvOut    = "LAB_OUT"    // this guest's own output directory, kept with the run's logs
+)
+
+// ErrNotInLab is returned by the accessors when the process does not run
+// inside a lab guest (the lab's environment is missing or malformed).
+var ErrNotInLab = errors.New("labenv: not running inside a SoftRoCE lab guest")
+
+// InLab reports whether the process runs inside a lab guest.
+func InLab() bool { _, err := Index(); return err == nil }
+
+// Index returns this guest's number (1-based) and fails with ErrNotInLab
+// outside the lab.
+func Index() (int, error) {
+	n, err := strconv.Atoi(os.Getenv(EnvIndex))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %s=%q", ErrNotInLab, EnvIndex, os.Getenv(EnvIndex))
+	}
+	return n, nil
+}
+
+// Guests returns how many guests this boot has.
+func Guests() (int, error) {
+	n, err := strconv.Atoi(os.Getenv(EnvGuests))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%w: %s=%q", ErrNotInLab, EnvGuests, os.Getenv(EnvGuests))
+	}
+	return n, nil
+}
+
+// Role returns "server" on guest 1 and "client" on every other guest.
+func Role() string { return os.Getenv(EnvRole) }
+
+// Addr returns this guest's IPv4 address on the lab segment.
+func Addr() string { return os.Getenv(EnvAddr) }
+
+// Peers returns the addresses of the other guests, ordered by guest index.
+func Peers() []string { return strings.Fields(os.Getenv(EnvPeers)) }
+
+// AddrOf returns the address of guest i (1-based); it fails when the boot
+// has no such guest.
+func AddrOf(i int) (string, error) {
+	all := strings.Fields(os.Getenv(EnvAddrs))
+	if i < 1 || i > len(all) {
+		return "", fmt.Errorf("labenv: no guest %d in this boot of %d guests", i, len(all))
+	}
+	return all[i-1], nil
+}
+
+// TB is the part of testing.TB this package needs.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// Device returns the name of the guest's RDMA device. It fails the test
+// (never skips it) when the process is not in the lab or the device the lab
+// announced is missing from /sys/class/infiniband.
+func Device(t TB) string {
+	t.Helper()
+	if _, err := Index(); err != nil {
+		t.Fatalf("%v (lab tests run only through test/softroce)", err)
+	}
+	dev := os.Getenv(EnvDevice)
+	if dev == "" {
+		t.Fatalf("labenv: %s is empty: the lab created no RDMA device", EnvDevice)
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/infiniband", dev)); err != nil {
+		t.Fatalf("labenv: RDMA device %q missing in the guest: %v", dev, err)
+	}
+	return dev
+}
+
+// Signal marks the barrier point name as reached by this guest. Names are
+// plain words (letters, digits, '-', '_', '.').
+func Signal(name string) error {
+	p, err := barrierPath(name)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(p, nil, 0o644)
+}
+
+// Wait blocks until some guest has called Signal(name) in this boot, or ctx
+// ends (then it returns ctx's error wrapped with the name).
+func Wait(ctx context.Context, name string) error {
+	p, err := barrierPath(name)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := os.Stat(p); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("labenv: waiting for %q: %w", name, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func barrierPath(name string) (string, error) {
+	dir := os.Getenv(EnvShared)
+	if dir == "" {
+		return "", fmt.Errorf("%w: %s is empty", ErrNotInLab, EnvShared)
+	}
+	if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "" || strings.HasPrefix(name, ".") {
+		return "", fmt.Errorf("labenv: bad barrier name %q", name)
+	}
+	return filepath.Join(dir, "barrier."+name), nil
+}
