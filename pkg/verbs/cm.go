@@ -1,0 +1,501 @@
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// PortSpace selects the rdma_cm port space: PSTCP for RC connections,
+// PSUDP for UD.
+type PortSpace int
+
+// rdma_cm port spaces.
+const (
+	PSTCP PortSpace = 0x0106
+	PSUDP PortSpace = 0x0111
+)
+
+// CMEventType is an rdma_cm event type (enum rdma_cm_event_type).
+type CMEventType int
+
+// rdma_cm events.
+const (
+	CMAddrResolved    CMEventType = 0
+	CMAddrError       CMEventType = 1
+	CMRouteResolved   CMEventType = 2
+	CMRouteError      CMEventType = 3
+	CMConnectRequest  CMEventType = 4
+	CMConnectResponse CMEventType = 5
+	CMConnectError    CMEventType = 6
+	CMUnreachable     CMEventType = 7
+	CMRejected        CMEventType = 8
+	CMEstablished     CMEventType = 9
+	CMDisconnected    CMEventType = 10
+	CMDeviceRemoval   CMEventType = 11
+	CMMulticastJoin   CMEventType = 12
+	CMMulticastError  CMEventType = 13
+	CMAddrChange      CMEventType = 14
+	CMTimewaitExit    CMEventType = 15
+)
+
+var cmEventNames = [...]string{"RDMA_CM_EVENT_ADDR_RESOLVED", "RDMA_CM_EVENT_ADDR_ERROR",
+	"RDMA_CM_EVENT_ROUTE_RESOLVED", "RDMA_CM_EVENT_ROUTE_ERROR", "RDMA_CM_EVENT_CONNECT_REQUEST",
+	"RDMA_CM_EVENT_CONNECT_RESPONSE", "RDMA_CM_EVENT_CONNECT_ERROR", "RDMA_CM_EVENT_UNREACHABLE",
+	"RDMA_CM_EVENT_REJECTED", "RDMA_CM_EVENT_ESTABLISHED", "RDMA_CM_EVENT_DISCONNECTED",
+	"RDMA_CM_EVENT_DEVICE_REMOVAL", "RDMA_CM_EVENT_MULTICAST_JOIN", "RDMA_CM_EVENT_MULTICAST_ERROR",
+	"RDMA_CM_EVENT_ADDR_CHANGE", "RDMA_CM_EVENT_TIMEWAIT_EXIT"}
+
+func (t CMEventType) String() string {
+	if t >= 0 && int(t) < len(cmEventNames) {
+		return cmEventNames[t]
+	}
+	return fmt.Sprintf("RDMA_CM_EVENT(%d)", int(t))
+}
+
+// CMEvent is an rdma_cm event delivered to a CMID.
+type CMEvent struct {
+	Type        CMEventType
+	Status      int    // 0 or a negative errno / a reject reason
+	PrivateData []byte // connect request, response, reject
+	// For CMConnectRequest: the parameters the peer asked for.
+	ResponderResources, InitiatorDepth, RetryCount, RNRRetryCount uint8
+	newID                                                         *C.struct_rdma_cm_id
+}
+
+// CMEventError reports an event other than the one an operation waited for
+// (an address or route error, an unreachable peer, a connect error).
+type CMEventError struct {
+	Op    string
+	Event CMEvent
+}
+
+func (e *CMEventError) Error() string {
+	return fmt.Sprintf("verbs: %s: got %v (status %d)", e.Op, e.Event.Type, e.Event.Status)
+}
+
+// RejectError is returned by Connect when the peer rejects the connection;
+// PrivateData is what the peer passed to Reject.
+type RejectError struct {
+	Status      int
+	PrivateData []byte
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("verbs: connection rejected (status %d, %d bytes of private data)", e.Status, len(e.PrivateData))
+}
+
+// ConnParam carries the rdma_conn_param of Connect and Accept.
+type ConnParam struct {
+	PrivateData        []byte // at most 56 bytes for connect, 196 for accept on RoCE
+	ResponderResources uint8  // incoming RDMA READ/atomic depth; 0 means 1
+	InitiatorDepth     uint8  // outgoing RDMA READ/atomic depth; 0 means 1
+	RetryCount         uint8  // 0 means 7
+	RNRRetryCount      uint8  // 0 means 7
+}
+
+// CMID is an rdma_cm identifier (struct rdma_cm_id) with its own event
+// channel on Go's netpoller: every blocking call parks the goroutine and
+// honours its context. A CMID is the parent of the QP created with NewQP.
+//
+// The verbs context of a CMID (Context) is owned by librdmacm; the PD and
+// CQs created on it are the caller's to close.
+type CMID struct {
+	n  node
+	c  *C.struct_rdma_cm_id
+	ch *C.struct_rdma_event_channel
+	p  *pollFD
+	ps PortSpace
+	qp *QP
+}
+
+var (
+	cmCtxMu sync.Mutex
+	cmCtx   = map[*C.struct_ibv_context]*Context{}
+)
+
+// NewCMID creates an identifier in port space ps. Errors wrap the errno of
+// rdma_create_event_channel or rdma_create_id (ENODEV without RDMA devices).
+func NewCMID(ps PortSpace) (*CMID, error) {
+	ch, errno := C.rdma_create_event_channel()
+	if ch == nil {
+		return nil, &OpError{Op: "rdma_create_event_channel", Err: errnoOr(errno)}
+	}
+	var c *C.struct_rdma_cm_id
+	if rc := C.rdma_create_id(ch, &c, nil, uint32(ps)); rc != 0 {
+		err := opErr("rdma_create_id", int(C.shim_errno()))
+		C.rdma_destroy_event_channel(ch)
+		return nil, err
+	}
+	id, err := wrapCMID(c, ch, ps)
+	if err != nil {
+		C.rdma_destroy_id(c)
+		C.rdma_destroy_event_channel(ch)
+		return nil, err
+	}
+	return id, nil
+}
+
+func wrapCMID(c *C.struct_rdma_cm_id, ch *C.struct_rdma_event_channel, ps PortSpace) (*CMID, error) {
+	p, err := newPollFD(int(ch.fd), "rdma_cm event channel")
+	if err != nil {
+		return nil, err
+	}
+	id := &CMID{c: c, ch: ch, p: p, ps: ps}
+	id.n.init("rdma_cm id", func() error {
+		var err error
+		if rc := C.rdma_destroy_id(c); rc != 0 {
+			err = opErr("rdma_destroy_id", int(C.shim_errno()))
+		}
+		C.rdma_destroy_event_channel(ch)
+		return err
+	})
+	id.n.preclose = func() { p.close() }
+	return id, nil
+}
+
+// Close destroys the identifier's QP, the identifier and its event channel.
+// It does not disconnect gracefully (call Disconnect first for that). It is
+// idempotent.
+func (id *CMID) Close() error { return id.n.close() }
+
+// QP returns the QP created with NewQP, or nil.
+func (id *CMID) QP() *QP { return id.qp }
+
+// Context returns the verbs context the identifier is bound to (after
+// ResolveAddr, or for an identifier from GetRequest). It fails with
+// ErrNoDevice when the identifier is not bound to a device yet.
+func (id *CMID) Context() (*Context, error) {
+	if err := id.n.use(); err != nil {
+		return nil, err
+	}
+	defer id.n.unuse()
+	v := id.c.verbs
+	if v == nil {
+		return nil, fmt.Errorf("%w: rdma_cm id not bound to a device yet", ErrNoDevice)
+	}
+	cmCtxMu.Lock()
+	defer cmCtxMu.Unlock()
+	if c := cmCtx[v]; c != nil && !c.n.isClosed() {
+		return c, nil
+	}
+	c, err := newContext(v, C.GoString(C.ibv_get_device_name(v.device)), false)
+	if err != nil {
+		return nil, err
+	}
+	cmCtx[v] = c
+	return c, nil
+}
+
+// NewQP creates the identifier's QP (rdma_create_qp) on pd, which must
+// belong to id's Context; rdma_cm then drives its state machine during
+// Connect and Accept. Errors wrap ErrInvalid, ErrClosed or the errno of
+// rdma_create_qp.
+func (id *CMID) NewQP(pd *PD, attr *QPInitAttr) (*QP, error) {
+	if err := id.n.use(); err != nil {
+		return nil, err
+	}
+	if pd.ctx.c != id.c.verbs {
+		id.n.unuse()
+		return nil, invalid("PD of another device than the rdma_cm id")
+	}
+	id.n.unuse()
+	qp, err := pd.newQP(attr, id)
+	if err != nil {
+		return nil, err
+	}
+	id.qp = qp
+	return qp, nil
+}
+
+// WaitEvent returns the identifier's next rdma_cm event (for example
+// CMDisconnected when the peer disconnects). Errors wrap ErrClosed, ctx's
+// error or the errno of rdma_get_cm_event.
+func (id *CMID) WaitEvent(ctx context.Context) (CMEvent, error) {
+	if err := id.n.use(); err != nil {
+		return CMEvent{}, err
+	}
+	defer id.n.unuse()
+	var raw C.struct_shim_cm_event
+	err := id.p.wait(ctx, func() error {
+		rc := C.shim_get_cm_event(id.ch, &raw)
+		if rc == C.EAGAIN {
+			return errAgain
+		}
+		if rc != 0 {
+			return opErr("rdma_get_cm_event", int(rc))
+		}
+		return nil
+	})
+	if err == ErrClosed {
+		return CMEvent{}, closedErr(id.n.kind)
+	}
+	if err != nil {
+		return CMEvent{}, err
+	}
+	ev := CMEvent{Type: CMEventType(raw.event), Status: int(raw.status),
+		ResponderResources: uint8(raw.responder_resources), InitiatorDepth: uint8(raw.initiator_depth),
+		RetryCount: uint8(raw.retry_count), RNRRetryCount: uint8(raw.rnr_retry_count)}
+	if raw.private_data_len > 0 {
+		ev.PrivateData = C.GoBytes(unsafe.Pointer(&raw.private_data[0]), C.int(raw.private_data_len))
+	}
+	if ev.Type == CMConnectRequest {
+		ev.newID = raw.id
+	}
+	return ev, nil
+}
+
+// expect waits for event want; any other event becomes an error.
+func (id *CMID) expect(ctx context.Context, op string, want CMEventType) (CMEvent, error) {
+	ev, err := id.WaitEvent(ctx)
+	if err != nil {
+		return ev, fmt.Errorf("verbs: %s: %w", op, err)
+	}
+	if ev.Type == want {
+		return ev, nil
+	}
+	if ev.Type == CMRejected {
+		return ev, &RejectError{Status: ev.Status, PrivateData: ev.PrivateData}
+	}
+	return ev, &CMEventError{Op: op, Event: ev}
+}
+
+// sockaddr builds a sockaddr_in or sockaddr_in6 in C memory (nil for the
+// zero AddrPort); free it with C.free.
+func sockaddr(ap netip.AddrPort) *C.struct_sockaddr {
+	if !ap.IsValid() {
+		return nil
+	}
+	b := make([]byte, 28)
+	a := ap.Addr().Unmap()
+	if a.Is4() {
+		binary.NativeEndian.PutUint16(b[0:], C.AF_INET)
+		binary.BigEndian.PutUint16(b[2:], ap.Port())
+		v := a.As4()
+		copy(b[4:], v[:])
+		b = b[:16]
+	} else {
+		binary.NativeEndian.PutUint16(b[0:], C.AF_INET6)
+		binary.BigEndian.PutUint16(b[2:], ap.Port())
+		v := a.As16()
+		copy(b[8:], v[:])
+	}
+	return (*C.struct_sockaddr)(C.CBytes(b))
+}
+
+// ResolveAddr resolves dst (and binds to src if valid) to an RDMA device
+// and waits for CMAddrResolved. Errors: a *CMEventError for
+// CMAddrError, ctx's error, ErrClosed, or the errno of rdma_resolve_addr.
+func (id *CMID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort) error {
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	s, d := sockaddr(src), sockaddr(dst)
+	defer C.free(unsafe.Pointer(s))
+	defer C.free(unsafe.Pointer(d))
+	timeout := 2000
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(int(time.Until(dl)/time.Millisecond), 1)
+	}
+	rc := C.rdma_resolve_addr(id.c, s, d, C.int(timeout))
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_resolve_addr "+dst.String(), int(C.shim_errno()))
+	}
+	_, err := id.expect(ctx, "rdma_resolve_addr "+dst.String(), CMAddrResolved)
+	return err
+}
+
+// ResolveRoute resolves the route to the resolved address and waits for
+// CMRouteResolved. Errors as for ResolveAddr.
+func (id *CMID) ResolveRoute(ctx context.Context) error {
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	timeout := 2000
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(int(time.Until(dl)/time.Millisecond), 1)
+	}
+	rc := C.rdma_resolve_route(id.c, C.int(timeout))
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_resolve_route", int(C.shim_errno()))
+	}
+	_, err := id.expect(ctx, "rdma_resolve_route", CMRouteResolved)
+	return err
+}
+
+func (p *ConnParam) defaults() ConnParam {
+	var o ConnParam
+	if p != nil {
+		o = *p
+	}
+	if o.ResponderResources == 0 {
+		o.ResponderResources = 1
+	}
+	if o.InitiatorDepth == 0 {
+		o.InitiatorDepth = 1
+	}
+	if o.RetryCount == 0 {
+		o.RetryCount = 7
+	}
+	if o.RNRRetryCount == 0 {
+		o.RNRRetryCount = 7
+	}
+	return o
+}
+
+// Connect sends a connection request (after ResolveRoute and NewQP) and
+// waits until the connection is established. Errors: *RejectError when the
+// peer rejects, *CMEventError for CMUnreachable or CMConnectError, ErrInvalid
+// for private data over 255 bytes, ctx's error, ErrClosed, or the errno of
+// rdma_connect.
+func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
+	o := p.defaults()
+	if len(o.PrivateData) > 255 {
+		return invalid("%d bytes of private data", len(o.PrivateData))
+	}
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	pd := cbytes(o.PrivateData)
+	rc := C.shim_cm_connect(id.c, pd, C.uint8_t(len(o.PrivateData)), C.uint8_t(o.ResponderResources),
+		C.uint8_t(o.InitiatorDepth), C.uint8_t(o.RetryCount), C.uint8_t(o.RNRRetryCount))
+	C.free(pd)
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_connect", int(rc))
+	}
+	_, err := id.expect(ctx, "rdma_connect", CMEstablished)
+	if err == nil && id.qp != nil {
+		id.qp.refreshState()
+	}
+	return err
+}
+
+// Listen binds the identifier to addr (a zero address means all) and
+// listens with the given backlog. Errors wrap ErrClosed or the errno of
+// rdma_bind_addr (EADDRINUSE) or rdma_listen.
+func (id *CMID) Listen(addr netip.AddrPort, backlog int) error {
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	defer id.n.unuse()
+	if !addr.Addr().IsValid() {
+		addr = netip.AddrPortFrom(netip.IPv4Unspecified(), addr.Port())
+	}
+	s := sockaddr(addr)
+	defer C.free(unsafe.Pointer(s))
+	if rc := C.rdma_bind_addr(id.c, s); rc != 0 {
+		return opErr("rdma_bind_addr "+addr.String(), int(C.shim_errno()))
+	}
+	if rc := C.rdma_listen(id.c, C.int(backlog)); rc != 0 {
+		return opErr("rdma_listen", int(C.shim_errno()))
+	}
+	return nil
+}
+
+// GetRequest waits for a connection request on a listening identifier and
+// returns a new identifier for it (with its own event channel) and the
+// request event carrying the peer's private data. The new identifier is the
+// caller's to Accept or Reject and to Close. Errors as for WaitEvent, plus
+// a *CMEventError for other events.
+func (id *CMID) GetRequest(ctx context.Context) (*CMID, CMEvent, error) {
+	ev, err := id.expect(ctx, "get connection request", CMConnectRequest)
+	if err != nil {
+		return nil, ev, err
+	}
+	ch, errno := C.rdma_create_event_channel()
+	if ch == nil {
+		C.rdma_reject(ev.newID, nil, 0)
+		C.rdma_destroy_id(ev.newID)
+		return nil, ev, &OpError{Op: "rdma_create_event_channel", Err: errnoOr(errno)}
+	}
+	if rc := C.rdma_migrate_id(ev.newID, ch); rc != 0 {
+		err := opErr("rdma_migrate_id", int(C.shim_errno()))
+		C.rdma_reject(ev.newID, nil, 0)
+		C.rdma_destroy_id(ev.newID)
+		C.rdma_destroy_event_channel(ch)
+		return nil, ev, err
+	}
+	nid, err := wrapCMID(ev.newID, ch, id.ps)
+	if err != nil {
+		C.rdma_destroy_id(ev.newID)
+		C.rdma_destroy_event_channel(ch)
+		return nil, ev, err
+	}
+	return nid, ev, nil
+}
+
+// Accept accepts the connection request this identifier came from (after
+// NewQP) and waits until it is established. Errors as for Connect.
+func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
+	o := p.defaults()
+	if len(o.PrivateData) > 255 {
+		return invalid("%d bytes of private data", len(o.PrivateData))
+	}
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	pd := cbytes(o.PrivateData)
+	rc := C.shim_cm_accept(id.c, pd, C.uint8_t(len(o.PrivateData)), C.uint8_t(o.ResponderResources),
+		C.uint8_t(o.InitiatorDepth), C.uint8_t(o.RNRRetryCount))
+	C.free(pd)
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_accept", int(rc))
+	}
+	_, err := id.expect(ctx, "rdma_accept", CMEstablished)
+	if err == nil && id.qp != nil {
+		id.qp.refreshState()
+	}
+	return err
+}
+
+// Reject refuses the connection request this identifier came from; the peer's
+// Connect returns a *RejectError carrying privateData. Errors wrap ErrClosed
+// or the errno of rdma_reject.
+func (id *CMID) Reject(privateData []byte) error {
+	if len(privateData) > 255 {
+		return invalid("%d bytes of private data", len(privateData))
+	}
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	defer id.n.unuse()
+	pd := cbytes(privateData)
+	defer C.free(pd)
+	if rc := C.rdma_reject(id.c, pd, C.uint8_t(len(privateData))); rc != 0 {
+		return opErr("rdma_reject", int(C.shim_errno()))
+	}
+	return nil
+}
+
+// Disconnect tears the connection down and waits for CMDisconnected (the
+// QP moves to the error state; posted work requests flush). If the peer
+// disconnected first, call WaitEvent instead. Errors wrap ErrClosed, ctx's
+// error or the errno of rdma_disconnect.
+func (id *CMID) Disconnect(ctx context.Context) error {
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	rc := C.rdma_disconnect(id.c)
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_disconnect", int(C.shim_errno()))
+	}
+	_, err := id.expect(ctx, "rdma_disconnect", CMDisconnected)
+	if id.qp != nil {
+		id.qp.refreshState()
+	}
+	return err
+}

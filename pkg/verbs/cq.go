@@ -1,0 +1,438 @@
+package verbs
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// WCOpcode is the kind of operation a work completion reports
+// (enum ibv_wc_opcode).
+type WCOpcode uint32
+
+// Work completion opcodes.
+const (
+	WCSend            WCOpcode = 0
+	WCRDMAWrite       WCOpcode = 1
+	WCRDMARead        WCOpcode = 2
+	WCCompSwap        WCOpcode = 3
+	WCFetchAdd        WCOpcode = 4
+	WCBindMW          WCOpcode = 5
+	WCLocalInv        WCOpcode = 6
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+func (o WCOpcode) String() string {
+	switch o {
+	case WCSend:
+		return "SEND"
+	case WCRDMAWrite:
+		return "RDMA_WRITE"
+	case WCRDMARead:
+		return "RDMA_READ"
+	case WCCompSwap:
+		return "COMP_SWAP"
+	case WCFetchAdd:
+		return "FETCH_ADD"
+	case WCBindMW:
+		return "BIND_MW"
+	case WCLocalInv:
+		return "LOCAL_INV"
+	case WCRecv:
+		return "RECV"
+	case WCRecvRDMAWithImm:
+		return "RECV_RDMA_WITH_IMM"
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint32(o))
+}
+
+// WCFlags are the flags of a work completion.
+type WCFlags uint32
+
+// Work completion flags.
+const (
+	WCFlagGRH      WCFlags = 1 << 0
+	WCFlagWithImm  WCFlags = 1 << 1
+	WCFlagIPCSumOK WCFlags = 1 << 2
+	WCFlagWithInv  WCFlags = 1 << 3
+)
+
+// WC is a work completion. Its layout matches the C helper's flat
+// completion record so a batch is copied with one memmove.
+type WC struct {
+	ID        uint64 // the work request ID
+	Status    WCStatus
+	Opcode    WCOpcode
+	VendorErr uint32
+	ByteLen   uint32
+	// Imm is the immediate data in host byte order when Flags has
+	// WCFlagWithImm, the invalidated rkey when it has WCFlagWithInv.
+	Imm          uint32
+	QPN          uint32
+	SrcQP        uint32
+	Flags        WCFlags
+	PKeyIndex    uint16
+	SLID         uint16
+	SL           uint8
+	DLIDPathBits uint8
+}
+
+// Compile-time checks that WC matches struct shim_wc.
+var (
+	_ [unsafe.Sizeof(WC{}) - unsafe.Sizeof(C.struct_shim_wc{})]struct{}
+	_ [unsafe.Sizeof(C.struct_shim_wc{}) - unsafe.Sizeof(WC{})]struct{}
+	_ [unsafe.Offsetof(WC{}.Imm) - unsafe.Offsetof(C.struct_shim_wc{}.imm)]struct{}
+	_ [unsafe.Offsetof(C.struct_shim_wc{}.imm) - unsafe.Offsetof(WC{}.Imm)]struct{}
+	_ [unsafe.Offsetof(WC{}.PKeyIndex) - unsafe.Offsetof(C.struct_shim_wc{}.pkey_index)]struct{}
+	_ [unsafe.Offsetof(C.struct_shim_wc{}.pkey_index) - unsafe.Offsetof(WC{}.PKeyIndex)]struct{}
+	_ [unsafe.Offsetof(WC{}.DLIDPathBits) - unsafe.Offsetof(C.struct_shim_wc{}.dlid_path_bits)]struct{}
+	_ [unsafe.Offsetof(C.struct_shim_wc{}.dlid_path_bits) - unsafe.Offsetof(WC{}.DLIDPathBits)]struct{}
+)
+
+// Err returns nil for a successful completion and a *WCError otherwise.
+func (wc *WC) Err() error {
+	if wc.Status == WCSuccess {
+		return nil
+	}
+	return &WCError{Status: wc.Status, VendorErr: wc.VendorErr, ID: wc.ID, Opcode: wc.Opcode, QPN: wc.QPN}
+}
+
+// HasImm reports whether the completion carries immediate data.
+func (wc *WC) HasImm() bool { return wc.Flags&WCFlagWithImm != 0 }
+
+// CompChannel is a completion channel (struct ibv_comp_channel) integrated
+// with Go's netpoller: CQ.Wait parks the calling goroutine, never an OS
+// thread. One dispatcher goroutine per channel reads the channel's events
+// and wakes the waiter of the CQ each event is for. A channel is the parent
+// of the CQs that use it.
+type CompChannel struct {
+	n   node
+	c   *C.struct_ibv_comp_channel
+	ctx *Context
+	p   *pollFD
+
+	mu    sync.Mutex
+	cqs   map[*C.struct_ibv_cq]*CQ
+	start sync.Once
+	quit  chan struct{}
+}
+
+// NewCompChannel creates a completion channel. Errors wrap ErrClosed or the
+// errno of ibv_create_comp_channel.
+func (c *Context) NewCompChannel() (*CompChannel, error) {
+	if err := c.n.use(); err != nil {
+		return nil, err
+	}
+	defer c.n.unuse()
+	ch, errno := C.ibv_create_comp_channel(c.c)
+	if ch == nil {
+		return nil, &OpError{Op: "ibv_create_comp_channel", Err: errnoOr(errno)}
+	}
+	p, err := newPollFD(int(ch.fd), c.name+" completion channel")
+	if err != nil {
+		C.ibv_destroy_comp_channel(ch)
+		return nil, err
+	}
+	cc := &CompChannel{c: ch, ctx: c, p: p, cqs: map[*C.struct_ibv_cq]*CQ{}, quit: make(chan struct{})}
+	cc.n.init("completion channel", func() error {
+		if rc := C.ibv_destroy_comp_channel(ch); rc != 0 {
+			return opErr("ibv_destroy_comp_channel", int(rc))
+		}
+		return nil
+	})
+	cc.n.preclose = func() {
+		p.close()
+		close(cc.quit)
+	}
+	if err := cc.n.attach(&c.n); err != nil {
+		cc.n.close()
+		return nil, err
+	}
+	return cc, nil
+}
+
+// Close destroys the channel after closing the CQs that use it. It is
+// idempotent.
+func (ch *CompChannel) Close() error { return ch.n.close() }
+
+// dispatch reads completion events until the channel closes.
+func (ch *CompChannel) dispatch() {
+	for {
+		var cq *C.struct_ibv_cq
+		err := ch.p.wait(context.Background(), func() error {
+			rc := C.shim_get_cq_event(ch.c, &cq)
+			if rc == C.EAGAIN {
+				return errAgain
+			}
+			if rc != 0 {
+				return opErr("ibv_get_cq_event", int(rc))
+			}
+			return nil
+		})
+		if err != nil {
+			return
+		}
+		ch.mu.Lock()
+		g := ch.cqs[cq]
+		ch.mu.Unlock()
+		if g != nil {
+			select {
+			case g.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// CQ is a completion queue (struct ibv_cq), a child of its context and of
+// its completion channel, if any. Poll never blocks; Wait parks the
+// goroutine on the completion channel; Spin busy-polls in C for the lowest
+// latency.
+type CQ struct {
+	n   node
+	c   *C.struct_ibv_cq
+	ctx *Context
+	ch  *CompChannel
+	cqe int
+
+	pollMu sync.Mutex
+	batch  int
+	raw    *C.struct_ibv_wc
+	out    *C.struct_shim_wc
+
+	waitMu sync.Mutex
+	armed  bool
+	wake   chan struct{}
+	quit   chan struct{}
+}
+
+// CQOptions configure NewCQ.
+type CQOptions struct {
+	// Channel, if set, lets Wait sleep until a completion arrives.
+	Channel *CompChannel
+	// CompVector selects the completion vector (0 by default).
+	CompVector int
+	// Batch is the number of completions one Poll call can fetch from the
+	// device (default 32); each Poll is one cgo crossing.
+	Batch int
+}
+
+// NewCQ creates a completion queue with room for at least cqe entries.
+// Errors wrap ErrInvalid (cqe < 1), ErrClosed, or the errno of
+// ibv_create_cq (EINVAL when cqe exceeds the device's MaxCQE).
+func (c *Context) NewCQ(cqe int, opts *CQOptions) (*CQ, error) {
+	if cqe < 1 {
+		return nil, invalid("CQ size %d", cqe)
+	}
+	var o CQOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Batch <= 0 {
+		o.Batch = 32
+	}
+	if err := c.n.use(); err != nil {
+		return nil, err
+	}
+	defer c.n.unuse()
+	var chc *C.struct_ibv_comp_channel
+	if o.Channel != nil {
+		if o.Channel.ctx != c {
+			return nil, invalid("completion channel of another device")
+		}
+		if err := o.Channel.n.use(); err != nil {
+			return nil, err
+		}
+		defer o.Channel.n.unuse()
+		chc = o.Channel.c
+	}
+	q, errno := C.ibv_create_cq(c.c, C.int(cqe), nil, chc, C.int(o.CompVector))
+	if q == nil {
+		return nil, &OpError{Op: fmt.Sprintf("ibv_create_cq(%d)", cqe), Err: errnoOr(errno)}
+	}
+	cq := &CQ{c: q, ctx: c, ch: o.Channel, cqe: int(q.cqe), batch: o.Batch,
+		wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	cq.raw = (*C.struct_ibv_wc)(C.calloc(C.size_t(o.Batch), C.size_t(unsafe.Sizeof(C.struct_ibv_wc{}))))
+	cq.out = (*C.struct_shim_wc)(C.calloc(C.size_t(o.Batch), C.size_t(unsafe.Sizeof(C.struct_shim_wc{}))))
+	key := uintptr(unsafe.Pointer(q))
+	cq.n.init("completion queue", func() error {
+		if o.Channel != nil {
+			o.Channel.mu.Lock()
+			delete(o.Channel.cqs, q)
+			o.Channel.mu.Unlock()
+		}
+		c.regMu.Lock()
+		delete(c.cqs, key)
+		c.regMu.Unlock()
+		rc := C.ibv_destroy_cq(q)
+		C.free(unsafe.Pointer(cq.raw))
+		C.free(unsafe.Pointer(cq.out))
+		cq.raw, cq.out = nil, nil
+		if rc != 0 {
+			return opErr("ibv_destroy_cq", int(rc))
+		}
+		return nil
+	})
+	cq.n.preclose = func() { close(cq.quit) }
+	parents := []*node{&c.n}
+	if o.Channel != nil {
+		parents = append(parents, &o.Channel.n)
+		o.Channel.mu.Lock()
+		o.Channel.cqs[q] = cq
+		o.Channel.mu.Unlock()
+	}
+	c.regMu.Lock()
+	c.cqs[key] = cq
+	c.regMu.Unlock()
+	if err := cq.n.attach(parents...); err != nil {
+		cq.n.close()
+		return nil, err
+	}
+	return cq, nil
+}
+
+// Close destroys the CQ after closing the QPs and SRQs that use it. A
+// goroutine blocked in Wait returns ErrClosed. It is idempotent.
+func (cq *CQ) Close() error { return cq.n.close() }
+
+// Size returns the number of entries the device allocated.
+func (cq *CQ) Size() int { return cq.cqe }
+
+// CPtr returns the underlying struct ibv_cq pointer (valid until Close).
+func (cq *CQ) CPtr() unsafe.Pointer { return unsafe.Pointer(cq.c) }
+
+// Poll fetches up to len(wcs) completions without blocking and returns how
+// many it stored. Completions with an error status are returned like any
+// other (check WC.Err). Errors wrap ErrClosed or the errno of ibv_poll_cq.
+func (cq *CQ) Poll(wcs []WC) (int, error) {
+	if err := cq.n.use(); err != nil {
+		return 0, err
+	}
+	defer cq.n.unuse()
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	total := 0
+	for total < len(wcs) {
+		want := min(len(wcs)-total, cq.batch)
+		got := int(C.shim_poll_cq(cq.c, C.int(want), cq.raw, cq.out))
+		if got < 0 {
+			return total, opErr("ibv_poll_cq", -got)
+		}
+		copy(wcs[total:total+got], unsafe.Slice((*WC)(unsafe.Pointer(cq.out)), got))
+		total += got
+		if got < want {
+			break
+		}
+	}
+	return total, nil
+}
+
+// Spin busy-polls until at least one completion arrives, then returns the
+// completions available (up to len(wcs)). The spinning runs in C, checking
+// ctx every few thousand polls, so it costs one CPU but no per-poll cgo
+// crossing. Errors wrap ErrClosed, ctx's error or the errno of ibv_poll_cq.
+func (cq *CQ) Spin(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, invalid("empty completion slice")
+	}
+	for {
+		n, err := cq.spin(wcs, 1<<14)
+		if n != 0 || err != nil {
+			return n, err
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (cq *CQ) spin(wcs []WC, spins uint64) (int, error) {
+	if err := cq.n.use(); err != nil {
+		return 0, err
+	}
+	defer cq.n.unuse()
+	cq.pollMu.Lock()
+	defer cq.pollMu.Unlock()
+	got := int(C.shim_spin_cq(cq.c, cq.raw, cq.out, C.uint64_t(spins)))
+	if got < 0 {
+		return 0, opErr("ibv_poll_cq", -got)
+	}
+	if got == 0 {
+		return 0, nil
+	}
+	wcs[0] = *(*WC)(unsafe.Pointer(cq.out))
+	if len(wcs) == 1 {
+		return 1, nil
+	}
+	want := min(len(wcs)-1, cq.batch)
+	more := int(C.shim_poll_cq(cq.c, C.int(want), cq.raw, cq.out))
+	if more < 0 {
+		return 1, nil
+	}
+	copy(wcs[1:1+more], unsafe.Slice((*WC)(unsafe.Pointer(cq.out)), more))
+	return 1 + more, nil
+}
+
+// ReqNotify arms the CQ so that the next completion (the next solicited one
+// if solicitedOnly) raises an event on its channel. Wait does this itself.
+func (cq *CQ) ReqNotify(solicitedOnly bool) error {
+	if err := cq.n.use(); err != nil {
+		return err
+	}
+	defer cq.n.unuse()
+	s := 0
+	if solicitedOnly {
+		s = 1
+	}
+	if rc := C.shim_req_notify(cq.c, C.int(s)); rc != 0 {
+		return opErr("ibv_req_notify_cq", int(rc))
+	}
+	return nil
+}
+
+// Wait returns at least one completion, parking the goroutine on the
+// completion channel (in the netpoller) while the CQ is empty. It fails with
+// ErrInvalid when the CQ has no channel, ErrClosed when the CQ or channel is
+// closed meanwhile, or ctx's error.
+func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	if len(wcs) == 0 {
+		return 0, invalid("empty completion slice")
+	}
+	if cq.ch == nil {
+		return 0, invalid("CQ has no completion channel; use Poll or Spin")
+	}
+	cq.ch.start.Do(func() { go cq.ch.dispatch() })
+	cq.waitMu.Lock()
+	defer cq.waitMu.Unlock()
+	for {
+		n, err := cq.Poll(wcs)
+		if n > 0 || err != nil {
+			return n, err
+		}
+		if !cq.armed {
+			if err := cq.ReqNotify(false); err != nil {
+				return 0, err
+			}
+			cq.armed = true
+			// A completion may have arrived before arming.
+			continue
+		}
+		select {
+		case <-cq.wake:
+			cq.armed = false
+		case <-cq.quit:
+			return 0, closedErr(cq.n.kind)
+		case <-cq.ch.quit:
+			return 0, closedErr(cq.ch.n.kind)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,82 @@
+// Package verbs is a Go binding to libibverbs and librdmacm: RDMA devices,
+// protection domains, memory regions and windows, completion queues, RC and
+// UD queue pairs, shared receive queues, every work request kind, async
+// events and rdma_cm connection management.
+//
+// It links dynamically against the system's libibverbs and librdmacm (a
+// static binary finds no devices unless the provider is linked in too).
+//
+// # Object tree and the parent/child rule
+//
+// Objects form a tree rooted at a Context (an open device):
+//
+//	Context ─┬─ CompChannel ── CQ
+//	         ├─ CQ ──────────── QP (as its send or receive CQ)
+//	         └─ PD ─┬─ MR ───── (also a child of the Buffer it covers)
+//	                ├─ MW
+//	                ├─ AH
+//	                ├─ SRQ ──── QP (attached to the SRQ)
+//	                └─ QP
+//
+// Every object has Close, which is idempotent and safe to call from any
+// goroutine. Closing an object first closes its live children, newest first,
+// so the verbs destruction order is always respected: QPs before the CQs,
+// SRQ and PD they use, MRs before their PD and before their Buffer, CQs
+// before their completion channel, everything before the device. A QP is a
+// child of each of its PD, CQs and SRQ, so closing any one of them closes the
+// QP. Any use of a closed object returns an error wrapping ErrClosed; a
+// goroutine blocked in CQ.Wait, Context.WaitAsyncEvent or a CMID call on an
+// object being closed returns at once with ErrClosed.
+//
+// # Memory
+//
+// The NIC must only see memory outside the Go heap. Alloc maps anonymous
+// memory (mmap) and returns a Buffer whose Bytes are an ordinary []byte;
+// PD.RegMR registers any sub-slice of such a buffer and refuses anything else
+// with ErrInvalid. PD.AllocMR does both and unmaps the buffer when the MR is
+// closed. Work requests and scatter/gather lists are built in C memory owned
+// by the QP, and a chain of work requests is posted with a single cgo call.
+//
+// # Completions
+//
+// CQ.Poll fetches a batch of completions without blocking (one cgo call per
+// batch). CQ.Wait blocks by parking the goroutine: the completion channel's
+// descriptor is non-blocking and registered with Go's netpoller, and one
+// goroutine per channel hands events to the CQ waiting for them. CQ.Spin
+// busy-polls in C for the lowest latency. A failed completion is a WC whose
+// Err method returns a *WCError; its Status is a WCStatus carrying the verbs
+// name (IBV_WC_REM_ACCESS_ERR) and message, and errors.Is(err,
+// verbs.WCRemAccessErr) works.
+//
+// # Queue pairs
+//
+// PD.NewQP creates a QP in RESET. QP.ToInit, ToRTR and ToRTS walk the state
+// machine with every RoCE knob (path MTU, GID index, PSNs, timeouts, retry
+// and RNR settings); QP.Connect does all three from a QPInfo the peer sent
+// out of band; ToError and Reset complete the machine. On RoCE (rxe), the
+// address vector needs a GRH: Context.RoCEv2GID finds the GID index for an
+// IP address (index 1 is the IPv4 RoCE v2 GID on rxe).
+//
+// QP.PostSend validates each work request before posting and reports
+// misuse as errors, never as a crash: ErrInvalid (zero-length SGE,
+// misaligned or wrongly sized atomic, too many SGEs, too much inline data),
+// ErrWrongState (posting before RTS), ErrQueueFull (a chain longer than
+// the queue, or ENOMEM from the provider when the queue is full). A
+// *PostError tells which work request of a chain failed.
+//
+// # Connection management
+//
+// A CMID wraps an rdma_cm identifier with its own event channel, also on
+// the netpoller. The active side calls NewCMID, ResolveAddr, ResolveRoute,
+// NewQP and Connect; the passive side calls NewCMID, Listen and GetRequest,
+// then NewQP and Accept (or Reject) on the identifier GetRequest returned.
+// Disconnect and WaitEvent end a connection. Every blocking call takes a
+// context.Context.
+//
+// # Errors
+//
+// Errors from a verb are *OpError values naming the call and wrapping its
+// syscall.Errno (errors.Is(err, syscall.EINVAL) works); features the device
+// lacks (on-demand paging on rxe, memory windows elsewhere) give errors
+// wrapping ErrNotSupported.
+package verbs
