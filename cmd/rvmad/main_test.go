@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runArgs(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	cases := [][]string{
+		{"serve", "--log-level", "loud"},
+		{"serve", "--listen", "nowhere"},
+		{"serve", "--rxe", "rxe0"},
+		{"serve", "--no-such-flag"},
+		{"serve", "extra"},
+		{"frobnicate"},
+		{"serve", "--config", "/nonexistent/rvmad.json"},
+	}
+	for _, args := range cases {
+		code, _, stderr := runArgs(args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (%s)", args, code, exitUsage, stderr)
+		}
+		if strings.Contains(stderr, "goroutine") || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: stack trace: %s", args, stderr)
+		}
+	}
+	_, _, stderr := runArgs("serve", "--log-level", "loud")
+	if !strings.Contains(stderr, "log_level") || !strings.Contains(stderr, "--log-level") {
+		t.Errorf("message does not name the field: %s", stderr)
+	}
+}
+
+func TestDevicesCommand(t *testing.T) {
+	root, _ := filepath.Abs(filepath.Join("testdata", "sysfs-rxe"))
+	code, out, stderr := runArgs("devices", "--sysfs-root", root)
+	if code != exitOK || !strings.Contains(out, "rxe0") || !strings.Contains(out, "RoCE v2") || !strings.Contains(out, "1024/1500") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, _ = runArgs("devices", "--json", "--sysfs-root", root)
+	var inv struct {
+		Devices []struct {
+			Name   string `json:"name"`
+			Parent string `json:"parent"`
+			Ports  []struct {
+				Port      int    `json:"port"`
+				StateName string `json:"state_name"`
+				GIDs      []struct {
+					Index int    `json:"index"`
+					Type  string `json:"type"`
+				} `json:"gids"`
+			} `json:"ports"`
+			CharDevices []string `json:"char_devices"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(out), &inv); err != nil || code != exitOK {
+		t.Fatalf("exit %d, %v\n%s", code, err, out)
+	}
+	d := inv.Devices[0]
+	if d.Name != "rxe0" || d.Parent != "eth0" || d.Ports[0].StateName != "ACTIVE" || d.Ports[0].GIDs[1].Type != "RoCE v2" || len(d.CharDevices) != 1 {
+		t.Fatalf("inventory %+v", inv)
+	}
+	code, _, stderr = runArgs("devices", "--sysfs-root", t.TempDir())
+	if code != exitFail || !strings.Contains(stderr, "no RDMA subsystem") {
+		t.Fatalf("no RDMA: exit %d, %s", code, stderr)
+	}
+}
+
+func TestLintCommand(t *testing.T) {
+	for _, fx := range []string{"sysfs-rxe", "sysfs-hca"} {
+		root, _ := filepath.Abs(filepath.Join("testdata", fx))
+		code, out, stderr := runArgs("lint", "--sysfs-root", root)
+		if code != exitOK || !strings.Contains(out, "no lint problems") {
+			t.Fatalf("%s: exit %d\n%s\n%s", fx, code, out, stderr)
+		}
+	}
+}
+
+func TestExampleConfigIsValid(t *testing.T) {
+	if _, err := os.Stat("rvmad.example.json"); err != nil {
+		t.Skip("no example config")
+	}
+	code, _, stderr := runArgs("serve", "--config", "rvmad.example.json", "--listen", "127.0.0.1:bad")
+	if code != exitUsage || !strings.Contains(stderr, "listen") || strings.Contains(stderr, "rvmad.example.json: ") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
