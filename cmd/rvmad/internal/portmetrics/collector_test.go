@@ -18,10 +18,10 @@ func fixture(name string) sysfs.FS {
 func TestCollectorRXE(t *testing.T) {
 	c := New(fixture("sysfs-rxe"))
 	want := `
-# HELP rvmad_hw_sent_packets_total Packets the driver sent, loopback included (rxe sent_pkts).
+# HELP rvmad_hw_sent_packets_total Packets the driver sent, loopback included (kernel: ports/N/hw_counters/sent_pkts).
 # TYPE rvmad_hw_sent_packets_total counter
 rvmad_hw_sent_packets_total{device="rxe0",port="1"} 1000
-# HELP rvmad_hw_received_packets_total Packets the driver received and accepted, loopback included (rxe rcvd_pkts).
+# HELP rvmad_hw_received_packets_total Packets the driver received and accepted, loopback included (kernel: ports/N/hw_counters/rcvd_pkts).
 # TYPE rvmad_hw_received_packets_total counter
 rvmad_hw_received_packets_total{device="rxe0",port="1"} 990
 # HELP rvmad_port_state Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.
@@ -52,21 +52,21 @@ rvmad_devices 1
 func TestCollectorHCA(t *testing.T) {
 	c := New(fixture("sysfs-hca"))
 	want := `
-# HELP rvmad_port_transmitted_bytes_total Bytes transmitted on the port, all VLs (PMA PortXmitData, kernel value x4).
+# HELP rvmad_port_transmitted_bytes_total Bytes transmitted on the port, all VLs (PMA PortXmitData, kernel value x4) (kernel: ports/N/counters/port_xmit_data).
 # TYPE rvmad_port_transmitted_bytes_total counter
 rvmad_port_transmitted_bytes_total{device="hca0",port="1"} 1000
 rvmad_port_transmitted_bytes_total{device="hca0",port="2"} 0
-# HELP rvmad_hw_rx_icrc_errors_total Driver counter ports/N/hw_counters/rx-icrc.Errors, exported under its kernel name.
+# HELP rvmad_hw_rx_icrc_errors_total Driver counter without an rvmad name, exported under its kernel name (kernel: ports/N/hw_counters/rx-icrc.Errors).
 # TYPE rvmad_hw_rx_icrc_errors_total counter
 rvmad_hw_rx_icrc_errors_total{device="hca0",port="1"} 8
-# HELP rvmad_device_hw_dev_internal_queue_oos_total Driver counter <device>/hw_counters/dev_internal_queue_oos, exported under its kernel name.
+# HELP rvmad_device_hw_dev_internal_queue_oos_total Driver counter without an rvmad name, exported under its kernel name (device-wide; kernel: hw_counters/dev_internal_queue_oos).
 # TYPE rvmad_device_hw_dev_internal_queue_oos_total counter
 rvmad_device_hw_dev_internal_queue_oos_total{device="hca0"} 3
 # HELP rvmad_port_active 1 when the port is ACTIVE (or ACTIVE_DEFER), else 0.
 # TYPE rvmad_port_active gauge
 rvmad_port_active{device="hca0",port="1"} 1
 rvmad_port_active{device="hca0",port="2"} 0
-# HELP rvmad_port_link_downed_total Times the link error recovery failed and the link went down (PMA LinkDownedCounter).
+# HELP rvmad_port_link_downed_total Times the link error recovery failed and the link went down (PMA LinkDownedCounter) (kernel: ports/N/counters/link_downed).
 # TYPE rvmad_port_link_downed_total counter
 rvmad_port_link_downed_total{device="hca0",port="1"} 1
 `
