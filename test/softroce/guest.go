@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// guestState is how a guest ended.
+type guestState int
+
+const (
+	stateRunning  guestState = iota
+	stateExited              // reported an exit status
+	stateNoReport            // qemu ended without the guest reporting (panic, crash)
+	stateHung                // killed at the deadline
+	stateStopped             // killed because another guest failed, or interrupted
+)
+
+// A guest is one qemu process of a boot.
+type guest struct {
+	index   int
+	name    string
+	cmd     *exec.Cmd
+	started time.Time
+
+	mu          sync.Mutex
+	state       guestState
+	status      int           // the command's exit status, when stateExited
+	ready       time.Duration // from start to rxe up
+	readyUptime string        // the guest's own uptime then
+	ended       time.Duration
+	kernel      []string // kernel problems seen in its log
+	qemuErr     []string // what qemu printed on stderr
+	stopWhy     string
+	finished    chan struct{}
+}
+
+// qemuArgs is the qemu command line of guest i.
+func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp int, interactive bool) []string {
+	con := "stdio,id=con,signal=off"
+	if interactive {
+		con = "stdio,id=con,mux=on,signal=off"
+	}
+	args := []string{
+		"-name", fmt.Sprintf("softroce-g%d", i),
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-accel", "tcg,thread=multi", "-cpu", "max",
+		"-smp", strconv.Itoa(smp), "-m", strconv.Itoa(l.MemMiB),
+		"-kernel", k.Image(), "-initrd", initrd,
+		"-append", fmt.Sprintf("console=ttyS0 loglevel=4 panic=-1 mitigations=off 8250.nr_uarts=2 %s lab.index=%d lab.token=%s", l.Append, i, token),
+		"-chardev", con, "-serial", "chardev:con",
+		// fd 3 is the pipe the lab reads the kernel log from.
+		"-chardev", "file,id=kmsg,path=/dev/fd/3", "-serial", "chardev:kmsg",
+		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", guestSock(sockDir, i), hubAddr(sockDir)),
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=52:54:00:4c:41:%02x", i),
+		"-fsdev", "local,id=lab,path=" + l.Root + ",security_model=none,readonly=on,multidevs=remap",
+		"-device", "virtio-9p-pci,fsdev=lab,mount_tag=lab",
+		"-fsdev", "local,id=labrun,path=" + runDir + ",security_model=none,multidevs=remap",
+		"-device", "virtio-9p-pci,fsdev=labrun,mount_tag=labrun",
+	}
+	if interactive {
+		args = append(args, "-mon", "chardev=con,mode=readline")
+	}
+	return args
+}
+
+// startGuest starts qemu for guest g. Its console is streamed to out with a
+// per-guest prefix and kept in console.log; its kernel log is kept in
+// kmsg.log and scanned for problems. When interactive, the console is the
+// user's terminal instead.
+func startGuest(g *guest, args []string, dir string, token string, out *syncWriter, interactive bool) error {
+	g.finished = make(chan struct{})
+	g.cmd = exec.Command("qemu-system-x86_64", args...)
+	// qemu dies with the lab, even if the lab itself is killed.
+	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: !interactive}
+
+	kr, kw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	g.cmd.ExtraFiles = []*os.File{kw}
+	conLog, err := os.Create(dir + "/console.log")
+	if err != nil {
+		return err
+	}
+	kmsgLog, err := os.Create(dir + "/kmsg.log")
+	if err != nil {
+		conLog.Close()
+		return err
+	}
+	var conR io.ReadCloser
+	if interactive {
+		g.cmd.Stdin, g.cmd.Stdout = os.Stdin, os.Stdout
+	} else if conR, err = g.cmd.StdoutPipe(); err != nil {
+		return err
+	}
+	errR, err := g.cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	g.started = time.Now()
+	if err := g.cmd.Start(); err != nil {
+		kr.Close()
+		kw.Close()
+		conLog.Close()
+		kmsgLog.Close()
+		return fmt.Errorf("%s: starting qemu: %w", g.name, err)
+	}
+	kw.Close()
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // the kernel log
+		defer wg.Done()
+		defer kmsgLog.Close()
+		sc := bufio.NewScanner(kr)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		for sc.Scan() {
+			line := strings.TrimRight(sc.Text(), "\r")
+			fmt.Fprintln(kmsgLog, line)
+			if msg, bad := kernelReport(line); bad {
+				g.mu.Lock()
+				g.kernel = append(g.kernel, msg)
+				g.mu.Unlock()
+				out.printf("[%s kernel] %s\n", g.name, msg)
+			}
+		}
+		kr.Close()
+	}()
+	go func() { // qemu's own complaints
+		defer wg.Done()
+		sc := bufio.NewScanner(errR)
+		for sc.Scan() {
+			line := sc.Text()
+			g.mu.Lock()
+			g.qemuErr = append(g.qemuErr, line)
+			g.mu.Unlock()
+			out.printf("[%s qemu] %s\n", g.name, line)
+		}
+	}()
+	if conR != nil {
+		wg.Add(1)
+		go func() { // the console
+			defer wg.Done()
+			sc := bufio.NewScanner(conR)
+			sc.Buffer(make([]byte, 64*1024), 1024*1024)
+			for sc.Scan() {
+				line := strings.TrimRight(sc.Text(), "\r")
+				fmt.Fprintln(conLog, line)
+				if rest, ok := strings.CutPrefix(line, "@@LAB-"); ok {
+					if g.marker(rest, token) {
+						continue
+					}
+				}
+				out.printf("[%s] %s\n", g.name, line)
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		conLog.Close()
+		_ = g.cmd.Wait()
+		g.mu.Lock()
+		g.ended = time.Since(g.started)
+		if g.state == stateRunning {
+			g.state = stateNoReport
+		}
+		g.mu.Unlock()
+		close(g.finished)
+	}()
+	return nil
+}
+
+// marker handles the init's "@@LAB-READY token" and "@@LAB-EXIT token rc"
+// console lines; it reports whether the line was one.
+func (g *guest) marker(rest, token string) bool {
+	f := strings.Fields(rest)
+	if len(f) < 2 || f[1] != token {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case f[0] == "READY":
+		g.ready = time.Since(g.started)
+		if len(f) == 3 {
+			g.readyUptime = f[2]
+		}
+	case f[0] == "EXIT" && len(f) == 3:
+		rc, err := strconv.Atoi(f[2])
+		if err != nil {
+			return false
+		}
+		if g.state == stateRunning {
+			g.state, g.status = stateExited, rc
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// kill stops a guest that is still running and records why.
+func (g *guest) kill(state guestState, why string) {
+	g.mu.Lock()
+	if g.state == stateRunning {
+		g.state, g.stopWhy = state, why
+	}
+	g.mu.Unlock()
+	if g.cmd != nil && g.cmd.Process != nil {
+		_ = g.cmd.Process.Kill()
+	}
+}
+
+// verdict says why the guest failed, or "" if it passed.
+func (g *guest) verdict(timeout time.Duration) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var why []string
+	switch g.state {
+	case stateExited:
+		switch g.status {
+		case 0:
+		case 125:
+			why = append(why, "the guest's init failed before the command ran (see its console)")
+		case 126:
+			why = append(why, "the command passed but unloading our kernel module failed")
+		default:
+			why = append(why, fmt.Sprintf("command exited with status %d", g.status))
+		}
+	case stateNoReport:
+		msg := "qemu exited without the guest reporting a result (kernel panic or crash)"
+		if len(g.qemuErr) > 0 {
+			msg += ": " + g.qemuErr[len(g.qemuErr)-1]
+		}
+		why = append(why, msg)
+	case stateHung:
+		why = append(why, fmt.Sprintf("no result within the %s deadline (hung); killed", timeout))
+	case stateStopped:
+		why = append(why, g.stopWhy)
+	}
+	if len(g.kernel) > 0 {
+		why = append(why, fmt.Sprintf("kernel %s (%d report(s) in kmsg.log)", g.kernel[0], len(g.kernel)))
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return g.name + ": " + strings.Join(why, "; ")
+}
+
+// failedEarly reports whether the guest has ended badly (used to stop its
+// peers instead of letting them wait for it until the deadline).
+func (g *guest) failedEarly() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state != stateRunning && !(g.state == stateExited && g.status == 0)
+}
+
+// syncWriter serialises lines from several guests onto one writer.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) printf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fmt.Fprintf(s.w, format, args...)
+}

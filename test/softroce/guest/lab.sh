@@ -1,0 +1,53 @@
+# Helpers for lab suites, sourced by every suite command (bash).
+#
+#   lab_signal NAME          this guest reached barrier point NAME
+#   lab_wait NAME [SECS]     wait until some guest reached NAME (default 60 s)
+#   lab_wait_listen PORT [SECS]  wait until a TCP port listens in this guest
+#   lab_gotest NAME [ARGS]   run $LAB_BIN/NAME.test from its package directory
+#   lab_fail MESSAGE         print MESSAGE and fail the suite
+#   lab_peer I               the address of guest I
+
+lab_fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+lab_peer() {
+	local a
+	a=$(echo $LAB_ADDRS | cut -d' ' -f"$1")
+	[ -n "$a" ] || lab_fail "no guest $1 in this boot"
+	echo "$a"
+}
+
+lab_signal() {
+	: > "$LAB_SHARED/barrier.$1"
+}
+
+lab_wait() {
+	local name=$1 secs=${2:-60} n=0
+	while [ ! -e "$LAB_SHARED/barrier.$name" ]; do
+		n=$((n + 1))
+		[ $n -le $((secs * 20)) ] || lab_fail "guest $LAB_INDEX: timed out after ${secs}s waiting for '$name'"
+		sleep 0.05
+	done
+}
+
+lab_wait_listen() {
+	local port hex secs=${2:-60} n=0
+	hex=$(printf '%04X' "$1")
+	while ! grep -q "^ *[0-9]*: [0-9A-F]*:$hex [0-9A-F]*:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+		n=$((n + 1))
+		[ $n -le $((secs * 20)) ] || lab_fail "guest $LAB_INDEX: nothing listens on port $1 after ${secs}s"
+		sleep 0.05
+	done
+}
+
+lab_gotest() {
+	local name=$1
+	shift
+	local bin="$LAB_BIN/$name.test"
+	[ -x "$bin" ] || lab_fail "$bin missing: list its package in the suite's gotest= header"
+	local dir
+	dir=$(cat "$LAB_BIN/$name.test.dir" 2>/dev/null) || dir=$LAB_DIR
+	(cd "$dir" && "$bin" "$@")
+}

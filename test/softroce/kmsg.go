@@ -1,0 +1,30 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+)
+
+// kernelProblem matches kernel log lines that fail a lab run: oopses, BUGs,
+// WARNINGs, KASAN/UBSAN/KFENCE reports, lockdep splats, lockups, hung tasks
+// and RCU stalls. The stock guest kernel has no lockdep or KASAN, but a
+// debug kernel can be dropped in, so their reports are recognised too.
+var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG:|kernel BUG at|Oops|general protection fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.* detected stalls|rcu: INFO: .* detected stalls|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking)`)
+
+// kmsgText returns the message of one /dev/kmsg record ("prio,seq,ts,flags;text").
+// Continuation lines (" KEY=value") and anything else come back as they are.
+func kmsgText(line string) string {
+	if semi := strings.IndexByte(line, ';'); semi > 0 && strings.Count(line[:semi], ",") >= 3 {
+		return line[semi+1:]
+	}
+	return line
+}
+
+// kernelReport returns the message if a kernel log line reports a problem.
+func kernelReport(line string) (string, bool) {
+	msg := strings.TrimSpace(kmsgText(line))
+	if kernelProblem.MatchString(msg) {
+		return msg, true
+	}
+	return "", false
+}

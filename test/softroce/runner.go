@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A Lab boots guests and runs suites in them.
+type Lab struct {
+	Root       string // the repository, shared read-only into every guest as /lab
+	Cache      string // kernels and initramfs archives, outside git
+	KernelName string
+	MemMiB     int
+	Smp        int
+	Append     string // extra kernel command line
+	out        *syncWriter
+
+	kernel *Kernel
+	initrd string
+	kmods  []string // our modules, as paths in the guest
+}
+
+// Guest-side paths.
+const (
+	guestRepo   = "/lab"
+	guestRun    = "/labrun"
+	guestDevice = "rxe0"
+	kmodDevice  = "/dev/rdmaplus"
+	// failGrace is how long the other guests may go on after one failed
+	// before the lab stops them (they are usually waiting for it).
+	failGrace = 10 * time.Second
+)
+
+func (l *Lab) buildDir(parts ...string) string {
+	return filepath.Join(append([]string{l.Root, "build"}, parts...)...)
+}
+
+func (l *Lab) guestPath(host string) string {
+	rel, err := filepath.Rel(l.Root, host)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		panic("lab: guest path of a file outside the repository: " + host)
+	}
+	return filepath.ToSlash(filepath.Join(guestRepo, rel))
+}
+
+// Prepare installs the host packages, fetches the guest kernel, builds the
+// initramfs and our kernel modules. Everything is cached; a second call with
+// nothing changed does no work beyond checking.
+func (l *Lab) Prepare(ctx context.Context) error {
+	// Several labs may run at once (two developers' shells, a suite and a
+	// gotest): they share the cache and build/kmod, so preparing is serialised.
+	unlock, err := lockFile(l.buildDir("lab", ".prepare.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if err := ensurePackages(ctx, hostPackages...); err != nil {
+		return err
+	}
+	k, err := getKernel(ctx, l.KernelName, l.Cache)
+	if err != nil {
+		return err
+	}
+	l.kernel = k
+	if l.initrd, err = buildInitramfs(ctx, k, l.Cache); err != nil {
+		return err
+	}
+	// Our module, and the lab's own self-test modules (one that WARNs),
+	// built side by side.
+	out := l.buildDir("kmod", k.Name+"-"+k.ABI)
+	var (
+		wg      sync.WaitGroup
+		kos     []string
+		err1    error
+		errSelf error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, errSelf = buildModule(ctx, k, filepath.Join(l.Root, "test", "softroce", "selftest"), filepath.Join(out, "selftest"))
+	}()
+	kos, err1 = buildModule(ctx, k, filepath.Join(l.Root, "kmod"), filepath.Join(out, "rdmaplus"))
+	wg.Wait()
+	if err := errors.Join(err1, errSelf); err != nil {
+		return err
+	}
+	l.kmods = nil
+	for _, ko := range kos {
+		l.kmods = append(l.kmods, l.guestPath(ko))
+	}
+	return nil
+}
+
+// buildGo compiles the Go binaries a suite asks for into build/lab/bin.
+func (l *Lab) buildGo(ctx context.Context, s *Suite) error {
+	bin := l.buildDir("lab", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	for _, pkg := range s.GoTests {
+		name := binName(pkg, true)
+		if err := l.goCmd(ctx, "test", "-c", "-tags", "lab", "-o", filepath.Join(bin, name), pkg); err != nil {
+			return err
+		}
+		dir, err := l.goOutput(ctx, "list", "-tags", "lab", "-f", "{{.Dir}}", pkg)
+		if err != nil {
+			return err
+		}
+		// lab_gotest runs the binary from its package directory, as go test does.
+		if err := os.WriteFile(filepath.Join(bin, name+".dir"), []byte(l.guestPath(strings.TrimSpace(dir))+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, pkg := range s.GoBuilds {
+		if err := l.goCmd(ctx, "build", "-o", filepath.Join(bin, binName(pkg, false)), pkg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Lab) goCmd(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = l.Root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(b), 60))
+	}
+	return nil
+}
+
+func (l *Lab) goOutput(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = l.Root
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+	}
+	return string(b), nil
+}
+
+// guestAddr is guest i's address on the lab segment.
+func guestAddr(i int) string { return fmt.Sprintf("10.77.0.%d", i) }
+
+// guestEnv is the environment of guest i's command (see labenv).
+func (l *Lab) guestEnv(s *Suite, i int, mode string) string {
+	var all, peers []string
+	for j := 1; j <= s.Guests; j++ {
+		all = append(all, guestAddr(j))
+		if j != i {
+			peers = append(peers, guestAddr(j))
+		}
+	}
+	role := "client"
+	if i == 1 {
+		role = "server"
+	}
+	kv := [][2]string{
+		{"LAB_SUITE", s.Name},
+		{"LAB_MODE", mode},
+		{"LAB_INDEX", fmt.Sprint(i)},
+		{"LAB_GUESTS", fmt.Sprint(s.Guests)},
+		{"LAB_ROLE", role},
+		{"LAB_ADDR", guestAddr(i)},
+		{"LAB_ADDRS", strings.Join(all, " ")},
+		{"LAB_PEERS", strings.Join(peers, " ")},
+		{"LAB_DEVICE", guestDevice},
+		{"LAB_SHARED", guestRun + "/shared"},
+		{"LAB_OUT", fmt.Sprintf("%s/guest%d/out", guestRun, i)},
+		{"LAB_BIN", l.guestPath(l.buildDir("lab", "bin"))},
+		{"LAB_KMODS", strings.Join(l.kmods, " ")},
+		{"LAB_KMOD_DEV", kmodDevice},
+		{"LAB_SELFTEST_KMODS", l.guestPath(l.buildDir("kmod", l.kernel.Name+"-"+l.kernel.ABI, "selftest"))},
+		{"LAB_DIR", guestRepo},
+		{"LAB_KERNEL", l.kernel.Name + " " + l.kernel.ABI},
+	}
+	var b strings.Builder
+	for _, e := range kv {
+		fmt.Fprintf(&b, "%s=%s\n", e[0], shellQuote(e[1]))
+	}
+	return b.String()
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// commandScript is the bash script every guest runs.
+func commandScript(s *Suite) string {
+	var b strings.Builder
+	// BASH_ENV gives every bash the suite starts, the suite itself
+	// included, the helpers of lab.sh.
+	b.WriteString("export BASH_ENV=" + guestRepo + "/test/softroce/guest/lab.sh\nsource \"$BASH_ENV\"\n")
+	if s.Command != "" {
+		b.WriteString(s.Command + "\n")
+	} else {
+		fmt.Fprintf(&b, "bash %s/%s\n", guestRepo, filepath.ToSlash(s.Path))
+	}
+	return b.String()
+}
+
+// runResult is the outcome of one suite.
+type runResult struct {
+	failures []string // one line a failed guest; empty when all passed
+	logs     string
+	elapsed  time.Duration
+}
+
+// Run boots the suite's guests, runs it in each, and reports how each ended.
+func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, error) {
+	if err := l.buildGo(ctx, s); err != nil {
+		return nil, err
+	}
+	runDir := l.buildDir("lab", "runs", s.Name)
+	if err := os.RemoveAll(runDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(runDir, "shared"), 0o777); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(runDir, "command"), []byte(commandScript(s)), 0o644); err != nil {
+		return nil, err
+	}
+	mode := "run"
+	if interactive {
+		mode = "shell"
+	}
+	sockDir, err := os.MkdirTemp("", "softroce-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(sockDir)
+	h, err := newHub(sockDir, s.Guests)
+	if err != nil {
+		return nil, fmt.Errorf("lab network: %w", err)
+	}
+	defer h.Close()
+
+	tok := make([]byte, 8)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	token := hex.EncodeToString(tok)
+	smp := l.Smp
+	if s.Smp > 0 {
+		smp = s.Smp
+	}
+
+	start := time.Now()
+	guests := make([]*guest, s.Guests)
+	defer func() { // no qemu outlives a run, whatever happens
+		for _, g := range guests {
+			if g != nil && g.finished != nil {
+				g.kill(stateStopped, "stopped")
+				<-g.finished
+			}
+		}
+	}()
+	for i := 1; i <= s.Guests; i++ {
+		gdir := filepath.Join(runDir, fmt.Sprintf("guest%d", i))
+		if err := os.MkdirAll(filepath.Join(gdir, "out"), 0o777); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(gdir, "env"), []byte(l.guestEnv(s, i, mode)), 0o644); err != nil {
+			return nil, err
+		}
+		g := &guest{index: i, name: fmt.Sprintf("%s/g%d", s.Name, i)}
+		if s.Guests == 1 {
+			g.name = s.Name
+		}
+		args := qemuArgs(l, l.kernel, l.initrd, runDir, sockDir, token, i, smp, interactive && i == 1)
+		if err := startGuest(g, args, gdir, token, l.out, interactive && i == 1); err != nil {
+			return nil, err
+		}
+		guests[i-1] = g
+	}
+
+	timeout := s.Timeout
+	if interactive {
+		timeout = 24 * time.Hour
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	var grace <-chan time.Time
+	failedName := ""
+	for {
+		running := 0
+		for _, g := range guests {
+			select {
+			case <-g.finished:
+				if g.failedEarly() && grace == nil {
+					failedName = g.name
+					grace = time.After(failGrace)
+				}
+			default:
+				running++
+			}
+		}
+		if running == 0 {
+			break
+		}
+		if interactive {
+			select {
+			case <-guests[0].finished:
+				for _, g := range guests[1:] {
+					g.kill(stateExited, "")
+				}
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			for _, g := range guests {
+				g.kill(stateStopped, "interrupted")
+			}
+		case <-deadline.C:
+			for _, g := range guests {
+				g.kill(stateHung, "")
+			}
+		case <-grace:
+			for _, g := range guests {
+				g.kill(stateStopped, fmt.Sprintf("stopped %s after %s failed", failGrace, failedName))
+			}
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+
+	res := &runResult{logs: runDir, elapsed: time.Since(start)}
+	for _, g := range guests {
+		if v := g.verdict(timeout); v != "" {
+			res.failures = append(res.failures, v)
+		}
+		l.out.printf("[%s] rxe up after %.1fs (guest uptime %ss), powered off after %.1fs\n", g.name, g.ready.Seconds(), g.readyUptime, g.ended.Seconds())
+	}
+	if orphans := findProcesses(sockDir); len(orphans) > 0 {
+		res.failures = append(res.failures, fmt.Sprintf("qemu processes %v outlived the run (killed now)", orphans))
+	}
+	return res, nil
+}
+
+// findProcesses returns the pids of processes whose command line mentions
+// marker, killing them: the lab's proof that it leaves no qemu behind.
+func findProcesses(marker string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		var pid int
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(b), marker) {
+			pids = append(pids, pid)
+			if p, err := os.FindProcess(pid); err == nil {
+				_ = p.Kill()
+			}
+		}
+	}
+	return pids
+}
+
+// lockFile takes an exclusive lock on path, creating it, and returns the
+// function that releases it.
+func lockFile(path string) (func(), error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

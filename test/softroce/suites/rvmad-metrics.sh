@@ -1,0 +1,99 @@
+#!/bin/bash
+# lab: guests=1 timeout=180 gobuild=./cmd/rvmad
+#
+# rvmad as a real process in a guest: the inventory, /healthz and /readyz,
+# /metrics passing promlint, every rxe hw counter exported with the kernel's
+# own value (rdma statistic), the packet counters moving by at least the
+# perftest traffic sent, and SIGTERM exiting 0 while leaving the adopted
+# rxe link in place.
+set -euo pipefail
+source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
+
+dev=$LAB_DEVICE
+netdev=$(rdma link show "$dev/1" | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
+[ -n "$netdev" ] || lab_fail "no netdev for $dev in: $(rdma link show)"
+echo "== $dev is on $netdev; what the kernel offers"
+ls "/sys/class/infiniband/$dev/ports/1/"
+ls "/sys/class/infiniband/$dev/ports/1/hw_counters"
+ls "/sys/class/infiniband/$dev/ports/1/counters" 2>/dev/null || echo "($dev has no PMA counters directory)"
+
+echo "== rvmad devices"
+"$RVMAD" devices | tee /tmp/devices.txt
+grep -qE "^$dev +1 +ACTIVE +LinkUp .* $netdev " /tmp/devices.txt || lab_fail "inventory table lacks $dev port 1 ACTIVE on $netdev"
+grep -qE "^$dev +1 +1 +[0-9a-f:]+ +RoCE v2 +$netdev" /tmp/devices.txt || lab_fail "inventory lacks GID 1 RoCE v2"
+grep -q "/dev/infiniband/uverbs" /tmp/devices.txt || lab_fail "inventory lacks the uverbs char device"
+"$RVMAD" devices --json > /tmp/devices.json
+grep -q "\"name\": \"$dev\"" /tmp/devices.json || lab_fail "JSON inventory lacks $dev"
+grep -q "\"parent\": \"$netdev\"" /tmp/devices.json || lab_fail "JSON inventory lacks parent $netdev"
+
+echo "== rvmad serve, adopting the lab's $dev"
+rvmad_start /tmp/rvmad.log --listen 127.0.0.1:9470 --device "$dev" --rxe "$dev:$netdev" --log-format json
+base=http://127.0.0.1:9470
+wait_http $base/readyz
+http_ok $base/healthz || lab_fail "/healthz not 200"
+grep -q '"adopted existing SoftRoCE link' /tmp/rvmad.log || { cat /tmp/rvmad.log; lab_fail "rvmad did not adopt $dev"; }
+"$RVMAD" lint --url $base/metrics || lab_fail "promlint found problems"
+
+series() { echo "$1{device=\"$dev\",port=\"1\"}"; }
+scrape $base/metrics /tmp/m1
+rdma statistic show link "$dev/1" | tee /tmp/stat1
+[ "$(metric /tmp/m1 "rvmad_softroce_link_created{device=\"$dev\"}")" = 0 ] || lab_fail "adopted link not reported as adopted"
+[ "$(metric /tmp/m1 "$(series rvmad_port_state)")" = 4 ] || lab_fail "rvmad_port_state is not 4 (ACTIVE)"
+[ "$(metric /tmp/m1 'rvmad_scrape_errors_total{service="devices"}')" = 0 ] || lab_fail "scrape errors: $(grep -i warn /tmp/rvmad.log)"
+
+echo "== every counter the kernel offers is exported"
+# rdma statistic prints: link rxe0/1 NAME VALUE NAME VALUE ...; the counters
+# do not move while nothing runs, so the values must match.
+awk '{ for (i = 3; i < NF; i += 2) print $i "\t" $(i + 1) }' /tmp/stat1 > /tmp/kernel-counters
+[ -s /tmp/kernel-counters ] || lab_fail "rdma statistic printed no counters"
+while read -r name value; do
+	# Every HELP ends with "(kernel: <file>)."
+	mname=$(grep '^# HELP ' /tmp/m1 | grep -F "(kernel: ports/N/hw_counters/$name)." | awk '{print $3}')
+	[ -n "$mname" ] || lab_fail "kernel counter $name has no metric"
+	got=$(metric /tmp/m1 "$(series "$mname")")
+	ge "$got" "$value" && ge "$value" "$got" || lab_fail "$name: kernel $value, rvmad $mname $got"
+	echo "  $name = $value -> $mname"
+done < /tmp/kernel-counters
+for f in /sys/class/infiniband/$dev/ports/1/hw_counters/*; do
+	n=$(basename "$f")
+	[ "$n" = lifespan ] && continue
+	grep -q "^$n	" /tmp/kernel-counters || lab_fail "sysfs counter $n not in rdma statistic (check the test)"
+done
+
+echo "== traffic: ib_write_bw loopback on $dev"
+size=65536 iters=500
+mtu=$(metric /tmp/m1 "$(series rvmad_port_active_mtu_bytes)")
+kmtu=$(ibv_devinfo -d "$dev" | sed -n 's/.*active_mtu:[^0-9]*\([0-9]*\).*/\1/p')
+[ "$mtu" = "$kmtu" ] || lab_fail "rvmad_port_active_mtu_bytes $mtu, ibv_devinfo active_mtu $kmtu"
+pkts=$(( iters * ( (size + mtu - 1) / mtu ) ))
+ib_write_bw -d "$dev" -x 1 -s $size -n $iters >/tmp/bw.srv 2>&1 &
+srv=$!
+lab_wait_listen 18515
+ib_write_bw -d "$dev" -x 1 -s $size -n $iters 127.0.0.1 > /tmp/bw.cli
+wait $srv || { cat /tmp/bw.srv; lab_fail "ib_write_bw server failed"; }
+grep -E "^ *$size +$iters " /tmp/bw.cli || lab_fail "ib_write_bw printed no result line"
+scrape $base/metrics /tmp/m2
+
+for m in rvmad_hw_sent_packets_total rvmad_hw_received_packets_total; do
+	a=$(metric /tmp/m1 "$(series $m)") b=$(metric /tmp/m2 "$(series $m)")
+	d=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", b - a }')
+	echo "  $m: +$d (traffic: $iters x $size B = $pkts packets of $mtu B at least)"
+	ge "$d" "$pkts" || lab_fail "$m moved by $d, less than the $pkts packets sent"
+done
+bytes=$(( iters * size ))
+nbytes=0
+for m in rvmad_hw_sent_bytes_total rvmad_hw_received_bytes_total rvmad_port_transmitted_bytes_total rvmad_port_received_bytes_total; do
+	grep -q "^$m{" /tmp/m2 || continue
+	nbytes=$((nbytes + 1))
+	a=$(metric /tmp/m1 "$(series $m)") b=$(metric /tmp/m2 "$(series $m)")
+	d=$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f", b - a }')
+	echo "  $m: +$d (traffic: $bytes bytes)"
+	ge "$d" "$bytes" || lab_fail "$m moved by $d, less than the $bytes bytes sent"
+done
+[ $nbytes -gt 0 ] || echo "  ($dev offers no byte counter in this kernel: $(uname -r); nothing to check)"
+
+echo "== SIGTERM: exit 0, adopted $dev kept"
+rvmad_stop
+rdma link show "$dev/1" | grep -q "netdev $netdev" || lab_fail "$dev is gone after rvmad stopped; it was adopted, not created"
+grep -q '"rvmad stopped"' /tmp/rvmad.log || { cat /tmp/rvmad.log; lab_fail "no clean stop logged"; }
+echo "PASS rvmad-metrics"

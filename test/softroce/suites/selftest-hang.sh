@@ -1,0 +1,8 @@
+#!/bin/bash
+# lab: guests=2 timeout=25
+# lab: expect-fail="^selftest-hang/g2: no result within the 25s deadline \(hung\); killed$"
+#
+# The lab's self-test: a guest that never finishes is killed at the
+# deadline, the run fails naming it, and no qemu is left behind.
+[ "$LAB_INDEX" = 2 ] && exec sleep 3600
+exit 0
