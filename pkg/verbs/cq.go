@@ -97,7 +97,7 @@ var (
 )
 
 // Err returns nil for a successful completion and a *WCError otherwise.
-func (wc *WC) Err() error {
+func (wc WC) Err() error {
 	if wc.Status == WCSuccess {
 		return nil
 	}
@@ -105,7 +105,7 @@ func (wc *WC) Err() error {
 }
 
 // HasImm reports whether the completion carries immediate data.
-func (wc *WC) HasImm() bool { return wc.Flags&WCFlagWithImm != 0 }
+func (wc WC) HasImm() bool { return wc.Flags&WCFlagWithImm != 0 }
 
 // CompChannel is a completion channel (struct ibv_comp_channel) integrated
 // with Go's netpoller: CQ.Wait parks the calling goroutine, never an OS

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,6 +23,8 @@ type pollFD struct {
 	f  *os.File
 	rc syscall.RawConn
 	mu sync.Mutex // one waiter at a time
+
+	closed atomic.Bool
 }
 
 var errAgain = errors.New("again")
@@ -77,10 +80,13 @@ func (p *pollFD) wait(ctx context.Context, try func() error) error {
 		return terr
 	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, os.ErrClosed):
+	case p.closed.Load() || errors.Is(err, os.ErrClosed):
 		return ErrClosed
 	}
 	return fmt.Errorf("verbs: waiting on %s: %w", p.f.Name(), err)
 }
 
-func (p *pollFD) close() error { return p.f.Close() }
+func (p *pollFD) close() error {
+	p.closed.Store(true)
+	return p.f.Close()
+}

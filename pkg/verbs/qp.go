@@ -464,6 +464,13 @@ func (qp *QP) Reset() error {
 	return qp.modify(QPStateReset, &ca, 0)
 }
 
+// queryMask asks ibv_query_qp for every attribute QPAttr reports (rxe
+// refuses unknown bits with EOPNOTSUPP).
+const queryMask = QPAttrState | QPAttrAccessFlags | QPAttrPKeyIndex | QPAttrPort | QPAttrQKey |
+	QPAttrAV | QPAttrPathMTU | QPAttrTimeout | QPAttrRetryCnt | QPAttrRNRRetry | QPAttrRQPSN |
+	QPAttrMaxQPRdAtomic | QPAttrMinRNRTimer | QPAttrSQPSN | QPAttrMaxDestRdAtomic | QPAttrDestQPN |
+	1<<19 // IBV_QP_CAP
+
 // QPAttr is what Query reports about a QP.
 type QPAttr struct {
 	State       QPState
@@ -490,7 +497,7 @@ func (qp *QP) Query() (*QPAttr, error) {
 	defer qp.n.unuse()
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
-	if rc := C.ibv_query_qp(qp.c, &a, -1&^(1<<25), &ia); rc != 0 {
+	if rc := C.ibv_query_qp(qp.c, &a, queryMask, &ia); rc != 0 {
 		return nil, opErr("ibv_query_qp", int(rc))
 	}
 	qp.state.Store(int32(a.qp_state))

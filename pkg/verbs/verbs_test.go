@@ -24,7 +24,7 @@ func TestWCStatus(t *testing.T) {
 	if !errors.As(err, &we) || we.ID != 7 {
 		t.Fatalf("errors.As on %v", err)
 	}
-	if (&WC{}).Err() != nil {
+	if (WC{}).Err() != nil {
 		t.Fatal("success has an error")
 	}
 	if WCStatus(99).Name() != "IBV_WC_STATUS(99)" {

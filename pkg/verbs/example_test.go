@@ -1,0 +1,213 @@
+package verbs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// A failed work completion is a Go error carrying the verbs status.
+func ExampleWCStatus() {
+	wc := verbs.WC{ID: 7, Status: verbs.WCRemAccessErr, QPN: 17}
+	err := wc.Err()
+	fmt.Println(errors.Is(err, verbs.WCRemAccessErr))
+	fmt.Println(verbs.WCRemAccessErr.Name())
+	fmt.Println(err)
+	// Output:
+	// true
+	// IBV_WC_REM_ACCESS_ERR
+	// verbs: work request 7 on QP 17 completed with IBV_WC_REM_ACCESS_ERR (remote access error), vendor error 0x0
+}
+
+// Pick the RoCE v2 GID of an IP address from a GID table.
+func ExamplePickRoCEv2GID() {
+	v4, _ := verbs.GIDFromIP(net.ParseIP("10.77.0.1"))
+	v6, _ := verbs.GIDFromIP(net.ParseIP("fe80::1"))
+	table := []verbs.GIDEntry{
+		{GID: v6, Index: 0, Port: 1, Type: verbs.GIDTypeRoCEv2, Netdev: "eth0"},
+		{GID: v4, Index: 1, Port: 1, Type: verbs.GIDTypeRoCEv2, Netdev: "eth0"},
+	}
+	e, err := verbs.PickRoCEv2GID(table, 1, net.ParseIP("10.77.0.1"))
+	fmt.Println(e.Index, e.Type, e.GID, e.Netdev, err)
+	// Output: 1 RoCE v2 10.77.0.1 eth0 <nil>
+}
+
+// Memory the NIC touches lives outside the Go heap.
+func ExampleAlloc() {
+	buf, err := verbs.Alloc(1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer buf.Close()
+	mem := buf.Bytes()
+	copy(mem, "hello")
+	fmt.Println(len(mem), string(mem[:5]), buf.Addr()%4096)
+	// Output: 1048576 hello 0
+}
+
+// A complete ping-pong on one device: two RC queue pairs connected to each
+// other (loopback), an RDMA WRITE, then a SEND the peer receives. Between two
+// hosts, exchange the QPInfo and the Remote over any side channel instead.
+func Example_pingPong() {
+	ctx, err := verbs.Open("") // the first RDMA device, e.g. rxe0
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ctx.Close() // closes everything below too
+
+	gid, err := ctx.RoCEv2GID(1, nil) // index 1 on rxe: the IPv4 RoCE v2 GID
+	if err != nil {
+		log.Fatal(err)
+	}
+	type side struct {
+		qp *verbs.QP
+		cq *verbs.CQ
+		mr *verbs.MR
+	}
+	mk := func() side {
+		pd, err := ctx.AllocPD()
+		if err != nil {
+			log.Fatal(err)
+		}
+		ch, err := ctx.NewCompChannel()
+		if err != nil {
+			log.Fatal(err)
+		}
+		cq, err := ctx.NewCQ(64, &verbs.CQOptions{Channel: ch})
+		if err != nil {
+			log.Fatal(err)
+		}
+		qp, err := pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
+		if err != nil {
+			log.Fatal(err)
+		}
+		mr, err := pd.AllocMR(4096, verbs.AccessAll)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return side{qp, cq, mr}
+	}
+	a, b := mk(), mk()
+	ia := verbs.QPInfo{QPN: a.qp.QPN(), PSN: 100, GID: gid.GID}
+	ib := verbs.QPInfo{QPN: b.qp.QPN(), PSN: 200, GID: gid.GID}
+	opts := &verbs.ConnectOptions{GIDIndex: gid.Index}
+	if err := a.qp.Connect(ia, ib, opts); err != nil {
+		log.Fatal(err)
+	}
+	if err := b.qp.Connect(ib, ia, opts); err != nil {
+		log.Fatal(err)
+	}
+
+	wait := func(s side) verbs.WC {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		wcs := make([]verbs.WC, 1)
+		if _, err := s.cq.Wait(c, wcs); err != nil { // parks the goroutine
+			log.Fatal(err)
+		}
+		if err := wcs[0].Err(); err != nil {
+			log.Fatal(err)
+		}
+		return wcs[0]
+	}
+
+	// RDMA WRITE "ping" into b's memory.
+	copy(a.mr.Bytes(), "ping")
+	remote := b.mr.Remote()
+	if err := a.qp.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{a.mr.SGE(0, 4)}, RemoteAddr: remote.Addr, RKey: remote.RKey}); err != nil {
+		log.Fatal(err)
+	}
+	wait(a)
+	fmt.Println(string(b.mr.Bytes()[:4]))
+
+	// SEND "pong" back, with immediate data.
+	if err := a.qp.PostRecv(verbs.RecvWR{ID: 2, SGL: []verbs.SGE{a.mr.SGE(100, 100)}}); err != nil {
+		log.Fatal(err)
+	}
+	copy(b.mr.Bytes()[200:], "pong")
+	if err := b.qp.PostSend(verbs.SendWR{ID: 3, Op: verbs.OpSendImm, Imm: 42, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{b.mr.SGE(200, 4)}}); err != nil {
+		log.Fatal(err)
+	}
+	wait(b)
+	wc := wait(a)
+	fmt.Println(string(a.mr.Bytes()[100:100+wc.ByteLen]), wc.Imm)
+}
+
+// Connection management: the passive side. Run Example_cmClient against it.
+func Example_cmServer() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := verbs.NewCMID(verbs.PSTCP)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Listen(netipAddrPort("0.0.0.0:7471"), 8); err != nil {
+		log.Fatal(err)
+	}
+	id, req, err := l.GetRequest(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.Close()
+	dev, _ := id.Context()
+	pd, _ := dev.AllocPD()
+	defer pd.Close()
+	cq, _ := dev.NewCQ(16, nil)
+	defer cq.Close()
+	if _, err := id.NewQP(pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("request with %q\n", req.PrivateData)
+	if err := id.Accept(ctx, &verbs.ConnParam{PrivateData: []byte("welcome")}); err != nil {
+		log.Fatal(err)
+	}
+	ev, _ := id.WaitEvent(ctx) // CMDisconnected when the client leaves
+	fmt.Println(ev.Type)
+}
+
+// Connection management: the active side.
+func Example_cmClient() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	id, err := verbs.NewCMID(verbs.PSTCP)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer id.Close()
+	if err := id.ResolveAddr(ctx, netipAddrPort(""), netipAddrPort("10.77.0.1:7471")); err != nil {
+		log.Fatal(err)
+	}
+	if err := id.ResolveRoute(ctx); err != nil {
+		log.Fatal(err)
+	}
+	dev, _ := id.Context()
+	pd, _ := dev.AllocPD()
+	defer pd.Close()
+	cq, _ := dev.NewCQ(16, nil)
+	defer cq.Close()
+	if _, err := id.NewQP(pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: 8, MaxRecvWR: 8}}); err != nil {
+		log.Fatal(err)
+	}
+	var rej *verbs.RejectError
+	switch err := id.Connect(ctx, &verbs.ConnParam{PrivateData: []byte("hello")}); {
+	case errors.As(err, &rej):
+		log.Fatalf("rejected: %q", rej.PrivateData)
+	case err != nil:
+		log.Fatal(err)
+	}
+	// ... post work requests on id.QP() ...
+	if err := id.Disconnect(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
