@@ -1,21 +1,28 @@
 #!/bin/bash
-# lab: guests=1 timeout=180 gobuild=./cmd/rvmad
+# lab: guests=1 timeout=300 gobuild=./cmd/rvmad
 #
 # rvmad as a real process in a guest: the inventory, /healthz and /readyz,
-# /metrics passing promlint, every rxe hw counter exported with the kernel's
-# own value (rdma statistic), the packet counters moving by at least the
-# perftest traffic sent, and SIGTERM exiting 0 while leaving the adopted
-# rxe link in place.
+# /metrics passing promlint, every counter file of the port (hw_counters,
+# counters, cm_*) exported with the kernel's own value (and the hw ones
+# matching rdma statistic), the packet counters moving by at least the
+# perftest traffic sent, the CM counters moving with an rdma_cm connection,
+# and SIGTERM exiting 0 while leaving the adopted rxe link in place.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 
 dev=$LAB_DEVICE
+trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 netdev=$(rdma link show "$dev/1" | sed -n 's/.* netdev \([^ ]*\).*/\1/p')
 [ -n "$netdev" ] || lab_fail "no netdev for $dev in: $(rdma link show)"
 echo "== $dev is on $netdev; what the kernel offers"
 ls "/sys/class/infiniband/$dev/ports/1/"
 ls "/sys/class/infiniband/$dev/ports/1/hw_counters"
 ls "/sys/class/infiniband/$dev/ports/1/counters" 2>/dev/null || echo "($dev has no PMA counters directory)"
+# Keep what sysfs shows, to refresh the fixture cmd/rvmad/testdata/sysfs-rxe.
+(cd "/sys/class/infiniband/$dev/" && find . -path ./device -prune -o -path ./subsystem -prune -o -path ./power -prune -o -type f -print |
+	grep -vE '/(gids|gid_attrs/(types|ndevs)|pkeys)/([4-9]|[0-9][0-9]+)$' | sort | while read -r f; do
+		printf '%s=%s\n' "$f" "$(cat "$f" 2>&1 | head -1)"
+	done) > "$LAB_OUT/sysfs-$dev.txt" 2>&1 || true
 
 echo "== rvmad devices"
 "$RVMAD" devices | tee /tmp/devices.txt
@@ -54,11 +61,22 @@ while read -r name value; do
 	ge "$got" "$value" && ge "$value" "$got" || lab_fail "$name: kernel $value, rvmad $mname $got"
 	echo "  $name = $value -> $mname"
 done < /tmp/kernel-counters
-for f in /sys/class/infiniband/$dev/ports/1/hw_counters/*; do
-	n=$(basename "$f")
-	[ "$n" = lifespan ] && continue
-	grep -q "^$n	" /tmp/kernel-counters || lab_fail "sysfs counter $n not in rdma statistic (check the test)"
+echo "== every counter file of the port has its metric, with the same value"
+pdir=/sys/class/infiniband/$dev/ports/1
+nfiles=0
+for f in "$pdir"/hw_counters/* "$pdir"/counters/* "$pdir"/cm_*/*; do
+	[ -f "$f" ] || continue
+	rel=${f#"$pdir"/}
+	[ "$rel" = hw_counters/lifespan ] && continue
+	mname=$(grep '^# HELP ' /tmp/m1 | grep -F "(kernel: ports/N/$rel)." | awk '{print $3}')
+	[ -n "$mname" ] || lab_fail "kernel counter $rel has no metric"
+	got=$(metric /tmp/m1 "$(series "$mname")")
+	want=$(cat "$f")
+	case "$rel" in counters/port_xmit_data|counters/port_rcv_data) want=$((want * 4)) ;; esac
+	ge "$got" "$want" && ge "$want" "$got" || lab_fail "$rel: sysfs $want, rvmad $mname $got"
+	nfiles=$((nfiles + 1))
 done
+echo "  $nfiles counter files, each exported with its value"
 
 echo "== traffic: ib_write_bw loopback on $dev"
 size=65536 iters=500
@@ -91,6 +109,25 @@ for m in rvmad_hw_sent_bytes_total rvmad_hw_received_bytes_total rvmad_port_tran
 	ge "$d" "$bytes" || lab_fail "$m moved by $d, less than the $bytes bytes sent"
 done
 [ $nbytes -gt 0 ] || echo "  ($dev offers no byte counter in this kernel: $(uname -r); nothing to check)"
+
+echo "== connection manager: ib_send_lat -R (rdma_cm) to $LAB_ADDR on $dev"
+# An rdma_cm server listens in the RDMA port space, not on a TCP socket:
+# retry the client until the server is up.
+timeout 60 ib_send_lat -d "$dev" -R -n 100 >/tmp/lat.srv 2>&1 &
+srv=$!
+ok=0
+for i in 1 2 3 4 5 6 7 8 9 10; do
+	sleep 1
+	if timeout 30 ib_send_lat -d "$dev" -R -n 100 "$LAB_ADDR" >/tmp/lat.cli 2>&1; then ok=1; break; fi
+done
+[ $ok = 1 ] || { cat /tmp/lat.cli /tmp/lat.srv; lab_fail "ib_send_lat -R failed"; }
+wait $srv || { cat /tmp/lat.srv; lab_fail "ib_send_lat server failed"; }
+scrape $base/metrics /tmp/m3
+for m in rvmad_cm_sent_req_messages_total rvmad_cm_received_req_messages_total rvmad_cm_sent_rep_messages_total rvmad_cm_received_rep_messages_total; do
+	a=$(metric /tmp/m2 "$(series $m)") b=$(metric /tmp/m3 "$(series $m)")
+	echo "  $m: $a -> $b"
+	ge "$b" "$((${a%%.*} + 1))" || lab_fail "$m did not move with an rdma_cm connection"
+done
 
 echo "== SIGTERM: exit 0, adopted $dev kept"
 rvmad_stop

@@ -122,6 +122,19 @@ func (c *Collector) collectPort(e *emitter, dev string, port int) {
 	for _, ctr := range hw {
 		e.counter(HWCounterSpec(ctr.Name, false), "hw_counters/"+ctr.Name, ctr.Value, dev, p)
 	}
+	groups, err := c.fs.CMGroups(dev, port)
+	if err != nil {
+		e.fail(fmt.Errorf("device %s port %d: %w", dev, port, err))
+	}
+	for _, g := range groups {
+		cm, err := c.fs.PortCounters(dev, port, g)
+		if err != nil {
+			e.fail(fmt.Errorf("device %s port %d: %w", dev, port, err))
+		}
+		for _, ctr := range cm {
+			e.counter(CMCounterSpec(g, ctr.Name), g+"/"+ctr.Name, ctr.Value, dev, p)
+		}
+	}
 }
 
 // emitter sends the metrics of one scrape and guards against two different

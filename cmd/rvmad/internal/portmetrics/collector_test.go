@@ -39,9 +39,18 @@ rvmad_devices 1
 		"rvmad_port_active_mtu_bytes", "rvmad_devices"); err != nil {
 		t.Fatal(err)
 	}
-	// Every rxe counter is there: 15 counters + lifespan + 6 port gauges + rvmad_devices.
-	if n := testutil.CollectAndCount(c); n != 15+1+6+1 {
-		t.Fatalf("%d metrics, want %d", n, 23)
+	// Every counter is there: 15 hw counters + lifespan + 4x11 CM counters
+	// + 6 port gauges + rvmad_devices.
+	if n, want := testutil.CollectAndCount(c), 15+1+44+6+1; n != want {
+		t.Fatalf("%d metrics, want %d", n, want)
+	}
+	cm := `
+# HELP rvmad_cm_sent_req_messages_total Connection manager REQ messages sent on the port (kernel: ports/N/cm_tx_msgs/req).
+# TYPE rvmad_cm_sent_req_messages_total counter
+rvmad_cm_sent_req_messages_total{device="rxe0",port="1"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(cm), "rvmad_cm_sent_req_messages_total"); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.CollectErr(make(chan prometheus.Metric, 100)); err != nil {
 		t.Fatalf("errors on a clean fixture: %v", err)

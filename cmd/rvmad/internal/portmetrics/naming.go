@@ -7,6 +7,7 @@
 //	rvmad_port_*        port state and the InfiniBand PMA counters (ports/N/counters)
 //	rvmad_hw_*          the driver's own counters (ports/N/hw_counters), e.g. rxe's
 //	rvmad_device_hw_*   device-wide driver counters (<dev>/hw_counters), label device only
+//	rvmad_cm_*          the InfiniBand connection manager's counters (ports/N/cm_*)
 //
 // Counters rvmad knows get a clear name (rxe's sent_pkts becomes
 // rvmad_hw_sent_packets_total); every other counter is still exported, under

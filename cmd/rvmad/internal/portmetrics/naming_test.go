@@ -64,3 +64,22 @@ func TestUnknownCountersKeepTheirName(t *testing.T) {
 		t.Errorf("lifespan -> %+v", s)
 	}
 }
+
+func TestCMNames(t *testing.T) {
+	seen := map[string]bool{}
+	for g := range cmGroups {
+		for m := range cmMessages {
+			s := CMCounterSpec(g, m)
+			if seen[s.Name] || !strings.HasSuffix(s.Name, "_messages_total") {
+				t.Errorf("%s/%s -> %s", g, m, s.Name)
+			}
+			seen[s.Name] = true
+		}
+	}
+	if got := CMCounterSpec("cm_rx_duplicates", "sidr_req").Name; got != "rvmad_cm_received_duplicate_sidr_req_messages_total" {
+		t.Errorf("got %s", got)
+	}
+	if got := CMCounterSpec("cm_new_group", "x-y").Name; got != "rvmad_cm_new_group_x_y_total" {
+		t.Errorf("unknown: %s", got)
+	}
+}

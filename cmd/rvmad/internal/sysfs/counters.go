@@ -72,3 +72,20 @@ func readCounterDir(dir string) ([]Counter, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, errors.Join(errs...)
 }
+
+// CMGroups returns the InfiniBand CM counter directories of dev's port
+// (cm_tx_msgs, cm_tx_retries, cm_rx_msgs, cm_rx_duplicates, and any other
+// cm_* directory a kernel adds), sorted; none when ib_cm is not loaded.
+func (f FS) CMGroups(dev string, port int) ([]string, error) {
+	ents, err := os.ReadDir(f.PortDir(dev, port))
+	if err != nil {
+		return nil, fmt.Errorf("sysfs: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "cm_") {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}

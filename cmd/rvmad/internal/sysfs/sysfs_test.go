@@ -39,7 +39,7 @@ func TestRXEPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := PortInfo{Device: "rxe0", Port: 1, State: 4, StateName: "ACTIVE", PhysState: 5, PhysStateName: "LinkUp",
-		Rate: "10 Gb/sec (1X QDR)", RateBytes: 1.25e9, LinkLayer: "Ethernet", Netdev: "eth0", NetdevMTU: 1500, ActiveMTU: 1024}
+		Rate: "2.5 Gb/sec (1X SDR)", RateBytes: 312.5e6, LinkLayer: "Ethernet", Netdev: "eth0", NetdevMTU: 1500, ActiveMTU: 1024}
 	if p != want {
 		t.Fatalf("Port =\n%+v, want\n%+v", p, want)
 	}
