@@ -1,0 +1,219 @@
+// Command rdmaperf measures RDMA latency and bandwidth through pkg/verbs the
+// way perftest does, and prints the same statistics (t_min, t_max,
+// t_typical, t_avg, t_stdev, 99% and 99.9% percentiles; BW peak and
+// average in MB/sec, message rate, and Gb/sec), so the two can be read side
+// by side.
+//
+// Usage (server first, then client, like ib_write_lat):
+//
+//	rdmaperf -d rxe0                                  # server: follows the client's settings
+//	rdmaperf -d rxe0 -t write_lat -a 127.0.0.1        # client: all sizes 2 B .. 64 KiB
+//	rdmaperf -d rxe0 -t write_bw -s 65536 -n 5000 10.77.0.1
+//
+// Tests: write_lat, read_lat, send_lat (ping-pong; latency is half the
+// round trip, except read_lat which is one operation), write_bw, read_bw.
+// As in perftest, write_lat spins on the last byte of its receive buffer,
+// not on the CQ; send completions are requested every -cq-mod posts.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"runtime/pprof"
+	"time"
+)
+
+type config struct {
+	Test    string
+	Size    int
+	MaxSize int
+	All     bool
+	Iters   int
+	TxDepth int
+	CQMod   int
+	Inline  int
+	Warmup  int
+	MTU     int
+}
+
+func main() {
+	var (
+		dev     = flag.String("d", "", "RDMA device (default: the first)")
+		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
+		port    = flag.Int("p", 18516, "TCP port of the side channel")
+		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw (client only)")
+		size    = flag.Int("s", 2, "message size in bytes (client only)")
+		all     = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
+		maxSize = flag.Int("max-size", 65536, "largest size with -a")
+		iters   = flag.Int("n", 0, "iterations (default 1000 for latency, 5000 for bandwidth)")
+		txDepth = flag.Int("tx-depth", 128, "outstanding work requests in bandwidth tests")
+		cqMod   = flag.Int("cq-mod", 100, "request a completion every N posts")
+		inline  = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
+		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
+		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
+		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+		timeout = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
+	)
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("rdmaperf: ")
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+
+	var conn net.Conn
+	var err error
+	client := flag.NArg() > 0
+	var cfg config
+	if client {
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu}
+		if cfg.Iters == 0 {
+			cfg.Iters = 1000
+			if isBW(cfg.Test) {
+				cfg.Iters = 5000
+			}
+		}
+		if !cfg.All {
+			cfg.MaxSize = cfg.Size
+		}
+		if err := cfg.check(); err != nil {
+			log.Fatal(err)
+		}
+		var d net.Dialer
+		for {
+			conn, err = d.DialContext(ctx, "tcp", net.JoinHostPort(flag.Arg(0), fmt.Sprint(*port)))
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := writeMsg(conn, cfg.marshal()); err != nil {
+			log.Fatal(err)
+		}
+	} else {
+		l, err := net.Listen("tcp", fmt.Sprintf(":%d", *port))
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() { <-ctx.Done(); l.Close() }()
+		conn, err = l.Accept()
+		l.Close()
+		if err != nil {
+			log.Fatal(err)
+		}
+		b, err := readMsg(conn)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := cfg.unmarshal(b); err != nil {
+			log.Fatal(err)
+		}
+	}
+	defer conn.Close()
+	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
+	if *cpuprof != "" {
+		f, err := os.Create(*cpuprof)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(ctx, conn, *dev, *gidIdx, client, cfg, os.Stdout); err != nil {
+		pprof.StopCPUProfile()
+		log.Fatal(err)
+	}
+}
+
+func isBW(test string) bool { return test == "write_bw" || test == "read_bw" }
+
+func (c config) check() error {
+	switch c.Test {
+	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw":
+	default:
+		return fmt.Errorf("unknown test %q", c.Test)
+	}
+	if c.Size < 1 || c.MaxSize < c.Size || c.Iters < 2 || c.TxDepth < 1 || c.CQMod < 1 {
+		return fmt.Errorf("bad settings %+v", c)
+	}
+	if c.Test == "write_lat" && c.Size < 2 && !c.All {
+		return fmt.Errorf("write_lat needs at least 2 bytes")
+	}
+	return nil
+}
+
+func (c config) marshal() []byte {
+	b := []byte{byte(len(c.Test))}
+	b = append(b, c.Test...)
+	all := uint32(0)
+	if c.All {
+		all = 1
+	}
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU} {
+		b = binary.BigEndian.AppendUint32(b, uint32(v))
+	}
+	return b
+}
+
+func (c *config) unmarshal(b []byte) error {
+	if len(b) < 1 || len(b) < 1+int(b[0])+36 {
+		return fmt.Errorf("short config message")
+	}
+	c.Test = string(b[1 : 1+b[0]])
+	b = b[1+b[0]:]
+	v := make([]int, 9)
+	for i := range v {
+		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
+	}
+	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8]
+	return c.check()
+}
+
+func writeMsg(w io.Writer, b []byte) error {
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(b)))
+	_, err := w.Write(append(hdr[:], b...))
+	return err
+}
+
+func readMsg(r io.Reader) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err := io.ReadFull(r, b)
+	return b, err
+}
+
+// sizes lists the message sizes of a run.
+func sizes(size, max int, all bool) []int {
+	if !all {
+		return []int{size}
+	}
+	var s []int
+	for n := 2; n <= max; n *= 2 {
+		s = append(s, n)
+	}
+	return s
+}
+
+// sync exchanges a byte with the peer: a barrier between phases.
+func sync(c net.Conn) error {
+	if _, err := c.Write([]byte{1}); err != nil {
+		return err
+	}
+	var b [1]byte
+	_, err := io.ReadFull(c, b[:])
+	return err
+}

@@ -1,0 +1,458 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// bench is one side of a benchmark connection.
+type bench struct {
+	cfg    config
+	client bool
+	conn   net.Conn
+	dev    *verbs.Context
+	scq    *verbs.CQ
+	rcq    *verbs.CQ
+	qp     *verbs.QP
+	mr     *verbs.MR
+	max    int // size of the send area and of the receive area
+	peer   verbs.Remote
+	wcs    []verbs.WC
+	rxPost int
+}
+
+const rxDepth = 64
+
+func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client bool, cfg config, out io.Writer) error {
+	calibrate()
+	dev, err := verbs.Open(devName)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	b := &bench{cfg: cfg, client: client, conn: conn, dev: dev, wcs: make([]verbs.WC, 64)}
+	b.max = max(cfg.MaxSize, 64)
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return err
+	}
+	if b.scq, err = dev.NewCQ(cfg.TxDepth*2+16, nil); err != nil {
+		return err
+	}
+	if b.rcq, err = dev.NewCQ(rxDepth*2, nil); err != nil {
+		return err
+	}
+	if b.qp, err = pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
+		Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: rxDepth, MaxInlineData: cfg.Inline}}); err != nil {
+		return fmt.Errorf("creating the QP (inline %d): %w", cfg.Inline, err)
+	}
+	if b.mr, err = pd.AllocMR(2*b.max, verbs.AccessAll); err != nil {
+		return err
+	}
+	gids, err := dev.GIDs()
+	if err != nil {
+		return err
+	}
+	var gid verbs.GID
+	for _, g := range gids {
+		if g.Index == gidIdx && g.Port == 1 {
+			gid = g.GID
+		}
+	}
+	local := verbs.QPInfo{QPN: b.qp.QPN(), PSN: uint32(os.Getpid()) & 0xffffff, GID: gid}
+	li, _ := local.MarshalBinary()
+	li = binary.BigEndian.AppendUint64(li, b.mr.Addr()+uint64(b.max))
+	li = binary.BigEndian.AppendUint32(li, b.mr.RKey())
+	if err := writeMsg(conn, li); err != nil {
+		return err
+	}
+	pi, err := readMsg(conn)
+	if err != nil {
+		return err
+	}
+	var remote verbs.QPInfo
+	if err := remote.UnmarshalBinary(pi); err != nil {
+		return err
+	}
+	b.peer = verbs.Remote{Addr: binary.BigEndian.Uint64(pi[verbs.QPInfoSize:]), RKey: binary.BigEndian.Uint32(pi[verbs.QPInfoSize+8:])}
+	gi := gidIdx
+	if gi == 0 {
+		gi = -1
+	}
+	mtu := verbs.MTU1024
+	if pa, err := dev.QueryPort(1); err == nil {
+		mtu = pa.ActiveMTU
+	}
+	if cfg.MTU != 0 {
+		mtu = verbs.MTUFromBytes(cfg.MTU)
+	}
+	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu}); err != nil {
+		return err
+	}
+	if cfg.Test == "send_lat" {
+		if err := b.postRecvs(rxDepth, 0); err != nil {
+			return err
+		}
+	}
+	if err := sync(conn); err != nil {
+		return err
+	}
+	if client {
+		printHeader(out, cfg, dev.Name(), b.qp, mtu)
+	}
+	for _, size := range sizes(cfg.Size, cfg.MaxSize, cfg.All) {
+		if cfg.Test == "write_lat" && size < 2 {
+			continue
+		}
+		if err := b.runSize(ctx, size, out); err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.Test, size, err)
+		}
+	}
+	if client {
+		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+	}
+	return sync(conn)
+}
+
+func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.MTU) {
+	title := map[string]string{"write_lat": "RDMA_Write Latency Test", "read_lat": "RDMA_Read Latency Test",
+		"send_lat": "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
+	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+	fmt.Fprintf(out, "                    %s (rdmaperf, pkg/verbs)\n", title)
+	fmt.Fprintf(out, " Device         : %s\n Connection type: RC\n Mtu            : %d[B]\n", dev, mtu.Bytes())
+	fmt.Fprintf(out, " TX depth       : %d\n CQ Moderation  : %d\n Max inline data: %d[B]\n", cfg.TxDepth, cfg.CQMod, qp.Cap().MaxInlineData)
+	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+	if isBW(cfg.Test) {
+		fmt.Fprint(out, bwHeader)
+	} else {
+		fmt.Fprintf(out, latHeader)
+	}
+}
+
+func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
+	mem := b.mr.Bytes()
+	clear(mem)
+	seed := byte(size)
+	if b.client {
+		seed++
+	}
+	for i := 0; i < size; i++ {
+		mem[i] = seed + byte(i*13)
+	}
+	if err := sync(b.conn); err != nil {
+		return err
+	}
+	var err error
+	switch b.cfg.Test {
+	case "write_lat":
+		if b.cfg.Warmup > 0 {
+			if _, err := b.writeLat(ctx, size, b.cfg.Warmup); err != nil {
+				return err
+			}
+			clear(mem[b.max : b.max+size])
+			if err := sync(b.conn); err != nil {
+				return err
+			}
+		}
+		var samples []time.Duration
+		if samples, err = b.writeLat(ctx, size, b.cfg.Iters); err == nil && b.client {
+			printLat(out, size, latStats(samples, 2))
+		}
+		if err == nil {
+			err = b.checkPeerData(size-1, size)
+		}
+	case "send_lat":
+		var samples []time.Duration
+		if samples, err = b.sendLat(ctx, size); err == nil && b.client {
+			printLat(out, size, latStats(samples, 2))
+		}
+		if err == nil {
+			err = b.checkPeerData(size, size)
+		}
+	case "read_lat":
+		if b.client {
+			var samples []time.Duration
+			if samples, err = b.readLat(ctx, size); err == nil {
+				printLat(out, size, latStats(samples, 1))
+				err = b.checkRead(size)
+			}
+		}
+	case "write_bw", "read_bw":
+		if b.client {
+			var st BWStats
+			if st, err = b.bw(ctx, size, b.cfg.Test == "read_bw"); err == nil {
+				printBW(out, size, st)
+				if b.cfg.Test == "read_bw" {
+					err = b.checkRead(size)
+				}
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := sync(b.conn); err != nil {
+		return err
+	}
+	// The server checks what the client wrote in bandwidth tests.
+	if b.cfg.Test == "write_bw" && !b.client {
+		return b.checkPeerData(size, size)
+	}
+	return nil
+}
+
+// checkPeerData verifies that the first n bytes of the receive area hold
+// the pattern the peer filled its send area with.
+func (b *bench) checkPeerData(n, size int) error {
+	peerSeed := byte(size) // the server's seed
+	if !b.client {
+		peerSeed++ // the client's
+	}
+	mem := b.mr.Bytes()[b.max:]
+	for i := 0; i < n; i++ {
+		if mem[i] != peerSeed+byte(i*13) {
+			return fmt.Errorf("received byte %d is %#x, want %#x", i, mem[i], peerSeed+byte(i*13))
+		}
+	}
+	return nil
+}
+
+// checkRead verifies the bytes RDMA READs brought from the server's send
+// area into the client's receive area.
+func (b *bench) checkRead(size int) error {
+	mem := b.mr.Bytes()[b.max:]
+	seed := byte(size)
+	for i := 0; i < size; i++ {
+		if mem[i] != seed+byte(i*13) {
+			return fmt.Errorf("read byte %d is %#x, want %#x", i, mem[i], seed+byte(i*13))
+		}
+	}
+	return nil
+}
+
+// spinByte waits until the byte at p holds want, reading the aligned word
+// around it atomically so the compiler cannot hoist the load.
+func spinByte(mem []byte, i int, want byte, deadline time.Time) error {
+	w := (*atomic.Uint32)(unsafe.Pointer(&mem[i&^3]))
+	shift := uint(i&3) * 8
+	for n := 0; ; n++ {
+		if byte(w.Load()>>shift) == want {
+			return nil
+		}
+		if n&0xffff == 0xffff && time.Now().After(deadline) {
+			return fmt.Errorf("no data from the peer (waiting for byte %d = %d)", i, want)
+		}
+	}
+}
+
+func (b *bench) spinCQ(ctx context.Context, cq *verbs.CQ, n int) error {
+	for got := 0; got < n; {
+		k, err := cq.Spin(ctx, b.wcs[:n-got])
+		if err != nil {
+			return err
+		}
+		for _, w := range b.wcs[:k] {
+			if err := w.Err(); err != nil {
+				return err
+			}
+		}
+		got += k
+	}
+	return nil
+}
+
+func (b *bench) flags(size, scnt, iters int) verbs.SendFlags {
+	var f verbs.SendFlags
+	if size <= b.qp.Cap().MaxInlineData && size <= b.cfg.Inline {
+		f |= verbs.SendInline
+	}
+	if scnt%b.cfg.CQMod == 0 || scnt == iters {
+		f |= verbs.SendSignaled
+	}
+	return f
+}
+
+// writeLat is perftest's write latency loop: each side writes its counter
+// into the peer's buffer and spins on the last byte of its own.
+func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration, error) {
+	mem := b.mr.Bytes()
+	stamps := make([]uint64, iters)
+	wr := []verbs.SendWR{{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey}}
+	deadline := time.Now().Add(30 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	scnt, rcnt := 0, 0
+	for scnt < iters || rcnt < iters {
+		if rcnt < iters && !(scnt < 1 && b.client) {
+			rcnt++
+			if err := spinByte(mem, b.max+size-1, byte(rcnt), deadline); err != nil {
+				return nil, err
+			}
+		}
+		if scnt < iters {
+			stamps[scnt] = rdtsc()
+			scnt++
+			mem[size-1] = byte(scnt)
+			wr[0].Flags = b.flags(size, scnt, iters)
+			if err := b.qp.PostSend(wr...); err != nil {
+				return nil, err
+			}
+			if wr[0].Flags&verbs.SendSignaled != 0 {
+				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return cyclesToDurations(stamps), nil
+}
+
+func (b *bench) postRecvs(n, size int) error {
+	wrs := make([]verbs.RecvWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(i)}
+		if size > 0 {
+			wrs[i].SGL = []verbs.SGE{b.mr.SGE(b.max, size)}
+		} else {
+			wrs[i].SGL = []verbs.SGE{b.mr.SGE(b.max, b.max)}
+		}
+	}
+	return b.qp.PostRecv(wrs...)
+}
+
+// sendLat is perftest's send latency ping-pong: the client sends and waits
+// for the server's answer, the server answers each message.
+func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) {
+	iters := b.cfg.Iters
+	stamps := make([]uint64, iters)
+	wr := []verbs.SendWR{{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(0, size)}}}
+	consumed := 0
+	recv := func() error {
+		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
+			return err
+		}
+		if consumed++; consumed == 16 {
+			consumed = 0
+			return b.postRecvs(16, 0)
+		}
+		return nil
+	}
+	for i := 0; i < iters; i++ {
+		if !b.client {
+			if err := recv(); err != nil {
+				return nil, err
+			}
+		}
+		stamps[i] = rdtsc()
+		wr[0].Flags = b.flags(size, i+1, iters)
+		if err := b.qp.PostSend(wr...); err != nil {
+			return nil, err
+		}
+		if wr[0].Flags&verbs.SendSignaled != 0 {
+			if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+				return nil, err
+			}
+		}
+		if b.client {
+			if err := recv(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	// Top the receive queue up again for the next size.
+	if consumed > 0 {
+		if err := b.postRecvs(consumed, 0); err != nil {
+			return nil, err
+		}
+	}
+	return cyclesToDurations(stamps), nil
+}
+
+// readLat times each RDMA READ from post to completion.
+func (b *bench) readLat(ctx context.Context, size int) ([]time.Duration, error) {
+	iters := b.cfg.Iters
+	wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{b.mr.SGE(b.max, size)},
+		RemoteAddr: b.peer.Addr - uint64(b.max), RKey: b.peer.RKey}}
+	samples := make([]time.Duration, 0, iters)
+	for i := 0; i < iters; i++ {
+		t0 := rdtsc()
+		if err := b.qp.PostSend(wr...); err != nil {
+			return nil, err
+		}
+		if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+			return nil, err
+		}
+		samples = append(samples, time.Duration(float64(rdtsc()-t0)/cyclesPerUsec*float64(time.Microsecond)))
+	}
+	return samples, nil
+}
+
+// bw keeps TxDepth work requests in flight, posted in chains of up to
+// CQMod with only the last one signaled, and measures from the first post
+// to the last completion.
+func (b *bench) bw(ctx context.Context, size int, read bool) (BWStats, error) {
+	iters, depth, mod := b.cfg.Iters, b.cfg.TxDepth, min(b.cfg.CQMod, b.cfg.TxDepth)
+	op := verbs.OpWrite
+	local, remote := b.mr.SGE(0, size), b.peer.Addr
+	if read {
+		op = verbs.OpRead
+		local, remote = b.mr.SGE(b.max, size), b.peer.Addr-uint64(b.max)
+	}
+	chain := make([]verbs.SendWR, mod)
+	for i := range chain {
+		chain[i] = verbs.SendWR{Op: op, SGL: []verbs.SGE{local}, RemoteAddr: remote, RKey: b.peer.RKey}
+		if !read && size <= b.qp.Cap().MaxInlineData && size <= b.cfg.Inline {
+			chain[i].Flags = verbs.SendInline
+		}
+	}
+	posted, completed := 0, 0
+	var peak float64
+	start := time.Now()
+	last := start
+	for completed < iters {
+		for posted < iters {
+			n := min(mod-posted%mod, iters-posted)
+			if posted-completed+n > depth {
+				break
+			}
+			for i := 0; i < n; i++ {
+				chain[i].Flags &^= verbs.SendSignaled
+			}
+			chain[n-1].Flags |= verbs.SendSignaled
+			chain[n-1].ID = uint64(posted + n)
+			if err := b.qp.PostSend(chain[:n]...); err != nil {
+				return BWStats{}, err
+			}
+			posted += n
+		}
+		k, err := b.scq.Spin(ctx, b.wcs)
+		if err != nil {
+			return BWStats{}, err
+		}
+		now := time.Now()
+		for _, w := range b.wcs[:k] {
+			if err := w.Err(); err != nil {
+				return BWStats{}, err
+			}
+			done := int(w.ID)
+			if dt := now.Sub(last).Seconds(); dt > 0 {
+				if r := float64((done-completed)*size) / dt / (1 << 20); r > peak {
+					peak = r
+				}
+			}
+			completed = done
+		}
+		last = now
+	}
+	return bwStats(size, iters, time.Since(start), peak), nil
+}
