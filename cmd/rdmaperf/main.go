@@ -40,6 +40,7 @@ type config struct {
 	Inline  int
 	Warmup  int
 	MTU     int
+	CLoop   bool
 }
 
 func main() {
@@ -57,6 +58,7 @@ func main() {
 		inline  = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
 		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
 		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
+		loop    = flag.String("loop", "go", "latency loop: go (the pkg/verbs API) or c (perftest's loop in C on the same objects)")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		timeout = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
 	)
@@ -71,7 +73,7 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c"}
 		if cfg.Iters == 0 {
 			cfg.Iters = 1000
 			if isBW(cfg.Test) {
@@ -159,23 +161,27 @@ func (c config) marshal() []byte {
 	if c.All {
 		all = 1
 	}
-	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU} {
+	cl := 0
+	if c.CLoop {
+		cl = 1
+	}
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, cl} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	return b
 }
 
 func (c *config) unmarshal(b []byte) error {
-	if len(b) < 1 || len(b) < 1+int(b[0])+36 {
+	if len(b) < 1 || len(b) < 1+int(b[0])+40 {
 		return fmt.Errorf("short config message")
 	}
 	c.Test = string(b[1 : 1+b[0]])
 	b = b[1+b[0]:]
-	v := make([]int, 9)
+	v := make([]int, 10)
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
-	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8]
+	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.CLoop = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], v[9] == 1
 	return c.check()
 }
 

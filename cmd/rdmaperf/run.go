@@ -127,7 +127,11 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 	title := map[string]string{"write_lat": "RDMA_Write Latency Test", "read_lat": "RDMA_Read Latency Test",
 		"send_lat": "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
-	fmt.Fprintf(out, "                    %s (rdmaperf, pkg/verbs)\n", title)
+	loop := "Go loop over the pkg/verbs API"
+	if cfg.CLoop && !isBW(cfg.Test) {
+		loop = "C loop on pkg/verbs objects"
+	}
+	fmt.Fprintf(out, "                    %s (rdmaperf, %s)\n", title, loop)
 	fmt.Fprintf(out, " Device         : %s\n Connection type: RC\n Mtu            : %d[B]\n", dev, mtu.Bytes())
 	fmt.Fprintf(out, " TX depth       : %d\n CQ Moderation  : %d\n Max inline data: %d[B]\n", cfg.TxDepth, cfg.CQMod, qp.Cap().MaxInlineData)
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
@@ -164,7 +168,12 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 			}
 		}
 		var samples []time.Duration
-		if samples, err = b.writeLat(ctx, size, b.cfg.Iters); err == nil && b.client {
+		if b.cfg.CLoop {
+			samples, err = b.cWriteLat(size, b.cfg.Iters)
+		} else {
+			samples, err = b.writeLat(ctx, size, b.cfg.Iters)
+		}
+		if err == nil && b.client {
 			printLat(out, size, latStats(samples, 2))
 		}
 		if err == nil {
@@ -172,7 +181,12 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		}
 	case "send_lat":
 		var samples []time.Duration
-		if samples, err = b.sendLat(ctx, size); err == nil && b.client {
+		if b.cfg.CLoop {
+			samples, err = b.cSendLat(size, b.cfg.Iters)
+		} else {
+			samples, err = b.sendLat(ctx, size)
+		}
+		if err == nil && b.client {
 			printLat(out, size, latStats(samples, 2))
 		}
 		if err == nil {
@@ -181,7 +195,12 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	case "read_lat":
 		if b.client {
 			var samples []time.Duration
-			if samples, err = b.readLat(ctx, size); err == nil {
+			if b.cfg.CLoop {
+				samples, err = b.cReadLat(size, b.cfg.Iters)
+			} else {
+				samples, err = b.readLat(ctx, size)
+			}
+			if err == nil {
 				printLat(out, size, latStats(samples, 1))
 				err = b.checkRead(size)
 			}
