@@ -16,6 +16,9 @@ type hub struct {
 	conn  *net.UnixConn
 	ports []*net.UnixAddr
 	done  chan struct{}
+
+	// Counted by serve, read after Close.
+	frames, lost uint64
 }
 
 // hubAddr and guestSock name the sockets of a boot in dir.
@@ -47,13 +50,16 @@ func (h *hub) serve() {
 			}
 			continue
 		}
+		h.frames++
 		for _, p := range h.ports {
 			if from != nil && p.Name == from.Name {
 				continue
 			}
 			// A guest that is not up yet (or already gone) has no socket:
 			// its frames are lost, as on a cable that is not plugged in.
-			_, _ = h.conn.WriteToUnix(buf[:n], p)
+			if _, err := h.conn.WriteToUnix(buf[:n], p); err != nil {
+				h.lost++
+			}
 		}
 	}
 }

@@ -81,7 +81,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	fs.StringVar(&l.KernelName, "kernel", "bookworm", "guest kernel flavour ("+kernelNames()+")")
 	fs.StringVar(&l.Cache, "cache", defaultCache(), "cache for guest kernels and initramfs archives")
 	fs.IntVar(&l.MemMiB, "mem", 1024, "guest memory in MiB")
-	fs.IntVar(&l.Smp, "smp", 2, "vCPUs per guest (a suite's smp= overrides)")
+	fs.IntVar(&l.Smp, "smp", 0, "vCPUs per guest; 0: 2 for a single guest, 1 each for several (a suite's smp= overrides)")
 	fs.StringVar(&l.Append, "append", "", "extra guest kernel command line")
 	guests := 1
 	var timeout time.Duration

@@ -244,16 +244,29 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 	if err != nil {
 		return nil, fmt.Errorf("lab network: %w", err)
 	}
-	defer h.Close()
+	defer func() {
+		h.Close()
+		if s.Guests > 1 {
+			l.out.printf("[%s] lab network: %d frames repeated, %d undeliverable (guest not up or gone)\n", s.Name, h.frames, h.lost)
+		}
+	}()
 
 	tok := make([]byte, 8)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
 	token := hex.EncodeToString(tok)
+	// Under TCG every vCPU is a host thread: with several guests on two
+	// cores, one vCPU each keeps them from starving one another (a starved
+	// guest misses RC ACK timeouts and retransmits).
 	smp := l.Smp
-	if s.Smp > 0 {
+	switch {
+	case s.Smp > 0:
 		smp = s.Smp
+	case smp == 0 && s.Guests == 1:
+		smp = 2
+	case smp == 0:
+		smp = 1
 	}
 
 	start := time.Now()

@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=3 timeout=150 smp=1
+# lab: guests=3 timeout=150
 #
 # Three guests on one segment: guests 1 and 3 exchange RDMA traffic
 # (ib_write_bw, then ibv_ud_pingpong with address handles), while guest 2 checks

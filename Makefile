@@ -1,0 +1,54 @@
+# rdmaplus: the two commands a user types are `make demo` and `make test`.
+# Both install what they need (Debian packages, the guest kernel) on first use.
+
+GO      ?= go
+export PATH := $(PATH):/usr/local/go/bin
+LAB     := $(GO) run ./test/softroce
+
+# For lab-test and lab-shell.
+PKG     ?= ./pkg/verbs
+RUN     ?= .
+GUESTS  ?= 1
+
+.PHONY: all build setup vet unit lab test demo lab-test lab-shell clean
+
+all: build
+
+# Host packages, the guest kernel, the initramfs and the kernel module.
+setup:
+	$(LAB) setup
+
+build: setup
+	$(GO) build ./...
+
+vet: setup
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags lab ./...
+
+unit: setup
+	$(GO) test -race ./...
+
+# Every suite in test/softroce/suites, the lab's self-tests included.
+lab: setup
+	$(LAB) all
+
+# go vet, host unit tests with -race, then every lab suite.
+test:
+	$(MAKE) --no-print-directory vet
+	$(MAKE) --no-print-directory unit
+	$(MAKE) --no-print-directory lab
+
+demo: setup
+	$(LAB) run test/softroce/demo/demo.sh
+
+# One package's lab tests: make lab-test PKG=./pkg/verbs RUN='TestWrite' GUESTS=2
+lab-test: setup
+	$(LAB) gotest -guests $(GUESTS) $(PKG) -test.run '$(RUN)' -test.v
+
+# A shell in a booted guest: make lab-shell GUESTS=2 (Ctrl-A X quits).
+lab-shell: setup
+	$(LAB) shell -guests $(GUESTS)
+
+clean:
+	rm -rf build
