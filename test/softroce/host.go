@@ -88,7 +88,9 @@ func ensurePackages(ctx context.Context, pkgs ...string) error {
 		return err
 	}
 	logf("installing host packages: %s", strings.Join(missing, " "))
-	args := append([]string{"install", "-y", "-q", "--no-install-recommends"}, missing...)
+	// Wait for another apt (a second lab preparing at the same time)
+	// instead of failing on its lock.
+	args := append([]string{"install", "-y", "-q", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=300"}, missing...)
 	err := runEnv(ctx, "", []string{"DEBIAN_FRONTEND=noninteractive"}, "apt-get", args...)
 	if err != nil {
 		// The lists may be stale (an ABI package gone from the archive).

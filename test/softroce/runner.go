@@ -353,7 +353,9 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 		if v := g.verdict(timeout); v != "" {
 			res.failures = append(res.failures, v)
 		}
-		l.out.printf("[%s] rxe up after %.1fs (guest uptime %ss), powered off after %.1fs\n", g.name, g.ready.Seconds(), g.readyUptime, g.ended.Seconds())
+		if g.readyUptime != "" {
+			l.out.printf("[%s] rxe up after %.1fs (guest uptime %ss), powered off after %.1fs\n", g.name, g.ready.Seconds(), g.readyUptime, g.ended.Seconds())
+		}
 	}
 	if orphans := findProcesses(sockDir); len(orphans) > 0 {
 		res.failures = append(res.failures, fmt.Sprintf("qemu processes %v outlived the run (killed now)", orphans))
