@@ -553,11 +553,15 @@ func (i *QPInfo) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// ConnectOptions tune Connect. The zero value suits RoCE: port 1, GID
-// index 1 (the RoCE v2 IPv4 GID on rxe), MTU 1024, all remote access.
+// ConnectOptions tune Connect. The zero value suits RoCE: port 1, the
+// port's RoCE v2 GID with an IPv4 address (index 1 on rxe), MTU 1024, all
+// remote access.
 type ConnectOptions struct {
-	Port        int
-	GIDIndex    int // -1 means 0
+	Port int
+	// GIDIndex is the local GID index for the GRH. 0 picks the RoCE v2
+	// GID carrying an IPv4 address (Context.RoCEv2GID, falling back to
+	// index 1); -1 forces index 0.
+	GIDIndex    int
 	PathMTU     MTU
 	Access      Access // 0 means AccessAll
 	Timeout     int
@@ -586,6 +590,9 @@ func (qp *QP) Connect(local, remote QPInfo, opts *ConnectOptions) error {
 		gidx = 0
 	case gidx == 0:
 		gidx = 1
+		if e, err := qp.pd.ctx.RoCEv2GID(o.Port, nil); err == nil {
+			gidx = e.Index
+		}
 	}
 	if o.Access == 0 {
 		o.Access = AccessAll
