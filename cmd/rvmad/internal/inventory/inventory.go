@@ -61,6 +61,10 @@ func Read(fs sysfs.FS) (Inventory, error) {
 				errs = append(errs, fmt.Errorf("%s port %d: %w", name, p, err))
 				continue
 			}
+			pi.Rate, pi.RateBytes, err = fs.PortRate(name, p)
+			if err != nil && pi.Rate == "" {
+				errs = append(errs, fmt.Errorf("%s port %d: %w", name, p, err))
+			}
 			gids, err := fs.GIDs(name, p)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s port %d: %w", name, p, err))

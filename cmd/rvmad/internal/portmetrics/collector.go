@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,11 +17,17 @@ import (
 // counters a driver offers are known only when read. Safe for concurrent
 // use.
 type Collector struct {
-	fs sysfs.FS
+	fs    sysfs.FS
+	rates *rateCache
 }
 
+// RateTTL is how long the collector reuses a port's rate. Reading the rate
+// makes the kernel query the netdev, and virtio-net NICs then log a warning
+// ("speed is unknown") in the kernel log each time.
+const RateTTL = 5 * time.Minute
+
 // New returns a collector reading the sysfs at fs.
-func New(fs sysfs.FS) *Collector { return &Collector{fs: fs} }
+func New(fs sysfs.FS) *Collector { return &Collector{fs: fs, rates: newRateCache(RateTTL)} }
 
 var (
 	labels = []string{"device", "port"}
@@ -96,9 +104,9 @@ func (c *Collector) collectPort(e *emitter, dev string, port int) {
 		e.send(prometheus.MustNewConstMetric(descState, prometheus.GaugeValue, float64(info.State), dev, p))
 		e.send(prometheus.MustNewConstMetric(descPhysState, prometheus.GaugeValue, float64(info.PhysState), dev, p))
 		e.send(prometheus.MustNewConstMetric(descActive, prometheus.GaugeValue, active, dev, p))
-		if rate, err := sysfs.ParseRate(info.Rate); err == nil {
+		if rate, err := c.rates.get(dev, port, c.fs.PortRate); err == nil {
 			e.send(prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, rate, dev, p))
-		} else if info.Rate != "" {
+		} else {
 			e.fail(fmt.Errorf("device %s port %d: %w", dev, port, err))
 		}
 		if info.NetdevMTU > 0 {
@@ -176,4 +184,42 @@ func (e *emitter) counter(s Spec, file string, v uint64, labelValues ...string) 
 		return
 	}
 	e.send(m)
+}
+
+// rateCache remembers port rates for a while; safe for concurrent use.
+type rateCache struct {
+	ttl time.Duration
+	now func() time.Time
+
+	mu sync.Mutex
+	m  map[string]rateEntry
+}
+
+type rateEntry struct {
+	bytes float64
+	at    time.Time
+}
+
+func newRateCache(ttl time.Duration) *rateCache {
+	return &rateCache{ttl: ttl, now: time.Now, m: map[string]rateEntry{}}
+}
+
+// get returns the cached rate of dev's port, reading it with read when it is
+// missing or older than the TTL. Errors are not cached.
+func (r *rateCache) get(dev string, port int, read func(string, int) (string, float64, error)) (float64, error) {
+	key := dev + "/" + strconv.Itoa(port)
+	r.mu.Lock()
+	e, ok := r.m[key]
+	r.mu.Unlock()
+	if ok && r.now().Sub(e.at) < r.ttl {
+		return e.bytes, nil
+	}
+	_, b, err := read(dev, port)
+	if err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	r.m[key] = rateEntry{bytes: b, at: r.now()}
+	r.mu.Unlock()
+	return b, nil
 }

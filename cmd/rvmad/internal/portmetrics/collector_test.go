@@ -1,9 +1,11 @@
 package portmetrics
 
 import (
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -110,5 +112,30 @@ func lintClean(t *testing.T, c prometheus.Collector) {
 	}
 	for _, p := range problems {
 		t.Errorf("lint: %s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestRateIsCached(t *testing.T) {
+	r := newRateCache(time.Minute)
+	now := time.Unix(1000, 0)
+	r.now = func() time.Time { return now }
+	reads := 0
+	read := func(string, int) (string, float64, error) { reads++; return "", 42, nil }
+	for i := 0; i < 3; i++ {
+		if v, err := r.get("d", 1, read); v != 42 || err != nil {
+			t.Fatal(v, err)
+		}
+	}
+	if reads != 1 {
+		t.Fatalf("%d reads within the TTL", reads)
+	}
+	now = now.Add(2 * time.Minute)
+	_, _ = r.get("d", 1, read)
+	if reads != 2 {
+		t.Fatalf("not re-read after the TTL")
+	}
+	bad := func(string, int) (string, float64, error) { return "", 0, errors.New("x") }
+	if _, err := r.get("e", 1, bad); err == nil {
+		t.Fatal("error lost")
 	}
 }

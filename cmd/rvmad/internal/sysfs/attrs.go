@@ -78,7 +78,8 @@ type PortInfo struct {
 	PhysState     int    `json:"phys_state"`
 	PhysStateName string `json:"phys_state_name"`
 	// Rate is the kernel's text ("10 Gb/sec (4X QDR)"), RateBytes the same in
-	// bytes per second (0 when the text cannot be parsed).
+	// bytes per second (0 when the text cannot be parsed). Port leaves them
+	// empty: see PortRate.
 	Rate      string  `json:"rate"`
 	RateBytes float64 `json:"rate_bytes_per_second"`
 	LinkLayer string  `json:"link_layer"` // "Ethernet" or "InfiniBand"
@@ -95,9 +96,9 @@ type PortInfo struct {
 // Active reports whether the port is ACTIVE (or ACTIVE_DEFER).
 func (p PortInfo) Active() bool { return p.State == PortActive || p.State == PortActiveDefer }
 
-// Port reads the state of dev's port. It fails when the port does not exist
-// or its state files are unreadable or malformed; a missing or malformed rate
-// only leaves RateBytes at 0.
+// Port reads the state of dev's port, without its rate (see PortRate). It
+// fails when the port does not exist or its state files are unreadable or
+// malformed.
 func (f FS) Port(dev string, port int) (PortInfo, error) {
 	dir := f.PortDir(dev, port)
 	p := PortInfo{Device: dev, Port: port}
@@ -117,10 +118,6 @@ func (f FS) Port(dev string, port int) (PortInfo, error) {
 	if p.PhysState, p.PhysStateName, err = readNumbered(filepath.Join(dir, "phys_state")); err != nil {
 		return p, err
 	}
-	if p.Rate, err = readOptional(filepath.Join(dir, "rate")); err != nil {
-		return p, fmt.Errorf("sysfs: %w", err)
-	}
-	p.RateBytes, _ = ParseRate(p.Rate)
 	if p.LinkLayer, err = readOptional(filepath.Join(dir, "link_layer")); err != nil {
 		return p, fmt.Errorf("sysfs: %w", err)
 	}
@@ -136,6 +133,20 @@ func (f FS) Port(dev string, port int) (PortInfo, error) {
 		}
 	}
 	return p, nil
+}
+
+// PortRate reads the rate of dev's port: the kernel's text and bytes per
+// second. Reading it makes the kernel query the netdev of a RoCE port, and
+// a netdev of unknown speed (virtio-net) logs "speed is unknown" in the
+// kernel log each time: do not read it at every scrape. It fails when the
+// file cannot be read, or its text is not "<N> Gb/sec ...".
+func (f FS) PortRate(dev string, port int) (string, float64, error) {
+	s, err := readAttr(filepath.Join(f.PortDir(dev, port), "rate"))
+	if err != nil {
+		return "", 0, fmt.Errorf("sysfs: %w", err)
+	}
+	b, err := ParseRate(s)
+	return s, b, err
 }
 
 // portNetdev finds a RoCE port's netdev: that of GID 0, else of the lowest

@@ -39,9 +39,12 @@ func TestRXEPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := PortInfo{Device: "rxe0", Port: 1, State: 4, StateName: "ACTIVE", PhysState: 5, PhysStateName: "LinkUp",
-		Rate: "2.5 Gb/sec (1X SDR)", RateBytes: 312.5e6, LinkLayer: "Ethernet", Netdev: "eth0", NetdevMTU: 1500, ActiveMTU: 1024}
+		LinkLayer: "Ethernet", Netdev: "eth0", NetdevMTU: 1500, ActiveMTU: 1024}
 	if p != want {
 		t.Fatalf("Port =\n%+v, want\n%+v", p, want)
+	}
+	if r, b, err := fs.PortRate("rxe0", 1); r != "2.5 Gb/sec (1X SDR)" || b != 312.5e6 || err != nil {
+		t.Fatalf("PortRate = %q, %v, %v", r, b, err)
 	}
 	if !p.Active() {
 		t.Fatal("ACTIVE port not Active()")

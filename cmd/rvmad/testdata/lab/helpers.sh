@@ -8,6 +8,12 @@
 #   scrape URL FILE              save the metrics at URL in FILE
 #   metric FILE SERIES           the value of SERIES (name{labels} exactly as exposed), fails when absent
 #   ge A B                       true when number A >= number B (floats, exponents)
+#   delta FILE1 FILE2 SERIES     SERIES in FILE2 minus in FILE1, as an integer
+#   show_changes FILE1 FILE2     print the device series (device= label) whose value changed
+#
+# For `make demo` (test/softroce/demo/demo.sh, with gobuild=./cmd/rvmad in its header):
+#   rvmad_demo_begin             start rvmad on 127.0.0.1:9470 and take the "before" scrape
+#   rvmad_demo_end               take the "after" scrape, show what moved, stop rvmad (exit 0)
 #
 # busybox wget -T (timeout) segfaults in Debian 12's busybox-static: never use it.
 
@@ -60,4 +66,32 @@ metric() {
 
 ge() {
 	awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'
+}
+
+delta() {
+	local a b
+	a=$(metric "$1" "$3") b=$(metric "$2" "$3")
+	awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", b - a }'
+}
+
+show_changes() {
+	awk 'FNR == NR { if ($1 ~ /device="/) before[$1] = $2; next }
+	     $1 ~ /device="/ && ($1 in before) && $2 != before[$1] { printf "  %-72s %14.0f -> %14.0f  (+%.0f)\n", $1, before[$1], $2, $2 - before[$1] }' "$1" "$2"
+}
+
+rvmad_demo_begin() {
+	RVMAD_DEMO_DIR=${LAB_OUT:-/tmp}/rvmad-demo
+	mkdir -p "$RVMAD_DEMO_DIR"
+	rvmad_start "$RVMAD_DEMO_DIR/rvmad.log" --listen 127.0.0.1:9470 --device "$LAB_DEVICE"
+	wait_http http://127.0.0.1:9470/readyz
+	scrape http://127.0.0.1:9470/metrics "$RVMAD_DEMO_DIR/before.prom"
+	printf '\n== guest %s: rvmad is up (http://127.0.0.1:9470/metrics); counters of %s before the traffic:\n' "$LAB_INDEX" "$LAB_DEVICE"
+	grep -E "^rvmad_(hw_(sent|received)_packets|port_state|port_active_mtu_bytes)[a-z_]*\\{device=\"$LAB_DEVICE\"" "$RVMAD_DEMO_DIR/before.prom" | sed 's/^/  /'
+}
+
+rvmad_demo_end() {
+	scrape http://127.0.0.1:9470/metrics "$RVMAD_DEMO_DIR/after.prom"
+	printf '\n== guest %s: what rvmad saw move on %s during the demo:\n' "$LAB_INDEX" "$LAB_DEVICE"
+	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom"
+	rvmad_stop
 }
