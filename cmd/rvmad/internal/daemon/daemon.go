@@ -98,9 +98,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 		}
 	}()
-	stopCtx, cancelStop := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout.D())
-	err = group.Start(startCtx, stopCtx)
-	cancelStop()
+	err = group.Start(startCtx, cfg.ShutdownTimeout.D())
 	close(startDone)
 	startWG.Wait()
 	cancelStart()

@@ -34,6 +34,7 @@ type stub struct {
 	mu       sync.Mutex
 	events   *[]string
 	reloaded int
+	lastCfg  config.Config
 }
 
 func (s *stub) Name() string { return s.name }
@@ -50,9 +51,10 @@ func (s *stub) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-func (s *stub) Reload(context.Context, config.Config) error {
+func (s *stub) Reload(_ context.Context, c config.Config) error {
 	s.mu.Lock()
 	s.reloaded++
+	s.lastCfg = c
 	s.mu.Unlock()
 	return nil
 }
@@ -65,6 +67,7 @@ func (s *stub) record(e string) {
 }
 
 type harness struct {
+	reload func() (config.Config, error)
 	sigs   chan os.Signal
 	addr   chan net.Addr
 	done   chan error
@@ -83,8 +86,13 @@ func start(t *testing.T, cfg config.Config, mod func(h *harness)) *harness {
 	fixture := sysfs.New(filepath.Join("..", "..", "testdata", "sysfs-rxe"))
 	go func() {
 		h.done <- Run(context.Background(), Options{
-			Config:  cfg,
-			Reload:  func() (config.Config, error) { return cfg, nil },
+			Config: cfg,
+			Reload: func() (config.Config, error) {
+				if h.reload != nil {
+					return h.reload()
+				}
+				return cfg, nil
+			},
 			Log:     quiet,
 			Signals: h.sigs,
 			Services: func(c config.Config) ([]service.Service, error) {
@@ -216,5 +224,50 @@ func TestShutdownIsBounded(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Fatalf("shutdown took %v", d)
+	}
+}
+
+func TestReload(t *testing.T) {
+	cfg := testConfig()
+	calls := 0
+	h := start(t, cfg, func(h *harness) {
+		h.reload = func() (config.Config, error) {
+			calls++
+			if calls == 1 {
+				return config.Config{}, errors.New("bad file")
+			}
+			next := cfg.Clone()
+			next.Listen = "127.0.0.1:1" // needs a restart: kept
+			next.Devices = []string{"rxe0", "other"}
+			return next, nil
+		}
+	})
+	addr := <-h.addr
+	h.sigs <- syscall.SIGHUP // rejected: nothing reloaded, still serving
+	h.sigs <- syscall.SIGHUP
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// b reloads after the devices service (start order a, devices, b).
+		h.b.mu.Lock()
+		n, last := h.b.reloaded, h.b.lastCfg
+		h.b.mu.Unlock()
+		if n == 1 {
+			if last.Listen != cfg.Listen || len(last.Devices) != 2 {
+				t.Fatalf("reloaded with %+v", last)
+			}
+			break
+		}
+		if n > 1 || time.Now().After(deadline) {
+			t.Fatalf("reloaded %d times", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// "other" is now required and missing: not ready.
+	if code, body := get(t, "http://"+addr.String()+"/readyz"); code != 503 || !strings.Contains(body, "other") {
+		t.Fatalf("/readyz %d %q", code, body)
+	}
+	h.sigs <- syscall.SIGTERM
+	if err := <-h.done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/config"
 )
@@ -36,15 +37,17 @@ func NewGroup(log *slog.Logger, services ...Service) (*Group, error) {
 func (g *Group) Services() []Service { return append([]Service(nil), g.services...) }
 
 // Start starts every service in order. When one fails, Start stops those
-// already started (in reverse, with stopCtx) and returns the failure,
-// wrapped with the service's name.
-func (g *Group) Start(ctx, stopCtx context.Context) error {
+// already started (in reverse, each stop bounded by stopTimeout in all) and
+// returns the failure, wrapped with the service's name.
+func (g *Group) Start(ctx context.Context, stopTimeout time.Duration) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, s := range g.services[g.started:] {
 		g.log.Debug("starting service", "service", s.Name())
 		if err := s.Start(ctx); err != nil {
+			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 			g.stopLocked(stopCtx)
+			cancel()
 			return fmt.Errorf("%s: %w", s.Name(), err)
 		}
 		g.started++
