@@ -10,7 +10,7 @@ PKG     ?= ./pkg/verbs
 RUN     ?= .
 GUESTS  ?= 1
 
-.PHONY: all build setup vet unit lab test demo lab-test lab-shell clean
+.PHONY: all build setup vet unit lab test bench demo lab-test lab-shell clean
 
 all: build
 
@@ -38,6 +38,10 @@ test:
 	$(MAKE) --no-print-directory vet
 	$(MAKE) --no-print-directory unit
 	$(MAKE) --no-print-directory lab
+
+# Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
+bench: setup
+	$(LAB) bench
 
 demo: setup
 	$(LAB) run test/softroce/demo/demo.sh

@@ -7,6 +7,7 @@
 //	go run ./test/softroce setup                  install host packages, fetch the kernel, build everything
 //	go run ./test/softroce run SUITE...           run suites (paths, or names in test/softroce/suites)
 //	go run ./test/softroce all                    run every suite in test/softroce/suites
+//	go run ./test/softroce bench                  run every benchmark in test/softroce/bench
 //	go run ./test/softroce gotest [-guests N] PKG [TESTFLAGS]  run a package's lab tests
 //	go run ./test/softroce shell [-guests N]      a shell on guest 1 (Ctrl-A X quits qemu)
 //	go run ./test/softroce list                   list the suites
@@ -32,7 +33,12 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "softroce: "+format+"\n", args...)
 }
 
-const suitesDir = "test/softroce/suites"
+// Suites are tests (make test runs them all); benchmarks are suites that
+// print figures and take longer (make bench).
+const (
+	suitesDir = "test/softroce/suites"
+	benchDir  = "test/softroce/bench"
+)
 
 func usage() {
 	fmt.Fprint(os.Stderr, `usage: softroce COMMAND [flags] [args]
@@ -41,6 +47,7 @@ commands:
   setup                     install host packages, fetch the guest kernel, build initramfs and modules
   run [flags] SUITE...      run suites (files, or names of files in test/softroce/suites)
   all [flags]               run every suite in test/softroce/suites
+  bench [flags]             run every benchmark in test/softroce/bench
   gotest [flags] PKG [TESTFLAGS...]
                             compile PKG's lab tests (-tags lab) and run them in the guests,
                             e.g. gotest -guests 2 ./pkg/verbs -test.run 'TestWrite$' -test.v
@@ -88,7 +95,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	if cmd == "gotest" || cmd == "shell" {
 		fs.IntVar(&guests, "guests", 1, "number of guests (1 to 4)")
 	}
-	if cmd == "gotest" || cmd == "run" || cmd == "all" {
+	if cmd == "gotest" || cmd == "run" || cmd == "all" || cmd == "bench" {
 		fs.DurationVar(&timeout, "timeout", 0, "override every suite's deadline")
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,21 +121,32 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 		logf("ready: kernel %s %s, initramfs %s", l.kernel.Name, l.kernel.ABI, l.initrd)
 		return nil
 	case "list":
-		suites, err := allSuites(root)
-		if err != nil {
-			return err
+		var suites []*Suite
+		for _, dir := range []string{suitesDir, benchDir} {
+			more, err := allSuites(root, dir)
+			if err != nil {
+				return err
+			}
+			suites = append(suites, more...)
 		}
 		for _, s := range suites {
 			fmt.Printf("%-24s guests=%d timeout=%s %s\n", s.Name, s.Guests, s.Timeout, s.Path)
 		}
 		return nil
-	case "run", "all":
+	case "run", "all", "bench":
 		var suites []*Suite
-		if cmd == "all" {
+		if cmd == "all" || cmd == "bench" {
 			if fs.NArg() > 0 {
-				return usageError{"all takes no arguments"}
+				return usageError{cmd + " takes no arguments"}
 			}
-			suites, err = allSuites(root)
+			dir := suitesDir
+			if cmd == "bench" {
+				dir = benchDir
+			}
+			suites, err = allSuites(root, dir)
+			if err == nil && len(suites) == 0 {
+				err = fmt.Errorf("no suites in %s", dir)
+			}
 		} else {
 			if fs.NArg() == 0 {
 				return usageError{"run: name at least one suite"}
@@ -245,15 +263,13 @@ func expectedFailure(s *Suite, res *runResult) string {
 	return fmt.Sprintf("ok   %s (%.1fs; failed as expected: %s)", s.Name, res.elapsed.Seconds(), strings.ReplaceAll(msg, "\n", "; "))
 }
 
-func allSuites(root string) ([]*Suite, error) {
-	files, err := filepath.Glob(filepath.Join(root, suitesDir, "*.sh"))
+// allSuites loads every *.sh in dir, in name order.
+func allSuites(root, dir string) ([]*Suite, error) {
+	files, err := filepath.Glob(filepath.Join(root, dir, "*.sh"))
 	if err != nil {
 		return nil, err
 	}
 	sort.Strings(files)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no suites in %s", suitesDir)
-	}
 	return namedSuites(root, files)
 }
 
@@ -263,6 +279,9 @@ func namedSuites(root string, names []string) ([]*Suite, error) {
 		p := n
 		if !strings.Contains(n, "/") {
 			p = filepath.Join(root, suitesDir, strings.TrimSuffix(n, ".sh")+".sh")
+			if b := filepath.Join(root, benchDir, strings.TrimSuffix(n, ".sh")+".sh"); !fileExists(p) && fileExists(b) {
+				p = b
+			}
 		} else if !filepath.IsAbs(p) {
 			abs, err := filepath.Abs(p)
 			if err != nil {

@@ -116,8 +116,11 @@ func TestRepositorySuitesParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	suites, err := allSuites(root)
+	suites, err := allSuites(root, suitesDir)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := allSuites(root, benchDir); err != nil {
 		t.Fatal(err)
 	}
 	if len(suites) < 4 {
