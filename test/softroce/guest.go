@@ -17,11 +17,12 @@ import (
 type guestState int
 
 const (
-	stateRunning  guestState = iota
-	stateExited              // reported an exit status
-	stateNoReport            // qemu ended without the guest reporting (panic, crash)
-	stateHung                // killed at the deadline
-	stateStopped             // killed because another guest failed, or interrupted
+	stateRunning   guestState = iota
+	stateExited               // reported an exit status
+	stateNoReport             // qemu ended without the guest reporting (panic, crash)
+	stateHung                 // killed at the deadline
+	stateStopped              // killed because another guest failed, or interrupted
+	stateDismissed            // a peer of an interactive guest, stopped when its shell exited
 )
 
 // A guest is one qemu process of a boot.

@@ -302,51 +302,7 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 	if interactive {
 		timeout = 24 * time.Hour
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	var grace <-chan time.Time
-	failedName := ""
-	for {
-		running := 0
-		for _, g := range guests {
-			select {
-			case <-g.finished:
-				if g.failedEarly() && grace == nil {
-					failedName = g.name
-					grace = time.After(failGrace)
-				}
-			default:
-				running++
-			}
-		}
-		if running == 0 {
-			break
-		}
-		if interactive {
-			select {
-			case <-guests[0].finished:
-				for _, g := range guests[1:] {
-					g.kill(stateExited, "")
-				}
-			default:
-			}
-		}
-		select {
-		case <-ctx.Done():
-			for _, g := range guests {
-				g.kill(stateStopped, "interrupted")
-			}
-		case <-deadline.C:
-			for _, g := range guests {
-				g.kill(stateHung, "")
-			}
-		case <-grace:
-			for _, g := range guests {
-				g.kill(stateStopped, fmt.Sprintf("stopped %s after %s failed", failGrace, failedName))
-			}
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitGuests(ctx, guests, timeout, interactive)
 
 	res := &runResult{logs: runDir, elapsed: time.Since(start)}
 	for _, g := range guests {
@@ -399,4 +355,47 @@ func lockFile(path string) (func(), error) {
 		return nil, fmt.Errorf("locking %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// waitGuests waits until every guest has ended. It kills them all at the
+// deadline or when ctx ends; once one guest has failed, the others get
+// failGrace to finish (they are usually waiting for it) and are then
+// stopped. When guest 1 is an interactive shell, its exit dismisses the rest.
+func waitGuests(ctx context.Context, guests []*guest, timeout time.Duration, interactive bool) {
+	ended := make(chan *guest, len(guests))
+	for _, g := range guests {
+		go func(g *guest) {
+			<-g.finished
+			ended <- g
+		}(g)
+	}
+	killAll := func(state guestState, why string) {
+		for _, g := range guests {
+			g.kill(state, why)
+		}
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	done := ctx.Done()
+	var grace <-chan time.Time
+	graceWhy := ""
+	for remaining := len(guests); remaining > 0; {
+		select {
+		case g := <-ended:
+			remaining--
+			if interactive && g.index == 1 {
+				killAll(stateDismissed, "")
+			} else if g.failedEarly() && grace == nil {
+				grace = time.After(failGrace)
+				graceWhy = fmt.Sprintf("stopped %s after %s failed", failGrace, g.name)
+			}
+		case <-grace:
+			killAll(stateStopped, graceWhy)
+		case <-done:
+			done = nil
+			killAll(stateStopped, "interrupted")
+		case <-deadline.C:
+			killAll(stateHung, "")
+		}
+	}
 }
