@@ -63,7 +63,27 @@ func (s *Service) Start(ctx context.Context) error {
 		}
 	}
 	s.log.Info("RDMA devices", "present", list(devs), "required", list(req))
+	s.warnUnknownSpeed(devs)
 	return nil
+}
+
+// warnUnknownSpeed explains, once at start, the kernel log lines every
+// scrape causes on a RoCE port whose netdev reports no speed.
+func (s *Service) warnUnknownSpeed(devs []string) {
+	for _, d := range devs {
+		ports, err := s.fs.Ports(d)
+		if err != nil {
+			continue
+		}
+		for _, p := range ports {
+			info, err := s.fs.Port(d, p)
+			if err != nil || info.Netdev == "" || s.fs.NetdevSpeedKnown(info.Netdev) {
+				continue
+			}
+			s.log.Warn("the netdev under this RoCE port reports no speed: the kernel logs \"speed is unknown\" each time the port is queried, so at every scrape; give it one (ethtool -s NETDEV speed 10000 duplex full)",
+				"device", d, "port", p, "netdev", info.Netdev)
+		}
+	}
 }
 
 // Stop does nothing: the service owns no resources.

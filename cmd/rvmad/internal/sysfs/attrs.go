@@ -191,6 +191,20 @@ func (f FS) NetdevMTU(netdev string) (int, error) {
 	return n, nil
 }
 
+// NetdevSpeedKnown reports whether the netdev reports a link speed
+// (<root>/class/net/<netdev>/speed is a non-negative number). virtio-net
+// does not unless given one (ethtool -s DEV speed N duplex full, or qemu's
+// virtio-net-pci speed=N,duplex=full); the kernel then logs "speed is
+// unknown" at every query of an RoCE port over it.
+func (f FS) NetdevSpeedKnown(netdev string) bool {
+	s, err := readAttr(filepath.Join(f.Root, "class", "net", netdev, "speed"))
+	if err != nil {
+		return false
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	return err == nil && n >= 0
+}
+
 // HasNetdev reports whether the network device exists under <root>/class/net.
 func (f FS) HasNetdev(netdev string) bool {
 	_, err := os.Stat(filepath.Join(f.Root, "class", "net", netdev))

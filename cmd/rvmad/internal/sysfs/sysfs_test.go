@@ -2,6 +2,7 @@ package sysfs
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"reflect"
 	"sync"
@@ -136,4 +137,24 @@ func TestConcurrentRoots(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+func TestNetdevSpeedKnown(t *testing.T) {
+	root := t.TempDir()
+	for nd, speed := range map[string]string{"virt0": "-1", "eth1": "25000"} {
+		dir := filepath.Join(root, "class", "net", nd)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "speed"), []byte(speed+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs := New(root)
+	if fs.NetdevSpeedKnown("virt0") || !fs.NetdevSpeedKnown("eth1") || fs.NetdevSpeedKnown("gone0") {
+		t.Fatal("wrong answers")
+	}
+	if !fixture("sysfs-rxe").NetdevSpeedKnown("eth0") {
+		t.Fatal("fixture eth0 has a speed")
+	}
 }
