@@ -1,0 +1,1381 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rdmaplus Active Access: an emulated IOMMU for rxe (docs/activeaccess.md).
+ *
+ * A process creates domains (the paper's IUIDs), each with an access log
+ * (a ring mapped into the process), and arms 4 KiB pages of its own rxe
+ * memory regions with control bits W, R, WL, WLD, RL, RLD. Three probes,
+ * registered only while some page is armed, enforce them:
+ *
+ *  - rxe_mr_copy(mr, iova, addr, length, dir): every packet of an incoming
+ *    RDMA WRITE (dir 0) and of an RDMA READ response (dir 1). Calls that
+ *    come from copy_data() are local transfers (SGEs of the process's own
+ *    work requests, incoming SENDs) and are left alone.
+ *  - iova_to_vaddr(mr, iova, length): incoming atomics.
+ *  - ib_dereg_mr_user(ibmr, udata): forget a region being deregistered.
+ *
+ * Hooks run in softirq context or inline from a poster's system call, with
+ * preemption disabled: no sleeping, irqsave locks, RCU for lookups.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/eventfd.h>
+#include <linux/fdtable.h>
+#include <linux/file.h>
+#include <linux/hashtable.h>
+#include <linux/idr.h>
+#include <linux/kprobes.h>
+#include <linux/log2.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/slab.h>
+#include <linux/timer.h>
+#include <linux/uaccess.h>
+#include <linux/vmalloc.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <asm/linkage.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/restrack.h>
+
+#include "uapi/rdmaplus.h"
+#include "rdmaplus.h"
+
+#define AA_PAGE_SHIFT	12
+#define AA_HDR		sizeof(struct rdmaplus_aa_entry)
+#define AA_MAX_SEGS	2	/* a packet (<= 4096 bytes) spans <= 2 pages */
+#define AA_ARM_RETRIES	16
+
+/* Per-page policy word: domain id in the low 16 bits, control bits above. */
+#define AA_POL_DOMAIN(p)	((p) & 0xffff)
+#define AA_POL_BITS(p)		(((p) >> 16) & RDMAPLUS_AA_BITS)
+#define AA_POL(d, b)		((u32)(d) | ((u32)(b) << 16))
+
+/* Mirror of drivers/infiniband/core/restrack.h (checked at run time). */
+struct aa_restrack_root {
+	struct xarray xa;
+	u32 next_id;
+};
+
+struct rdmaplus_aa_ctx {
+	struct list_head domains;	/* under aa_mutex */
+	struct list_head mrs;		/* under aa_lock */
+	wait_queue_head_t wq;
+};
+
+struct aa_domain {
+	u32 id;
+	struct rdmaplus_aa_ctx *ctx;
+	struct list_head node;		/* ctx->domains */
+	spinlock_t lock;		/* producers, notification state */
+	struct rdmaplus_aa_ring *ring;	/* vmalloc_user: ring page + area */
+	u8 *area;
+	u64 size;
+	u64 head;			/* kernel's own copy, never trusted */
+	u64 seq;
+	u64 unsignalled;
+	struct eventfd_ctx *evt;
+	u32 threshold;
+	u32 interval_ms;
+	struct timer_list timer;
+	bool timer_on;
+	struct rcu_head rcu;
+};
+
+struct aa_mr {
+	struct hlist_node hnode;	/* aa_mrs, keyed by rxe_mr */
+	struct list_head node;		/* ctx->mrs */
+	void *rxe_mr;
+	struct ib_mr *ibmr;
+	struct rdmaplus_aa_ctx *ctx;
+	u32 lkey, rkey;
+	u64 first_page;			/* iova >> 12 of pages[0] */
+	u64 npages;
+	u64 narmed;
+	u32 *pages;
+	bool dead;
+	struct rcu_head rcu;
+};
+
+static DEFINE_MUTEX(aa_mutex);		/* configuration, probe (un)registration */
+static DEFINE_SPINLOCK(aa_lock);	/* aa_mrs, ctx->mrs, aa_dereg_gen */
+static DEFINE_HASHTABLE(aa_mrs, 8);
+static unsigned long aa_dereg_gen;
+static struct aa_domain __rcu *aa_domains[RDMAPLUS_AA_MAX_DOMAINS + 1];
+static DEFINE_IDA(aa_ida);
+static unsigned long aa_nr_mrs;		/* under aa_lock */
+static bool aa_hooked;			/* under aa_mutex */
+static struct module *aa_rxe_owner;	/* referenced while hooked */
+static struct work_struct aa_gc_work;
+
+/* rxe devices, from our ib_client */
+#define AA_MAX_DEVS 16
+static DEFINE_SPINLOCK(aa_dev_lock);
+static struct ib_device *aa_devs[AA_MAX_DEVS];
+
+/* rxe functions resolved at load */
+static unsigned long aa_copy_data_start, aa_copy_data_size;
+static int (*aa_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length,
+			     int dir);
+static void *(*aa_iova_to_vaddr)(void *mr, u64 iova, int length);
+static long aa_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
+static bool aa_ok;
+
+static struct {
+	atomic64_t entries, bytes, data_bytes, writes, reads, atomics;
+	atomic64_t hidden_writes, zeroed_reads, refused_writes;
+	atomic64_t refused_atomics, lost_reads, self_calls, pages;
+} aa_st;
+
+/*
+ * A body that only returns: a pre-handler that sets regs->ax and points
+ * regs->ip here makes the probed function return regs->ax at once.
+ */
+asm(".pushsection .text, \"ax\"\n"
+    ".type rdmaplus_aa_skip, @function\n"
+    "rdmaplus_aa_skip:\n\t"
+    ASM_RET
+    ".size rdmaplus_aa_skip, .-rdmaplus_aa_skip\n"
+    ".popsection\n");
+void rdmaplus_aa_skip(void);
+
+/* ---- log ------------------------------------------------------------- */
+
+static u32 aa_entry_len(u32 data_len)
+{
+	return AA_HDR + ALIGN(data_len, RDMAPLUS_AA_ENTRY_ALIGN);
+}
+
+/*
+ * Bytes the producer needs to append entries of the given lengths from
+ * head, counting padding at the end of the area; 0 if they do not fit in
+ * what the consumer left free. Caller holds d->lock.
+ */
+static bool aa_fits(struct aa_domain *d, const u32 *lens, int n)
+{
+	u64 tail = smp_load_acquire(&d->ring->tail);
+	u64 head = d->head;
+	u64 used = head - tail;
+	int i;
+
+	if (used > d->size)	/* the process wrote nonsense: refuse all */
+		return false;
+	for (i = 0; i < n; i++) {
+		u64 room = d->size - (head & (d->size - 1));
+
+		if (!lens[i])
+			continue;
+		if (room < lens[i])
+			head += room;
+		head += lens[i];
+	}
+	return head - tail <= d->size;
+}
+
+/* Reserve len bytes at head (padding first if needed); d->lock held. */
+static struct rdmaplus_aa_entry *aa_reserve(struct aa_domain *d, u32 len)
+{
+	u64 off = d->head & (d->size - 1);
+	struct rdmaplus_aa_entry *e;
+
+	if (d->size - off < len) {
+		e = (struct rdmaplus_aa_entry *)(d->area + off);
+		memset(e, 0, AA_HDR);
+		e->len = d->size - off;
+		e->op = RDMAPLUS_AA_OP_PAD;
+		e->domain = d->id;
+		d->head += d->size - off;
+		off = 0;
+	}
+	e = (struct rdmaplus_aa_entry *)(d->area + off);
+	memset(e, 0, AA_HDR);
+	e->len = len;
+	d->head += len;
+	return e;
+}
+
+static void aa_signal(struct aa_domain *d)
+{
+	d->unsignalled = 0;
+	if (d->evt)
+		eventfd_signal(d->evt, 1);
+	wake_up_interruptible(&d->ctx->wq);
+}
+
+/* Publish entries written since the last commit; d->lock held. */
+static void aa_commit(struct aa_domain *d, u32 n)
+{
+	smp_store_release(&d->ring->head_seq, d->seq);
+	smp_store_release(&d->ring->head, d->head);
+	d->unsignalled += n;
+	if (d->threshold && d->unsignalled >= d->threshold)
+		aa_signal(d);
+	else if (!d->threshold && !d->interval_ms)
+		wake_up_interruptible(&d->ctx->wq);
+}
+
+static void aa_timer_fn(struct timer_list *t)
+{
+	struct aa_domain *d = from_timer(d, t, timer);
+	unsigned long flags;
+
+	spin_lock_irqsave(&d->lock, flags);
+	if (d->unsignalled)
+		aa_signal(d);
+	if (d->timer_on)
+		mod_timer(&d->timer, jiffies + msecs_to_jiffies(d->interval_ms));
+	spin_unlock_irqrestore(&d->lock, flags);
+}
+
+/* ---- hooks ----------------------------------------------------------- */
+
+struct aa_seg {
+	u64 iova;
+	u32 off;		/* offset in the packet */
+	u32 len;
+	u32 bits;
+	struct aa_domain *d;
+	u32 elen;		/* log entry length, 0: no entry */
+};
+
+static struct aa_mr *aa_find(void *rxe_mr)
+{
+	struct aa_mr *m;
+
+	hash_for_each_possible_rcu(aa_mrs, m, hnode, (unsigned long)rxe_mr)
+		if (m->rxe_mr == rxe_mr && !READ_ONCE(m->dead))
+			return m;
+	return NULL;
+}
+
+static u32 aa_policy(struct aa_mr *m, u64 iova)
+{
+	u64 idx = (iova >> AA_PAGE_SHIFT) - m->first_page;
+
+	if (idx >= m->npages)
+		return 0;
+	return READ_ONCE(m->pages[idx]);
+}
+
+/* Split [iova, iova+len) into page segments; returns their count or 0. */
+static int aa_segments(struct aa_mr *m, u64 iova, u32 len, struct aa_seg *s)
+{
+	int n = 0;
+	u32 off = 0;
+	bool active = false;
+
+	while (off < len) {
+		u64 a = iova + off;
+		u32 take = min_t(u64, len - off,
+				 RDMAPLUS_AA_PAGE_SIZE - (a & (RDMAPLUS_AA_PAGE_SIZE - 1)));
+		u32 pol;
+
+		if (n == AA_MAX_SEGS)
+			return -1;
+		pol = aa_policy(m, a);
+		s[n].iova = a;
+		s[n].off = off;
+		s[n].len = take;
+		s[n].bits = pol ? AA_POL_BITS(pol) : RDMAPLUS_AA_W | RDMAPLUS_AA_R;
+		s[n].d = pol ? rcu_dereference(aa_domains[AA_POL_DOMAIN(pol)]) : NULL;
+		s[n].elen = 0;
+		if (pol && !s[n].d)	/* domain going away: page inactive */
+			s[n].bits = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
+		if (s[n].d)
+			active = true;
+		off += take;
+		n++;
+	}
+	return active ? n : 0;
+}
+
+/* Lock the distinct domains of the segments, in id order. */
+static void aa_lock_domains(struct aa_seg *s, int n, unsigned long *flags)
+{
+	struct aa_domain *a = s[0].d, *b = n > 1 ? s[1].d : NULL;
+
+	if (a && b && a != b && a->id > b->id)
+		swap(a, b);
+	if (!a) {
+		a = b;
+		b = NULL;
+	}
+	local_irq_save(*flags);
+	if (a)
+		spin_lock(&a->lock);
+	if (b && b != a)
+		spin_lock_nested(&b->lock, SINGLE_DEPTH_NESTING);
+}
+
+static void aa_unlock_domains(struct aa_seg *s, int n, unsigned long flags)
+{
+	struct aa_domain *a = s[0].d, *b = n > 1 ? s[1].d : NULL;
+
+	if (a)
+		spin_unlock(&a->lock);
+	if (b && b != a)
+		spin_unlock(&b->lock);
+	local_irq_restore(flags);
+}
+
+/* Do all entries of the segments fit in their logs? Domains locked. */
+static bool aa_room(struct aa_seg *s, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		u32 lens[AA_MAX_SEGS] = { 0 };
+		int j;
+
+		if (!s[i].elen)
+			continue;
+		for (j = 0; j < n; j++)
+			if (s[j].d == s[i].d)
+				lens[j] = s[j].elen;
+		if (!aa_fits(s[i].d, lens, n))
+			return false;
+	}
+	return true;
+}
+
+static void aa_log(struct aa_seg *s, struct aa_mr *m, u16 op, u16 flags,
+		   const u8 *data, u64 value)
+{
+	struct aa_domain *d = s->d;
+	struct rdmaplus_aa_entry *e = aa_reserve(d, s->elen);
+	u32 dlen = s->elen - AA_HDR;
+
+	e->op = op;
+	e->flags = flags;
+	e->seq = ++d->seq;
+	e->iova = s->iova;
+	e->length = s->len;
+	e->domain = d->id;
+	e->key = m->rkey ? m->rkey : m->lkey;
+	e->time_ns = ktime_get_ns();
+	e->value = value;
+	if (dlen && data) {
+		e->flags |= RDMAPLUS_AA_F_DATA;
+		e->data_len = op == RDMAPLUS_AA_OP_ATOMIC ? 8 : s->len;
+		memcpy(e + 1, data, e->data_len);
+		atomic64_add(e->data_len, &aa_st.data_bytes);
+	}
+	atomic64_inc(&aa_st.entries);
+	atomic64_add(s->elen, &aa_st.bytes);
+}
+
+static void aa_commit_segs(struct aa_seg *s, int n)
+{
+	if (s[0].elen)
+		aa_commit(s[0].d, n > 1 && s[1].d == s[0].d && s[1].elen ? 2 : 1);
+	if (n > 1 && s[1].elen && s[1].d != s[0].d)
+		aa_commit(s[1].d, 1);
+}
+
+/* Make the probed rxe_mr_copy touch only [from, to) of the packet. */
+static void aa_narrow(struct pt_regs *regs, u32 from, u32 to)
+{
+	regs->si += from;
+	regs->dx += from;
+	regs->cx = to - from;
+}
+
+static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
+		     int n)
+{
+	const u8 *payload = (const u8 *)regs->dx;
+	unsigned long flags;
+	u32 from = 0, to = 0;
+	bool any = false, all = true;
+	int i;
+
+	atomic64_inc(&aa_st.writes);
+	for (i = 0; i < n; i++) {
+		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_WL | RDMAPLUS_AA_WLD)))
+			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_WLD ?
+						 s[i].len : 0);
+		if (s[i].bits & RDMAPLUS_AA_W) {
+			if (!any)
+				from = s[i].off;
+			to = s[i].off + s[i].len;
+			any = true;
+		} else {
+			all = false;
+		}
+	}
+
+	aa_lock_domains(s, n, &flags);
+	if (!aa_room(s, n)) {
+		for (i = 0; i < n; i++)
+			if (s[i].elen)
+				s[i].d->ring->refused++;
+		aa_unlock_domains(s, n, flags);
+		atomic64_inc(&aa_st.refused_writes);
+		regs->si = ~0ULL;	/* out of range: rxe_mr_copy -EFAULT */
+		return;
+	}
+	for (i = 0; i < n; i++)
+		if (s[i].elen)
+			aa_log(&s[i], m, RDMAPLUS_AA_OP_WRITE,
+			       s[i].bits & RDMAPLUS_AA_W ? 0 : RDMAPLUS_AA_F_SUPPRESSED,
+			       payload + s[i].off, 0);
+	aa_commit_segs(s, n);
+	aa_unlock_domains(s, n, flags);
+
+	if (all)
+		return;
+	atomic64_inc(&aa_st.hidden_writes);
+	if (!any)
+		regs->cx = 0;		/* nothing reaches memory, success */
+	else
+		aa_narrow(regs, from, to);
+}
+
+static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
+		    int n)
+{
+	u8 *payload = (u8 *)regs->dx;
+	unsigned long flags;
+	bool want_data = false, any = false, all = true;
+	u32 from = 0, to = 0;
+	int i;
+
+	atomic64_inc(&aa_st.reads);
+	for (i = 0; i < n; i++) {
+		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_RL | RDMAPLUS_AA_RLD)))
+			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_RLD ?
+						 s[i].len : 0);
+		if (s[i].d && (s[i].bits & RDMAPLUS_AA_RLD))
+			want_data = true;
+		if (s[i].bits & RDMAPLUS_AA_R) {
+			if (!any)
+				from = s[i].off;
+			to = s[i].off + s[i].len;
+			any = true;
+		} else {
+			all = false;
+		}
+	}
+
+	aa_lock_domains(s, n, &flags);
+	if (!aa_room(s, n)) {
+		/* A READ cannot be failed (read_reply ignores errors): serve
+		 * zeros, count it and tell the log's owner.
+		 */
+		for (i = 0; i < n; i++)
+			if (s[i].elen)
+				s[i].d->ring->lost++;
+		aa_unlock_domains(s, n, flags);
+		atomic64_inc(&aa_st.lost_reads);
+		memset(payload, 0, regs->cx);
+		regs->cx = 0;
+		return;
+	}
+
+	if (want_data && any) {
+		/* Fill the packet now so the log sees what the reader gets. */
+		atomic64_inc(&aa_st.self_calls);
+		if (aa_rxe_mr_copy((void *)regs->di, regs->si, payload,
+				   (int)regs->cx, 1)) {
+			aa_unlock_domains(s, n, flags);
+			return;	/* let rxe fail it the usual way */
+		}
+	}
+	for (i = 0; i < n; i++)
+		if (!(s[i].bits & RDMAPLUS_AA_R))
+			memset(payload + s[i].off, 0, s[i].len);
+	for (i = 0; i < n; i++)
+		if (s[i].elen)
+			aa_log(&s[i], m, RDMAPLUS_AA_OP_READ,
+			       s[i].bits & RDMAPLUS_AA_R ? 0 : RDMAPLUS_AA_F_SUPPRESSED,
+			       payload + s[i].off, 0);
+	aa_commit_segs(s, n);
+	aa_unlock_domains(s, n, flags);
+
+	if (!all)
+		atomic64_inc(&aa_st.zeroed_reads);
+	if (want_data && any)
+		regs->cx = 0;		/* already copied */
+	else if (!any)
+		regs->cx = 0;		/* zeros only */
+	else if (!all)
+		aa_narrow(regs, from, to);
+}
+
+static int aa_copy_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	unsigned long ret = *(unsigned long *)regs->sp;
+	int len = (int)regs->cx;
+	struct aa_seg s[AA_MAX_SEGS];
+	struct aa_mr *m;
+	int n;
+
+	if (len <= 0 || ret - aa_copy_data_start < aa_copy_data_size)
+		return 0;
+	rcu_read_lock();
+	m = aa_find((void *)regs->di);
+	if (!m)
+		goto out;
+	n = aa_segments(m, regs->si, len, s);
+	if (n < 0) {
+		pr_err_ratelimited("%d-byte packet spans more than %d pages\n",
+				   len, AA_MAX_SEGS);
+		if (!(regs->r8 & 1))
+			regs->si = ~0ULL;
+		goto out;
+	}
+	if (!n)
+		goto out;
+	if (regs->r8 & 1)
+		aa_read(regs, m, s, n);
+	else
+		aa_write(regs, m, s, n);
+out:
+	rcu_read_unlock();
+	return 0;
+}
+NOKPROBE_SYMBOL(aa_copy_pre);
+
+static int aa_atomic_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	u32 want = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
+	struct aa_seg s[AA_MAX_SEGS];
+	unsigned long flags;
+	struct aa_mr *m;
+	u64 value = 0;
+	int n, refuse = 0;
+
+	rcu_read_lock();
+	m = aa_find((void *)regs->di);
+	if (!m)
+		goto out;
+	n = aa_segments(m, regs->si, 8, s);
+	if (n <= 0)		/* n < 0 cannot happen for 8 aligned bytes */
+		goto out;
+	atomic64_inc(&aa_st.atomics);
+	if ((s[0].bits & want) != want) {
+		refuse = 1;
+		goto out;
+	}
+	if (s[0].bits & (RDMAPLUS_AA_WL | RDMAPLUS_AA_RL | RDMAPLUS_AA_WLD |
+			 RDMAPLUS_AA_RLD)) {
+		bool data = s[0].bits & (RDMAPLUS_AA_WLD | RDMAPLUS_AA_RLD);
+
+		s[0].elen = aa_entry_len(data ? 8 : 0);
+		if (data) {
+			u64 *va;
+
+			atomic64_inc(&aa_st.self_calls);
+			va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
+			if (va)
+				value = READ_ONCE(*va);
+		}
+		aa_lock_domains(s, 1, &flags);
+		if (!aa_room(s, 1)) {
+			s[0].d->ring->refused++;
+			aa_unlock_domains(s, 1, flags);
+			refuse = 1;
+			goto out;
+		}
+		aa_log(&s[0], m, RDMAPLUS_AA_OP_ATOMIC, 0,
+		       data ? (u8 *)&value : NULL, value);
+		aa_commit_segs(s, 1);
+		aa_unlock_domains(s, 1, flags);
+	}
+out:
+	rcu_read_unlock();
+	if (!refuse)
+		return 0;
+	/* NULL from iova_to_vaddr: the requester gets a NAK (remote invalid
+	 * request); nothing is printed and memory is untouched.
+	 */
+	atomic64_inc(&aa_st.refused_atomics);
+	regs->ax = 0;
+	regs->ip = (unsigned long)rdmaplus_aa_skip;
+	return 1;
+}
+NOKPROBE_SYMBOL(aa_atomic_pre);
+
+static void aa_mr_free_rcu(struct rcu_head *r)
+{
+	struct aa_mr *m = container_of(r, struct aa_mr, rcu);
+
+	kvfree(m->pages);
+	kfree(m);
+}
+
+/* Unhash m; aa_lock held. The caller frees it with call_rcu. */
+static void aa_mr_unlink(struct aa_mr *m)
+{
+	WRITE_ONCE(m->dead, true);
+	hash_del_rcu(&m->hnode);
+	list_del(&m->node);
+	atomic64_sub(m->narmed, &aa_st.pages);
+	aa_nr_mrs--;
+}
+
+static int aa_dereg_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	struct ib_mr *ibmr = (struct ib_mr *)regs->di;
+	struct aa_mr *m, *found = NULL;
+	unsigned long flags;
+
+	if (aa_ibmr_off < 0)
+		return 0;
+	spin_lock_irqsave(&aa_lock, flags);
+	aa_dereg_gen++;
+	hash_for_each_possible(aa_mrs, m, hnode,
+			       (unsigned long)((u8 *)ibmr - aa_ibmr_off))
+		if (m->ibmr == ibmr && !m->dead)
+			found = m;
+	if (found)
+		aa_mr_unlink(found);
+	spin_unlock_irqrestore(&aa_lock, flags);
+	if (found) {
+		call_rcu(&found->rcu, aa_mr_free_rcu);
+		schedule_work(&aa_gc_work);
+	}
+	return 0;
+}
+NOKPROBE_SYMBOL(aa_dereg_pre);
+
+static struct kprobe aa_kp_copy = { .pre_handler = aa_copy_pre };
+static struct kprobe aa_kp_atomic = { .pre_handler = aa_atomic_pre };
+static struct kprobe aa_kp_dereg = { .pre_handler = aa_dereg_pre };
+static struct kprobe *aa_kps[] = { &aa_kp_dereg, &aa_kp_copy, &aa_kp_atomic };
+
+/* Register the probes and pin rdma_rxe; aa_mutex held. */
+static int aa_hook(struct module *owner)
+{
+	int ret, i;
+
+	if (aa_hooked)
+		return 0;
+	if (!try_module_get(owner))
+		return -ENODEV;
+	for (i = 0; i < ARRAY_SIZE(aa_kps); i++) {
+		aa_kps[i]->flags = 0;
+		aa_kps[i]->nmissed = 0;
+	}
+	ret = register_kprobes(aa_kps, ARRAY_SIZE(aa_kps));
+	if (ret) {
+		pr_err("cannot register the rxe probes: %d\n", ret);
+		module_put(owner);
+		return ret;
+	}
+	aa_rxe_owner = owner;
+	aa_hooked = true;
+	return 0;
+}
+
+static u64 aa_missed(void)
+{
+	u64 missed = 0;
+	int i;
+
+	if (!aa_hooked)
+		return 0;
+	for (i = 0; i < ARRAY_SIZE(aa_kps); i++)
+		missed += aa_kps[i]->nmissed;
+	return missed;
+}
+
+static u64 aa_missed_total;	/* of earlier hook periods */
+
+/* Unregister the probes when no page is armed; aa_mutex held. */
+static void aa_maybe_unhook(void)
+{
+	unsigned long flags, n;
+	u64 missed;
+
+	spin_lock_irqsave(&aa_lock, flags);
+	n = aa_nr_mrs;
+	spin_unlock_irqrestore(&aa_lock, flags);
+	if (!aa_hooked || n)
+		return;
+	unregister_kprobes(aa_kps, ARRAY_SIZE(aa_kps));
+	missed = aa_missed();
+	aa_hooked = false;
+	aa_missed_total += missed;
+	module_put(aa_rxe_owner);
+	aa_rxe_owner = NULL;
+}
+
+static void aa_gc(struct work_struct *w)
+{
+	mutex_lock(&aa_mutex);
+	aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
+}
+
+/* ---- devices and regions --------------------------------------------- */
+
+static int aa_client_add(struct ib_device *dev)
+{
+	unsigned long flags;
+	int i;
+
+	if (dev->ops.driver_id != RDMA_DRIVER_RXE)
+		return -EOPNOTSUPP;
+	spin_lock_irqsave(&aa_dev_lock, flags);
+	for (i = 0; i < AA_MAX_DEVS; i++) {
+		if (!aa_devs[i]) {
+			aa_devs[i] = dev;
+			break;
+		}
+	}
+	spin_unlock_irqrestore(&aa_dev_lock, flags);
+	if (i == AA_MAX_DEVS)
+		pr_warn("more than %d rxe devices: %s not managed\n",
+			AA_MAX_DEVS, dev_name(&dev->dev));
+	return 0;
+}
+
+static void aa_client_remove(struct ib_device *dev, void *data)
+{
+	unsigned long flags;
+	int i;
+
+	spin_lock_irqsave(&aa_dev_lock, flags);
+	for (i = 0; i < AA_MAX_DEVS; i++)
+		if (aa_devs[i] == dev)
+			aa_devs[i] = NULL;
+	spin_unlock_irqrestore(&aa_dev_lock, flags);
+}
+
+static struct ib_client aa_client = {
+	.name = "rdmaplus_aa",
+	.add = aa_client_add,
+	.remove = aa_client_remove,
+};
+
+static int aa_is_ufile(const void *ufile, struct file *f, unsigned int fd)
+{
+	return f->private_data == ufile && f->f_op && f->f_op->owner &&
+	       !strcmp(module_name(f->f_op->owner), "ib_uverbs");
+}
+
+/*
+ * Find the rxe user MR with this key and take a restrack reference on it.
+ * Returns the MR, or an ERR_PTR.
+ */
+static struct ib_mr *aa_lookup_mr(u32 key)
+{
+	struct ib_mr *found = NULL;
+	unsigned long flags, id;
+	int i;
+
+	spin_lock_irqsave(&aa_dev_lock, flags);
+	for (i = 0; i < AA_MAX_DEVS && !found; i++) {
+		struct ib_device *dev = aa_devs[i];
+		struct aa_restrack_root *rt;
+		struct rdma_restrack_entry *res;
+
+		if (!dev || !dev->res)
+			continue;
+		rt = &((struct aa_restrack_root *)dev->res)[RDMA_RESTRACK_MR];
+		if ((rt->xa.xa_flags & XA_FLAGS_ALLOC) != XA_FLAGS_ALLOC) {
+			pr_err_once("restrack layout of %s not recognised\n",
+				    dev_name(&dev->dev));
+			spin_unlock_irqrestore(&aa_dev_lock, flags);
+			return ERR_PTR(-EOPNOTSUPP);
+		}
+		xa_lock(&rt->xa);
+		xa_for_each(&rt->xa, id, res) {
+			struct ib_mr *mr = container_of(res, struct ib_mr, res);
+
+			if (res->type != RDMA_RESTRACK_MR || !res->valid)
+				continue;
+			if (mr->lkey != key && mr->rkey != key)
+				continue;
+			if (rdma_restrack_get(res))
+				found = mr;
+			break;
+		}
+		xa_unlock(&rt->xa);
+	}
+	spin_unlock_irqrestore(&aa_dev_lock, flags);
+	return found ? found : ERR_PTR(-ENOENT);
+}
+
+/*
+ * Is cand the start of the struct rxe_mr around ibmr? It starts with
+ * struct rxe_pool_elem {pool; obj; ...; u32 index;} where obj points at
+ * the rxe_mr itself and index is the key's upper 24 bits. (An empty
+ * list_head inside the elem also points at itself: pool must not.)
+ */
+static bool aa_is_rxe_mr(struct ib_mr *ibmr, u8 *cand)
+{
+	void **w = (void **)cand;
+	u32 *idx;
+
+	if (w[1] != cand || w[0] == cand || !w[0])
+		return false;
+	for (idx = (u32 *)(cand + 16); (u8 *)idx < (u8 *)ibmr; idx++)
+		if (*idx == ibmr->lkey >> 8)
+			return true;
+	return false;
+}
+
+/* Where the ib_mr sits in rxe's struct rxe_mr, found by a probe. */
+static void *aa_rxe_mr_of(struct ib_mr *ibmr)
+{
+	long off;
+
+	if (aa_ibmr_off < 0) {
+		for (off = 24; off <= 512; off += 8) {
+			if (aa_is_rxe_mr(ibmr, (u8 *)ibmr - off)) {
+				aa_ibmr_off = off;
+				pr_info("rxe_mr.ibmr at offset %ld\n", off);
+				break;
+			}
+		}
+		if (aa_ibmr_off < 0) {
+			pr_err("cannot find struct rxe_mr around an ib_mr: rxe layout not recognised\n");
+			return NULL;
+		}
+	}
+	if (!aa_is_rxe_mr(ibmr, (u8 *)ibmr - aa_ibmr_off)) {
+		pr_err_ratelimited("rxe_mr layout check failed for key %#x\n",
+				   ibmr->lkey);
+		return NULL;
+	}
+	return (u8 *)ibmr - aa_ibmr_off;
+}
+
+/* ---- domains ---------------------------------------------------------- */
+
+static struct aa_domain *aa_domain_get(struct rdmaplus_aa_ctx *ctx, u32 id)
+{
+	struct aa_domain *d;
+
+	if (!id || id > RDMAPLUS_AA_MAX_DOMAINS)
+		return NULL;
+	d = rcu_dereference_protected(aa_domains[id],
+				      lockdep_is_held(&aa_mutex));
+	return d && d->ctx == ctx ? d : NULL;
+}
+
+static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_aa_domain_create c;
+	struct aa_domain *d;
+	int id, ret;
+
+	if (copy_from_user(&c, arg, sizeof(c)))
+		return -EFAULT;
+	if (c.size != sizeof(c) || c.flags || c.reserved)
+		return -EINVAL;
+	if (c.log_size < RDMAPLUS_AA_LOG_MIN || c.log_size > RDMAPLUS_AA_LOG_MAX ||
+	    !is_power_of_2(c.log_size))
+		return -EINVAL;
+
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (!d)
+		return -ENOMEM;
+	d->ring = vmalloc_user(PAGE_SIZE + c.log_size);
+	if (!d->ring) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	id = ida_alloc_range(&aa_ida, 1, RDMAPLUS_AA_MAX_DOMAINS, GFP_KERNEL);
+	if (id < 0) {
+		ret = id == -ENOSPC ? -EMFILE : id;
+		goto err_ring;
+	}
+	d->id = id;
+	d->ctx = ctx;
+	d->area = (u8 *)d->ring + PAGE_SIZE;
+	d->size = c.log_size;
+	spin_lock_init(&d->lock);
+	timer_setup(&d->timer, aa_timer_fn, 0);
+	d->ring->size = c.log_size;
+	d->ring->data_offset = PAGE_SIZE;
+	d->ring->domain = id;
+	d->ring->entry_align = RDMAPLUS_AA_ENTRY_ALIGN;
+	d->threshold = 1;
+
+	c.domain = id;
+	c.mmap_offset = (u64)id << PAGE_SHIFT;
+	c.mmap_size = PAGE_SIZE + c.log_size;
+	if (copy_to_user(arg, &c, sizeof(c))) {
+		ret = -EFAULT;
+		goto err_id;
+	}
+	mutex_lock(&aa_mutex);
+	list_add_tail(&d->node, &ctx->domains);
+	rcu_assign_pointer(aa_domains[id], d);
+	mutex_unlock(&aa_mutex);
+	return 0;
+
+err_id:
+	ida_free(&aa_ida, id);
+err_ring:
+	vfree(d->ring);
+err_free:
+	kfree(d);
+	return ret;
+}
+
+/* Disarm every page of domain id (0: all) in [first, last) of ctx's MRs. */
+static void aa_disarm_pages(struct rdmaplus_aa_ctx *ctx, struct aa_mr *only,
+			    u32 id, u64 first, u64 last)
+{
+	struct aa_mr *m, *tmp;
+	LIST_HEAD(dead);
+	unsigned long flags;
+	u64 i;
+
+	spin_lock_irqsave(&aa_lock, flags);
+	list_for_each_entry_safe(m, tmp, &ctx->mrs, node) {
+		if (only && m != only)
+			continue;
+		for (i = 0; i < m->npages; i++) {
+			u64 pg = m->first_page + i;
+			u32 pol = m->pages[i];
+
+			if (!pol || pg < first || pg >= last)
+				continue;
+			if (id && AA_POL_DOMAIN(pol) != id)
+				continue;
+			WRITE_ONCE(m->pages[i], 0);
+			m->narmed--;
+			atomic64_dec(&aa_st.pages);
+		}
+		if (!m->narmed) {
+			aa_mr_unlink(m);
+			call_rcu(&m->rcu, aa_mr_free_rcu);
+		}
+	}
+	spin_unlock_irqrestore(&aa_lock, flags);
+}
+
+/* aa_mutex held; frees d after every hook is done with it. */
+static void aa_domain_destroy(struct aa_domain *d)
+{
+	unsigned long flags;
+
+	aa_disarm_pages(d->ctx, NULL, d->id, 0, U64_MAX);
+	list_del(&d->node);
+	RCU_INIT_POINTER(aa_domains[d->id], NULL);
+	spin_lock_irqsave(&d->lock, flags);
+	d->timer_on = false;
+	spin_unlock_irqrestore(&d->lock, flags);
+	del_timer_sync(&d->timer);
+	synchronize_rcu();
+	if (d->evt)
+		eventfd_ctx_put(d->evt);
+	ida_free(&aa_ida, d->id);
+	vfree(d->ring);	/* pages stay while a process still maps them */
+	kfree(d);
+	aa_maybe_unhook();
+}
+
+static long aa_domain_destroy_ioctl(struct rdmaplus_aa_ctx *ctx,
+				    void __user *arg)
+{
+	struct rdmaplus_aa_domain a;
+	struct aa_domain *d;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a))
+		return -EINVAL;
+	mutex_lock(&aa_mutex);
+	d = aa_domain_get(ctx, a.domain);
+	if (d)
+		aa_domain_destroy(d);
+	mutex_unlock(&aa_mutex);
+	return d ? 0 : -ENOENT;
+}
+
+static long aa_notify(struct rdmaplus_aa_ctx *ctx, void __user *arg)
+{
+	struct eventfd_ctx *evt = NULL, *old;
+	struct rdmaplus_aa_notify a;
+	struct aa_domain *d;
+	unsigned long flags;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || a.flags || a.interval_ms > 3600 * 1000)
+		return -EINVAL;
+	if (a.eventfd >= 0) {
+		evt = eventfd_ctx_fdget(a.eventfd);
+		if (IS_ERR(evt))
+			return PTR_ERR(evt);
+	}
+	mutex_lock(&aa_mutex);
+	d = aa_domain_get(ctx, a.domain);
+	if (!d) {
+		mutex_unlock(&aa_mutex);
+		if (evt)
+			eventfd_ctx_put(evt);
+		return -ENOENT;
+	}
+	spin_lock_irqsave(&d->lock, flags);
+	old = d->evt;
+	d->evt = evt;
+	d->threshold = a.threshold;
+	d->interval_ms = a.interval_ms;
+	d->timer_on = a.interval_ms != 0;
+	if (d->timer_on)
+		mod_timer(&d->timer, jiffies + msecs_to_jiffies(a.interval_ms));
+	spin_unlock_irqrestore(&d->lock, flags);
+	if (!a.interval_ms)
+		del_timer_sync(&d->timer);
+	mutex_unlock(&aa_mutex);
+	if (old) {
+		synchronize_rcu();	/* hooks signal under rcu_read_lock */
+		eventfd_ctx_put(old);
+	}
+	return 0;
+}
+
+static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_aa_arm a;
+	struct aa_mr *m = NULL, *fresh = NULL, *it;
+	struct ib_mr *ibmr;
+	unsigned long flags, gen;
+	u64 first, last, mfirst, mlast, i;
+	void *rmr;
+	int tries = 0, ret;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || a.bits & ~RDMAPLUS_AA_BITS || !a.length ||
+	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
+	    a.iova + a.length < a.iova)
+		return -EINVAL;
+	if (!aa_ok)
+		return -EOPNOTSUPP;
+	first = a.iova >> AA_PAGE_SHIFT;
+	last = (a.iova + a.length) >> AA_PAGE_SHIFT;
+
+	mutex_lock(&aa_mutex);
+	if (!aa_domain_get(ctx, a.domain)) {
+		ret = -ENOENT;
+		goto out;
+	}
+retry:
+	spin_lock_irqsave(&aa_lock, flags);
+	gen = aa_dereg_gen;
+	spin_unlock_irqrestore(&aa_lock, flags);
+
+	ibmr = aa_lookup_mr(a.key);
+	if (IS_ERR(ibmr)) {
+		ret = PTR_ERR(ibmr);
+		goto out;
+	}
+	ret = -EPERM;
+	if (ibmr->type != IB_MR_TYPE_USER || !ibmr->uobject ||
+	    !iterate_fd(current->files, 0, aa_is_ufile, ibmr->uobject->ufile))
+		goto put;
+	ret = -EOPNOTSUPP;
+	rmr = aa_rxe_mr_of(ibmr);
+	if (!rmr)
+		goto put;
+	ret = aa_hook(ibmr->device->ops.owner);
+	if (ret)
+		goto put;
+	ret = -ERANGE;
+	mfirst = ibmr->iova >> AA_PAGE_SHIFT;
+	mlast = (ibmr->iova + ibmr->length + RDMAPLUS_AA_PAGE_SIZE - 1) >>
+		AA_PAGE_SHIFT;
+	if (first < mfirst || last > mlast)
+		goto put;
+
+	if (!fresh) {
+		ret = -ENOMEM;
+		fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+		if (!fresh)
+			goto put;
+		fresh->npages = mlast - mfirst;
+		fresh->pages = kvcalloc(fresh->npages, sizeof(u32), GFP_KERNEL);
+		if (!fresh->pages)
+			goto put;
+	}
+	fresh->rxe_mr = rmr;
+	fresh->ibmr = ibmr;
+	fresh->ctx = ctx;
+	fresh->lkey = ibmr->lkey;
+	fresh->rkey = ibmr->rkey;
+	fresh->first_page = mfirst;
+
+	spin_lock_irqsave(&aa_lock, flags);
+	if (aa_dereg_gen != gen) {
+		/* Some region was deregistered meanwhile: maybe this one. */
+		spin_unlock_irqrestore(&aa_lock, flags);
+		rdma_restrack_put(&ibmr->res);
+		if (++tries < AA_ARM_RETRIES)
+			goto retry;
+		ret = -EAGAIN;
+		goto out;
+	}
+	m = NULL;
+	hash_for_each_possible(aa_mrs, it, hnode, (unsigned long)rmr)
+		if (it->rxe_mr == rmr && !it->dead)
+			m = it;
+	if (m && m->ctx != ctx) {
+		spin_unlock_irqrestore(&aa_lock, flags);
+		ret = -EBUSY;
+		goto put;
+	}
+	if (!m) {
+		m = fresh;
+		fresh = NULL;
+		hash_add_rcu(aa_mrs, &m->hnode, (unsigned long)rmr);
+		list_add_tail(&m->node, &ctx->mrs);
+		aa_nr_mrs++;
+	}
+	for (i = first; i < last; i++) {
+		u32 *pg = &m->pages[i - m->first_page];
+
+		if (!*pg) {
+			m->narmed++;
+			atomic64_inc(&aa_st.pages);
+		}
+		WRITE_ONCE(*pg, AA_POL(a.domain, a.bits));
+	}
+	spin_unlock_irqrestore(&aa_lock, flags);
+	ret = 0;
+put:
+	rdma_restrack_put(&ibmr->res);
+out:
+	if (fresh) {
+		kvfree(fresh->pages);
+		kfree(fresh);
+	}
+	if (ret)
+		aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
+	return ret;
+}
+
+static long aa_disarm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_aa_arm a;
+	struct aa_mr *m, *found = NULL;
+	unsigned long flags;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || !a.length ||
+	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
+	    a.iova + a.length < a.iova)
+		return -EINVAL;
+	mutex_lock(&aa_mutex);
+	spin_lock_irqsave(&aa_lock, flags);
+	list_for_each_entry(m, &ctx->mrs, node)
+		if (m->lkey == a.key || (a.key && m->rkey == a.key))
+			found = m;
+	spin_unlock_irqrestore(&aa_lock, flags);
+	if (found)
+		aa_disarm_pages(ctx, found, a.domain, a.iova >> AA_PAGE_SHIFT,
+				(a.iova + a.length) >> AA_PAGE_SHIFT);
+	aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
+	return found ? 0 : -ENOENT;
+}
+
+static long aa_stats(void __user *arg)
+{
+	struct rdmaplus_aa_stats s = { .size = sizeof(s) };
+	unsigned long flags;
+	u64 missed, selfc;
+	u32 size;
+	int i;
+
+	if (get_user(size, (u32 __user *)arg))
+		return -EFAULT;
+	if (size != sizeof(s))
+		return -EINVAL;
+	mutex_lock(&aa_mutex);
+	s.hooks_armed = aa_hooked;
+	for (i = 1; i <= RDMAPLUS_AA_MAX_DOMAINS; i++)
+		if (rcu_access_pointer(aa_domains[i]))
+			s.domains++;
+	missed = aa_missed_total + aa_missed();
+	mutex_unlock(&aa_mutex);
+	spin_lock_irqsave(&aa_lock, flags);
+	s.mrs = aa_nr_mrs;
+	spin_unlock_irqrestore(&aa_lock, flags);
+	s.pages = atomic64_read(&aa_st.pages);
+	s.entries = atomic64_read(&aa_st.entries);
+	s.bytes = atomic64_read(&aa_st.bytes);
+	s.data_bytes = atomic64_read(&aa_st.data_bytes);
+	s.writes = atomic64_read(&aa_st.writes);
+	s.reads = atomic64_read(&aa_st.reads);
+	s.atomics = atomic64_read(&aa_st.atomics);
+	s.hidden_writes = atomic64_read(&aa_st.hidden_writes);
+	s.zeroed_reads = atomic64_read(&aa_st.zeroed_reads);
+	s.refused_writes = atomic64_read(&aa_st.refused_writes);
+	s.refused_atomics = atomic64_read(&aa_st.refused_atomics);
+	s.lost_reads = atomic64_read(&aa_st.lost_reads);
+	/* our own nested calls into probed functions count as misses */
+	selfc = atomic64_read(&aa_st.self_calls);
+	s.missed = missed > selfc ? missed - selfc : 0;
+	if (copy_to_user(arg, &s, sizeof(s)))
+		return -EFAULT;
+	return 0;
+}
+
+/* ---- file ------------------------------------------------------------- */
+
+struct rdmaplus_aa_ctx *rdmaplus_aa_open(void)
+{
+	struct rdmaplus_aa_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+
+	if (!ctx)
+		return ERR_PTR(-ENOMEM);
+	INIT_LIST_HEAD(&ctx->domains);
+	INIT_LIST_HEAD(&ctx->mrs);
+	init_waitqueue_head(&ctx->wq);
+	return ctx;
+}
+
+void rdmaplus_aa_release(struct rdmaplus_aa_ctx *ctx)
+{
+	struct aa_domain *d, *tmp;
+
+	mutex_lock(&aa_mutex);
+	list_for_each_entry_safe(d, tmp, &ctx->domains, node)
+		aa_domain_destroy(d);
+	aa_disarm_pages(ctx, NULL, 0, 0, U64_MAX);	/* nothing left */
+	aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
+	kfree(ctx);
+}
+
+long rdmaplus_aa_ioctl(struct rdmaplus_aa_ctx *ctx, unsigned int cmd,
+		       void __user *arg)
+{
+	switch (cmd) {
+	case RDMAPLUS_IOC_AA_DOMAIN_CREATE:
+		return aa_domain_create(ctx, arg);
+	case RDMAPLUS_IOC_AA_DOMAIN_DESTROY:
+		return aa_domain_destroy_ioctl(ctx, arg);
+	case RDMAPLUS_IOC_AA_NOTIFY:
+		return aa_notify(ctx, arg);
+	case RDMAPLUS_IOC_AA_ARM:
+		return aa_arm(ctx, arg);
+	case RDMAPLUS_IOC_AA_DISARM:
+		return aa_disarm(ctx, arg);
+	case RDMAPLUS_IOC_AA_STATS:
+		return aa_stats(arg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+int rdmaplus_aa_mmap(struct rdmaplus_aa_ctx *ctx, struct vm_area_struct *vma)
+{
+	unsigned long len = vma->vm_end - vma->vm_start;
+	struct aa_domain *d;
+	int ret;
+
+	if (vma->vm_pgoff > RDMAPLUS_AA_MAX_DOMAINS)
+		return -EINVAL;
+	mutex_lock(&aa_mutex);
+	d = aa_domain_get(ctx, vma->vm_pgoff);
+	if (!d)
+		ret = -ENOENT;
+	else if (len != PAGE_SIZE + d->size)
+		ret = -EINVAL;
+	else
+		ret = remap_vmalloc_range(vma, d->ring, 0);
+	mutex_unlock(&aa_mutex);
+	return ret;
+}
+
+__poll_t rdmaplus_aa_poll(struct rdmaplus_aa_ctx *ctx, struct file *file,
+			  poll_table *wait)
+{
+	__poll_t mask = 0;
+	struct aa_domain *d;
+
+	poll_wait(file, &ctx->wq, wait);
+	mutex_lock(&aa_mutex);
+	list_for_each_entry(d, &ctx->domains, node)
+		if (smp_load_acquire(&d->ring->head) !=
+		    READ_ONCE(d->ring->tail))
+			mask |= EPOLLIN | EPOLLRDNORM;
+	mutex_unlock(&aa_mutex);
+	return mask;
+}
+
+/* ---- load ------------------------------------------------------------- */
+
+static unsigned long aa_kallsyms(const char *name)
+{
+	static unsigned long (*lookup)(const char *name);
+
+	if (!lookup) {
+		struct kprobe kp = { .symbol_name = "kallsyms_lookup_name" };
+
+		if (register_kprobe(&kp))
+			return 0;
+		lookup = (void *)kp.addr;
+		unregister_kprobe(&kp);
+	}
+	return lookup ? lookup(name) : 0;
+}
+
+bool rdmaplus_aa_supported(void)
+{
+	return aa_ok;
+}
+
+int rdmaplus_aa_init(void)
+{
+	int (*size_offset)(unsigned long addr, unsigned long *size,
+			   unsigned long *off);
+	unsigned long copy, iova, dereg, off = 0;
+	int ret;
+
+	INIT_WORK(&aa_gc_work, aa_gc);
+	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
+	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
+	aa_copy_data_start = aa_kallsyms("rdma_rxe:copy_data");
+	dereg = aa_kallsyms("ib_core:ib_dereg_mr_user");
+	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
+	if (!copy || !iova || !aa_copy_data_start || !dereg || !size_offset) {
+		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, ib_dereg_mr_user %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
+		       copy ? "found" : "missing", iova ? "found" : "missing",
+		       aa_copy_data_start ? "found" : "missing",
+		       dereg ? "found" : "missing");
+		return -ENOENT;
+	}
+	if (!size_offset(aa_copy_data_start, &aa_copy_data_size, &off) ||
+	    off || !aa_copy_data_size || aa_copy_data_size > 65536) {
+		pr_err("rdma_rxe not recognised: copy_data has no sane extent\n");
+		return -ENOENT;
+	}
+	aa_rxe_mr_copy = (void *)copy;
+	aa_iova_to_vaddr = (void *)iova;
+	aa_kp_copy.addr = (kprobe_opcode_t *)copy;
+	aa_kp_atomic.addr = (kprobe_opcode_t *)iova;
+	aa_kp_dereg.addr = (kprobe_opcode_t *)dereg;
+
+	ret = ib_register_client(&aa_client);
+	if (ret) {
+		pr_err("cannot register the ib client: %d\n", ret);
+		return ret;
+	}
+	aa_ok = true;
+	return 0;
+}
+
+void rdmaplus_aa_exit(void)
+{
+	/* Every file is closed: nothing is armed, the probes are gone. */
+	flush_work(&aa_gc_work);
+	mutex_lock(&aa_mutex);
+	aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
+	ib_unregister_client(&aa_client);
+	rcu_barrier();		/* aa_mr_free_rcu callbacks */
+	aa_ok = false;
+}

@@ -1,0 +1,115 @@
+package kmod
+
+import "unsafe"
+
+// Mirrors of kmod/include/uapi/rdmaplus.h; abi_test.go checks the sizes and
+// the ioctl numbers against the header.
+
+const (
+	iocMagic = 0xb7
+
+	iocNone  = 0
+	iocWrite = 1
+	iocRead  = 2
+
+	versionFlagAA = 1
+	opPad         = 1
+)
+
+func ioc(dir, nr, size uintptr) uintptr {
+	return dir<<30 | size<<16 | iocMagic<<8 | nr
+}
+
+type rawVersion struct {
+	ABI     uint32
+	Flags   uint32
+	Release [32]byte
+}
+
+type rawCreate struct {
+	Size       uint32
+	Flags      uint32
+	LogSize    uint64
+	Domain     uint32
+	Reserved   uint32
+	MmapOffset uint64
+	MmapSize   uint64
+}
+
+type rawDomain struct {
+	Size   uint32
+	Domain uint32
+}
+
+type rawNotify struct {
+	Size       uint32
+	Domain     uint32
+	Eventfd    int32
+	Threshold  uint32
+	IntervalMS uint32
+	Flags      uint32
+}
+
+type rawArm struct {
+	Size   uint32
+	Domain uint32
+	Key    uint32
+	Bits   uint32
+	IOVA   uint64
+	Length uint64
+}
+
+type rawStats struct {
+	Size           uint32
+	HooksArmed     uint32
+	Domains        uint64
+	MRs            uint64
+	Pages          uint64
+	Entries        uint64
+	Bytes          uint64
+	DataBytes      uint64
+	Writes         uint64
+	Reads          uint64
+	Atomics        uint64
+	HiddenWrites   uint64
+	ZeroedReads    uint64
+	RefusedWrites  uint64
+	RefusedAtomics uint64
+	LostReads      uint64
+	Missed         uint64
+}
+
+type rawEntry struct {
+	Len     uint32
+	Op      uint16
+	Flags   uint16
+	Seq     uint64
+	IOVA    uint64
+	Length  uint32
+	DataLen uint32
+	Domain  uint32
+	Key     uint32
+	QPN     uint32
+	SrcQPN  uint32
+	TimeNS  uint64
+	Value   uint64
+}
+
+// Offsets in struct rdmaplus_aa_ring.
+const (
+	offHead    = 0
+	offHeadSeq = 8
+	offRefused = 16
+	offLost    = 24
+	offTail    = 64
+)
+
+var (
+	iocVersion       = ioc(iocRead, 0x00, unsafe.Sizeof(rawVersion{}))
+	iocDomainCreate  = ioc(iocRead|iocWrite, 0x10, unsafe.Sizeof(rawCreate{}))
+	iocDomainDestroy = ioc(iocWrite, 0x11, unsafe.Sizeof(rawDomain{}))
+	iocNotify        = ioc(iocWrite, 0x12, unsafe.Sizeof(rawNotify{}))
+	iocArm           = ioc(iocWrite, 0x13, unsafe.Sizeof(rawArm{}))
+	iocDisarm        = ioc(iocWrite, 0x14, unsafe.Sizeof(rawArm{}))
+	iocStats         = ioc(iocRead|iocWrite, 0x15, unsafe.Sizeof(rawStats{}))
+)

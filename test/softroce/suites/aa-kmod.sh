@@ -1,0 +1,11 @@
+#!/bin/bash
+# lab: guests=1 timeout=300
+# lab: gotest=./pkg/activeaccess/kmod
+#
+# Active Access, kernel side, on one guest in loopback on rxe0: domains
+# and mapped logs, W/R/WL/WLD/RL/RLD on writes, reads and atomics (bytes
+# checked), a full log refusing writes, a flood with and without credits,
+# eventfd/poll notification, local transfers left alone, deregistration,
+# misuse, isolation between processes and teardown on kill -9.
+set -euo pipefail
+lab_gotest kmod -test.v -test.run 'TestLab' -test.timeout 280s
