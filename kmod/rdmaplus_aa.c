@@ -775,7 +775,11 @@ static struct ib_mr *aa_lookup_mr(u32 key)
 		if (!dev || !dev->res)
 			continue;
 		rt = &((struct aa_restrack_root *)dev->res)[RDMA_RESTRACK_MR];
-		if ((rt->xa.xa_flags & XA_FLAGS_ALLOC) != XA_FLAGS_ALLOC) {
+		/* restrack's xarrays are XA_FLAGS_ALLOC (the free mark's flag
+		 * bit comes and goes with the contents; TRACK_FREE stays).
+		 */
+		if (!(rt->xa.xa_flags & XA_FLAGS_TRACK_FREE) ||
+		    rt->xa.xa_flags & XA_FLAGS_ZERO_BUSY) {
 			pr_err_once("restrack layout of %s not recognised\n",
 				    dev_name(&dev->dev));
 			spin_unlock_irqrestore(&aa_dev_lock, flags);

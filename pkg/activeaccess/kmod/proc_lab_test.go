@@ -53,10 +53,8 @@ func TestLabChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fmt.Printf("READY %d %d\n", mr.RKey(), mr.Addr())
-	if mode == "hold" {
-		time.Sleep(time.Hour)
-	}
+	fmt.Printf("READY %d %d %d\n", mr.RKey(), mr.Addr(), os.Getpid())
+	// Hold everything until stdin ends (a shell suite pipes a sleep in).
 	bufio.NewReader(os.Stdin).ReadString('\n')
 }
 
@@ -90,7 +88,7 @@ func startChild(t *testing.T, mode string) *child {
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
-		if len(f) == 3 && f[0] == "READY" {
+		if len(f) >= 3 && f[0] == "READY" {
 			k, _ := strconv.ParseUint(f[1], 10, 32)
 			a, _ := strconv.ParseUint(f[2], 10, 64)
 			c.key, c.addr = uint32(k), a

@@ -5,8 +5,10 @@
 # ib_write_lat, ib_read_lat, ib_send_lat (t_typical) and ib_write_bw,
 # ib_read_bw (BW average), sizes 2 B to 64 KiB. rdmaperf runs each latency
 # test twice: its Go loop over the pkg/verbs API ("go") and perftest's loop
-# in C on the same pkg/verbs objects ("c"). The tools run interleaved, size
-# by size, BENCH_REPS times, so a noisy host hits them alike; every result
+# in C on the same pkg/verbs objects ("c"). Servers are pinned to CPU 0 and
+# clients to CPU 1 (two spinning processes on one vCPU turn microseconds
+# into milliseconds). The tools run interleaved, size by size, BENCH_REPS
+# times, so a noisy host hits them alike; every result
 # is printed as a line
 #   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>
 # which cmd/rdmaperf/tools/benchtable.py turns into tables (medians).
@@ -20,20 +22,20 @@ col() { case $1 in *_bw) echo 4 ;; *) echo 5 ;; esac; }
 
 perftest() { # test size
 	local t=$1 s=$2
-	ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" >/tmp/pt.srv 2>&1 &
+	taskset -c 0 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" >/tmp/pt.srv 2>&1 &
 	local srv=$!
 	lab_wait_listen 18515
-	ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_$t -s $s failed"; }
+	taskset -c 1 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_$t -s $s failed"; }
 	wait $srv || { cat /tmp/pt.srv; lab_fail "ib_$t server -s $s failed"; }
 	awk -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH perftest", t, s, $c }' /tmp/pt.cli
 }
 
 rdmaperf() { # test size loop
 	local t=$1 s=$2 loop=$3
-	"$P" -d "$LAB_DEVICE" >/tmp/rp.srv 2>&1 &
+	taskset -c 0 "$P" -d "$LAB_DEVICE" >/tmp/rp.srv 2>&1 &
 	local srv=$!
 	lab_wait_listen 18516
-	"$P" -d "$LAB_DEVICE" -t "$t" -loop "$loop" -s "$s" -n "$N" -timeout 5m 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf $t -s $s -loop $loop failed"; }
+	taskset -c 1 "$P" -d "$LAB_DEVICE" -t "$t" -loop "$loop" -s "$s" -n "$N" -timeout 5m 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf $t -s $s -loop $loop failed"; }
 	wait $srv || { cat /tmp/rp.srv; lab_fail "rdmaperf $t server failed"; }
 	awk -v n="rdmaperf-$loop" -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' /tmp/rp.cli
 }

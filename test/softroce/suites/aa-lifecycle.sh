@@ -1,0 +1,62 @@
+#!/bin/bash
+# lab: guests=1 timeout=180
+# lab: gotest=./pkg/activeaccess/kmod
+#
+# Active Access module life cycle on one guest: while a process has armed
+# pages, neither rdma_rxe nor our module can be unloaded; once it is
+# killed (kill -9) both could be and ours is; without rdma_rxe our module
+# refuses to load with a clear message; with rxe back it loads again and
+# arms pages.
+set -euo pipefail
+
+ko=$LAB_KMODS
+rxe_ko=$(grep '/rdma_rxe\.ko' /etc/lab/modules)
+[ -n "$rxe_ko" ] || lab_fail "rdma_rxe.ko not in /etc/lab/modules"
+
+armed() {
+	# a process holding a domain with 4 armed pages until its stdin ends
+	mkfifo /tmp/hold.$1
+	(RDMAPLUS_AA_CHILD=armed lab_gotest kmod -test.run '^TestLabChild$' < /tmp/hold.$1 > /tmp/child.$1 2>&1) &
+	exec {fd}>/tmp/hold.$1
+	for _ in $(seq 200); do grep -q READY /tmp/child.$1 && return 0; sleep 0.05; done
+	cat /tmp/child.$1
+	lab_fail "the armed child did not get ready"
+}
+
+echo "== armed: rdma_rxe and rdmaplus are pinned"
+armed 1
+child=$(awk '/^READY/ {print $4}' /tmp/child.1)
+[ -n "$child" ] || lab_fail "no child pid"
+grep -q rdma_rxe /proc/modules
+refs=$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)
+echo "rdma_rxe references while armed: $refs"
+if rmmod rdma_rxe 2>/tmp/err; then lab_fail "rdma_rxe unloaded under armed hooks"; fi
+cat /tmp/err
+if rmmod rdmaplus 2>/tmp/err; then lab_fail "rdmaplus unloaded while a process uses it"; fi
+cat /tmp/err
+
+echo "== kill -9 releases everything"
+kill -9 "$child"
+for _ in $(seq 100); do
+	[ "$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)" -lt "$refs" ] && break
+	sleep 0.05
+done
+after=$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)
+echo "rdma_rxe references after the kill: $after"
+[ "$after" -lt "$refs" ] || lab_fail "the rdma_rxe reference was not dropped"
+rmmod rdmaplus || lab_fail "rdmaplus cannot be unloaded after the kill"
+
+echo "== without rdma_rxe the module refuses to load"
+rdma link delete "$LAB_DEVICE"
+rmmod rdma_rxe || lab_fail "rdma_rxe cannot be unloaded once nothing is armed"
+if insmod "$ko" 2>/tmp/err; then lab_fail "rdmaplus loaded without rdma_rxe"; fi
+cat /tmp/err
+dmesg | grep 'rdmaplus: rdma_rxe not loaded or not recognised' || lab_fail "no clear message in the kernel log"
+
+echo "== rxe back: load, arm, unload, load"
+insmod "$rxe_ko"
+rdma link add "$LAB_DEVICE" type rxe netdev eth0
+for _ in $(seq 100); do ibv_devinfo -d "$LAB_DEVICE" 2>/dev/null | grep -q PORT_ACTIVE && break; sleep 0.05; done
+insmod "$ko"
+[ -c "$LAB_KMOD_DEV" ] || lab_fail "$LAB_KMOD_DEV missing after reload"
+lab_gotest kmod -test.v -test.run '^(TestLabWriteLogged|TestLabKill9)$'
