@@ -1,0 +1,115 @@
+package rvma
+
+import (
+	"errors"
+	"testing"
+)
+
+func viewEntry(seq, head uint64, kind EpochKind, th uint64, n int) Entry {
+	e := Entry{Seq: seq, Mailbox: 0x42, Incarnation: 1, State: StateOpen, Kind: kind, Head: head}
+	for i := 0; i < n; i++ {
+		e.Descs[i] = Desc{Addr: 0x1000 * (head + uint64(i) + 1), RKey: uint32(head) + uint32(i) + 1, Len: 100, Threshold: th}
+		e.NDesc++
+	}
+	return e
+}
+
+func TestViewSingleSenderWalksEpochs(t *testing.T) {
+	v := newSenderView(0x42, 1)
+	if _, _, err := v.target(0, 1); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("no entry yet: %v", err)
+	}
+	if !v.update(viewEntry(2, 0, EpochBytes, 100, 3)) {
+		t.Fatal("entry refused")
+	}
+	// 3 epochs of 2 puts each, no update from the receiver in between.
+	for g := uint64(0); g < 3; g++ {
+		for p := uint64(0); p < 2; p++ {
+			gen, d, err := v.target(p*50, 50)
+			if err != nil || gen != g || d.RKey != uint32(g)+1 {
+				t.Fatalf("epoch %d put %d: gen %d rkey %d %v", g, p, gen, d.RKey, err)
+			}
+			v.commit(gen, 50)
+		}
+	}
+	if gen, _, err := v.target(0, 1); !errors.Is(err, ErrNoBuffer) || gen != 3 {
+		t.Fatalf("beyond the descriptors: gen %d %v", gen, err)
+	}
+	if v.update(viewEntry(2, 3, EpochBytes, 100, 1)) {
+		t.Fatal("entry with the same sequence taken")
+	}
+	if !v.update(viewEntry(4, 3, EpochBytes, 100, 1)) {
+		t.Fatal("newer entry refused")
+	}
+	if gen, _, err := v.target(0, 1); err != nil || gen != 3 {
+		t.Fatalf("gen %d %v", gen, err)
+	}
+	if len(v.mine) != 0 {
+		t.Fatalf("contributions to completed epochs kept: %v", v.mine)
+	}
+}
+
+func TestViewSeveralSenders(t *testing.T) {
+	v := newSenderView(0x42, 1)
+	v.update(viewEntry(2, 0, EpochOps, 4, 3))
+	gen, _, _ := v.target(0, 10)
+	v.commit(gen, 10) // one of 4 ops: stay on gen 0
+	if gen, _, _ := v.target(10, 10); gen != 0 {
+		t.Fatalf("moved to %d on its own share", gen)
+	}
+	// Others completed gen 0: an out-of-date update is ignored, the new one moves the view.
+	v.update(viewEntry(6, 1, EpochOps, 4, 2))
+	v.update(viewEntry(4, 0, EpochOps, 4, 3))
+	if gen, _, _ := v.target(0, 10); gen != 1 {
+		t.Fatalf("gen %d after the update", gen)
+	}
+	// A refused put moves past its generation.
+	v.stale(1)
+	if gen, _, err := v.target(0, 10); gen != 2 || err != nil {
+		t.Fatalf("gen %d %v after stale", gen, err)
+	}
+	v.stale(0) // older: no effect
+	if v.cursor != 2 {
+		t.Fatal("cursor went back")
+	}
+	v.commit(2, 10)
+	v.abort(2, 10)
+	if c := v.mine[2]; c.ops != 0 || c.bytes != 0 {
+		t.Fatalf("abort left %+v", c)
+	}
+	v.abort(9, 1)
+}
+
+func TestViewErrors(t *testing.T) {
+	v := newSenderView(0x42, 1)
+	e := viewEntry(2, 0, EpochBytes, 100, 1)
+	v.update(e)
+	if _, _, err := v.target(60, 50); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("does not fit: %v", err)
+	}
+	if _, _, err := v.target(101, 0); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("offset beyond: %v", err)
+	}
+	if _, _, err := v.target(100, 0); err != nil {
+		t.Fatalf("empty put at the end: %v", err)
+	}
+	other := e
+	other.Seq, other.Incarnation = 10, 2
+	if v.update(other) {
+		t.Fatal("entry of another incarnation taken")
+	}
+	other.Incarnation, other.Mailbox = 1, 0x43
+	if v.update(other) {
+		t.Fatal("entry of another mailbox taken")
+	}
+	closed := Entry{Seq: 4, Mailbox: 0x42, Incarnation: 1, State: StateClosedNack, Kind: EpochBytes, Head: 0}
+	v.update(closed)
+	if _, _, err := v.target(0, 1); !errors.Is(err, ErrMailboxClosed) {
+		t.Fatal(err)
+	}
+	closed.Seq, closed.State = 6, StateClosedSilent
+	v.update(closed)
+	if _, _, err := v.target(0, 1); err != errDropped {
+		t.Fatal(err)
+	}
+}

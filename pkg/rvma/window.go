@@ -1,0 +1,496 @@
+package rvma
+
+import (
+	"fmt"
+)
+
+// CloseMode says what senders see when they put to a closed window.
+type CloseMode uint8
+
+// Close modes (the paper: operations on a closed mailbox are discarded and
+// "may result in a NACK"; NACKs may be disabled against denial of service).
+const (
+	// CloseNack makes puts to the closed window fail at the sender with
+	// an error wrapping ErrMailboxClosed.
+	CloseNack CloseMode = 0
+	// CloseSilent makes puts to the closed window succeed at the sender
+	// while their bytes go nowhere; the receiver still counts them
+	// (Stats.Drops).
+	CloseSilent CloseMode = 1
+)
+
+// Guard selects how a window keeps late bytes out of buffers already handed
+// to the application.
+type Guard uint8
+
+// Guards.
+const (
+	// GuardInvalidate unbinds a buffer's memory window before its
+	// completion is published, so the NIC refuses every later write to it
+	// (the sender's put fails with ErrStale). The default.
+	GuardInvalidate Guard = 0
+	// GuardNone publishes completions without unbinding first: late
+	// writes are counted (Stats.Stale) but not prevented. For measuring
+	// the price of the guarantee only.
+	GuardNone Guard = 1
+)
+
+// DefaultMaxPosted is the default limit on buffers posted to one window and
+// not yet completed.
+const DefaultMaxPosted = 1024
+
+// WindowOptions configure a window (the paper's RVMA_Init_window).
+type WindowOptions struct {
+	// Kind says whether Threshold counts bytes (EpochBytes, the default)
+	// or puts (EpochOps).
+	Kind EpochKind
+	// Threshold completes an epoch when the bytes or puts counted for its
+	// buffer reach it. For EpochBytes, 0 means the buffer's length; for
+	// EpochOps it must be at least 1. A buffer may override it
+	// (PostOptions.Threshold).
+	Threshold uint64
+	// Keep is the rewind depth: the records of the last Keep epochs stay
+	// available to Rewind, and their buffers are not re-posted.
+	Keep int
+	// CloseMode says what senders see after Close (CloseNack by default).
+	CloseMode CloseMode
+	// Guard selects the late-write protection (GuardInvalidate by default).
+	Guard Guard
+	// MaxPosted limits the buffers posted and not yet completed
+	// (DefaultMaxPosted if 0).
+	MaxPosted int
+}
+
+func (o WindowOptions) normalize() (WindowOptions, error) {
+	if o.Kind == 0 {
+		o.Kind = EpochBytes
+	}
+	if o.Kind != EpochBytes && o.Kind != EpochOps {
+		return o, invalidf("epoch kind %d", o.Kind)
+	}
+	if o.Kind == EpochOps && o.Threshold == 0 {
+		return o, invalidf("an ops window needs a threshold of at least 1")
+	}
+	if o.Keep < 0 {
+		return o, invalidf("negative rewind depth %d", o.Keep)
+	}
+	if o.CloseMode > CloseSilent {
+		return o, invalidf("close mode %d", o.CloseMode)
+	}
+	if o.Guard > GuardNone {
+		return o, invalidf("guard %d", o.Guard)
+	}
+	if o.MaxPosted < 0 {
+		return o, invalidf("negative MaxPosted %d", o.MaxPosted)
+	}
+	if o.MaxPosted == 0 {
+		o.MaxPosted = DefaultMaxPosted
+	}
+	return o, nil
+}
+
+// PostOptions configure one posted buffer (the paper's RVMA_Post_buffer).
+type PostOptions struct {
+	// OneTime buffers are used for one epoch and never re-posted: after
+	// their epoch they belong to the application for good.
+	OneTime bool
+	// Threshold overrides the window's threshold for this buffer's epoch
+	// (0: the window's). For byte windows it must not exceed the buffer.
+	Threshold uint64
+}
+
+// Stats are a window's counters.
+type Stats struct {
+	Puts            uint64 // puts counted into epochs
+	Bytes           uint64 // bytes counted into epochs
+	EpochsCompleted uint64 // epochs handed over (by threshold or IncEpoch; not by Close)
+	Posted          int    // buffers posted and not yet handed over
+	Held            int    // buffers handed over and not yet released
+	Late            uint64 // puts that arrived after their epoch's threshold, before hand-over (included)
+	Stale           uint64 // puts that arrived after their epoch was handed over (GuardNone only) or closed
+	Nacks           uint64 // puts refused with a NACK after Close
+	Drops           uint64 // puts dropped silently after Close
+}
+
+type bufState uint8
+
+const (
+	bufQueued     bufState = iota // posted; accepts puts once bound
+	bufCompleting                 // ended (threshold, IncEpoch, Close); waiting for the unbind
+	bufReady                      // unbound; waiting for earlier epochs to be handed over
+	bufDone                       // handed over to the application
+)
+
+func (s bufState) String() string {
+	return [...]string{"queued", "completing", "ready", "done"}[s]
+}
+
+// buffer is one posted buffer, across re-posts.
+type buffer struct {
+	addr, cap uint64
+	oneTime   bool
+	userTh    uint64 // PostOptions.Threshold
+
+	gen       uint64
+	threshold uint64
+	state     bufState
+	bound     bool
+	desc      Desc
+	bytes     uint64
+	ops       uint64
+	flags     Flags
+	rec       Record
+	released  bool
+	inKept    bool
+
+	comp     *Completion
+	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
+	done     chan struct{} // closed when the epoch is handed over
+}
+
+// arriveResult is what the window made of an arrival.
+type arriveResult uint8
+
+const (
+	arriveCounted arriveResult = iota // counted into its epoch
+	arriveLate                        // counted into an epoch whose threshold was already reached (overshoot)
+	arriveStale                       // the epoch was already handed over: not counted
+	arriveClosed                      // the window is closed: not counted
+	arriveUnknown                     // no such generation posted: not counted
+)
+
+func (r arriveResult) String() string {
+	return [...]string{"counted", "late", "stale", "closed", "unknown"}[r]
+}
+
+// windowState is the receiver's state machine for one window. It does no
+// I/O: the engine feeds it events (posts, binds, arrivals, unbinds,
+// releases) and carries out the actions it leaves in its outbox (bind these
+// buffers, unbind those, wake the waiters of those published). It is not
+// safe for concurrent use; the engine serialises calls with a lock.
+//
+// Invariants: pending holds the buffers of generations head, head+1, ... in
+// order; only pending[0] can be handed over, so epochs are handed over in
+// order even when a later generation reaches its threshold first.
+type windowState struct {
+	mailbox Mailbox
+	opts    WindowOptions
+	state   EntryState
+	nextGen uint64
+	head    uint64
+	pending []*buffer
+	kept    []*buffer // the last Keep handed over, oldest first
+	held    map[*buffer]struct{}
+	seq     uint64 // entry sequence
+	stats   Stats
+
+	toBind, toUnbind, published []*buffer
+}
+
+func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
+	o, err := opts.normalize()
+	if err != nil {
+		return nil, err
+	}
+	return &windowState{mailbox: mb, opts: o, state: StateOpen, held: map[*buffer]struct{}{}, seq: 2}, nil
+}
+
+func (w *windowState) closed() bool { return w.state != StateOpen }
+
+// post queues a new buffer of capacity cap at address addr. Errors:
+// ErrClosed, ErrInvalid (zero capacity, too many posted), ErrTooLarge (a
+// byte threshold beyond the buffer).
+func (w *windowState) post(addr, cap uint64, po PostOptions, comp *Completion) (*buffer, error) {
+	if w.closed() {
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, ErrClosed)
+	}
+	if cap == 0 || cap > 1<<32-1 {
+		return nil, invalidf("buffer of %d bytes (1 to 4 GiB-1)", cap)
+	}
+	b := &buffer{addr: addr, cap: cap, oneTime: po.OneTime, userTh: po.Threshold, comp: comp}
+	if _, err := w.threshold(b); err != nil {
+		return nil, err
+	}
+	if len(w.pending) >= w.opts.MaxPosted {
+		return nil, invalidf("window %v already has %d buffers posted", w.mailbox, len(w.pending))
+	}
+	w.enqueue(b)
+	return b, nil
+}
+
+func (w *windowState) threshold(b *buffer) (uint64, error) {
+	th := b.userTh
+	if th == 0 {
+		th = w.opts.Threshold
+	}
+	if w.opts.Kind == EpochBytes {
+		if th == 0 {
+			th = b.cap
+		}
+		if th > b.cap {
+			return 0, fmt.Errorf("threshold of %d bytes for a buffer of %d: %w", th, b.cap, ErrTooLarge)
+		}
+	}
+	return th, nil
+}
+
+func (w *windowState) enqueue(b *buffer) {
+	b.threshold, _ = w.threshold(b)
+	b.gen = w.nextGen
+	w.nextGen++
+	b.state, b.bound, b.desc = bufQueued, false, Desc{}
+	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
+	if b.oneTime {
+		b.flags = FlagOneTime
+	}
+	if b.comp != nil {
+		b.armedSeq = b.comp.Seq()
+	}
+	b.done = make(chan struct{})
+	w.pending = append(w.pending, b)
+	w.toBind = append(w.toBind, b)
+}
+
+// lookup returns the pending buffer of generation gen.
+func (w *windowState) lookup(gen uint64) *buffer {
+	if gen < w.head || gen-w.head >= uint64(len(w.pending)) {
+		return nil
+	}
+	return w.pending[gen-w.head]
+}
+
+// bound records that b's memory window is bound: senders may now target it.
+func (w *windowState) bound(b *buffer, d Desc) {
+	if b.state != bufQueued || b.bound {
+		return // ended before its bind completed: the unbind follows
+	}
+	d.Len, d.Threshold = uint32(b.cap), b.threshold
+	b.bound, b.desc = true, d
+	w.changed()
+}
+
+// arrive counts a put of n bytes for generation gen.
+func (w *windowState) arrive(gen, n uint64) arriveResult {
+	if w.closed() {
+		w.stats.Stale++
+		return arriveClosed
+	}
+	if gen < w.head {
+		w.stats.Stale++
+		return arriveStale
+	}
+	b := w.lookup(gen)
+	if b == nil {
+		return arriveUnknown
+	}
+	b.bytes += n
+	b.ops++
+	w.stats.Puts++
+	w.stats.Bytes += n
+	if b.state != bufQueued {
+		b.flags |= FlagLate
+		w.stats.Late++
+		return arriveLate
+	}
+	if w.reached(b) {
+		w.end(b, 0)
+	}
+	return arriveCounted
+}
+
+func (w *windowState) reached(b *buffer) bool {
+	if w.opts.Kind == EpochOps {
+		return b.ops >= b.threshold
+	}
+	return b.bytes >= b.threshold
+}
+
+// end stops a queued buffer from accepting puts: it is unbound (or, with
+// GuardNone, ready at once).
+func (w *windowState) end(b *buffer, f Flags) {
+	if b.state != bufQueued {
+		return
+	}
+	b.flags |= f
+	if w.opts.Guard == GuardNone {
+		b.state = bufReady
+		w.handOver()
+	} else {
+		b.state = bufCompleting
+		w.toUnbind = append(w.toUnbind, b)
+	}
+	w.changed()
+}
+
+// unbound records that b's memory window no longer accepts writes.
+func (w *windowState) unbound(b *buffer) {
+	if b.state != bufCompleting {
+		return
+	}
+	b.bound = false
+	b.state = bufReady
+	w.handOver()
+}
+
+// handOver publishes every ready buffer at the head of the queue.
+func (w *windowState) handOver() {
+	for len(w.pending) > 0 && w.pending[0].state == bufReady {
+		b := w.pending[0]
+		w.pending[0] = nil
+		w.pending = w.pending[1:]
+		w.head++
+		b.state = bufDone
+		b.rec = Record{Epoch: b.gen, Addr: b.addr, Len: b.bytes, Ops: b.ops, Cap: b.cap, Flags: b.flags}
+		if b.comp != nil {
+			b.comp.publish(b.rec)
+		}
+		close(b.done)
+		if b.flags&FlagClosed == 0 {
+			w.stats.EpochsCompleted++
+		}
+		w.held[b] = struct{}{}
+		w.published = append(w.published, b)
+		if w.opts.Keep > 0 {
+			b.inKept = true
+			w.kept = append(w.kept, b)
+			if len(w.kept) > w.opts.Keep {
+				old := w.kept[0]
+				w.kept[0] = nil
+				w.kept = w.kept[1:]
+				old.inKept = false
+				w.recycle(old)
+			}
+		}
+		w.changed()
+	}
+}
+
+// recycle re-posts a buffer the application released once it has left the
+// rewind ring, unless it is one-time or the window is closed.
+func (w *windowState) recycle(b *buffer) {
+	if b.state != bufDone || !b.released || b.inKept {
+		return
+	}
+	if b.oneTime || w.closed() {
+		return
+	}
+	w.enqueue(b)
+	w.changed()
+}
+
+// incEpoch ends the head now (the paper's RVMA_Win_inc_epoch) and returns
+// its generation. Errors: ErrClosed, ErrNoBuffer (nothing posted).
+func (w *windowState) incEpoch() (*buffer, error) {
+	if w.closed() {
+		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrClosed)
+	}
+	if len(w.pending) == 0 {
+		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrNoBuffer)
+	}
+	b := w.pending[0]
+	w.end(b, FlagPartial)
+	return b, nil
+}
+
+// close ends every pending buffer (flag closed) and switches the window to
+// the closed state of its CloseMode. It reports false if already closed.
+func (w *windowState) close() bool {
+	if w.closed() {
+		return false
+	}
+	w.state = StateClosedNack
+	if w.opts.CloseMode == CloseSilent {
+		w.state = StateClosedSilent
+	}
+	for _, b := range w.pending {
+		b.flags |= FlagClosed
+		if b.state == bufQueued {
+			if w.opts.Guard == GuardNone {
+				b.state = bufReady
+			} else {
+				b.state = bufCompleting
+				w.toUnbind = append(w.toUnbind, b)
+			}
+		}
+	}
+	w.handOver()
+	w.changed()
+	return true
+}
+
+// release gives a handed-over buffer back to the window. Errors: ErrInvalid
+// when b was not handed over or was already released.
+func (w *windowState) release(b *buffer) error {
+	if b == nil || b.state != bufDone || b.released {
+		return invalidf("release of a buffer not held by the application")
+	}
+	b.released = true
+	delete(w.held, b)
+	w.recycle(b)
+	return nil
+}
+
+// rewind returns the records of up to n of the last Keep epochs, newest
+// first.
+func (w *windowState) rewind(n int) []Record {
+	if n > len(w.kept) {
+		n = len(w.kept)
+	}
+	out := make([]Record, 0, n)
+	for i := len(w.kept) - 1; i >= 0 && len(out) < n; i-- {
+		out = append(out, w.kept[i].rec)
+	}
+	return out
+}
+
+// knock counts a put a sender's library refused against the closed window.
+func (w *windowState) knock(r KnockReason) {
+	switch r {
+	case KnockNack:
+		w.stats.Nacks++
+	case KnockDrop:
+		w.stats.Drops++
+	}
+}
+
+func (w *windowState) changed() { w.seq += 2 }
+
+// Stats returns the window's counters.
+func (w *windowState) Stats() Stats {
+	s := w.stats
+	s.Posted = len(w.pending)
+	s.Held = len(w.held)
+	return s
+}
+
+// entry builds the descriptor entry senders see: Head is the first
+// generation still accepting puts, followed by up to MaxDescs bound
+// buffers that accept puts. (Entry.Last, for Get, is the endpoint's to fill
+// once kept buffers are exposed read-only.)
+func (w *windowState) entry(incarnation uint32) Entry {
+	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind}
+	i := 0
+	for i < len(w.pending) && w.pending[i].state != bufQueued {
+		i++
+	}
+	e.Head = w.head + uint64(i)
+	if w.closed() {
+		return e
+	}
+	for ; i < len(w.pending) && e.NDesc < MaxDescs; i++ {
+		b := w.pending[i]
+		if b.state != bufQueued || !b.bound {
+			break
+		}
+		e.Descs[e.NDesc] = b.desc
+		e.NDesc++
+	}
+	return e
+}
+
+// takeActions returns and clears the outbox.
+func (w *windowState) takeActions() (bind, unbind, published []*buffer) {
+	bind, unbind, published = w.toBind, w.toUnbind, w.published
+	w.toBind, w.toUnbind, w.published = nil, nil, nil
+	return
+}

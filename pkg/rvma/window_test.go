@@ -1,0 +1,402 @@
+package rvma
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// fixture drives a windowState as the endpoint will: binds and unbinds
+// complete when flush is called.
+type fixture struct {
+	t     *testing.T
+	w     *windowState
+	slab  *completionSlab
+	rkey  uint32
+	pubs  []Record
+	binds int
+}
+
+func newFixture(t *testing.T, o WindowOptions) *fixture {
+	t.Helper()
+	w, err := newWindowState(0x11FF0011, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, w: w, slab: newCompletionSlab(64), rkey: 0x100}
+}
+
+func (f *fixture) post(cap uint64, po PostOptions) *buffer {
+	f.t.Helper()
+	b, err := f.w.post(0x10000*uint64(len(f.w.pending)+1+f.binds), cap, po, f.slab.get())
+	if err != nil {
+		f.t.Fatalf("post: %v", err)
+	}
+	return b
+}
+
+// flush carries out the pending binds and unbinds (binds first, as on the
+// endpoint's loopback QP) until the outbox is empty.
+func (f *fixture) flush() {
+	for {
+		bind, unbind, pub := f.w.takeActions()
+		for _, b := range pub {
+			f.pubs = append(f.pubs, b.rec)
+		}
+		if len(bind) == 0 && len(unbind) == 0 {
+			if len(pub) == 0 {
+				return
+			}
+			continue
+		}
+		for _, b := range bind {
+			f.rkey++
+			f.binds++
+			f.w.bound(b, Desc{Addr: b.addr, RKey: f.rkey})
+		}
+		for _, b := range unbind {
+			f.w.unbound(b)
+		}
+	}
+}
+
+func (f *fixture) arrive(gen, n uint64, want arriveResult) {
+	f.t.Helper()
+	if got := f.w.arrive(gen, n); got != want {
+		f.t.Fatalf("arrive(gen %d, %d bytes) = %v, want %v", gen, n, got, want)
+	}
+}
+
+func TestWindowBytesThreshold(t *testing.T) {
+	f := newFixture(t, WindowOptions{Kind: EpochBytes})
+	b0 := f.post(100, PostOptions{})
+	b1 := f.post(200, PostOptions{Threshold: 150})
+	f.flush()
+	e := f.w.entry(7)
+	if e.Head != 0 || e.NDesc != 2 || e.Descs[0].Len != 100 || e.Descs[0].Threshold != 100 || e.Descs[1].Threshold != 150 {
+		t.Fatalf("entry %+v", e)
+	}
+	if e.Incarnation != 7 || e.State != StateOpen || e.Kind != EpochBytes {
+		t.Fatalf("entry header %+v", e)
+	}
+	f.arrive(0, 60, arriveCounted)
+	if b0.state != bufQueued {
+		t.Fatal("completed early")
+	}
+	f.arrive(0, 40, arriveCounted)
+	if b0.state != bufCompleting {
+		t.Fatalf("state %v after the threshold, want completing (waiting for the unbind)", b0.state)
+	}
+	if _, ok := b0.comp.Load(); ok {
+		t.Fatal("published before the unbind completed")
+	}
+	if e2 := f.w.entry(7); e2.Head != 1 || e2.NDesc != 1 || e2.Descs[0] != b1.desc || e2.Seq <= e.Seq {
+		t.Fatalf("entry while gen 0 completes: %+v", e2)
+	}
+	f.flush()
+	rec, ok := b0.comp.Load()
+	if !ok || rec != (Record{Epoch: 0, Addr: b0.addr, Len: 100, Ops: 2, Cap: 100}) {
+		t.Fatalf("record %+v %v", rec, ok)
+	}
+	select {
+	case <-b0.done:
+	default:
+		t.Fatal("done not closed")
+	}
+	if f.w.head != 1 {
+		t.Fatalf("epoch %d", f.w.head)
+	}
+	f.arrive(0, 1, arriveStale)
+	f.arrive(5, 1, arriveUnknown)
+	f.arrive(1, 150, arriveCounted)
+	f.flush()
+	if len(f.pubs) != 2 || f.pubs[1].Len != 150 || f.pubs[1].Cap != 200 {
+		t.Fatalf("published %+v", f.pubs)
+	}
+	s := f.w.Stats()
+	if s.EpochsCompleted != 2 || s.Puts != 3 || s.Bytes != 250 || s.Stale != 1 || s.Held != 2 || s.Posted != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestWindowOpsThreshold(t *testing.T) {
+	f := newFixture(t, WindowOptions{Kind: EpochOps, Threshold: 3})
+	f.post(64, PostOptions{})
+	f.flush()
+	f.arrive(0, 1, arriveCounted)
+	f.arrive(0, 0, arriveCounted) // a zero-length put is still an op
+	f.arrive(0, 63, arriveCounted)
+	f.flush()
+	if len(f.pubs) != 1 || f.pubs[0].Ops != 3 || f.pubs[0].Len != 64 {
+		t.Fatalf("published %+v", f.pubs)
+	}
+}
+
+// A later epoch that reaches its threshold first is unbound at once but
+// handed over only after the earlier one.
+func TestWindowInOrderHandOver(t *testing.T) {
+	f := newFixture(t, WindowOptions{})
+	b0 := f.post(10, PostOptions{})
+	b1 := f.post(10, PostOptions{})
+	f.flush()
+	f.arrive(1, 10, arriveCounted)
+	f.flush()
+	if b1.state != bufReady || len(f.pubs) != 0 {
+		t.Fatalf("gen 1 %v, published %v", b1.state, f.pubs)
+	}
+	if e := f.w.entry(0); e.Head != 0 || e.NDesc != 1 {
+		t.Fatalf("entry %+v: gen 0 accepts, gen 1 does not", e)
+	}
+	f.arrive(1, 1, arriveLate) // overshoot into gen 1: counted, flagged
+	f.arrive(0, 10, arriveCounted)
+	f.flush()
+	if len(f.pubs) != 2 || f.pubs[0].Epoch != 0 || f.pubs[1].Epoch != 1 || f.pubs[1].Flags != FlagLate || f.pubs[1].Len != 11 {
+		t.Fatalf("published %+v", f.pubs)
+	}
+	if b0.state != bufDone || f.w.Stats().Late != 1 {
+		t.Fatal("state")
+	}
+}
+
+func TestWindowGuardNone(t *testing.T) {
+	f := newFixture(t, WindowOptions{Guard: GuardNone})
+	f.post(10, PostOptions{})
+	f.flush()
+	f.arrive(0, 10, arriveCounted)
+	_, unbind, pub := f.w.takeActions()
+	if len(unbind) != 0 || len(pub) != 1 {
+		t.Fatalf("unbind %d published %d: GuardNone publishes at once", len(unbind), len(pub))
+	}
+	f.arrive(0, 3, arriveStale)
+	if f.w.Stats().Stale != 1 {
+		t.Fatal("late write not counted")
+	}
+}
+
+func TestWindowIncEpoch(t *testing.T) {
+	f := newFixture(t, WindowOptions{})
+	if _, err := f.w.incEpoch(); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("IncEpoch with nothing posted: %v", err)
+	}
+	b := f.post(1000, PostOptions{})
+	f.post(1000, PostOptions{})
+	f.flush()
+	f.arrive(0, 123, arriveCounted)
+	got, err := f.w.incEpoch()
+	if err != nil || got != b {
+		t.Fatal(err)
+	}
+	f.arrive(0, 7, arriveLate) // lands before the unbind completes: included
+	f.flush()
+	if len(f.pubs) != 1 || f.pubs[0].Len != 130 || f.pubs[0].Flags != FlagPartial|FlagLate {
+		t.Fatalf("published %+v", f.pubs)
+	}
+	if f.w.head != 1 || f.w.Stats().EpochsCompleted != 1 {
+		t.Fatal("epoch not incremented")
+	}
+	// IncEpoch on a head already completing returns it without a second unbind.
+	f.arrive(1, 1000, arriveCounted)
+	b1, err := f.w.incEpoch()
+	if err != nil || b1.gen != 1 {
+		t.Fatal(err)
+	}
+	_, unbind, _ := f.w.takeActions()
+	if len(unbind) != 1 {
+		t.Fatalf("%d unbinds", len(unbind))
+	}
+	f.w.unbound(unbind[0])
+	f.flush()
+	if f.pubs[1].Flags != 0 {
+		t.Fatalf("flags %v: the threshold ended it, not IncEpoch", f.pubs[1].Flags)
+	}
+}
+
+func TestWindowRewindAndRecycle(t *testing.T) {
+	f := newFixture(t, WindowOptions{Keep: 2})
+	bufs := []*buffer{f.post(8, PostOptions{}), f.post(8, PostOptions{}), f.post(8, PostOptions{OneTime: true})}
+	f.flush()
+	for g := uint64(0); g < 3; g++ {
+		f.arrive(g, 8, arriveCounted)
+	}
+	f.flush()
+	if r := f.w.rewind(5); len(r) != 2 || r[0].Epoch != 2 || r[1].Epoch != 1 || r[0].Flags != FlagOneTime {
+		t.Fatalf("rewind %+v", r)
+	}
+	// Gen 0 left the ring but is held: not re-posted.
+	if f.w.Stats().Posted != 0 || f.w.Stats().Held != 3 {
+		t.Fatalf("stats %+v", f.w.Stats())
+	}
+	if err := f.w.release(bufs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.w.release(bufs[0]); err == nil {
+		t.Fatal("double release accepted")
+	}
+	f.flush()
+	if bufs[0].gen != 3 || bufs[0].state != bufQueued || !bufs[0].bound {
+		t.Fatalf("released buffer out of the ring not re-posted: gen %d %v", bufs[0].gen, bufs[0].state)
+	}
+	// Gen 1 is released but still in the ring: kept intact.
+	if err := f.w.release(bufs[1]); err != nil {
+		t.Fatal(err)
+	}
+	f.flush()
+	if bufs[1].state != bufDone {
+		t.Fatal("a buffer in the rewind ring was re-posted")
+	}
+	seqBefore := bufs[0].comp.Seq()
+	f.arrive(3, 8, arriveCounted) // pushes gen 1 out of the ring: re-posted as gen 4
+	f.flush()
+	if bufs[1].gen != 4 || bufs[1].state != bufQueued {
+		t.Fatalf("gen %d %v", bufs[1].gen, bufs[1].state)
+	}
+	if rec, _ := bufs[0].comp.Load(); rec.Epoch != 3 || bufs[0].comp.Seq() != seqBefore+2 {
+		t.Fatalf("re-used completion: %+v", rec)
+	}
+	// The one-time buffer leaves the ring and is never re-posted.
+	if err := f.w.release(bufs[2]); err != nil {
+		t.Fatal(err)
+	}
+	f.arrive(4, 8, arriveCounted)
+	f.flush()
+	if bufs[2].state != bufDone || bufs[2].inKept {
+		t.Fatalf("one-time buffer %v kept %v", bufs[2].state, bufs[2].inKept)
+	}
+	if r := f.w.rewind(2); r[0].Epoch != 4 || r[1].Epoch != 3 {
+		t.Fatalf("rewind %+v", r)
+	}
+}
+
+func TestWindowClose(t *testing.T) {
+	for _, mode := range []CloseMode{CloseNack, CloseSilent} {
+		f := newFixture(t, WindowOptions{CloseMode: mode})
+		f.post(10, PostOptions{})
+		f.post(10, PostOptions{})
+		f.flush()
+		f.arrive(0, 4, arriveCounted)
+		f.post(10, PostOptions{}) // bind still pending when Close comes
+		if !f.w.close() || f.w.close() {
+			t.Fatal("close not idempotent")
+		}
+		f.flush()
+		if len(f.pubs) != 3 {
+			t.Fatalf("%d records after close", len(f.pubs))
+		}
+		for i, r := range f.pubs {
+			if r.Flags&FlagClosed == 0 || r.Epoch != uint64(i) {
+				t.Fatalf("record %d: %+v", i, r)
+			}
+		}
+		if f.pubs[0].Len != 4 {
+			t.Fatalf("partial length %d", f.pubs[0].Len)
+		}
+		if _, err := f.w.post(0x1, 10, PostOptions{}, nil); !errors.Is(err, ErrClosed) {
+			t.Fatalf("post after close: %v", err)
+		}
+		if _, err := f.w.incEpoch(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("IncEpoch after close: %v", err)
+		}
+		f.arrive(1, 1, arriveClosed)
+		want := StateClosedNack
+		if mode == CloseSilent {
+			want = StateClosedSilent
+		}
+		if e := f.w.entry(0); e.State != want || e.NDesc != 0 {
+			t.Fatalf("entry %+v", e)
+		}
+		f.w.knock(KnockNack)
+		f.w.knock(KnockDrop)
+		f.w.knock(KnockDrop)
+		if s := f.w.Stats(); s.Nacks != 1 || s.Drops != 2 || s.EpochsCompleted != 0 || s.Posted != 0 {
+			t.Fatalf("stats %+v", s)
+		}
+		// Released buffers of a closed window are not re-posted.
+		for b := range f.w.held {
+			if err := f.w.release(b); err != nil {
+				t.Fatal(err)
+			}
+			if b.state != bufDone {
+				t.Fatal("buffer re-posted to a closed window")
+			}
+		}
+		if bind, _, _ := f.w.takeActions(); len(bind) != 0 {
+			t.Fatal("bind after close")
+		}
+	}
+}
+
+func TestWindowPostErrors(t *testing.T) {
+	if _, err := newWindowState(1, WindowOptions{Kind: EpochOps}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("ops window without threshold: %v", err)
+	}
+	if _, err := newWindowState(1, WindowOptions{Kind: 9}); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	if _, err := newWindowState(1, WindowOptions{Keep: -1}); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	w, _ := newWindowState(1, WindowOptions{Threshold: 100, MaxPosted: 2})
+	if _, err := w.post(1, 50, PostOptions{}, nil); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("threshold beyond the buffer: %v", err)
+	}
+	if _, err := w.post(1, 0, PostOptions{}, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatal(err)
+	}
+	if _, err := w.post(1, 50, PostOptions{Threshold: 50}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.post(1, 100, PostOptions{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.post(1, 100, PostOptions{}, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("beyond MaxPosted: %v", err)
+	}
+	if err := w.release(w.pending[0]); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("release of a pending buffer: %v", err)
+	}
+}
+
+// Arrivals for many epochs, from several senders, in random order: every
+// epoch is handed over exactly once, in order, with the right counts.
+func TestWindowRandomOrder(t *testing.T) {
+	for seed := uint64(0); seed < 50; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		kind := EpochBytes
+		if seed%2 == 1 {
+			kind = EpochOps
+		}
+		const epochs, puts = 12, 5
+		o := WindowOptions{Kind: kind, Keep: 3} // bytes: the buffer length
+		if kind == EpochOps {
+			o.Threshold = puts
+		}
+		f := newFixture(t, o)
+		type arrival struct{ gen, n uint64 }
+		var arr []arrival
+		for g := uint64(0); g < epochs; g++ {
+			f.post(puts*10, PostOptions{})
+			for p := 0; p < puts; p++ {
+				arr = append(arr, arrival{g, 10})
+			}
+		}
+		f.flush()
+		rng.Shuffle(len(arr), func(i, j int) { arr[i], arr[j] = arr[j], arr[i] })
+		for _, a := range arr {
+			if r := f.w.arrive(a.gen, a.n); r != arriveCounted {
+				t.Fatalf("seed %d: %v", seed, r)
+			}
+			if rng.IntN(3) == 0 {
+				f.flush() // unbinds complete at random moments
+			}
+		}
+		f.flush()
+		if len(f.pubs) != epochs {
+			t.Fatalf("seed %d: %d epochs handed over", seed, len(f.pubs))
+		}
+		for i, r := range f.pubs {
+			if r.Epoch != uint64(i) || r.Len != puts*10 || r.Ops != puts || r.Flags != 0 {
+				t.Fatalf("seed %d: record %d %+v", seed, i, r)
+			}
+		}
+	}
+}

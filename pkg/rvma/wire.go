@@ -1,0 +1,503 @@
+package rvma
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+)
+
+// This file holds every format that crosses the network or is shared with a
+// NIC: the 32-bit immediate, the descriptor table entry, the eager header
+// and the control messages. All multi-byte integers are little endian: both
+// ends run this library and the NIC never interprets them. See docs/rvma.md,
+// section 5.
+
+// ImmKind is the kind of an immediate, its two top bits.
+type ImmKind uint8
+
+// Immediate kinds.
+const (
+	// KindData: an RDMA WRITE WITH IMMEDIATE of a zero-copy put into the
+	// buffer of generation Gen of window Slot.
+	KindData ImmKind = 0
+	// KindEager: a SEND WITH IMMEDIATE of a small put for generation Gen
+	// of window Slot; the payload is an EagerHeader and the data.
+	KindEager ImmKind = 1
+	// KindNotice: an RDMA WRITE WITH IMMEDIATE of an Entry into the
+	// sender's view slot Slot.
+	KindNotice ImmKind = 2
+	// KindCtrl: a SEND WITH IMMEDIATE of a control message (Slot and Gen
+	// are 0), or a zero-length RDMA WRITE WITH IMMEDIATE, a knock, that
+	// reports a put refused by the sender's library against window Slot,
+	// with the KnockReason in Gen.
+	KindCtrl ImmKind = 3
+)
+
+func (k ImmKind) String() string {
+	switch k {
+	case KindData:
+		return "data"
+	case KindEager:
+		return "eager"
+	case KindNotice:
+		return "notice"
+	case KindCtrl:
+		return "ctrl"
+	}
+	return fmt.Sprintf("ImmKind(%d)", uint8(k))
+}
+
+const (
+	slotBits = 20
+	genBits  = 10
+	genMod   = 1 << genBits
+	slotMask = 1<<slotBits - 1
+	genMask  = genMod - 1
+)
+
+// Imm is a decoded immediate: kind (2 bits), slot (20 bits), generation
+// modulo 1024 (10 bits).
+type Imm struct {
+	Kind ImmKind
+	Slot uint32
+	Gen  uint16
+}
+
+// Encode packs the immediate. It fails with ErrInvalid when a field does
+// not fit its bits.
+func (i Imm) Encode() (uint32, error) {
+	if i.Kind > KindCtrl || i.Slot > slotMask || i.Gen > genMask {
+		return 0, invalidf("immediate out of range: kind %d slot %d gen %d", i.Kind, i.Slot, i.Gen)
+	}
+	return uint32(i.Kind)<<(slotBits+genBits) | i.Slot<<genBits | uint32(i.Gen), nil
+}
+
+// ParseImm unpacks an immediate. Every 32-bit value is a valid encoding;
+// whether the slot exists is the caller's to check.
+func ParseImm(v uint32) Imm {
+	return Imm{Kind: ImmKind(v >> (slotBits + genBits)), Slot: v >> genBits & slotMask, Gen: uint16(v & genMask)}
+}
+
+// GenLow returns the bits of a generation that an immediate carries.
+func GenLow(gen uint64) uint16 { return uint16(gen & genMask) }
+
+// ExpandGen recovers a full generation from its low bits: the unique G with
+// G ≡ low (mod 1024) in [head-512, head+512), clamped so that no result is
+// negative (for head < 512 the range is [0, 1024)).
+func ExpandGen(head uint64, low uint16) uint64 {
+	base := uint64(0)
+	if head >= genMod/2 {
+		base = head - genMod/2
+	}
+	// the first G >= base with G ≡ low (mod genMod)
+	g := base - base%genMod + uint64(low&genMask)
+	if g < base {
+		g += genMod
+	}
+	return g
+}
+
+// KnockReason says why a sender's library refused a put locally (carried
+// in the generation bits of a KindCtrl knock).
+type KnockReason uint16
+
+// Knock reasons.
+const (
+	KnockNack KnockReason = 1 // the window is closed with NACK: the put failed with ErrMailboxClosed
+	KnockDrop KnockReason = 2 // the window is closed silently: the put was dropped
+)
+
+// EpochKind says whether a window's threshold counts bytes or operations.
+type EpochKind uint8
+
+// Epoch kinds (the paper's EPOCH_BYTES and EPOCH_OPS).
+const (
+	EpochBytes EpochKind = 1
+	EpochOps   EpochKind = 2
+)
+
+func (k EpochKind) String() string {
+	switch k {
+	case EpochBytes:
+		return "bytes"
+	case EpochOps:
+		return "ops"
+	}
+	return fmt.Sprintf("EpochKind(%d)", uint8(k))
+}
+
+// EntryState is the state of a window as its descriptor entry publishes it.
+type EntryState uint8
+
+// Entry states.
+const (
+	StateOpen         EntryState = 1
+	StateClosedNack   EntryState = 2 // closed; puts fail with ErrMailboxClosed
+	StateClosedSilent EntryState = 3 // closed; puts are dropped and counted
+)
+
+func (s EntryState) String() string {
+	switch s {
+	case StateOpen:
+		return "open"
+	case StateClosedNack:
+		return "closed (nack)"
+	case StateClosedSilent:
+		return "closed (silent)"
+	}
+	return fmt.Sprintf("EntryState(%d)", uint8(s))
+}
+
+// Desc describes one posted buffer to senders: where the NIC writes (a
+// type 1 memory window's address and rkey), how long it is and the
+// threshold of its epoch. It is library-internal: applications never see
+// it.
+type Desc struct {
+	Addr      uint64
+	RKey      uint32
+	Len       uint32
+	Threshold uint64
+}
+
+// MaxDescs is the number of posted buffers an entry describes: the head
+// and the two after it.
+const MaxDescs = 3
+
+// EntrySize is the length of an encoded Entry.
+const EntrySize = 128
+
+// Entry is one slot of a receiver's descriptor table, and what the
+// receiver pushes into its subscribers' view slots.
+type Entry struct {
+	Seq         uint64 // even; bumped by 2 on every change
+	Mailbox     Mailbox
+	Incarnation uint32
+	State       EntryState
+	Kind        EpochKind
+	NDesc       uint16 // valid descriptors in Descs, 0..MaxDescs
+	Head        uint64 // the generation of Descs[0]
+	Descs       [MaxDescs]Desc
+	Last        Desc // the newest completed buffer still kept (for Get); zero if none
+}
+
+// Desc returns the descriptor of generation gen and whether the entry has
+// it.
+func (e *Entry) Desc(gen uint64) (Desc, bool) {
+	if gen < e.Head || gen-e.Head >= uint64(e.NDesc) {
+		return Desc{}, false
+	}
+	return e.Descs[gen-e.Head], true
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Entry layout offsets.
+const (
+	entSeq   = 0
+	entMbox  = 8
+	entInc   = 16
+	entState = 20
+	entKind  = 21
+	entNDesc = 22
+	entHead  = 24
+	entDescs = 32 // MaxDescs × 24 bytes
+	entLast  = 104
+	entCRC   = 120
+	entSeqLo = 124
+	descSize = 24
+)
+
+// MarshalEntry encodes e into b (at least EntrySize bytes) as a stable
+// entry: the checksum covers bytes 0..119 and the low half of Seq is
+// repeated at the end. It fails with ErrInvalid for an odd Seq, too many
+// descriptors or a short b.
+func MarshalEntry(b []byte, e *Entry) error {
+	if len(b) < EntrySize {
+		return invalidf("entry buffer of %d bytes, need %d", len(b), EntrySize)
+	}
+	if e.Seq&1 != 0 {
+		return invalidf("entry sequence %d is odd", e.Seq)
+	}
+	if e.NDesc > MaxDescs {
+		return invalidf("entry with %d descriptors, at most %d", e.NDesc, MaxDescs)
+	}
+	le := binary.LittleEndian
+	le.PutUint64(b[entSeq:], e.Seq)
+	le.PutUint64(b[entMbox:], uint64(e.Mailbox))
+	le.PutUint32(b[entInc:], e.Incarnation)
+	b[entState] = byte(e.State)
+	b[entKind] = byte(e.Kind)
+	le.PutUint16(b[entNDesc:], e.NDesc)
+	le.PutUint64(b[entHead:], e.Head)
+	for i := 0; i < MaxDescs; i++ {
+		putDesc(b[entDescs+i*descSize:], e.Descs[i])
+	}
+	le.PutUint64(b[entLast:], e.Last.Addr)
+	le.PutUint32(b[entLast+8:], e.Last.RKey)
+	le.PutUint32(b[entLast+12:], e.Last.Len)
+	le.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
+	le.PutUint32(b[entSeqLo:], uint32(e.Seq))
+	return nil
+}
+
+func putDesc(b []byte, d Desc) {
+	le := binary.LittleEndian
+	le.PutUint64(b[0:], d.Addr)
+	le.PutUint32(b[8:], d.RKey)
+	le.PutUint32(b[12:], d.Len)
+	le.PutUint64(b[16:], d.Threshold)
+}
+
+func getDesc(b []byte) Desc {
+	le := binary.LittleEndian
+	return Desc{Addr: le.Uint64(b[0:]), RKey: le.Uint32(b[8:]), Len: le.Uint32(b[12:]), Threshold: le.Uint64(b[16:])}
+}
+
+// ErrTorn is wrapped (with ErrInvalid) by UnmarshalEntry for an entry that
+// is being written or was read torn: read it again.
+var ErrTorn = fmt.Errorf("%w: entry torn or being written", ErrInvalid)
+
+// UnmarshalEntry decodes an entry read from a descriptor table or a view
+// slot. It fails with ErrTorn when the entry is being written or was read
+// while it changed (odd sequence, sequence halves that differ, or a
+// checksum mismatch: RDMA gives no atomicity beyond a byte, so the checksum
+// is what detects a torn read whatever order the NIC read the bytes in),
+// and with ErrInvalid for a short buffer or fields out of range.
+func UnmarshalEntry(b []byte) (Entry, error) {
+	var e Entry
+	if len(b) < EntrySize {
+		return e, invalidf("entry of %d bytes, need %d", len(b), EntrySize)
+	}
+	le := binary.LittleEndian
+	e.Seq = le.Uint64(b[entSeq:])
+	if e.Seq&1 != 0 || uint32(e.Seq) != le.Uint32(b[entSeqLo:]) ||
+		le.Uint32(b[entCRC:]) != crc32.Checksum(b[:entCRC], castagnoli) {
+		return e, ErrTorn
+	}
+	e.Mailbox = Mailbox(le.Uint64(b[entMbox:]))
+	e.Incarnation = le.Uint32(b[entInc:])
+	e.State = EntryState(b[entState])
+	e.Kind = EpochKind(b[entKind])
+	e.NDesc = le.Uint16(b[entNDesc:])
+	e.Head = le.Uint64(b[entHead:])
+	if e.Seq == 0 {
+		return e, invalidf("entry never written")
+	}
+	if e.State < StateOpen || e.State > StateClosedSilent {
+		return e, invalidf("entry state %d", e.State)
+	}
+	if e.Kind != EpochBytes && e.Kind != EpochOps {
+		return e, invalidf("entry epoch kind %d", e.Kind)
+	}
+	if e.NDesc > MaxDescs {
+		return e, invalidf("entry with %d descriptors", e.NDesc)
+	}
+	for i := 0; i < MaxDescs; i++ {
+		e.Descs[i] = getDesc(b[entDescs+i*descSize:])
+	}
+	e.Last = Desc{Addr: le.Uint64(b[entLast:]), RKey: le.Uint32(b[entLast+8:]), Len: le.Uint32(b[entLast+12:])}
+	return e, nil
+}
+
+// EagerHeaderSize is the length of the header in front of an eager put's
+// data.
+const EagerHeaderSize = 16
+
+// EagerHeader precedes the data of an eager put (a SEND WITH IMMEDIATE of
+// kind KindEager).
+type EagerHeader struct {
+	Offset uint64 // where the data goes in the target buffer
+	Seq    uint32 // the sender's per-link eager sequence number, echoed in EAGERACK and NACK
+	Flags  uint16 // reserved, 0
+}
+
+// AppendEager appends the header and data of an eager put to b.
+func AppendEager(b []byte, h EagerHeader, data []byte) []byte {
+	var hdr [EagerHeaderSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(hdr[0:], h.Offset)
+	le.PutUint32(hdr[8:], h.Seq)
+	le.PutUint16(hdr[12:], h.Flags)
+	return append(append(b, hdr[:]...), data...)
+}
+
+// ParseEager splits a received eager payload into its header and data (a
+// sub-slice of b). It fails with ErrInvalid for a short payload, non-zero
+// reserved bits, or an offset plus length that overflows.
+func ParseEager(b []byte) (EagerHeader, []byte, error) {
+	if len(b) < EagerHeaderSize {
+		return EagerHeader{}, nil, invalidf("eager payload of %d bytes, header is %d", len(b), EagerHeaderSize)
+	}
+	le := binary.LittleEndian
+	h := EagerHeader{Offset: le.Uint64(b[0:]), Seq: le.Uint32(b[8:]), Flags: le.Uint16(b[12:])}
+	if h.Flags != 0 || le.Uint16(b[14:]) != 0 {
+		return EagerHeader{}, nil, invalidf("eager header with reserved bits set")
+	}
+	data := b[EagerHeaderSize:]
+	if h.Offset+uint64(len(data)) < h.Offset {
+		return EagerHeader{}, nil, invalidf("eager offset %d overflows", h.Offset)
+	}
+	return h, data, nil
+}
+
+// CtrlType is the type of a control message.
+type CtrlType uint8
+
+// Control message types.
+const (
+	CtrlResolve  CtrlType = 1 // sender → receiver: Mailbox, ViewSlot
+	CtrlResolved CtrlType = 2 // receiver → sender: Slot, Incarnation (Seq echoes the request)
+	CtrlNack     CtrlType = 3 // receiver → sender: Reason (Seq echoes a resolve or an eager put)
+	CtrlEagerAck CtrlType = 4 // receiver → sender: every eager put up to Seq is placed
+)
+
+func (t CtrlType) String() string {
+	switch t {
+	case CtrlResolve:
+		return "RESOLVE"
+	case CtrlResolved:
+		return "RESOLVED"
+	case CtrlNack:
+		return "NACK"
+	case CtrlEagerAck:
+		return "EAGERACK"
+	}
+	return fmt.Sprintf("CtrlType(%d)", uint8(t))
+}
+
+// NackReason says why a receiver refused a resolve or an eager put.
+type NackReason uint8
+
+// NACK reasons.
+const (
+	NackNoMailbox NackReason = 1
+	NackClosed    NackReason = 2
+	NackStale     NackReason = 3
+	NackTooLarge  NackReason = 4
+	NackNoBuffer  NackReason = 5
+)
+
+// Err returns the sentinel error a NACK reason stands for (ErrInvalid for
+// an unknown reason).
+func (r NackReason) Err() error {
+	switch r {
+	case NackNoMailbox:
+		return ErrNoMailbox
+	case NackClosed:
+		return ErrMailboxClosed
+	case NackStale:
+		return ErrStale
+	case NackTooLarge:
+		return ErrTooLarge
+	case NackNoBuffer:
+		return ErrNoBuffer
+	}
+	return invalidf("unknown NACK reason %d", r)
+}
+
+// Ctrl is a control message. Which fields are meaningful depends on Type.
+type Ctrl struct {
+	Type        CtrlType
+	Seq         uint32
+	Mailbox     Mailbox    // RESOLVE
+	ViewSlot    uint32     // RESOLVE
+	Slot        uint32     // RESOLVED
+	Incarnation uint32     // RESOLVED
+	Reason      NackReason // NACK
+}
+
+const ctrlHeader = 8
+
+func ctrlLen(t CtrlType) int {
+	switch t {
+	case CtrlResolve:
+		return ctrlHeader + 12
+	case CtrlResolved:
+		return ctrlHeader + 8
+	case CtrlNack:
+		return ctrlHeader + 4
+	case CtrlEagerAck:
+		return ctrlHeader
+	}
+	return -1
+}
+
+// MaxCtrlSize is the length of the longest control message.
+const MaxCtrlSize = ctrlHeader + 12
+
+// AppendCtrl appends the encoding of m to b. It fails with ErrInvalid for
+// an unknown type or a field out of range.
+func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
+	n := ctrlLen(m.Type)
+	if n < 0 {
+		return b, invalidf("control message type %d", m.Type)
+	}
+	if m.Type == CtrlResolve && m.ViewSlot > slotMask {
+		return b, invalidf("view slot %d out of range", m.ViewSlot)
+	}
+	if m.Type == CtrlResolved && m.Slot > slotMask {
+		return b, invalidf("slot %d out of range", m.Slot)
+	}
+	if m.Type == CtrlNack {
+		if m.Reason < NackNoMailbox || m.Reason > NackNoBuffer {
+			return b, invalidf("NACK reason %d", m.Reason)
+		}
+	}
+	out := make([]byte, n)
+	le := binary.LittleEndian
+	out[0] = byte(m.Type)
+	le.PutUint32(out[4:], m.Seq)
+	switch m.Type {
+	case CtrlResolve:
+		le.PutUint64(out[8:], uint64(m.Mailbox))
+		le.PutUint32(out[16:], m.ViewSlot)
+	case CtrlResolved:
+		le.PutUint32(out[8:], m.Slot)
+		le.PutUint32(out[12:], m.Incarnation)
+	case CtrlNack:
+		out[8] = byte(m.Reason)
+	}
+	return append(b, out...), nil
+}
+
+// ParseCtrl decodes a control message. It fails with ErrInvalid for an
+// unknown type, a length that does not match the type, non-zero reserved
+// bytes or fields out of range.
+func ParseCtrl(b []byte) (Ctrl, error) {
+	if len(b) < ctrlHeader {
+		return Ctrl{}, invalidf("control message of %d bytes", len(b))
+	}
+	m := Ctrl{Type: CtrlType(b[0])}
+	n := ctrlLen(m.Type)
+	if n < 0 {
+		return Ctrl{}, invalidf("control message type %d", b[0])
+	}
+	if len(b) != n {
+		return Ctrl{}, invalidf("%v of %d bytes, want %d", m.Type, len(b), n)
+	}
+	if b[1]|b[2]|b[3] != 0 {
+		return Ctrl{}, invalidf("%v with reserved bytes set", m.Type)
+	}
+	le := binary.LittleEndian
+	m.Seq = le.Uint32(b[4:])
+	switch m.Type {
+	case CtrlResolve:
+		m.Mailbox = Mailbox(le.Uint64(b[8:]))
+		m.ViewSlot = le.Uint32(b[16:])
+		if m.ViewSlot > slotMask {
+			return Ctrl{}, invalidf("RESOLVE view slot %d out of range", m.ViewSlot)
+		}
+	case CtrlResolved:
+		m.Slot = le.Uint32(b[8:])
+		m.Incarnation = le.Uint32(b[12:])
+		if m.Slot > slotMask {
+			return Ctrl{}, invalidf("RESOLVED slot %d out of range", m.Slot)
+		}
+	case CtrlNack:
+		m.Reason = NackReason(b[8])
+		if m.Reason < NackNoMailbox || m.Reason > NackNoBuffer || b[9]|b[10]|b[11] != 0 {
+			return Ctrl{}, invalidf("NACK reason %d", b[8])
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,252 @@
+package rvma
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestImmRoundTrip(t *testing.T) {
+	for _, i := range []Imm{
+		{KindData, 0, 0}, {KindEager, slotMask, genMask}, {KindNotice, 12345, 0}, {KindCtrl, 1, uint16(KnockDrop)},
+	} {
+		v, err := i.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ParseImm(v); got != i {
+			t.Fatalf("%+v -> %#x -> %+v", i, v, got)
+		}
+	}
+	for _, bad := range []Imm{{4, 0, 0}, {0, slotMask + 1, 0}, {0, 0, genMask + 1}} {
+		if _, err := bad.Encode(); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	v, _ := Imm{KindEager, 0x5A5A5, 0x2AB}.Encode()
+	if v != 1<<30|0x5A5A5<<10|0x2AB {
+		t.Fatalf("layout %#x", v)
+	}
+}
+
+func TestExpandGen(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 100000; i++ {
+		head := rng.Uint64N(1 << 40)
+		if i%4 == 0 {
+			head = rng.Uint64N(2000)
+		}
+		lo := uint64(0)
+		if head >= genMod/2 {
+			lo = head - genMod/2
+		}
+		g := lo + rng.Uint64N(genMod)
+		if got := ExpandGen(head, GenLow(g)); got != g {
+			t.Fatalf("head %d gen %d: got %d", head, g, got)
+		}
+	}
+}
+
+func sampleEntry() Entry {
+	return Entry{Seq: 42, Mailbox: 0x11FF0011, Incarnation: 3, State: StateOpen, Kind: EpochOps, NDesc: 2, Head: 1 << 33,
+		Descs: [MaxDescs]Desc{{0x7f0000001000, 0xabcd01, 4096, 4}, {0x7f0000002000, 0xabcd02, 8192, 4}},
+		Last:  Desc{Addr: 0x7f0000000000, RKey: 0x99, Len: 4096}}
+}
+
+func TestEntryRoundTrip(t *testing.T) {
+	e := sampleEntry()
+	b := make([]byte, EntrySize)
+	if err := MarshalEntry(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalEntry(b)
+	if err != nil || got != e {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if d, ok := got.Desc(1<<33 + 1); !ok || d.RKey != 0xabcd02 {
+		t.Fatal("Desc(head+1)")
+	}
+	if _, ok := got.Desc(1<<33 + 2); ok {
+		t.Fatal("Desc beyond NDesc")
+	}
+	if _, ok := got.Desc(1<<33 - 1); ok {
+		t.Fatal("Desc before head")
+	}
+	odd := e
+	odd.Seq = 43
+	if err := MarshalEntry(b, &odd); !errors.Is(err, ErrInvalid) {
+		t.Fatal("odd seq marshalled")
+	}
+	if err := MarshalEntry(b[:10], &e); !errors.Is(err, ErrInvalid) {
+		t.Fatal("short buffer")
+	}
+}
+
+// Any single changed byte, and any mixture of two versions, is detected.
+func TestEntryTorn(t *testing.T) {
+	e1, e2 := sampleEntry(), sampleEntry()
+	e2.Seq, e2.Head, e2.Descs[0].RKey = 44, e1.Head+1, 0xabcd09
+	b1, b2 := make([]byte, EntrySize), make([]byte, EntrySize)
+	_ = MarshalEntry(b1, &e1)
+	_ = MarshalEntry(b2, &e2)
+	for i := 0; i < EntrySize; i++ {
+		c := bytes.Clone(b1)
+		c[i] ^= 0x40
+		if _, err := UnmarshalEntry(c); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("byte %d flipped: accepted", i)
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := 0; i < 20000; i++ {
+		c := make([]byte, EntrySize)
+		same1, same2 := true, true
+		for j := range c {
+			if rng.IntN(2) == 0 {
+				c[j] = b1[j]
+			} else {
+				c[j] = b2[j]
+			}
+			same1 = same1 && c[j] == b1[j]
+			same2 = same2 && c[j] == b2[j]
+		}
+		got, err := UnmarshalEntry(c)
+		if err == nil && !same1 && !same2 {
+			t.Fatalf("torn mixture accepted: %+v", got)
+		}
+	}
+	// Being written: odd sequence at the start.
+	c := bytes.Clone(b1)
+	c[0] |= 1
+	if _, err := UnmarshalEntry(c); !errors.Is(err, ErrTorn) {
+		t.Fatalf("odd seq: %v", err)
+	}
+	if _, err := UnmarshalEntry(make([]byte, EntrySize)); !errors.Is(err, ErrInvalid) {
+		t.Fatal("zero entry accepted")
+	}
+}
+
+func TestEager(t *testing.T) {
+	b := AppendEager(nil, EagerHeader{Offset: 4096, Seq: 7}, []byte("hello"))
+	h, data, err := ParseEager(b)
+	if err != nil || h.Offset != 4096 || h.Seq != 7 || string(data) != "hello" {
+		t.Fatalf("%+v %q %v", h, data, err)
+	}
+	if _, _, err := ParseEager(b[:EagerHeaderSize-1]); !errors.Is(err, ErrInvalid) {
+		t.Fatal("short header")
+	}
+	bad := bytes.Clone(b)
+	bad[15] = 1
+	if _, _, err := ParseEager(bad); !errors.Is(err, ErrInvalid) {
+		t.Fatal("reserved bits")
+	}
+	of := AppendEager(nil, EagerHeader{Offset: ^uint64(0) - 1}, []byte("xyz"))
+	if _, _, err := ParseEager(of); !errors.Is(err, ErrInvalid) {
+		t.Fatal("overflow accepted")
+	}
+}
+
+func TestCtrl(t *testing.T) {
+	for _, m := range []Ctrl{
+		{Type: CtrlResolve, Seq: 1, Mailbox: 0xFFFF_FFFF_FFFF_FFFF, ViewSlot: slotMask},
+		{Type: CtrlResolved, Seq: 2, Slot: 17, Incarnation: 9},
+		{Type: CtrlNack, Seq: 3, Reason: NackStale},
+		{Type: CtrlEagerAck, Seq: 4},
+	} {
+		b, err := AppendCtrl(nil, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > MaxCtrlSize {
+			t.Fatalf("%v: %d bytes", m.Type, len(b))
+		}
+		got, err := ParseCtrl(b)
+		if err != nil || got != m {
+			t.Fatalf("%+v -> %+v %v", m, got, err)
+		}
+		if _, err := ParseCtrl(append(b, 0)); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%v with a trailing byte accepted", m.Type)
+		}
+	}
+	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
+		{Type: CtrlResolve, ViewSlot: slotMask + 1}, {Type: CtrlResolved, Slot: slotMask + 1}} {
+		if _, err := AppendCtrl(nil, m); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%+v encoded", m)
+		}
+	}
+	if _, err := ParseCtrl([]byte{byte(CtrlEagerAck), 1, 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrInvalid) {
+		t.Fatal("reserved bytes accepted")
+	}
+	for r := NackNoMailbox; r <= NackNoBuffer; r++ {
+		if err := r.Err(); err == nil || errors.Is(err, ErrInvalid) {
+			t.Fatalf("reason %d: %v", r, err)
+		}
+	}
+	if !errors.Is(NackReason(0).Err(), ErrInvalid) {
+		t.Fatal("unknown reason")
+	}
+}
+
+func FuzzParseImm(f *testing.F) {
+	f.Add(uint32(0))
+	f.Add(uint32(0xFFFFFFFF))
+	f.Fuzz(func(t *testing.T, v uint32) {
+		i := ParseImm(v)
+		w, err := i.Encode()
+		if err != nil || w != v {
+			t.Fatalf("%#x -> %+v -> %#x %v", v, i, w, err)
+		}
+	})
+}
+
+func FuzzUnmarshalEntry(f *testing.F) {
+	e := sampleEntry()
+	b := make([]byte, EntrySize)
+	_ = MarshalEntry(b, &e)
+	f.Add(b)
+	f.Add(make([]byte, EntrySize))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := UnmarshalEntry(b)
+		if err != nil {
+			return
+		}
+		c := make([]byte, EntrySize)
+		if err := MarshalEntry(c, &e); err != nil {
+			t.Fatalf("accepted entry does not marshal: %v", err)
+		}
+		if !bytes.Equal(c, b[:EntrySize]) {
+			t.Fatalf("round trip differs:\n%x\n%x", b[:EntrySize], c)
+		}
+	})
+}
+
+func FuzzParseCtrl(f *testing.F) {
+	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed}, {Type: CtrlEagerAck, Seq: 9}} {
+		b, _ := AppendCtrl(nil, m)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ParseCtrl(b)
+		if err != nil {
+			return
+		}
+		c, err := AppendCtrl(nil, m)
+		if err != nil || !bytes.Equal(b, c) {
+			t.Fatalf("%x -> %+v -> %x %v", b, m, c, err)
+		}
+	})
+}
+
+func FuzzParseEager(f *testing.F) {
+	f.Add(AppendEager(nil, EagerHeader{Offset: 1, Seq: 2}, []byte("x")))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, data, err := ParseEager(b)
+		if err != nil {
+			return
+		}
+		if c := AppendEager(nil, h, data); !bytes.Equal(b, c) {
+			t.Fatalf("round trip differs")
+		}
+	})
+}
