@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=1 timeout=300 gobuild=./cmd/rvmad
+# lab: guests=1 timeout=420 gobuild=./cmd/rvmad
 #
 # rvmad provisioning SoftRoCE. The lab's own rxe link is deleted first, so
 # that rvmad creates one on the same netdev (checked with rdma link),
@@ -78,7 +78,7 @@ rdma link add "$LAB_DEVICE" type rxe netdev "$netdev"
 expect_fail() { # WANT_TEXT ARGS...: rvmad serve ARGS must exit non-zero, saying WANT_TEXT, without a trace
 	local want=$1 rc=0
 	shift
-	timeout 20 "$RVMAD" serve --listen 127.0.0.1:9473 "$@" >/tmp/fail.out 2>&1 || rc=$?
+	timeout 90 "$RVMAD" serve --listen 127.0.0.1:9473 "$@" >/tmp/fail.out 2>&1 || rc=$?
 	sed 's/^/    /' /tmp/fail.out
 	[ $rc -ne 0 ] || lab_fail "rvmad $* exited 0"
 	[ $rc -ne 124 ] || lab_fail "rvmad $* hung"

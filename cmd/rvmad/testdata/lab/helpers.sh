@@ -4,7 +4,7 @@
 #   rvmad_start LOG ARGS...      start "$LAB_BIN/rvmad serve ARGS" in the background, log to LOG; sets RVMAD_PID
 #   rvmad_stop [PID]             SIGTERM rvmad, wait, fail unless it exits 0 within 15 s
 #   http_ok URL                  true when URL answers 200
-#   wait_http URL [SECS]         wait until URL answers 200 (default 30 s)
+#   wait_http URL [SECS]         wait until URL answers 200 (default 60 s)
 #   scrape URL FILE              save the metrics at URL in FILE
 #   metric FILE SERIES           the value of SERIES (name{labels} exactly as exposed), fails when absent
 #   ge A B                       true when number A >= number B (floats, exponents)
@@ -46,7 +46,7 @@ http_ok() {
 }
 
 wait_http() {
-	local url=$1 secs=${2:-30} n=0
+	local url=$1 secs=${2:-60} n=0
 	until http_ok "$url"; do
 		n=$((n + 1))
 		[ $n -le $((secs * 10)) ] || { wget -q -O- "$url" 2>&1 || true; lab_fail "$url not 200 after ${secs}s"; }
