@@ -10,14 +10,14 @@ var errDropped = fmt.Errorf("rvma: put dropped by a silently closed mailbox")
 // senderView is a sender's cached view of one remote window: the last
 // entry the receiver pushed (or the sender read), and the sender's own
 // contributions to each generation. It chooses the generation a put
-// targets without a round trip (docs/rvma.md, section 5):
-//
-//   - the oldest generation, from the entry's head on, to which this sender
-//     has not itself contributed the threshold;
-//   - a generation is left behind when this sender's own contributions
-//     reach its threshold (it then certainly completes: other senders can
-//     only add), when an entry shows a later head, or when a put to it was
-//     refused as stale.
+// targets without a round trip (docs/rvma.md, section 5): the oldest
+// generation, from the entry's head (or past a generation refused as
+// stale) on, to which this sender has not itself contributed the
+// threshold. A generation whose threshold this sender reached alone
+// certainly completes (other senders can only add), so it is never
+// targeted again; a put taken back (abort: it failed before being placed)
+// removes its contribution, so its generation is targeted again — that is
+// what keeps an epoch from being abandoned when a put to it is flushed.
 //
 // It is not safe for concurrent use.
 type senderView struct {
@@ -25,11 +25,14 @@ type senderView struct {
 	incarnation uint32
 	entry       Entry
 	valid       bool
-	cursor      uint64
+	floor       uint64 // no generation below it is targeted: max(entry head, last stale + 1)
 	mine        map[uint64]contrib
 }
 
-type contrib struct{ bytes, ops uint64 }
+type contrib struct {
+	bytes, ops uint64
+	full       bool // this sender alone reached the generation's threshold
+}
 
 func newSenderView(mb Mailbox, incarnation uint32) *senderView {
 	return &senderView{mailbox: mb, incarnation: incarnation, mine: map[uint64]contrib{}}
@@ -47,15 +50,29 @@ func (v *senderView) update(e Entry) bool {
 		return false
 	}
 	v.entry, v.valid = e, true
-	if e.Head > v.cursor {
-		v.cursor = e.Head
+	v.raise(e.Head)
+	return true
+}
+
+func (v *senderView) raise(floor uint64) {
+	if floor <= v.floor {
+		return
 	}
+	v.floor = floor
 	for g := range v.mine {
-		if g < e.Head {
+		if g < floor {
 			delete(v.mine, g)
 		}
 	}
-	return true
+}
+
+// next returns the generation the next put targets.
+func (v *senderView) next() uint64 {
+	g := v.floor
+	for v.mine[g].full {
+		g++
+	}
+	return g
 }
 
 // target returns the generation and descriptor a put of n bytes at offset
@@ -72,39 +89,35 @@ func (v *senderView) target(off, n uint64) (uint64, Desc, error) {
 	case StateClosedSilent:
 		return 0, Desc{}, errDropped
 	}
-	d, ok := v.entry.Desc(v.cursor)
+	g := v.next()
+	d, ok := v.entry.Desc(g)
 	if !ok {
-		return v.cursor, Desc{}, ErrNoBuffer
+		return g, Desc{}, ErrNoBuffer
 	}
 	if off > uint64(d.Len) || n > uint64(d.Len)-off {
-		return v.cursor, d, fmt.Errorf("%d bytes at offset %d into a buffer of %d: %w", n, off, d.Len, ErrTooLarge)
+		return g, d, fmt.Errorf("%d bytes at offset %d into a buffer of %d: %w", n, off, d.Len, ErrTooLarge)
 	}
-	return v.cursor, d, nil
+	return g, d, nil
 }
 
-// commit records a put of n bytes issued to generation gen, and moves on
-// when this sender's own contributions reach the generation's threshold.
+// commit records a put of n bytes issued to generation gen (which target
+// returned, with its descriptor's threshold).
 func (v *senderView) commit(gen, n uint64) {
 	c := v.mine[gen]
 	c.bytes += n
 	c.ops++
+	if d, ok := v.entry.Desc(gen); ok {
+		c.full = c.bytes >= d.Threshold
+		if v.entry.Kind == EpochOps {
+			c.full = c.ops >= d.Threshold
+		}
+	}
 	v.mine[gen] = c
-	d, ok := v.entry.Desc(gen)
-	if !ok {
-		return
-	}
-	full := c.bytes >= d.Threshold
-	if v.entry.Kind == EpochOps {
-		full = c.ops >= d.Threshold
-	}
-	if full && gen >= v.cursor {
-		v.cursor = gen + 1
-	}
 }
 
-// abort takes back a put that failed for another reason than staleness (it
-// was never counted by the receiver). The cursor is not moved back: puts
-// issued after it may already target a later generation.
+// abort takes back a put that failed before being placed (flushed behind
+// a refused put, or its link failed): its generation is targeted again if
+// this sender's contribution no longer reaches the threshold.
 func (v *senderView) abort(gen, n uint64) {
 	c, ok := v.mine[gen]
 	if !ok {
@@ -114,13 +127,16 @@ func (v *senderView) abort(gen, n uint64) {
 	if c.ops > 0 {
 		c.ops--
 	}
+	c.full = false
+	if d, ok := v.entry.Desc(gen); ok {
+		c.full = c.bytes >= d.Threshold
+		if v.entry.Kind == EpochOps {
+			c.full = c.ops >= d.Threshold
+		}
+	}
 	v.mine[gen] = c
 }
 
-// stale records that a put to gen was refused because gen had completed.
-func (v *senderView) stale(gen uint64) {
-	if gen+1 > v.cursor {
-		v.cursor = gen + 1
-	}
-	delete(v.mine, gen)
-}
+// stale records that a put to gen was refused because gen had completed:
+// no generation up to gen is targeted again.
+func (v *senderView) stale(gen uint64) { v.raise(gen + 1) }

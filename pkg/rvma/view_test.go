@@ -69,13 +69,18 @@ func TestViewSeveralSenders(t *testing.T) {
 		t.Fatalf("gen %d %v after stale", gen, err)
 	}
 	v.stale(0) // older: no effect
-	if v.cursor != 2 {
-		t.Fatal("cursor went back")
+	if v.next() != 2 {
+		t.Fatal("view went back")
 	}
-	v.commit(2, 10)
-	v.abort(2, 10)
-	if c := v.mine[2]; c.ops != 0 || c.bytes != 0 {
-		t.Fatalf("abort left %+v", c)
+	for i := 0; i < 4; i++ {
+		v.commit(2, 10)
+	}
+	if v.next() != 3 {
+		t.Fatal("own threshold reached: must move on")
+	}
+	v.abort(2, 10) // a flushed put: gen 2 is targeted again
+	if c := v.mine[2]; c.ops != 3 || c.bytes != 30 || c.full || v.next() != 2 {
+		t.Fatalf("abort left %+v, next %d", c, v.next())
 	}
 	v.abort(9, 1)
 }
