@@ -80,7 +80,7 @@ func (s *Service) warnUnknownSpeed(devs []string) {
 			if err != nil || info.Netdev == "" || s.fs.NetdevSpeedKnown(info.Netdev) {
 				continue
 			}
-			s.log.Warn("the netdev under this RoCE port reports no speed: the kernel logs \"speed is unknown\" each time the port is queried, so at every scrape; give it one (ethtool -s NETDEV speed 10000 duplex full)",
+			s.log.Warn("the netdev under this RoCE port reports no speed: the kernel logs \"speed is unknown\" each time the port is queried, so at every scrape; give it one (ethtool -s "+info.Netdev+" speed 10000 duplex full)",
 				"device", d, "port", p, "netdev", info.Netdev)
 		}
 	}
