@@ -14,6 +14,14 @@
 // round trip, except read_lat which is one operation), write_bw, read_bw.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
+//
+// The binary turns off asynchronous preemption: a CPU profile of the Go
+// write_lat loop under TCG spent 19% of its samples in runtime.asyncPreempt
+// (a signal every 10 ms to the spinning goroutine, each saving every vector
+// register of -cpu max). The spin loops still reach cooperative
+// preemption points.
+//
+//go:debug asyncpreemptoff=1
 package main
 
 import (

@@ -27,7 +27,9 @@ type bench struct {
 	max    int // size of the send area and of the receive area
 	peer   verbs.Remote
 	wcs    []verbs.WC
-	rxPost int
+
+	recvChain []verbs.RecvWR // preallocated receive requests
+	recvSize  int
 }
 
 const rxDepth = 64
@@ -337,16 +339,17 @@ func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration,
 }
 
 func (b *bench) postRecvs(n, size int) error {
-	wrs := make([]verbs.RecvWR, n)
-	for i := range wrs {
-		wrs[i] = verbs.RecvWR{ID: uint64(i)}
-		if size > 0 {
-			wrs[i].SGL = []verbs.SGE{b.mr.SGE(b.max, size)}
-		} else {
-			wrs[i].SGL = []verbs.SGE{b.mr.SGE(b.max, b.max)}
-		}
+	if size <= 0 {
+		size = b.max
 	}
-	return b.qp.PostRecv(wrs...)
+	if len(b.recvChain) < n || b.recvSize != size {
+		b.recvChain = make([]verbs.RecvWR, max(n, rxDepth))
+		for i := range b.recvChain {
+			b.recvChain[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE(b.max, size)}}
+		}
+		b.recvSize = size
+	}
+	return b.qp.PostRecv(b.recvChain[:n]...)
 }
 
 // sendLat is perftest's send latency ping-pong: the client sends and waits
@@ -416,9 +419,9 @@ func (b *bench) readLat(ctx context.Context, size int) ([]time.Duration, error) 
 	return samples, nil
 }
 
-// bw keeps TxDepth work requests in flight, posted in chains of up to
-// CQMod with only the last one signaled, and measures from the first post
-// to the last completion.
+// bw keeps up to TxDepth work requests in flight, as perftest does, with
+// every CQMod-th one signaled; the free slots are filled with one chained
+// post per call. It measures from the first post to the last completion.
 func (b *bench) bw(ctx context.Context, size int, read bool) (BWStats, error) {
 	iters, depth, mod := b.cfg.Iters, b.cfg.TxDepth, min(b.cfg.CQMod, b.cfg.TxDepth)
 	op := verbs.OpWrite
@@ -440,15 +443,18 @@ func (b *bench) bw(ctx context.Context, size int, read bool) (BWStats, error) {
 	last := start
 	for completed < iters {
 		for posted < iters {
-			n := min(mod-posted%mod, iters-posted)
-			if posted-completed+n > depth {
+			// Fill the free slots, cutting chains at the signaled WRs.
+			n := min(mod-posted%mod, iters-posted, depth-(posted-completed))
+			if n <= 0 {
 				break
 			}
 			for i := 0; i < n; i++ {
 				chain[i].Flags &^= verbs.SendSignaled
 			}
-			chain[n-1].Flags |= verbs.SendSignaled
-			chain[n-1].ID = uint64(posted + n)
+			if end := posted + n; end%mod == 0 || end == iters {
+				chain[n-1].Flags |= verbs.SendSignaled
+				chain[n-1].ID = uint64(end)
+			}
 			if err := b.qp.PostSend(chain[:n]...); err != nil {
 				return BWStats{}, err
 			}
