@@ -60,8 +60,9 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 		"-chardev", con, "-serial", "chardev:con",
 		// fd 3 is the pipe the lab reads the kernel log from.
 		"-chardev", "file,id=kmsg,path=/dev/fd/3", "-serial", "chardev:kmsg",
-		"-netdev", fmt.Sprintf("dgram,id=net0,local.type=unix,local.path=%s,remote.type=unix,remote.path=%s", guestSock(sockDir, i), hubAddr(sockDir)),
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=52:54:00:4c:41:%02x", i),
+		"-netdev", fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s", hubAddr(sockDir)),
+		// A speed, so that rxe's port queries do not log "speed is unknown".
+		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=52:54:00:4c:41:%02x,speed=10000,duplex=full", i),
 		"-fsdev", "local,id=lab,path=" + l.Root + ",security_model=none,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-pci,fsdev=lab,mount_tag=lab",
 		"-fsdev", "local,id=labrun,path=" + runDir + ",security_model=none,multidevs=remap",

@@ -3,69 +3,130 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
 )
 
+// dialHub connects a fake qemu NIC to the hub.
+func dialHub(t *testing.T, dir string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("unix", hubAddr(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func sendFrame(t *testing.T, c net.Conn, payload []byte) {
+	t.Helper()
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(len(payload)))
+	if _, err := c.Write(append(hdr[:], payload...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func recvFrame(c net.Conn, wait time.Duration) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(wait))
+	var hdr [4]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	_, err := io.ReadFull(c, buf)
+	return buf, err
+}
+
 func TestHubRepeatsToOthersOnly(t *testing.T) {
 	dir := t.TempDir()
-	h, err := newHub(dir, 3)
+	h, err := newHub(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	var g [3]*net.UnixConn
-	for i := range g {
-		c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: guestSock(dir, i+1), Net: "unixgram"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		g[i] = c
-	}
+	g := []net.Conn{dialHub(t, dir), dialHub(t, dir), dialHub(t, dir)}
+	waitPorts(t, h, 3)
 	frame := []byte("an ethernet frame from guest 1")
-	if _, err := g[0].WriteToUnix(frame, &net.UnixAddr{Name: hubAddr(dir), Net: "unixgram"}); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 100; i++ {
+		sendFrame(t, g[0], frame)
 	}
-	buf := make([]byte, 100)
 	for _, i := range []int{1, 2} {
-		g[i].SetReadDeadline(time.Now().Add(5 * time.Second))
-		n, err := g[i].Read(buf)
-		if err != nil || !bytes.Equal(buf[:n], frame) {
-			t.Fatalf("guest %d got %q, %v", i+1, buf[:n], err)
+		for n := 0; n < 100; n++ {
+			got, err := recvFrame(g[i], 5*time.Second)
+			if err != nil || !bytes.Equal(got, frame) {
+				t.Fatalf("guest %d frame %d: %q, %v", i+1, n, got, err)
+			}
 		}
 	}
-	g[0].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if n, err := g[0].Read(buf); err == nil {
-		t.Fatalf("the sender got its own frame back: %q", buf[:n])
+	if got, err := recvFrame(g[0], 200*time.Millisecond); err == nil {
+		t.Fatalf("the sender got its own frame back: %q", got)
+	}
+	if h.frames.Load() != 100 || h.dropped.Load() != 0 {
+		t.Errorf("frames %d dropped %d", h.frames.Load(), h.dropped.Load())
 	}
 }
 
-func TestHubSurvivesAbsentGuests(t *testing.T) {
+// A guest that reads nothing loses frames (counted) but does not hold up
+// the others.
+func TestHubSlowGuestDoesNotBlockOthers(t *testing.T) {
 	dir := t.TempDir()
-	h, err := newHub(dir, 4)
+	h, err := newHub(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: guestSock(dir, 1), Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for i := 0; i < 10; i++ { // guests 2..4 have no socket yet
-		if _, err := c.WriteToUnix([]byte("x"), &net.UnixAddr{Name: hubAddr(dir), Net: "unixgram"}); err != nil {
-			t.Fatal(err)
+	defer h.Close()
+	src, fast, _ := dialHub(t, dir), dialHub(t, dir), dialHub(t, dir) // the third never reads
+	waitPorts(t, h, 3)
+	frame := bytes.Repeat([]byte{0xab}, 1500)
+	const n = 3 * hubQueue
+	go func() {
+		for i := 0; i < n; i++ {
+			sendFrame(t, src, frame)
+		}
+	}()
+	for i := 0; i < n; i++ {
+		if _, err := recvFrame(fast, 10*time.Second); err != nil {
+			t.Fatalf("fast guest stalled after %d frames: %v", i, err)
 		}
 	}
-	done := make(chan error)
-	go func() { done <- h.Close() }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("hub did not close")
+	if h.dropped.Load() == 0 {
+		t.Error("no frame counted as dropped for the guest that never reads")
 	}
+}
+
+func TestHubRejectsBadFraming(t *testing.T) {
+	dir := t.TempDir()
+	h, err := newHub(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	bad, good := dialHub(t, dir), dialHub(t, dir)
+	waitPorts(t, h, 2)
+	bad.Write([]byte{0xff, 0xff, 0xff, 0xff}) // a 4 GiB frame
+	waitPorts(t, h, 1)
+	sendFrame(t, good, []byte("still works"))
+	if h.frames.Load() != 1 {
+		t.Errorf("frames = %d", h.frames.Load())
+	}
+}
+
+func waitPorts(t *testing.T, h *hub, n int) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		h.mu.Lock()
+		got := len(h.outs)
+		h.mu.Unlock()
+		if got == n {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("hub never had %d guests", n)
 }
 
 func TestUnsignedLen(t *testing.T) {

@@ -240,14 +240,14 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 		return nil, err
 	}
 	defer os.RemoveAll(sockDir)
-	h, err := newHub(sockDir, s.Guests)
+	h, err := newHub(sockDir)
 	if err != nil {
 		return nil, fmt.Errorf("lab network: %w", err)
 	}
 	defer func() {
 		h.Close()
 		if s.Guests > 1 {
-			l.out.printf("[%s] lab network: %d frames repeated, %d undeliverable (guest not up or gone)\n", s.Name, h.frames, h.lost)
+			l.out.printf("[%s] lab network: %d frames repeated, %d dropped (a guest's queue full)\n", s.Name, h.frames.Load(), h.dropped.Load())
 		}
 	}()
 
