@@ -1,10 +1,12 @@
 #!/bin/bash
-# lab: guests=2 timeout=180
+# lab: guests=2 timeout=240 gobuild=./cmd/rvmad
 #
 # `make demo`: two SoftRoCE hosts. Each shows its rxe device and our kernel
-# module; then they move data between them over RDMA and check it.
+# module and starts rvmad; then they move data between them over RDMA and
+# check it, and rvmad shows which counters moved.
 # Later parts of the stack add their own acts below.
 set -euo pipefail
+source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 
 say() { printf '\n== %s\n' "$*"; }
 server=$(lab_peer 1)
@@ -15,6 +17,7 @@ ibv_devinfo -d "$LAB_DEVICE" | grep -E 'hca_id|state|active_mtu|link_layer'
 say "guest $LAB_INDEX: our kernel module"
 grep rdmaplus /proc/modules
 ls -l "$LAB_KMOD_DEV"
+rvmad_demo_begin
 
 if [ "$LAB_ROLE" = server ]; then
 	# rping's server can miss the client's disconnect and wait forever; the
@@ -41,3 +44,5 @@ else
 	lab_wait pingpong-ready
 	ibv_rc_pingpong -d "$LAB_DEVICE" -g 1 -s 4096 -n 200 -c "$server"
 fi
+
+rvmad_demo_end
