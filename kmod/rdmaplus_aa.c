@@ -133,12 +133,11 @@ static struct {
  * regs->ip here makes the probed function return regs->ax at once.
  */
 asm(".pushsection .text, \"ax\"\n"
-    ".type rdmaplus_aa_skip, @function\n"
-    "rdmaplus_aa_skip:\n\t"
-    ASM_RET
-    ".size rdmaplus_aa_skip, .-rdmaplus_aa_skip\n"
-    ".popsection\n");
-void rdmaplus_aa_skip(void);
+	".type rdmaplus_aa_skip, @function\n"
+	"rdmaplus_aa_skip:\n\t"
+	ASM_RET
+	".size rdmaplus_aa_skip, .-rdmaplus_aa_skip\n"
+	".popsection\n");
 
 /* ---- log ------------------------------------------------------------- */
 
@@ -154,6 +153,7 @@ static u32 aa_entry_len(u32 data_len)
  */
 static bool aa_fits(struct aa_domain *d, const u32 *lens, int n)
 {
+	/* pairs with the consumer's release of tail: its reads are done */
 	u64 tail = smp_load_acquire(&d->ring->tail);
 	u64 head = d->head;
 	u64 used = head - tail;
@@ -206,7 +206,11 @@ static void aa_signal(struct aa_domain *d)
 /* Publish entries written since the last commit; d->lock held. */
 static void aa_commit(struct aa_domain *d, u32 n)
 {
+	/* entries before head_seq and head: pair with the consumer's
+	 * acquire loads of head_seq and head
+	 */
 	smp_store_release(&d->ring->head_seq, d->seq);
+	/* and head_seq before head */
 	smp_store_release(&d->ring->head, d->head);
 	d->unsignalled += n;
 	if (d->threshold && d->unsignalled >= d->threshold)
@@ -226,6 +230,73 @@ static void aa_timer_fn(struct timer_list *t)
 	if (d->timer_on)
 		mod_timer(&d->timer, jiffies + msecs_to_jiffies(d->interval_ms));
 	spin_unlock_irqrestore(&d->lock, flags);
+}
+
+/* ---- source identity ---------------------------------------------------
+ *
+ * rxe_mr_copy and iova_to_vaddr do not see the QP. A probe on
+ * rxe_responder(qp) records which QP this context is serving; within one
+ * responder call nothing else runs a responder in the same context before
+ * the packet's data is copied, so the copy hook can read the record back.
+ * Softirq context has one record per CPU; process context (loopback runs
+ * the responder inline from the poster's system call, preemptibly) keeps
+ * one per task in a small hash, so a preempted or migrated task finds its
+ * own record or none. A record that does not look like a live rxe_qp is
+ * ignored: the entry then says 0 (unknown).
+ */
+struct aa_cur {
+	raw_spinlock_t lock;
+	void *task;
+	void *qp;
+};
+
+static DEFINE_PER_CPU(struct aa_cur, aa_cur_soft);
+#define AA_TASK_BITS 6
+static struct aa_cur aa_cur_task[1 << AA_TASK_BITS];
+
+static struct aa_cur *aa_cur_slot(void)
+{
+	if (in_serving_softirq())
+		return this_cpu_ptr(&aa_cur_soft);
+	return &aa_cur_task[hash_ptr(current, AA_TASK_BITS)];
+}
+
+static int aa_resp_pre(struct kprobe *p, struct pt_regs *regs)
+{
+	struct aa_cur *c = aa_cur_slot();
+	unsigned long flags;
+
+	raw_spin_lock_irqsave(&c->lock, flags);
+	c->task = current;
+	c->qp = (void *)regs->di;
+	raw_spin_unlock_irqrestore(&c->lock, flags);
+	return 0;
+}
+NOKPROBE_SYMBOL(aa_resp_pre);
+
+/* struct rxe_qp starts with struct ib_qp, then struct rxe_pool_elem
+ * {pool; obj; ...} whose obj points at the rxe_qp, then struct ib_qp_attr.
+ */
+#define AA_QP_ELEM_OFF	ALIGN(sizeof(struct ib_qp), 8)
+
+static void aa_source(u32 *qpn, u32 *src_qpn)
+{
+	struct aa_cur *c = aa_cur_slot();
+	struct ib_qp_attr *attr;
+	unsigned long flags;
+	void *qp = NULL;
+
+	raw_spin_lock_irqsave(&c->lock, flags);
+	if (c->task == current)
+		qp = c->qp;
+	raw_spin_unlock_irqrestore(&c->lock, flags);
+	if (!qp || aa_ibmr_off < 0 ||
+	    ((void **)((u8 *)qp + AA_QP_ELEM_OFF))[1] != qp)
+		return;
+	*qpn = ((struct ib_qp *)qp)->qp_num;
+	attr = (struct ib_qp_attr *)((u8 *)qp + AA_QP_ELEM_OFF + aa_ibmr_off);
+	if (attr->qp_state <= IB_QPS_ERR && attr->dest_qp_num < (1U << 24))
+		*src_qpn = attr->dest_qp_num;
 }
 
 /* ---- hooks ----------------------------------------------------------- */
@@ -340,7 +411,7 @@ static bool aa_room(struct aa_seg *s, int n)
 }
 
 static void aa_log(struct aa_seg *s, struct aa_mr *m, u16 op, u16 flags,
-		   const u8 *data, u64 value)
+		   const u8 *data, u64 value, const u32 *src)
 {
 	struct aa_domain *d = s->d;
 	struct rdmaplus_aa_entry *e = aa_reserve(d, s->elen);
@@ -353,6 +424,8 @@ static void aa_log(struct aa_seg *s, struct aa_mr *m, u16 op, u16 flags,
 	e->length = s->len;
 	e->domain = d->id;
 	e->key = m->rkey ? m->rkey : m->lkey;
+	e->qpn = src[0];
+	e->src_qpn = src[1];
 	e->time_ns = ktime_get_ns();
 	e->value = value;
 	if (dlen && data) {
@@ -385,12 +458,13 @@ static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		     int n)
 {
 	const u8 *payload = (const u8 *)regs->dx;
-	unsigned long flags;
-	u32 from = 0, to = 0;
+	u32 from = 0, to = 0, src[2] = { 0, 0 };
 	bool any = false, all = true;
+	unsigned long flags;
 	int i;
 
 	atomic64_inc(&aa_st.writes);
+	aa_source(&src[0], &src[1]);
 	for (i = 0; i < n; i++) {
 		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_WL | RDMAPLUS_AA_WLD)))
 			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_WLD ?
@@ -419,7 +493,7 @@ static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		if (s[i].elen)
 			aa_log(&s[i], m, RDMAPLUS_AA_OP_WRITE,
 			       s[i].bits & RDMAPLUS_AA_W ? 0 : RDMAPLUS_AA_F_SUPPRESSED,
-			       payload + s[i].off, 0);
+			       payload + s[i].off, 0, src);
 	aa_commit_segs(s, n);
 	aa_unlock_domains(s, n, flags);
 
@@ -436,12 +510,13 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		    int n)
 {
 	u8 *payload = (u8 *)regs->dx;
-	unsigned long flags;
 	bool want_data = false, any = false, all = true;
-	u32 from = 0, to = 0;
+	u32 from = 0, to = 0, src[2] = { 0, 0 };
+	unsigned long flags;
 	int i;
 
 	atomic64_inc(&aa_st.reads);
+	aa_source(&src[0], &src[1]);
 	for (i = 0; i < n; i++) {
 		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_RL | RDMAPLUS_AA_RLD)))
 			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_RLD ?
@@ -489,7 +564,7 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		if (s[i].elen)
 			aa_log(&s[i], m, RDMAPLUS_AA_OP_READ,
 			       s[i].bits & RDMAPLUS_AA_R ? 0 : RDMAPLUS_AA_F_SUPPRESSED,
-			       payload + s[i].off, 0);
+			       payload + s[i].off, 0, src);
 	aa_commit_segs(s, n);
 	aa_unlock_domains(s, n, flags);
 
@@ -578,8 +653,11 @@ static int aa_atomic_pre(struct kprobe *p, struct pt_regs *regs)
 			refuse = 1;
 			goto out;
 		}
+		u32 src[2] = { 0, 0 };
+
+		aa_source(&src[0], &src[1]);
 		aa_log(&s[0], m, RDMAPLUS_AA_OP_ATOMIC, 0,
-		       data ? (u8 *)&value : NULL, value);
+		       data ? (u8 *)&value : NULL, value, src);
 		aa_commit_segs(s, 1);
 		aa_unlock_domains(s, 1, flags);
 	}
@@ -643,7 +721,10 @@ NOKPROBE_SYMBOL(aa_dereg_pre);
 static struct kprobe aa_kp_copy = { .pre_handler = aa_copy_pre };
 static struct kprobe aa_kp_atomic = { .pre_handler = aa_atomic_pre };
 static struct kprobe aa_kp_dereg = { .pre_handler = aa_dereg_pre };
-static struct kprobe *aa_kps[] = { &aa_kp_dereg, &aa_kp_copy, &aa_kp_atomic };
+static struct kprobe aa_kp_resp = { .pre_handler = aa_resp_pre };
+static struct kprobe *aa_kps[] = {
+	&aa_kp_dereg, &aa_kp_resp, &aa_kp_copy, &aa_kp_atomic
+};
 
 /* Register the probes and pin rdma_rxe; aa_mutex held. */
 static int aa_hook(struct module *owner)
@@ -1303,6 +1384,7 @@ __poll_t rdmaplus_aa_poll(struct rdmaplus_aa_ctx *ctx, struct file *file,
 	poll_wait(file, &ctx->wq, wait);
 	mutex_lock(&aa_mutex);
 	list_for_each_entry(d, &ctx->domains, node)
+		/* pairs with aa_commit's release */
 		if (smp_load_acquire(&d->ring->head) !=
 		    READ_ONCE(d->ring->tail))
 			mask |= EPOLLIN | EPOLLRDNORM;
@@ -1336,19 +1418,22 @@ int rdmaplus_aa_init(void)
 {
 	int (*size_offset)(unsigned long addr, unsigned long *size,
 			   unsigned long *off);
-	unsigned long copy, iova, dereg, off = 0;
-	int ret;
+	unsigned long copy, iova, dereg, resp, off = 0;
+	int ret, i;
 
 	INIT_WORK(&aa_gc_work, aa_gc);
 	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
 	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
 	aa_copy_data_start = aa_kallsyms("rdma_rxe:copy_data");
 	dereg = aa_kallsyms("ib_core:ib_dereg_mr_user");
+	resp = aa_kallsyms("rdma_rxe:rxe_responder");
 	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
-	if (!copy || !iova || !aa_copy_data_start || !dereg || !size_offset) {
-		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, ib_dereg_mr_user %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
+	if (!copy || !iova || !aa_copy_data_start || !dereg || !resp ||
+	    !size_offset) {
+		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, ib_dereg_mr_user %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
 		       copy ? "found" : "missing", iova ? "found" : "missing",
 		       aa_copy_data_start ? "found" : "missing",
+		       resp ? "found" : "missing",
 		       dereg ? "found" : "missing");
 		return -ENOENT;
 	}
@@ -1362,6 +1447,11 @@ int rdmaplus_aa_init(void)
 	aa_kp_copy.addr = (kprobe_opcode_t *)copy;
 	aa_kp_atomic.addr = (kprobe_opcode_t *)iova;
 	aa_kp_dereg.addr = (kprobe_opcode_t *)dereg;
+	aa_kp_resp.addr = (kprobe_opcode_t *)resp;
+	for (i = 0; i < ARRAY_SIZE(aa_cur_task); i++)
+		raw_spin_lock_init(&aa_cur_task[i].lock);
+	for_each_possible_cpu(i)
+		raw_spin_lock_init(&per_cpu_ptr(&aa_cur_soft, i)->lock);
 
 	ret = ib_register_client(&aa_client);
 	if (ret) {

@@ -199,8 +199,8 @@ struct rdmaplus_aa_ring {
 
 /* Log entry flags. */
 #define RDMAPLUS_AA_F_DATA	(1U << 0) /* data_len bytes of data follow */
-#define RDMAPLUS_AA_F_SUPPRESSED (1U << 1) /* W=0: memory unchanged;
-					    * R=0: the reader got zeros */
+/* W=0: memory unchanged; R=0: the reader got zeros */
+#define RDMAPLUS_AA_F_SUPPRESSED (1U << 1)
 
 /**
  * struct rdmaplus_aa_entry - one access log entry (64 bytes, then data)

@@ -189,3 +189,14 @@ func idle(t *testing.T, d *kmod.Device) kmod.Stats {
 	}
 	return st
 }
+
+// checkSource checks that entries name the target's QP that served them
+// and the source's QP that issued them.
+func (p *pair) checkSource(es []kmod.Entry) {
+	p.t.Helper()
+	for _, e := range es {
+		if e.QPN != p.dst.qp.QPN() || e.SrcQPN != p.src.qp.QPN() {
+			p.t.Fatalf("entry %d names QP %d from %d, want %d from %d", e.Seq, e.QPN, e.SrcQPN, p.dst.qp.QPN(), p.src.qp.QPN())
+		}
+	}
+}

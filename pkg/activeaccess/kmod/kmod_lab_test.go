@@ -56,6 +56,7 @@ func TestLabWriteLogged(t *testing.T) {
 		e.Domain != dm.ID() || e.Key != p.key() || e.Suppressed || !bytes.Equal(e.Data, data) {
 		t.Fatalf("entry %+v", e)
 	}
+	p.checkSource(es)
 
 	// A 3-page write from inside page 0: 1024-byte packets straddle page
 	// boundaries; pages 0 and 1 are armed, page 2 is not.
@@ -82,6 +83,7 @@ func TestLabWriteLogged(t *testing.T) {
 		}
 		got = append(got, e.Data...)
 	}
+	p.checkSource(es)
 	if want := big[:2*page-300]; !bytes.Equal(got, want) {
 		t.Fatalf("logged %d bytes, want the %d bytes that hit pages 0 and 1", len(got), len(want))
 	}
@@ -169,6 +171,7 @@ func TestLabReads(t *testing.T) {
 		}
 		logged = append(logged, e.Data...)
 	}
+	p.checkSource(es)
 	if !bytes.Equal(logged, mem[1000:3000]) {
 		t.Fatalf("logged %d bytes, not the data served", len(logged))
 	}
@@ -230,6 +233,7 @@ func TestLabAtomics(t *testing.T) {
 	if len(es) != 1 || es[0].Op != kmod.OpAtomic || es[0].Value != 5 || es[0].IOVA != p.addr(64) || len(es[0].Data) != 8 {
 		t.Fatalf("entries %+v", es)
 	}
+	p.checkSource(es)
 	if err := dm.Arm(p.key(), p.addr(page), page, kmod.R|kmod.WL); err != nil {
 		t.Fatal(err)
 	}
@@ -377,6 +381,7 @@ func TestLabFlood(t *testing.T) {
 			t.Fatalf("entry %d: seq %d at %#x, %d data bytes", i, e.Seq, e.IOVA, len(e.Data))
 		}
 	}
+	p.checkSource(all)
 	t.Logf("with credits: %d writes, %d entries, all in order", n, len(all))
 
 	// Without credits: 400 writes in flight, nobody draining.

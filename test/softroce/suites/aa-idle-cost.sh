@@ -21,7 +21,7 @@ set -euo pipefail
 ko=$LAB_KMODS
 rounds=${AA_ROUNDS:-9}
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-probes() { grep -c "rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user" /sys/kernel/debug/kprobes/list || true; }
+probes() { grep -c "rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder" /sys/kernel/debug/kprobes/list || true; }
 
 bw() {
 	ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 65536 -n 400 >/tmp/bw.srv 2>&1 &
@@ -59,7 +59,7 @@ for r in $(seq "$rounds"); do
 	echo "none $(bw | tee -a /tmp/none)"
 	insmod "$ko"
 	armed_on
-	[ "$(probes)" = 3 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
+	[ "$(probes)" = 4 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
 	echo "armed $(bw | tee -a /tmp/armed)"
 	armed_off
 done
