@@ -15,13 +15,11 @@
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
 //
-// The binary turns off asynchronous preemption: a CPU profile of the Go
-// write_lat loop under TCG spent 19% of its samples in runtime.asyncPreempt
-// (a signal every 10 ms to the spinning goroutine, each saving every vector
-// register of -cpu max). The spin loops still reach cooperative
-// preemption points.
-//
-//go:debug asyncpreemptoff=1
+// rdmaperf re-executes itself with GODEBUG=asyncpreemptoff=1: a CPU profile
+// of the Go write_lat loop under TCG spent 19% of its samples in
+// runtime.asyncPreempt (a signal every 10 ms to the spinning goroutine, each
+// saving every vector register of -cpu max). The spin loops still reach
+// cooperative preemption points.
 package main
 
 import (
@@ -34,6 +32,8 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strings"
+	"syscall"
 	"time"
 )
 
@@ -52,6 +52,18 @@ type config struct {
 }
 
 func main() {
+	if !strings.Contains(os.Getenv("GODEBUG"), "asyncpreemptoff") {
+		env := []string{"GODEBUG=asyncpreemptoff=1," + os.Getenv("GODEBUG")}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GODEBUG=") {
+				env = append(env, kv)
+			}
+		}
+		if self, err := os.Executable(); err == nil {
+			err = syscall.Exec(self, os.Args, env)
+			log.Printf("re-exec with asyncpreemptoff failed: %v", err)
+		}
+	}
 	var (
 		dev     = flag.String("d", "", "RDMA device (default: the first)")
 		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
