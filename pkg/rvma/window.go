@@ -145,7 +145,9 @@ type buffer struct {
 
 	comp     *Completion
 	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
-	done     chan struct{} // closed when the epoch is handed over
+	done     chan struct{} // closed when the current (or, once released, the next) epoch is handed over
+	waiting  bool          // released; done already belongs to the re-post to come
+	retired  bool          // released and never to be re-posted (one-time, or the window closed)
 }
 
 // arriveResult is what the window made of an arrival.
@@ -181,7 +183,8 @@ type windowState struct {
 	pending []*buffer
 	kept    []*buffer // the last Keep handed over, oldest first
 	held    map[*buffer]struct{}
-	seq     uint64 // entry sequence
+	waiting map[*buffer]struct{} // released, waiting to leave the rewind ring to be re-posted
+	seq     uint64               // entry sequence
 	stats   Stats
 
 	toBind, toUnbind, published []*buffer
@@ -192,7 +195,8 @@ func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &windowState{mailbox: mb, opts: o, state: StateOpen, held: map[*buffer]struct{}{}, seq: 2}, nil
+	return &windowState{mailbox: mb, opts: o, state: StateOpen, held: map[*buffer]struct{}{},
+		waiting: map[*buffer]struct{}{}, seq: 2}, nil
 }
 
 func (w *windowState) closed() bool { return w.state != StateOpen }
@@ -246,7 +250,11 @@ func (w *windowState) enqueue(b *buffer) {
 	if b.comp != nil {
 		b.armedSeq = b.comp.Seq()
 	}
-	b.done = make(chan struct{})
+	if !b.waiting {
+		b.done = make(chan struct{})
+	}
+	b.waiting = false
+	delete(w.waiting, b)
 	w.pending = append(w.pending, b)
 	w.toBind = append(w.toBind, b)
 }
@@ -402,6 +410,11 @@ func (w *windowState) close() bool {
 	if w.opts.CloseMode == CloseSilent {
 		w.state = StateClosedSilent
 	}
+	for b := range w.waiting {
+		b.retired = true
+		close(b.done)
+		delete(w.waiting, b)
+	}
 	for _, b := range w.pending {
 		b.flags |= FlagClosed
 		if b.state == bufQueued {
@@ -426,6 +439,14 @@ func (w *windowState) release(b *buffer) error {
 	}
 	b.released = true
 	delete(w.held, b)
+	if b.oneTime {
+		b.retired = true
+		return nil
+	}
+	// Waiters now wait for the next epoch of this buffer.
+	b.done = make(chan struct{})
+	b.waiting = true
+	w.waiting[b] = struct{}{}
 	w.recycle(b)
 	return nil
 }

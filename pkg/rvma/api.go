@@ -1,0 +1,296 @@
+package rvma
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// windowDriver is what a Window needs from its endpoint: binding and
+// unbinding the memory window of a buffer (asynchronously: the driver
+// reports completion with Window.bound and Window.unbound, from another
+// goroutine or later), pushing changed descriptor entries to subscribers,
+// and checking that posted memory is registered. The verbs-backed endpoint
+// implements it; tests use a fake.
+type windowDriver interface {
+	addrOf(mem []byte) (uint64, error)
+	bind(w *Window, b *buffer)
+	unbind(w *Window, b *buffer)
+	entryChanged(w *Window, e Entry)
+}
+
+// Window is the receiver's side of a mailbox (the paper's RVMA_win): a
+// threshold, a queue of posted buffers and an epoch counter. Its methods
+// are safe for concurrent use.
+type Window struct {
+	mailbox     Mailbox
+	slot        uint32
+	incarnation uint32
+	drv         windowDriver
+
+	dispatch sync.Mutex // held across taking and dispatching actions: the driver sees them in order
+	mu       sync.Mutex
+	st       *windowState
+	slab     *completionSlab
+	lastSeq  uint64
+	mems     map[*buffer][]byte
+}
+
+func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
+	st, err := newWindowState(mb, opts)
+	if err != nil {
+		return nil, fmt.Errorf("window %v: %w", mb, err)
+	}
+	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st,
+		slab: newCompletionSlab(st.opts.MaxPosted + st.opts.Keep + 64), mems: map[*buffer][]byte{}}
+	return w, nil
+}
+
+// Mailbox returns the window's mailbox address.
+func (w *Window) Mailbox() Mailbox { return w.mailbox }
+
+// Posted is a buffer posted to a window. It keeps its identity when the
+// window re-posts it after Release: Wait and Load then refer to its new
+// epoch.
+type Posted struct {
+	w   *Window
+	b   *buffer
+	mem []byte
+}
+
+// Post adds mem to the tail of the window's buffer queue (the paper's
+// RVMA_Post_buffer). mem must lie in memory the endpoint allocated (Alloc),
+// which the NIC may write. Errors wrap ErrClosed (the window is closed),
+// ErrInvalid (memory not from the endpoint, empty, too many buffers
+// posted) or ErrTooLarge (a byte threshold beyond the buffer).
+func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
+	var po PostOptions
+	if opts != nil {
+		po = *opts
+	}
+	if len(mem) == 0 {
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, invalidf("empty buffer"))
+	}
+	addr, err := w.drv.addrOf(mem)
+	if err != nil {
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
+	}
+	w.mu.Lock()
+	comp := w.slab.get()
+	if comp == nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, invalidf("no completion slot left"))
+	}
+	b, err := w.st.post(addr, uint64(len(mem)), po, comp)
+	if err != nil {
+		w.slab.put(comp)
+		w.mu.Unlock()
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
+	}
+	w.mems[b] = mem
+	w.mu.Unlock()
+	w.flush()
+	return &Posted{w: w, b: b, mem: mem}, nil
+}
+
+// flush carries out the state machine's actions outside the state lock,
+// in the order the state machine produced them (a buffer's bind is always
+// dispatched before its unbind). The driver must not call back into the
+// window synchronously.
+func (w *Window) flush() {
+	w.dispatch.Lock()
+	defer w.dispatch.Unlock()
+	w.mu.Lock()
+	bind, unbind, _ := w.st.takeActions()
+	var e Entry
+	changed := w.st.seq != w.lastSeq
+	if changed {
+		w.lastSeq = w.st.seq
+		e = w.st.entry(w.incarnation)
+	}
+	w.mu.Unlock()
+	for _, b := range bind {
+		w.drv.bind(w, b)
+	}
+	for _, b := range unbind {
+		w.drv.unbind(w, b)
+	}
+	if changed {
+		w.drv.entryChanged(w, e)
+	}
+}
+
+// bound is the driver's report that b's memory window was bound.
+func (w *Window) bound(b *buffer, d Desc) {
+	w.mu.Lock()
+	w.st.bound(b, d)
+	w.mu.Unlock()
+	w.flush()
+}
+
+// unbound is the driver's report that b's memory window no longer accepts
+// writes.
+func (w *Window) unbound(b *buffer) {
+	w.mu.Lock()
+	w.st.unbound(b)
+	w.mu.Unlock()
+	w.flush()
+}
+
+// arrive counts a put of n bytes whose immediate named generation bits
+// genLow.
+func (w *Window) arrive(genLow uint16, n uint64) arriveResult {
+	w.mu.Lock()
+	r := w.st.arrive(ExpandGen(w.st.head, genLow), n)
+	w.mu.Unlock()
+	w.flush()
+	return r
+}
+
+// knock counts a put refused by a sender's library after Close.
+func (w *Window) knock(r KnockReason) {
+	w.mu.Lock()
+	w.st.knock(r)
+	w.mu.Unlock()
+}
+
+// Epoch returns the number of epochs handed over so far, which is the
+// epoch the head buffer will hold (the paper's RVMA_Win_get_epoch).
+func (w *Window) Epoch() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.head
+}
+
+// IncEpoch hands the head buffer over now, whatever its count (the paper's
+// RVMA_Win_inc_epoch): the record carries the bytes and puts actually
+// placed and FlagPartial. It waits until the buffer no longer accepts
+// writes and its record is published. Errors wrap ErrClosed, ErrNoBuffer
+// (nothing posted) or ctx's error (the epoch still completes).
+func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
+	w.mu.Lock()
+	b, err := w.st.incEpoch()
+	var done chan struct{}
+	if b != nil {
+		done = b.done
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	w.flush()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ctx.Err())
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return b.rec, nil
+}
+
+// Rewind returns the records of up to n of the most recent epochs whose
+// buffers the window still keeps intact (WindowOptions.Keep), newest
+// first.
+func (w *Window) Rewind(n int) []Record {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.rewind(n)
+}
+
+// Close ends the window: every buffer not yet handed over is handed over
+// with FlagClosed once its memory window is unbound, later puts fail with
+// ErrMailboxClosed at their senders (or are dropped silently with
+// CloseSilent) and are counted. Close is idempotent and does not wait for
+// the unbinds; Posted.Wait does.
+func (w *Window) Close() error {
+	w.mu.Lock()
+	w.st.close()
+	w.mu.Unlock()
+	w.flush()
+	return nil
+}
+
+// Stats returns the window's counters.
+func (w *Window) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.Stats()
+}
+
+// Bytes returns the posted memory.
+func (p *Posted) Bytes() []byte { return p.mem }
+
+// Completion returns the buffer's completion pointer.
+func (p *Posted) Completion() *Completion { return p.b.comp }
+
+// Epoch returns the epoch the buffer is posted for (or held).
+func (p *Posted) Epoch() uint64 {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	return p.b.gen
+}
+
+// Load returns the buffer's record and true once its current epoch was
+// handed over; false while it is still posted.
+func (p *Posted) Load() (Record, bool) {
+	p.w.mu.Lock()
+	armed, gen := p.b.armedSeq, p.b.gen
+	p.w.mu.Unlock()
+	r, seq := p.b.comp.load()
+	if seq <= armed || r.Epoch != gen {
+		return Record{}, false
+	}
+	return r, true
+}
+
+// Wait parks the goroutine until the buffer's current epoch is handed over
+// (the paper's Monitor/MWait on the completion pointer) and returns its
+// record; on a buffer the application released, it waits for the buffer's
+// next epoch. Errors: ctx's error; ErrClosed (with the record of what
+// arrived) when the window closed before the epoch completed; ErrInvalid
+// for a released one-time buffer, which has no next epoch.
+func (p *Posted) Wait(ctx context.Context) (Record, error) {
+	p.w.mu.Lock()
+	done := p.b.done
+	p.w.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ctx.Err())
+	}
+	p.w.mu.Lock()
+	r, retired := p.b.rec, p.b.retired
+	p.w.mu.Unlock()
+	if retired {
+		if p.b.oneTime {
+			return r, fmt.Errorf("wait on window %v: one-time buffer released: %w", p.w.mailbox, ErrInvalid)
+		}
+		return r, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ErrClosed)
+	}
+	if r.Flags&FlagClosed != 0 {
+		return r, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ErrClosed)
+	}
+	return r, nil
+}
+
+// Release gives the buffer back to the window once the application is
+// done with its epoch. A reusable buffer is re-posted at the tail of the
+// queue when it has also left the rewind ring; a one-time buffer is not.
+// Errors wrap ErrInvalid when the buffer is not held by the application
+// (still posted, or already released).
+func (p *Posted) Release() error {
+	p.w.mu.Lock()
+	err := p.w.st.release(p.b)
+	p.w.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("release on window %v: %w", p.w.mailbox, err)
+	}
+	p.w.flush()
+	return nil
+}
+
+// heapAddr is the address of a slice's first byte (for drivers that hand
+// out Go or mmap memory alike).
+func heapAddr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
