@@ -14,8 +14,9 @@
 # With nothing armed the module registers no probe at all (checked here in
 # the kernel's kprobe list), so rxe runs exactly the code it runs without
 # us; what the numbers show beyond that is the noise of TCG guests sharing
-# two cores. The suite therefore fails on any idle probe, and on an idle
-# median more than 20% (far beyond that noise) below the unloaded one.
+# two cores (single runs vary by a factor of two). The suite therefore
+# fails on any idle probe, and only on a gross idle slowdown: a median of
+# the per-round ratios idle/unloaded below 0.6.
 set -euo pipefail
 
 ko=$LAB_KMODS
@@ -51,12 +52,13 @@ armed_off() {
 	rm -f /tmp/hold
 }
 
-: >/tmp/idle; : >/tmp/none; : >/tmp/armed
+: >/tmp/idle; : >/tmp/none; : >/tmp/armed; : >/tmp/ratio
 for r in $(seq "$rounds"); do
 	[ "$(probes)" = 0 ] || lab_fail "probes registered with nothing armed: $(cat /sys/kernel/debug/kprobes/list)"
-	echo "idle $(bw | tee -a /tmp/idle)"
+	i=$(bw); echo "idle $i"; echo "$i" >>/tmp/idle
 	rmmod rdmaplus
-	echo "none $(bw | tee -a /tmp/none)"
+	n=$(bw); echo "none $n"; echo "$n" >>/tmp/none
+	awk -v i="$i" -v n="$n" 'BEGIN { print i / n }' >>/tmp/ratio
 	insmod "$ko"
 	armed_on
 	[ "$(probes)" = 4 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
@@ -65,8 +67,9 @@ for r in $(seq "$rounds"); do
 done
 
 idle=$(median </tmp/idle); none=$(median </tmp/none); armed=$(median </tmp/armed)
-awk -v i="$idle" -v n="$none" -v a="$armed" 'BEGIN {
-	printf "ib_write_bw 64 KiB loopback, median MB/s: no module %.2f, module idle %.2f (%+.1f%%), module armed elsewhere %.2f (%+.1f%%)\n",
-		n, i, (i - n) / n * 100, a, (a - n) / n * 100 }' | tee "$LAB_OUT/aa-idle-cost.txt"
-awk -v i="$idle" -v n="$none" 'BEGIN { exit !(i >= 0.80 * n) }' ||
-	lab_fail "idle module more than 20% below the unloaded one"
+ratio=$(median </tmp/ratio)
+awk -v i="$idle" -v n="$none" -v a="$armed" -v r="$ratio" 'BEGIN {
+	printf "ib_write_bw 64 KiB loopback, median MB/s: no module %.2f, module idle %.2f (%+.1f%%), module armed elsewhere %.2f (%+.1f%%); median per-round idle/none %.3f\n",
+		n, i, (i - n) / n * 100, a, (a - n) / n * 100, r }' | tee "$LAB_OUT/aa-idle-cost.txt"
+awk -v r="$ratio" 'BEGIN { exit !(r >= 0.6) }' ||
+	lab_fail "idle module: median idle/unloaded ratio $ratio below 0.6"
