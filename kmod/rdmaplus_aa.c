@@ -24,11 +24,13 @@
 #include <linux/file.h>
 #include <linux/hashtable.h>
 #include <linux/idr.h>
+#include <linux/kobject.h>
 #include <linux/kprobes.h>
 #include <linux/log2.h>
 #include <linux/mm.h>
 #include <linux/module.h>
 #include <linux/slab.h>
+#include <linux/sysfs.h>
 #include <linux/timer.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
@@ -1265,47 +1267,131 @@ static long aa_disarm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	return found ? 0 : -ENOENT;
 }
 
-static long aa_stats(void __user *arg)
+static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 {
-	struct rdmaplus_aa_stats s = { .size = sizeof(s) };
 	unsigned long flags;
 	u64 missed, selfc;
-	u32 size;
 	int i;
+
+	memset(s, 0, sizeof(*s));
+	s->size = sizeof(*s);
+	mutex_lock(&aa_mutex);
+	s->hooks_armed = aa_hooked;
+	for (i = 1; i <= RDMAPLUS_AA_MAX_DOMAINS; i++)
+		if (rcu_access_pointer(aa_domains[i]))
+			s->domains++;
+	missed = aa_missed_total + aa_missed();
+	mutex_unlock(&aa_mutex);
+	spin_lock_irqsave(&aa_lock, flags);
+	s->mrs = aa_nr_mrs;
+	spin_unlock_irqrestore(&aa_lock, flags);
+	s->pages = atomic64_read(&aa_st.pages);
+	s->entries = atomic64_read(&aa_st.entries);
+	s->bytes = atomic64_read(&aa_st.bytes);
+	s->data_bytes = atomic64_read(&aa_st.data_bytes);
+	s->writes = atomic64_read(&aa_st.writes);
+	s->reads = atomic64_read(&aa_st.reads);
+	s->atomics = atomic64_read(&aa_st.atomics);
+	s->hidden_writes = atomic64_read(&aa_st.hidden_writes);
+	s->zeroed_reads = atomic64_read(&aa_st.zeroed_reads);
+	s->refused_writes = atomic64_read(&aa_st.refused_writes);
+	s->refused_atomics = atomic64_read(&aa_st.refused_atomics);
+	s->lost_reads = atomic64_read(&aa_st.lost_reads);
+	/* our own nested calls into probed functions count as misses */
+	selfc = atomic64_read(&aa_st.self_calls);
+	s->missed = missed > selfc ? missed - selfc : 0;
+}
+
+static long aa_stats(void __user *arg)
+{
+	struct rdmaplus_aa_stats s;
+	u32 size;
 
 	if (get_user(size, (u32 __user *)arg))
 		return -EFAULT;
 	if (size != sizeof(s))
 		return -EINVAL;
-	mutex_lock(&aa_mutex);
-	s.hooks_armed = aa_hooked;
-	for (i = 1; i <= RDMAPLUS_AA_MAX_DOMAINS; i++)
-		if (rcu_access_pointer(aa_domains[i]))
-			s.domains++;
-	missed = aa_missed_total + aa_missed();
-	mutex_unlock(&aa_mutex);
-	spin_lock_irqsave(&aa_lock, flags);
-	s.mrs = aa_nr_mrs;
-	spin_unlock_irqrestore(&aa_lock, flags);
-	s.pages = atomic64_read(&aa_st.pages);
-	s.entries = atomic64_read(&aa_st.entries);
-	s.bytes = atomic64_read(&aa_st.bytes);
-	s.data_bytes = atomic64_read(&aa_st.data_bytes);
-	s.writes = atomic64_read(&aa_st.writes);
-	s.reads = atomic64_read(&aa_st.reads);
-	s.atomics = atomic64_read(&aa_st.atomics);
-	s.hidden_writes = atomic64_read(&aa_st.hidden_writes);
-	s.zeroed_reads = atomic64_read(&aa_st.zeroed_reads);
-	s.refused_writes = atomic64_read(&aa_st.refused_writes);
-	s.refused_atomics = atomic64_read(&aa_st.refused_atomics);
-	s.lost_reads = atomic64_read(&aa_st.lost_reads);
-	/* our own nested calls into probed functions count as misses */
-	selfc = atomic64_read(&aa_st.self_calls);
-	s.missed = missed > selfc ? missed - selfc : 0;
+	aa_stats_fill(&s);
 	if (copy_to_user(arg, &s, sizeof(s)))
 		return -EFAULT;
 	return 0;
 }
+
+/*
+ * The same counters in sysfs, one decimal file each, for daemons:
+ * /sys/kernel/rdmaplus/aa/<name>.
+ */
+struct aa_attr {
+	struct kobj_attribute kattr;
+	size_t off;
+	size_t len;
+};
+
+static ssize_t aa_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
+			    char *buf)
+{
+	struct aa_attr *a = container_of(ka, struct aa_attr, kattr);
+	struct rdmaplus_aa_stats s;
+	u64 v;
+
+	aa_stats_fill(&s);
+	if (a->len == sizeof(u32))
+		v = *(u32 *)((u8 *)&s + a->off);
+	else
+		v = *(u64 *)((u8 *)&s + a->off);
+	return sysfs_emit(buf, "%llu\n", v);
+}
+
+#define AA_ATTR(name) \
+	static struct aa_attr aa_attr_##name = { \
+		.kattr = __ATTR(name, 0444, aa_attr_show, NULL), \
+		.off = offsetof(struct rdmaplus_aa_stats, name), \
+		.len = sizeof_field(struct rdmaplus_aa_stats, name), \
+	}
+
+AA_ATTR(hooks_armed);
+AA_ATTR(domains);
+AA_ATTR(mrs);
+AA_ATTR(pages);
+AA_ATTR(entries);
+AA_ATTR(bytes);
+AA_ATTR(data_bytes);
+AA_ATTR(writes);
+AA_ATTR(reads);
+AA_ATTR(atomics);
+AA_ATTR(hidden_writes);
+AA_ATTR(zeroed_reads);
+AA_ATTR(refused_writes);
+AA_ATTR(refused_atomics);
+AA_ATTR(lost_reads);
+AA_ATTR(missed);
+
+static struct attribute *aa_attrs[] = {
+	&aa_attr_hooks_armed.kattr.attr,
+	&aa_attr_domains.kattr.attr,
+	&aa_attr_mrs.kattr.attr,
+	&aa_attr_pages.kattr.attr,
+	&aa_attr_entries.kattr.attr,
+	&aa_attr_bytes.kattr.attr,
+	&aa_attr_data_bytes.kattr.attr,
+	&aa_attr_writes.kattr.attr,
+	&aa_attr_reads.kattr.attr,
+	&aa_attr_atomics.kattr.attr,
+	&aa_attr_hidden_writes.kattr.attr,
+	&aa_attr_zeroed_reads.kattr.attr,
+	&aa_attr_refused_writes.kattr.attr,
+	&aa_attr_refused_atomics.kattr.attr,
+	&aa_attr_lost_reads.kattr.attr,
+	&aa_attr_missed.kattr.attr,
+	NULL,
+};
+
+static const struct attribute_group aa_attr_group = {
+	.name = "aa",
+	.attrs = aa_attrs,
+};
+
+static struct kobject *aa_kobj;
 
 /* ---- file ------------------------------------------------------------- */
 
@@ -1453,13 +1539,27 @@ int rdmaplus_aa_init(void)
 	for_each_possible_cpu(i)
 		raw_spin_lock_init(&per_cpu_ptr(&aa_cur_soft, i)->lock);
 
+	aa_kobj = kobject_create_and_add("rdmaplus", kernel_kobj);
+	if (!aa_kobj)
+		return -ENOMEM;
+	ret = sysfs_create_group(aa_kobj, &aa_attr_group);
+	if (ret) {
+		pr_err("cannot create /sys/kernel/rdmaplus/aa: %d\n", ret);
+		goto err_kobj;
+	}
 	ret = ib_register_client(&aa_client);
 	if (ret) {
 		pr_err("cannot register the ib client: %d\n", ret);
-		return ret;
+		goto err_group;
 	}
 	aa_ok = true;
 	return 0;
+
+err_group:
+	sysfs_remove_group(aa_kobj, &aa_attr_group);
+err_kobj:
+	kobject_put(aa_kobj);
+	return ret;
 }
 
 void rdmaplus_aa_exit(void)
@@ -1470,6 +1570,8 @@ void rdmaplus_aa_exit(void)
 	aa_maybe_unhook();
 	mutex_unlock(&aa_mutex);
 	ib_unregister_client(&aa_client);
+	sysfs_remove_group(aa_kobj, &aa_attr_group);
+	kobject_put(aa_kobj);
 	rcu_barrier();		/* aa_mr_free_rcu callbacks */
 	aa_ok = false;
 }

@@ -38,6 +38,9 @@ func TestLabWriteLogged(t *testing.T) {
 	if !st.HooksArmed || st.Pages != 2 || st.MRs != 1 || st.Domains != 1 {
 		t.Fatalf("stats after arm: %+v", st)
 	}
+	if sy, err := kmod.StatsFromSysfs(""); err != nil || sy != st {
+		t.Fatalf("sysfs counters %+v (%v), ioctl %+v", sy, err, st)
+	}
 
 	// One small write.
 	data := pattern(100, 1)
