@@ -6,6 +6,7 @@
 # and mapped logs, W/R/WL/WLD/RL/RLD on writes, reads and atomics (bytes
 # checked), a full log refusing writes, a flood with and without credits,
 # eventfd/poll notification, local transfers left alone, deregistration,
-# misuse, isolation between processes and teardown on kill -9.
+# misuse, two concurrent sources into one log, isolation between
+# processes and teardown on kill -9.
 set -euo pipefail
 lab_gotest kmod -test.v -test.run 'TestLab' -test.timeout 280s
