@@ -792,7 +792,86 @@ static void aa_gc(struct work_struct *w)
 	mutex_unlock(&aa_mutex);
 }
 
+/*
+ * Is cand the start of the struct rxe_mr around ibmr? It starts with
+ * struct rxe_pool_elem {pool; obj; ...; u32 index;} where obj points at
+ * the rxe_mr itself and index is the key's upper 24 bits. (An empty
+ * list_head inside the elem also points at itself: pool must not.)
+ */
+static bool aa_is_rxe_mr(struct ib_mr *ibmr, u8 *cand)
+{
+	void **w = (void **)cand;
+	u32 *idx;
+
+	if (w[1] != cand || w[0] == cand || !w[0])
+		return false;
+	for (idx = (u32 *)(cand + 16); (u8 *)idx < (u8 *)ibmr; idx++)
+		if (*idx == ibmr->lkey >> 8)
+			return true;
+	return false;
+}
+
+/* Where the ib_mr sits in rxe's struct rxe_mr, found by a probe. */
+static void *aa_rxe_mr_of(struct ib_mr *ibmr)
+{
+	long off;
+
+	if (aa_ibmr_off < 0) {
+		for (off = 24; off <= 512; off += 8) {
+			if (aa_is_rxe_mr(ibmr, (u8 *)ibmr - off)) {
+				aa_ibmr_off = off;
+				pr_info("rxe_mr.ibmr at offset %ld\n", off);
+				break;
+			}
+		}
+		if (aa_ibmr_off < 0) {
+			pr_err("cannot find struct rxe_mr around an ib_mr: rxe layout not recognised\n");
+			return NULL;
+		}
+	}
+	if (!aa_is_rxe_mr(ibmr, (u8 *)ibmr - aa_ibmr_off)) {
+		pr_err_ratelimited("rxe_mr layout check failed for key %#x\n",
+				   ibmr->lkey);
+		return NULL;
+	}
+	return (u8 *)ibmr - aa_ibmr_off;
+}
+
 /* ---- devices and regions --------------------------------------------- */
+
+static bool aa_layout_bad;
+
+/*
+ * Check rxe's struct rxe_mr layout on a memory region of our own, so that
+ * an rxe the module does not know is refused when it appears (at load
+ * for the devices that exist then) rather than when a page is armed.
+ */
+static void aa_probe_layout(struct ib_device *dev)
+{
+	struct ib_pd *pd;
+	struct ib_mr *mr;
+
+	pd = ib_alloc_pd(dev, 0);
+	if (IS_ERR(pd)) {
+		pr_warn("%s: cannot allocate a PD to check rxe's layout: %ld\n",
+			dev_name(&dev->dev), PTR_ERR(pd));
+		return;
+	}
+	mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, 1);
+	if (IS_ERR(mr)) {
+		pr_warn("%s: cannot allocate an MR to check rxe's layout: %ld\n",
+			dev_name(&dev->dev), PTR_ERR(mr));
+		goto out_pd;
+	}
+	if (!aa_rxe_mr_of(mr)) {
+		pr_err("%s: struct rxe_mr layout not recognised: active access disabled\n",
+		       dev_name(&dev->dev));
+		aa_layout_bad = true;
+	}
+	ib_dereg_mr(mr);
+out_pd:
+	ib_dealloc_pd(pd);
+}
 
 static int aa_client_add(struct ib_device *dev)
 {
@@ -801,6 +880,7 @@ static int aa_client_add(struct ib_device *dev)
 
 	if (dev->ops.driver_id != RDMA_DRIVER_RXE)
 		return -EOPNOTSUPP;
+	aa_probe_layout(dev);
 	spin_lock_irqsave(&aa_dev_lock, flags);
 	for (i = 0; i < AA_MAX_DEVS; i++) {
 		if (!aa_devs[i]) {
@@ -884,51 +964,6 @@ static struct ib_mr *aa_lookup_mr(u32 key)
 	}
 	spin_unlock_irqrestore(&aa_dev_lock, flags);
 	return found ? found : ERR_PTR(-ENOENT);
-}
-
-/*
- * Is cand the start of the struct rxe_mr around ibmr? It starts with
- * struct rxe_pool_elem {pool; obj; ...; u32 index;} where obj points at
- * the rxe_mr itself and index is the key's upper 24 bits. (An empty
- * list_head inside the elem also points at itself: pool must not.)
- */
-static bool aa_is_rxe_mr(struct ib_mr *ibmr, u8 *cand)
-{
-	void **w = (void **)cand;
-	u32 *idx;
-
-	if (w[1] != cand || w[0] == cand || !w[0])
-		return false;
-	for (idx = (u32 *)(cand + 16); (u8 *)idx < (u8 *)ibmr; idx++)
-		if (*idx == ibmr->lkey >> 8)
-			return true;
-	return false;
-}
-
-/* Where the ib_mr sits in rxe's struct rxe_mr, found by a probe. */
-static void *aa_rxe_mr_of(struct ib_mr *ibmr)
-{
-	long off;
-
-	if (aa_ibmr_off < 0) {
-		for (off = 24; off <= 512; off += 8) {
-			if (aa_is_rxe_mr(ibmr, (u8 *)ibmr - off)) {
-				aa_ibmr_off = off;
-				pr_info("rxe_mr.ibmr at offset %ld\n", off);
-				break;
-			}
-		}
-		if (aa_ibmr_off < 0) {
-			pr_err("cannot find struct rxe_mr around an ib_mr: rxe layout not recognised\n");
-			return NULL;
-		}
-	}
-	if (!aa_is_rxe_mr(ibmr, (u8 *)ibmr - aa_ibmr_off)) {
-		pr_err_ratelimited("rxe_mr layout check failed for key %#x\n",
-				   ibmr->lkey);
-		return NULL;
-	}
-	return (u8 *)ibmr - aa_ibmr_off;
 }
 
 /* ---- domains ---------------------------------------------------------- */
@@ -1136,7 +1171,7 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
 	    a.iova + a.length < a.iova)
 		return -EINVAL;
-	if (!aa_ok)
+	if (!aa_ok || aa_layout_bad)
 		return -EOPNOTSUPP;
 	first = a.iova >> AA_PAGE_SHIFT;
 	last = (a.iova + a.length) >> AA_PAGE_SHIFT;
@@ -1497,7 +1532,7 @@ static unsigned long aa_kallsyms(const char *name)
 
 bool rdmaplus_aa_supported(void)
 {
-	return aa_ok;
+	return aa_ok && !aa_layout_bad;
 }
 
 int rdmaplus_aa_init(void)
@@ -1552,8 +1587,16 @@ int rdmaplus_aa_init(void)
 		pr_err("cannot register the ib client: %d\n", ret);
 		goto err_group;
 	}
+	if (aa_layout_bad) {
+		pr_err("rdma_rxe not recognised: refusing to load\n");
+		ret = -ENOENT;
+		goto err_client;
+	}
 	aa_ok = true;
 	return 0;
+
+err_client:
+	ib_unregister_client(&aa_client);
 
 err_group:
 	sysfs_remove_group(aa_kobj, &aa_attr_group);
