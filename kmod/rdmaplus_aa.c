@@ -440,11 +440,20 @@ static void aa_log(struct aa_seg *s, struct aa_mr *m, u16 op, u16 flags,
 	atomic64_add(s->elen, &aa_st.bytes);
 }
 
+/* Is s[i] the first logging segment of its domain? */
+static bool aa_first_of_domain(struct aa_seg *s, int i)
+{
+	return s[i].elen && (i == 0 || s[i].d != s[0].d || !s[0].elen);
+}
+
+/* Publish the entries of the segments, once per domain. */
 static void aa_commit_segs(struct aa_seg *s, int n)
 {
+	bool same = n > 1 && s[1].d == s[0].d;
+
 	if (s[0].elen)
-		aa_commit(s[0].d, n > 1 && s[1].d == s[0].d && s[1].elen ? 2 : 1);
-	if (n > 1 && s[1].elen && s[1].d != s[0].d)
+		aa_commit(s[0].d, same && s[1].elen ? 2 : 1);
+	if (n > 1 && s[1].elen && (!same || !s[0].elen))
 		aa_commit(s[1].d, 1);
 }
 
@@ -484,7 +493,7 @@ static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 	aa_lock_domains(s, n, &flags);
 	if (!aa_room(s, n)) {
 		for (i = 0; i < n; i++)
-			if (s[i].elen)
+			if (aa_first_of_domain(s, i))
 				s[i].d->ring->refused++;
 		aa_unlock_domains(s, n, flags);
 		atomic64_inc(&aa_st.refused_writes);
@@ -541,7 +550,7 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		 * zeros, count it and tell the log's owner.
 		 */
 		for (i = 0; i < n; i++)
-			if (s[i].elen)
+			if (aa_first_of_domain(s, i))
 				s[i].d->ring->lost++;
 		aa_unlock_domains(s, n, flags);
 		atomic64_inc(&aa_st.lost_reads);

@@ -640,3 +640,56 @@ func TestLabConcurrentSources(t *testing.T) {
 	}
 	t.Logf("%d entries from 2 concurrent sources, whole and in order", len(es))
 }
+
+// A packet across two pages of one domain, only the second of which logs:
+// its entry is published at once. A READ that finds its log full is
+// served as zeros and counted, never silently unlogged.
+func TestLabStraddleAndLostReads(t *testing.T) {
+	d := openDev(t)
+	p := newPair(t, 3)
+	dm := newDomain(t, d, kmod.MinLogSize)
+	mem := pattern(3*page, 11)
+	copy(p.dst.mr.Bytes(), mem)
+	if err := dm.Arm(p.key(), p.addr(0), page, kmod.W|kmod.R); err != nil {
+		t.Fatal(err)
+	}
+	if err := dm.Arm(p.key(), p.addr(page), page, kmod.W|kmod.R|kmod.WL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.write(0, page-8, []byte("0123456789abcdef")); err != nil {
+		t.Fatal(err)
+	}
+	if es := readAll(t, dm); len(es) != 1 || es[0].IOVA != p.addr(page) || es[0].Length != 8 {
+		t.Fatalf("entries %+v", es)
+	}
+
+	if err := dm.Arm(p.key(), p.addr(2*page), page, kmod.W|kmod.R|kmod.RL); err != nil {
+		t.Fatal(err)
+	}
+	slots := kmod.MinLogSize / kmod.EntryHeader
+	for i := 0; i < slots; i++ {
+		got, err := p.read(0, 2*page+8*i, 8)
+		if err != nil || !bytes.Equal(got, mem[2*page+8*i:2*page+8*i+8]) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	got, err := p.read(0, 2*page+8*slots, 8)
+	if err != nil {
+		t.Fatalf("read into a full log: %v", err)
+	}
+	if !bytes.Equal(got, make([]byte, 8)) {
+		t.Fatalf("a read the log could not hold returned %x, want zeros", got)
+	}
+	if _, lost := dm.Refused(); lost != 1 {
+		t.Fatalf("ring says %d lost", lost)
+	}
+	if es := readAll(t, dm); len(es) != slots {
+		t.Fatalf("%d entries, want %d", len(es), slots)
+	}
+	if got, err := p.read(0, 2*page, 8); err != nil || !bytes.Equal(got, mem[2*page:2*page+8]) {
+		t.Fatalf("read after draining: %x %v", got, err)
+	}
+	if st, _ := d.Stats(); st.LostReads == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
