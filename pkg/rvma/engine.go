@@ -1,0 +1,384 @@
+package rvma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// engine is the receiving half of an endpoint on one RDMA device: the
+// memory the application allocates for buffers, the memory windows bound
+// over posted buffers (through a loopback RC pair that only carries binds),
+// the shared receive queue every link's queue pairs take their receive
+// WQEs from, the descriptor table senders read, and the goroutines that
+// turn completions into window events. It implements windowDriver.
+//
+// Links (rdma_cm connections to peers) come next; until then a test
+// attaches queue pairs to the SRQ with attachRaw.
+type engine struct {
+	dev   *verbs.Context
+	pd    *verbs.PD
+	gid   verbs.GIDEntry
+	table *mailboxTable[*Window]
+
+	bindCh           *verbs.CompChannel
+	bindCQ           *verbs.CQ
+	bindQP, bindPeer *verbs.QP
+
+	recvCh *verbs.CompChannel
+	recvCQ *verbs.CQ
+	srq    *verbs.SRQ
+
+	descMR *verbs.MR // the descriptor table, remote read
+
+	mu     sync.Mutex
+	arenas []*verbs.MR
+	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
+	bound  map[*buffer]*verbs.MW     // windows bound over posted buffers
+	ops    map[uint64]bindOp         // bind work request id -> what it was
+	nextID uint64
+	closed bool
+
+	refused atomic.Uint64 // receive WQEs completed with a remote access error
+	unknown atomic.Uint64 // data for slots with no window
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+type bindOp struct {
+	w      *Window
+	b      *buffer
+	unbind bool
+}
+
+const (
+	engineSRQDepth = 512
+	engineBindWR   = 256
+	engineSlots    = 4096
+)
+
+// newEngine opens device name (the first device if "") and sets up the
+// receiving machinery. ip selects the RoCE v2 GID (nil: the first IPv4
+// one). Errors wrap ErrNotSupported from verbs when the device has no
+// memory windows.
+func newEngine(name string, ip net.IP) (_ *engine, err error) {
+	e := &engine{table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
+		ops: map[uint64]bindOp{}, errs: make(chan error, 16)}
+	if e.dev, err = verbs.Open(name); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			e.dev.Close()
+		}
+	}()
+	attr, err := e.dev.QueryDevice()
+	if err != nil {
+		return nil, err
+	}
+	if !attr.HasMemoryWindows() {
+		return nil, fmt.Errorf("rvma: device %s: %w", e.dev.Name(), verbs.ErrNotSupported)
+	}
+	if e.gid, err = e.dev.RoCEv2GID(1, ip); err != nil {
+		return nil, err
+	}
+	if e.pd, err = e.dev.AllocPD(); err != nil {
+		return nil, err
+	}
+	if e.bindCh, err = e.dev.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if e.bindCQ, err = e.dev.NewCQ(2*engineBindWR, &verbs.CQOptions{Channel: e.bindCh}); err != nil {
+		return nil, err
+	}
+	mk := func() (*verbs.QP, error) {
+		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.bindCQ, RecvCQ: e.bindCQ,
+			Cap: verbs.QPCap{MaxSendWR: engineBindWR, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	}
+	if e.bindQP, err = mk(); err != nil {
+		return nil, err
+	}
+	if e.bindPeer, err = mk(); err != nil {
+		return nil, err
+	}
+	a := verbs.QPInfo{QPN: e.bindQP.QPN(), PSN: 1, GID: e.gid.GID}
+	b := verbs.QPInfo{QPN: e.bindPeer.QPN(), PSN: 2, GID: e.gid.GID}
+	opts := &verbs.ConnectOptions{GIDIndex: e.gid.Index}
+	if err = e.bindQP.Connect(a, b, opts); err != nil {
+		return nil, err
+	}
+	if err = e.bindPeer.Connect(b, a, opts); err != nil {
+		return nil, err
+	}
+	if e.recvCh, err = e.dev.NewCompChannel(); err != nil {
+		return nil, err
+	}
+	if e.recvCQ, err = e.dev.NewCQ(4*engineSRQDepth, &verbs.CQOptions{Channel: e.recvCh}); err != nil {
+		return nil, err
+	}
+	if e.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
+		return nil, err
+	}
+	wrs := make([]verbs.RecvWR, engineSRQDepth)
+	if err = e.srq.PostRecv(wrs...); err != nil {
+		return nil, err
+	}
+	if e.descMR, err = e.pd.AllocMR(engineSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.wg.Add(2)
+	go e.bindLoop(ctx)
+	go e.recvLoop(ctx)
+	return e, nil
+}
+
+// Close stops the goroutines and closes the device with everything on it.
+// It is idempotent.
+func (e *engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.stop()
+	err := e.dev.Close() // wakes the loops with ErrClosed
+	e.wg.Wait()
+	return err
+}
+
+// alloc returns n bytes of registered memory that windows accept as
+// buffers.
+func (e *engine) alloc(n int) ([]byte, error) {
+	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessMWBind)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.arenas = append(e.arenas, mr)
+	e.mu.Unlock()
+	return mr.Bytes(), nil
+}
+
+func (e *engine) arenaOf(a, n uint64) *verbs.MR {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, mr := range e.arenas {
+		if a >= mr.Addr() && a+n <= mr.Addr()+uint64(mr.Len()) {
+			return mr
+		}
+	}
+	return nil
+}
+
+func (e *engine) addrOf(mem []byte) (uint64, error) {
+	if e.arenaOf(heapAddr(mem), uint64(len(mem))) == nil {
+		return 0, invalidf("buffer memory was not allocated by the endpoint")
+	}
+	return heapAddr(mem), nil
+}
+
+// initWindow opens a window on mailbox mb.
+func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
+	slot, inc, err := e.table.Add(mb, nil)
+	if err != nil {
+		return nil, err
+	}
+	w, err := newWindow(mb, slot, inc, opts, e)
+	if err != nil {
+		e.table.Free(slot, inc)
+		return nil, err
+	}
+	e.table.mu.Lock()
+	e.table.slots[slot].val = w
+	e.table.mu.Unlock()
+	w.flush() // publish the empty entry
+	return w, nil
+}
+
+func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length uint64) {
+	e.mu.Lock()
+	e.ops[id] = op
+	e.mu.Unlock()
+	if _, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, verbs.AccessRemoteWrite, id, verbs.SendSignaled); err != nil {
+		e.mu.Lock()
+		delete(e.ops, id)
+		e.mu.Unlock()
+		e.fail(fmt.Errorf("rvma: bind for window %v: %w", op.w.mailbox, err))
+	}
+}
+
+func (e *engine) fail(err error) {
+	select {
+	case e.errs <- err:
+	default:
+	}
+}
+
+func (e *engine) bind(w *Window, b *buffer) {
+	mr := e.arenaOf(b.addr, b.cap)
+	e.mu.Lock()
+	var mw *verbs.MW
+	if n := len(e.mws[mr]); n > 0 {
+		mw = e.mws[mr][n-1]
+		e.mws[mr] = e.mws[mr][:n-1]
+	}
+	e.nextID++
+	id := e.nextID
+	e.mu.Unlock()
+	if mw == nil {
+		var err error
+		if mw, err = e.pd.AllocMW(verbs.MWType1); err != nil {
+			e.fail(fmt.Errorf("rvma: memory window for window %v: %w", w.mailbox, err))
+			return
+		}
+	}
+	e.mu.Lock()
+	e.bound[b] = mw
+	e.mu.Unlock()
+	e.post(id, bindOp{w: w, b: b}, mw, mr, b.cap)
+}
+
+func (e *engine) unbind(w *Window, b *buffer) {
+	mr := e.arenaOf(b.addr, b.cap)
+	e.mu.Lock()
+	mw := e.bound[b]
+	e.nextID++
+	id := e.nextID
+	e.mu.Unlock()
+	if mw == nil {
+		go w.unbound(b) // never bound
+		return
+	}
+	e.post(id, bindOp{w: w, b: b, unbind: true}, mw, mr, 0)
+}
+
+// entryChanged writes the window's entry into the descriptor table under
+// the entry's own checksum (readers retry on a torn read).
+func (e *engine) entryChanged(w *Window, en Entry) {
+	off := int(w.slot) * EntrySize
+	mem := e.descMR.Bytes()[off : off+EntrySize]
+	var tmp [EntrySize]byte
+	if err := MarshalEntry(tmp[:], &en); err != nil {
+		e.fail(err)
+		return
+	}
+	mem[0] |= 1 // odd: being written
+	copy(mem[8:], tmp[8:])
+	copy(mem[:8], tmp[:8])
+}
+
+// descRemote is what a sender needs to RDMA READ the entry of slot.
+func (e *engine) descRemote(slot uint32) verbs.Remote {
+	r := e.descMR.Remote()
+	r.Addr += uint64(slot) * EntrySize
+	r.Len = EntrySize
+	return r
+}
+
+func (e *engine) bindLoop(ctx context.Context) {
+	defer e.wg.Done()
+	wcs := make([]verbs.WC, 32)
+	for {
+		n, err := e.bindCQ.Wait(ctx, wcs)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			e.mu.Lock()
+			op, ok := e.ops[wc.ID]
+			delete(e.ops, wc.ID)
+			e.mu.Unlock()
+			if !ok {
+				continue
+			}
+			if err := wc.Err(); err != nil {
+				e.fail(fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err))
+				continue
+			}
+			if op.unbind {
+				mr := e.arenaOf(op.b.addr, op.b.cap)
+				e.mu.Lock()
+				if mw := e.bound[op.b]; mw != nil {
+					delete(e.bound, op.b)
+					e.mws[mr] = append(e.mws[mr], mw)
+				}
+				e.mu.Unlock()
+				op.w.unbound(op.b)
+			} else {
+				e.mu.Lock()
+				mw := e.bound[op.b]
+				e.mu.Unlock()
+				op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: mw.RKey()})
+			}
+		}
+	}
+}
+
+func (e *engine) recvLoop(ctx context.Context) {
+	defer e.wg.Done()
+	wcs := make([]verbs.WC, 64)
+	var refill []verbs.RecvWR
+	for {
+		n, err := e.recvCQ.Wait(ctx, wcs)
+		if err != nil {
+			return
+		}
+		for _, wc := range wcs[:n] {
+			refill = append(refill, verbs.RecvWR{})
+			if err := wc.Err(); err != nil {
+				if errors.Is(err, verbs.WCRemAccessErr) {
+					e.refused.Add(1)
+				}
+				continue
+			}
+			if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm() {
+				continue // SEND paths (eager, control) come with links
+			}
+			imm := ParseImm(wc.Imm)
+			_, _, w, ok := e.table.Slot(imm.Slot)
+			if !ok || w == nil {
+				e.unknown.Add(1)
+				continue
+			}
+			switch imm.Kind {
+			case KindData:
+				w.arrive(imm.Gen, uint64(wc.ByteLen))
+			case KindCtrl:
+				w.knock(KnockReason(imm.Gen))
+			}
+		}
+		if len(refill) > 0 {
+			if err := e.srq.PostRecv(refill...); err != nil {
+				e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
+			}
+			refill = refill[:0]
+		}
+	}
+}
+
+// attachRaw creates a receiving QP on the SRQ connected to a peer QP
+// described by peer (test scaffolding until links exist).
+func (e *engine) attachRaw(peer verbs.QPInfo, psn uint32) (*verbs.QP, verbs.QPInfo, error) {
+	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.recvCQ, RecvCQ: e.recvCQ, SRQ: e.srq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
+	if err != nil {
+		return nil, verbs.QPInfo{}, err
+	}
+	local := verbs.QPInfo{QPN: qp.QPN(), PSN: psn, GID: e.gid.GID}
+	if err := qp.Connect(local, peer, &verbs.ConnectOptions{GIDIndex: e.gid.Index}); err != nil {
+		qp.Close()
+		return nil, verbs.QPInfo{}, err
+	}
+	return qp, local, nil
+}
