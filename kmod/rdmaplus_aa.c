@@ -48,6 +48,7 @@
 #define AA_HDR		sizeof(struct rdmaplus_aa_entry)
 #define AA_MAX_SEGS	2	/* a packet (<= 4096 bytes) spans <= 2 pages */
 #define AA_ARM_RETRIES	16
+#define AA_WAYS		4	/* responder records per hash bucket */
 
 /* Per-page policy word: domain id in the low 16 bits, control bits above. */
 #define AA_POL_DOMAIN(p)	((p) & 0xffff)
@@ -248,14 +249,18 @@ static void aa_timer_fn(struct timer_list *t)
  */
 struct aa_cur {
 	raw_spinlock_t lock;
-	void *task;
-	void *qp;
+	void *task[AA_WAYS];
+	void *qp[AA_WAYS];
+	unsigned int next;
 };
 
 static DEFINE_PER_CPU(struct aa_cur, aa_cur_soft);
-#define AA_TASK_BITS 6
+#define AA_TASK_BITS 8
 static struct aa_cur aa_cur_task[1 << AA_TASK_BITS];
 
+/* Softirq: this CPU's record. Process context: the task's bucket, in
+ * which each of AA_WAYS tasks keeps its own slot.
+ */
 static struct aa_cur *aa_cur_slot(void)
 {
 	if (in_serving_softirq())
@@ -267,10 +272,18 @@ static int aa_resp_pre(struct kprobe *p, struct pt_regs *regs)
 {
 	struct aa_cur *c = aa_cur_slot();
 	unsigned long flags;
+	int i;
 
 	raw_spin_lock_irqsave(&c->lock, flags);
-	c->task = current;
-	c->qp = (void *)regs->di;
+	for (i = 0; i < AA_WAYS; i++)
+		if (c->task[i] == current)
+			break;
+	if (i == AA_WAYS) {
+		i = c->next;
+		c->next = (c->next + 1) % AA_WAYS;
+	}
+	c->task[i] = current;
+	c->qp[i] = (void *)regs->di;
 	raw_spin_unlock_irqrestore(&c->lock, flags);
 	return 0;
 }
@@ -287,10 +300,12 @@ static void aa_source(u32 *qpn, u32 *src_qpn)
 	struct ib_qp_attr *attr;
 	unsigned long flags;
 	void *qp = NULL;
+	int i;
 
 	raw_spin_lock_irqsave(&c->lock, flags);
-	if (c->task == current)
-		qp = c->qp;
+	for (i = 0; i < AA_WAYS; i++)
+		if (c->task[i] == current)
+			qp = c->qp[i];
 	raw_spin_unlock_irqrestore(&c->lock, flags);
 	if (!qp || aa_ibmr_off < 0 ||
 	    ((void **)((u8 *)qp + AA_QP_ELEM_OFF))[1] != qp)
@@ -1054,7 +1069,6 @@ static void aa_disarm_pages(struct rdmaplus_aa_ctx *ctx, struct aa_mr *only,
 			    u32 id, u64 first, u64 last)
 {
 	struct aa_mr *m, *tmp;
-	LIST_HEAD(dead);
 	unsigned long flags;
 	u64 i;
 
@@ -1177,6 +1191,7 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	if (copy_from_user(&a, arg, sizeof(a)))
 		return -EFAULT;
 	if (a.size != sizeof(a) || a.bits & ~RDMAPLUS_AA_BITS || !a.length ||
+	    !a.key ||
 	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
 	    a.iova + a.length < a.iova)
 		return -EINVAL;
@@ -1240,6 +1255,9 @@ retry:
 		/* Some region was deregistered meanwhile: maybe this one. */
 		spin_unlock_irqrestore(&aa_lock, flags);
 		rdma_restrack_put(&ibmr->res);
+		kvfree(fresh->pages);	/* the key may now name another MR */
+		kfree(fresh);
+		fresh = NULL;
 		if (++tries < AA_ARM_RETRIES)
 			goto retry;
 		ret = -EAGAIN;

@@ -535,6 +535,7 @@ func TestLabDeregAndMisuse(t *testing.T) {
 		{"bad bits", p.key(), p.addr(0), page, 0x80, kmod.ErrInvalid},
 		{"beyond the region", p.key(), p.addr(0), 3 * page, kmod.W, kmod.ErrRange},
 		{"no such key", 0xfffff0ff, p.addr(0), page, kmod.W, kmod.ErrNoRegion},
+		{"key 0", 0, p.addr(0), page, kmod.W, kmod.ErrInvalid},
 	} {
 		if err := dm.Arm(c.key, c.iova, c.len, c.bits); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
@@ -666,25 +667,31 @@ func TestLabStraddleAndLostReads(t *testing.T) {
 	if err := dm.Arm(p.key(), p.addr(2*page), page, kmod.W|kmod.R|kmod.RL); err != nil {
 		t.Fatal(err)
 	}
+	// Read until a read comes back as zeros: that is the one the full log
+	// could not hold. (Usually after 64 reads; an RC retransmission of a
+	// READ is served, and logged, again, so it may come earlier.)
 	slots := kmod.MinLogSize / kmod.EntryHeader
-	for i := 0; i < slots; i++ {
+	var i int
+	for i = 0; i <= slots; i++ {
 		got, err := p.read(0, 2*page+8*i, 8)
-		if err != nil || !bytes.Equal(got, mem[2*page+8*i:2*page+8*i+8]) {
+		if err != nil {
 			t.Fatalf("read %d: %v", i, err)
 		}
+		if bytes.Equal(got, make([]byte, 8)) {
+			break
+		}
+		if !bytes.Equal(got, mem[2*page+8*i:2*page+8*i+8]) {
+			t.Fatalf("read %d returned other bytes than memory", i)
+		}
 	}
-	got, err := p.read(0, 2*page+8*slots, 8)
-	if err != nil {
-		t.Fatalf("read into a full log: %v", err)
+	if i > slots {
+		t.Fatalf("%d reads fitted a log of %d entries", i, slots)
 	}
-	if !bytes.Equal(got, make([]byte, 8)) {
-		t.Fatalf("a read the log could not hold returned %x, want zeros", got)
-	}
-	if _, lost := dm.Refused(); lost != 1 {
+	if _, lost := dm.Refused(); lost < 1 { // more if the READ was retransmitted
 		t.Fatalf("ring says %d lost", lost)
 	}
 	if es := readAll(t, dm); len(es) != slots {
-		t.Fatalf("%d entries, want %d", len(es), slots)
+		t.Fatalf("%d entries, want a full log of %d", len(es), slots)
 	}
 	if got, err := p.read(0, 2*page, 8); err != nil || !bytes.Equal(got, mem[2*page:2*page+8]) {
 		t.Fatalf("read after draining: %x %v", got, err)
