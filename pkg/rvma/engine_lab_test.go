@@ -14,7 +14,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"net"
+	"os"
+	"syscall"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -185,7 +188,16 @@ func TestLabEngine(t *testing.T) {
 // completed successfully (the descriptor the receiver publishes) is
 // refused with IBV_WC_REM_ACCESS_ERR; fresh windows instead of re-used
 // ones fail the same way. See docs/rvma.md, "Open issue".
+var latSleep = flag.Bool("rvma.latsleep", false, "TestLabEngineLatency: sleep 2 ms between reading the descriptor and the put (diagnostic)")
+
 func TestLabEngineLatency(t *testing.T) {
+	// Diagnostic: rxe's debug messages (why a key was refused) into the kernel log.
+	if _, err := os.Stat("/sys/kernel/debug/dynamic_debug"); err != nil {
+		_ = syscall.Mount("debugfs", "/sys/kernel/debug", "debugfs", 0, "")
+	}
+	if err := os.WriteFile("/sys/kernel/debug/dynamic_debug/control", []byte("module rdma_rxe +p\n"), 0); err != nil {
+		t.Logf("rxe debug messages not enabled: %v", err)
+	}
 	e, snd := labEngineSetup(t)
 	lw, err := e.initWindow(0x22, WindowOptions{})
 	if err != nil {
@@ -215,6 +227,9 @@ func TestLabEngineLatency(t *testing.T) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		p := lp[i%4]
+		if *latSleep {
+			time.Sleep(2 * time.Millisecond) // diagnostic: does a delay after the bind avoid the refusal?
+		}
 		start := time.Now()
 		id := snd.put(1, lw.slot, gen, d, 0, bytes.Repeat([]byte{byte(i)}, 64))
 		lview.commit(gen, 64)
@@ -225,6 +240,14 @@ func TestLabEngineLatency(t *testing.T) {
 			lw.mu.Lock()
 			cur := lw.st.entry(lw.incarnation)
 			lw.mu.Unlock()
+			// Diagnostic: is the MR itself still writable with its own rkey (stripe 0 is healthy)?
+			mr := e.arenaOf(d.Addr, 64)
+			snd.id++
+			if err := snd.qps[0].PostSend(verbs.SendWR{ID: snd.id, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{snd.mr.SGE(100000, 64)}, RemoteAddr: d.Addr, RKey: mr.RKey()}); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("after the refusal, a WRITE to the same MR with the MR's rkey: %v", snd.side.wait(snd.id).Err())
 			t.Fatalf("latency put %d (gen %d, buffer epoch %d, desc %+v): %v; sender completions %+v; receiver refused %d unknown %d; stats %+v; entry now %+v",
 				i, gen, p.Epoch(), d, err, snd.side.drain(500*time.Millisecond), e.refused.Load(), e.unknown.Load(), lw.Stats(), cur)
 		}
