@@ -200,3 +200,34 @@ func (p *pair) checkSource(es []kmod.Entry) {
 		}
 	}
 }
+
+// covered checks every READ entry's data against want (the bytes the
+// reader must have got, indexed from base) and returns the byte range
+// [lo, hi) the entries cover and how many bytes they cover. An RC
+// retransmission of a READ is served and logged again, so entries may
+// repeat; what matters is that each is right and that together they
+// cover what was read.
+func covered(t *testing.T, es []kmod.Entry, base uint64, want func(off int) byte) (lo, hi, n int) {
+	t.Helper()
+	seen := map[int]bool{}
+	lo, hi = -1, -1
+	for _, e := range es {
+		if e.Op != kmod.OpRead {
+			continue
+		}
+		off := int(e.IOVA - base)
+		for i := 0; i < int(e.Length); i++ {
+			if e.Data != nil && e.Data[i] != want(off+i) {
+				t.Fatalf("entry %d: byte %d is %#x, want %#x", e.Seq, off+i, e.Data[i], want(off+i))
+			}
+			seen[off+i] = true
+		}
+		if lo < 0 || off < lo {
+			lo = off
+		}
+		if off+int(e.Length) > hi {
+			hi = off + int(e.Length)
+		}
+	}
+	return lo, hi, len(seen)
+}
