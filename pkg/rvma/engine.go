@@ -56,6 +56,12 @@ type bindOp struct {
 	w      *Window
 	b      *buffer
 	unbind bool
+	// key receives the rkey QP.BindMW returned. The bind loop must take
+	// the key from here, not from MW.RKey(): on rxe the bind executes in
+	// the ibv_bind_mw call itself, so its completion can be polled before
+	// BindMW has returned and recorded the new key (reading MW.RKey() at
+	// completion published the previous key, which rxe then refused).
+	key chan uint32
 }
 
 const (
@@ -210,7 +216,9 @@ func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length u
 	e.mu.Lock()
 	e.ops[id] = op
 	e.mu.Unlock()
-	if _, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, verbs.AccessRemoteWrite, id, verbs.SendSignaled); err != nil {
+	key, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, verbs.AccessRemoteWrite, id, verbs.SendSignaled)
+	op.key <- key // the completion may already be in the bind loop, waiting for it
+	if err != nil {
 		e.mu.Lock()
 		delete(e.ops, id)
 		e.mu.Unlock()
@@ -246,7 +254,7 @@ func (e *engine) bind(w *Window, b *buffer) {
 	e.mu.Lock()
 	e.bound[b] = mw
 	e.mu.Unlock()
-	e.post(id, bindOp{w: w, b: b}, mw, mr, b.cap)
+	e.post(id, bindOp{w: w, b: b, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
@@ -260,7 +268,7 @@ func (e *engine) unbind(w *Window, b *buffer) {
 		go w.unbound(b) // never bound
 		return
 	}
-	e.post(id, bindOp{w: w, b: b, unbind: true}, mw, mr, 0)
+	e.post(id, bindOp{w: w, b: b, unbind: true, key: make(chan uint32, 1)}, mw, mr, 0)
 }
 
 // entryChanged writes the window's entry into the descriptor table under
@@ -316,10 +324,7 @@ func (e *engine) bindLoop(ctx context.Context) {
 				e.mu.Unlock()
 				op.w.unbound(op.b)
 			} else {
-				e.mu.Lock()
-				mw := e.bound[op.b]
-				e.mu.Unlock()
-				op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: mw.RKey()})
+				op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: <-op.key})
 			}
 		}
 	}
