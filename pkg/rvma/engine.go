@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
@@ -26,13 +27,13 @@ type engine struct {
 	gid   verbs.GIDEntry
 	table *mailboxTable[*Window]
 
-	bindCh           *verbs.CompChannel
-	bindCQ           *verbs.CQ
+	// One CQ for everything: receive completions of every link's QPs and
+	// the bind QP's binds, so that the unbind an arrival triggers is
+	// completed by the same loop without another wake-up.
+	ch               *verbs.CompChannel
+	cq               *verbs.CQ
 	bindQP, bindPeer *verbs.QP
-
-	recvCh *verbs.CompChannel
-	recvCQ *verbs.CQ
-	srq    *verbs.SRQ
+	srq              *verbs.SRQ
 
 	descMR *verbs.MR // the descriptor table, remote read
 
@@ -47,9 +48,18 @@ type engine struct {
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
 
+	opts engineOptions
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 	errs chan error
+}
+
+// engineOptions tune an engine.
+type engineOptions struct {
+	// Spin makes the receive and bind loops busy-poll their CQs (CQ.Spin)
+	// instead of sleeping on the completion channel: lower latency for two
+	// busy CPUs.
+	Spin bool
 }
 
 type bindOp struct {
@@ -74,8 +84,8 @@ const (
 // receiving machinery. ip selects the RoCE v2 GID (nil: the first IPv4
 // one). Errors wrap ErrNotSupported from verbs when the device has no
 // memory windows.
-func newEngine(name string, ip net.IP) (_ *engine, err error) {
-	e := &engine{table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
+func newEngine(name string, ip net.IP, opts engineOptions) (_ *engine, err error) {
+	e := &engine{opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, errs: make(chan error, 16)}
 	if e.dev, err = verbs.Open(name); err != nil {
 		return nil, err
@@ -98,14 +108,14 @@ func newEngine(name string, ip net.IP) (_ *engine, err error) {
 	if e.pd, err = e.dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if e.bindCh, err = e.dev.NewCompChannel(); err != nil {
+	if e.ch, err = e.dev.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if e.bindCQ, err = e.dev.NewCQ(2*engineBindWR, &verbs.CQOptions{Channel: e.bindCh}); err != nil {
+	if e.cq, err = e.dev.NewCQ(2*engineBindWR+4*engineSRQDepth, &verbs.CQOptions{Channel: e.ch}); err != nil {
 		return nil, err
 	}
 	mk := func() (*verbs.QP, error) {
-		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.bindCQ, RecvCQ: e.bindCQ,
+		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
 			Cap: verbs.QPCap{MaxSendWR: engineBindWR, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	}
 	if e.bindQP, err = mk(); err != nil {
@@ -116,17 +126,11 @@ func newEngine(name string, ip net.IP) (_ *engine, err error) {
 	}
 	a := verbs.QPInfo{QPN: e.bindQP.QPN(), PSN: 1, GID: e.gid.GID}
 	b := verbs.QPInfo{QPN: e.bindPeer.QPN(), PSN: 2, GID: e.gid.GID}
-	opts := &verbs.ConnectOptions{GIDIndex: e.gid.Index}
-	if err = e.bindQP.Connect(a, b, opts); err != nil {
+	copts := &verbs.ConnectOptions{GIDIndex: e.gid.Index}
+	if err = e.bindQP.Connect(a, b, copts); err != nil {
 		return nil, err
 	}
-	if err = e.bindPeer.Connect(b, a, opts); err != nil {
-		return nil, err
-	}
-	if e.recvCh, err = e.dev.NewCompChannel(); err != nil {
-		return nil, err
-	}
-	if e.recvCQ, err = e.dev.NewCQ(4*engineSRQDepth, &verbs.CQOptions{Channel: e.recvCh}); err != nil {
+	if err = e.bindPeer.Connect(b, a, copts); err != nil {
 		return nil, err
 	}
 	if e.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
@@ -141,9 +145,8 @@ func newEngine(name string, ip net.IP) (_ *engine, err error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
-	e.wg.Add(2)
-	go e.bindLoop(ctx)
-	go e.recvLoop(ctx)
+	e.wg.Add(1)
+	go e.progress(ctx)
 	return e, nil
 }
 
@@ -294,88 +297,123 @@ func (e *engine) descRemote(slot uint32) verbs.Remote {
 	return r
 }
 
-func (e *engine) bindLoop(ctx context.Context) {
+func (e *engine) poll(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC) (int, error) {
+	if e.opts.Spin {
+		return cq.Spin(ctx, wcs)
+	}
+	return cq.Wait(ctx, wcs)
+}
+
+// progress is the engine's one loop: it sleeps on the CQ (or spins, with
+// Options.Spin), handles receive and bind completions alike, and while
+// binds are outstanding keeps polling for a short while instead of going
+// back to sleep (on rxe a bind completes within the ibv_bind_mw call, so
+// the unbind an arrival caused is usually there at once).
+func (e *engine) progress(ctx context.Context) {
 	defer e.wg.Done()
-	wcs := make([]verbs.WC, 32)
+	wcs := make([]verbs.WC, 64)
+	var refill []verbs.RecvWR
+	bindQPN := e.bindQP.QPN()
 	for {
-		n, err := e.bindCQ.Wait(ctx, wcs)
+		n, err := e.poll(ctx, e.cq, wcs)
 		if err != nil {
 			return
 		}
-		for _, wc := range wcs[:n] {
-			e.mu.Lock()
-			op, ok := e.ops[wc.ID]
-			delete(e.ops, wc.ID)
-			e.mu.Unlock()
-			if !ok {
-				continue
-			}
-			if err := wc.Err(); err != nil {
-				e.fail(fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err))
-				continue
-			}
-			if op.unbind {
-				mr := e.arenaOf(op.b.addr, op.b.cap)
-				e.mu.Lock()
-				if mw := e.bound[op.b]; mw != nil {
-					delete(e.bound, op.b)
-					e.mws[mr] = append(e.mws[mr], mw)
+		for n > 0 {
+			for _, wc := range wcs[:n] {
+				if wc.QPN == bindQPN {
+					e.bindDone(wc)
+				} else {
+					// Links' QPs post no signaled sends here: everything
+					// else consumed a receive WQE (the opcode of an error
+					// completion is not reliable, so do not test it).
+					refill = append(refill, verbs.RecvWR{})
+					e.recvDone(wc)
 				}
-				e.mu.Unlock()
-				op.w.unbound(op.b)
-			} else {
-				op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: <-op.key})
+			}
+			if len(refill) > 0 {
+				if err := e.srq.PostRecv(refill...); err != nil {
+					e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
+				}
+				refill = refill[:0]
+			}
+			n = 0
+			if !e.bindsPending() {
+				break
+			}
+			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
+				if n, err = e.cq.Poll(wcs); err != nil {
+					return
+				}
 			}
 		}
 	}
 }
 
-func (e *engine) recvLoop(ctx context.Context) {
-	defer e.wg.Done()
-	wcs := make([]verbs.WC, 64)
-	var refill []verbs.RecvWR
-	for {
-		n, err := e.recvCQ.Wait(ctx, wcs)
-		if err != nil {
-			return
+// bindSpin is how long the progress loop polls for outstanding binds
+// before sleeping again.
+const bindSpin = 200 * time.Microsecond
+
+func (e *engine) bindsPending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.ops) > 0
+}
+
+func (e *engine) bindDone(wc verbs.WC) {
+	e.mu.Lock()
+	op, ok := e.ops[wc.ID]
+	delete(e.ops, wc.ID)
+	e.mu.Unlock()
+	if !ok {
+		return
+	}
+	if err := wc.Err(); err != nil {
+		e.fail(fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err))
+		return
+	}
+	if op.unbind {
+		mr := e.arenaOf(op.b.addr, op.b.cap)
+		e.mu.Lock()
+		if mw := e.bound[op.b]; mw != nil {
+			delete(e.bound, op.b)
+			e.mws[mr] = append(e.mws[mr], mw)
 		}
-		for _, wc := range wcs[:n] {
-			refill = append(refill, verbs.RecvWR{})
-			if err := wc.Err(); err != nil {
-				if errors.Is(err, verbs.WCRemAccessErr) {
-					e.refused.Add(1)
-				}
-				continue
-			}
-			if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm() {
-				continue // SEND paths (eager, control) come with links
-			}
-			imm := ParseImm(wc.Imm)
-			_, _, w, ok := e.table.Slot(imm.Slot)
-			if !ok || w == nil {
-				e.unknown.Add(1)
-				continue
-			}
-			switch imm.Kind {
-			case KindData:
-				w.arrive(imm.Gen, uint64(wc.ByteLen))
-			case KindCtrl:
-				w.knock(KnockReason(imm.Gen))
-			}
+		e.mu.Unlock()
+		op.w.unbound(op.b)
+		return
+	}
+	op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: <-op.key})
+}
+
+func (e *engine) recvDone(wc verbs.WC) {
+	if err := wc.Err(); err != nil {
+		if errors.Is(err, verbs.WCRemAccessErr) {
+			e.refused.Add(1)
 		}
-		if len(refill) > 0 {
-			if err := e.srq.PostRecv(refill...); err != nil {
-				e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
-			}
-			refill = refill[:0]
-		}
+		return
+	}
+	if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm() {
+		return // SEND paths (eager, control) come with links
+	}
+	imm := ParseImm(wc.Imm)
+	_, _, w, ok := e.table.Slot(imm.Slot)
+	if !ok || w == nil {
+		e.unknown.Add(1)
+		return
+	}
+	switch imm.Kind {
+	case KindData:
+		w.arrive(imm.Gen, uint64(wc.ByteLen))
+	case KindCtrl:
+		w.knock(KnockReason(imm.Gen))
 	}
 }
 
 // attachRaw creates a receiving QP on the SRQ connected to a peer QP
 // described by peer (test scaffolding until links exist).
 func (e *engine) attachRaw(peer verbs.QPInfo, psn uint32) (*verbs.QP, verbs.QPInfo, error) {
-	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.recvCQ, RecvCQ: e.recvCQ, SRQ: e.srq,
+	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SRQ: e.srq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
 	if err != nil {
 		return nil, verbs.QPInfo{}, err

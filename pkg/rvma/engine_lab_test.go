@@ -17,9 +17,9 @@ import (
 	"flag"
 	"net"
 	"os"
-	"syscall"
 	"sort"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -188,6 +188,8 @@ func TestLabEngine(t *testing.T) {
 // completed successfully (the descriptor the receiver publishes) is
 // refused with IBV_WC_REM_ACCESS_ERR; fresh windows instead of re-used
 // ones fail the same way. See docs/rvma.md, "Open issue".
+var spinLoops = flag.Bool("rvma.spin", false, "the engine's loops busy-poll their CQs")
+
 var latSleep = flag.Bool("rvma.latsleep", false, "TestLabEngineLatency: sleep 2 ms between reading the descriptor and the put (diagnostic)")
 
 func TestLabEngineLatency(t *testing.T) {
@@ -292,7 +294,7 @@ func TestLabEngineLatency(t *testing.T) {
 // labEngineSetup starts an engine and a raw sender with two stripes
 // attached to its SRQ.
 func labEngineSetup(t *testing.T) (*engine, *labSender) {
-	e, err := newEngine(labenv.Device(t), net.ParseIP(labenv.Addr()))
+	e, err := newEngine(labenv.Device(t), net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops})
 	if err != nil {
 		t.Fatal(err)
 	}
