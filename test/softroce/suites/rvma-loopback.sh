@@ -1,0 +1,13 @@
+#!/bin/bash
+# lab: guests=1 timeout=180
+# lab: gotest=./pkg/rvma
+#
+# pkg/rvma on one guest, loopback on rxe0: the verbs the design relies on
+# (type 1 memory windows bound and unbound per buffer, WRITE WITH IMMEDIATE
+# into an SRQ without scatter lists, refused writes seen on both sides,
+# zero-length knocks), then the receiving engine: striped puts in reverse
+# order through six epochs with the bytes checked, and a stale write
+# refused without touching any buffer. (TestLabEngineLatency prints figures
+# and is left to benchmarks.)
+set -euo pipefail
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$' -test.timeout 150s
