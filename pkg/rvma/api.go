@@ -34,7 +34,6 @@ type Window struct {
 	st       *windowState
 	slab     *completionSlab
 	lastSeq  uint64
-	mems     map[*buffer][]byte
 }
 
 func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
@@ -43,7 +42,7 @@ func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv win
 		return nil, fmt.Errorf("window %v: %w", mb, err)
 	}
 	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st,
-		slab: newCompletionSlab(st.opts.MaxPosted + st.opts.Keep + 64), mems: map[*buffer][]byte{}}
+		slab: newCompletionSlab(st.opts.MaxPosted + st.opts.Keep + 64)}
 	return w, nil
 }
 
@@ -88,7 +87,6 @@ func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
 		w.mu.Unlock()
 		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
 	}
-	w.mems[b] = mem
 	w.mu.Unlock()
 	w.flush()
 	return &Posted{w: w, b: b, mem: mem}, nil
@@ -283,6 +281,11 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 func (p *Posted) Release() error {
 	p.w.mu.Lock()
 	err := p.w.st.release(p.b)
+	if err == nil && p.b.retired {
+		// A one-time buffer's completion slot serves another buffer later;
+		// its last record stays readable until then.
+		p.w.slab.put(p.b.comp)
+	}
 	p.w.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("release on window %v: %w", p.w.mailbox, err)

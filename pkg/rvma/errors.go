@@ -53,6 +53,7 @@ type PutError struct {
 	Err     error
 }
 
+// Error describes the put and its cause.
 func (e *PutError) Error() string {
 	return fmt.Sprintf("rvma: put of %d bytes at offset %d to %v on %s (epoch %d): %v",
 		e.Len, e.Offset, e.Mailbox, e.Dest, e.Epoch, e.Err)

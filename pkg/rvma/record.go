@@ -25,6 +25,7 @@ const (
 	FlagOneTime
 )
 
+// String lists the flags by name, joined by |.
 func (f Flags) String() string {
 	if f == 0 {
 		return "0"

@@ -33,6 +33,7 @@ const (
 	KindCtrl ImmKind = 3
 )
 
+// String names the kind.
 func (k ImmKind) String() string {
 	switch k {
 	case KindData:
@@ -116,6 +117,7 @@ const (
 	EpochOps   EpochKind = 2
 )
 
+// String names the kind.
 func (k EpochKind) String() string {
 	switch k {
 	case EpochBytes:
@@ -136,6 +138,7 @@ const (
 	StateClosedSilent EntryState = 3 // closed; puts are dropped and counted
 )
 
+// String names the state.
 func (s EntryState) String() string {
 	switch s {
 	case StateOpen:
@@ -351,6 +354,7 @@ const (
 	CtrlEagerAck CtrlType = 4 // receiver → sender: every eager put up to Seq is placed
 )
 
+// String names the type.
 func (t CtrlType) String() string {
 	switch t {
 	case CtrlResolve:
