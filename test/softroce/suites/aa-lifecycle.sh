@@ -2,7 +2,9 @@
 # lab: guests=1 timeout=180
 # lab: gotest=./pkg/activeaccess/kmod
 #
-# Active Access module life cycle on one guest: while a process has armed
+# Active Access module life cycle on one guest: with nothing armed the
+# module registers no probe (its idle cost is nil; the figures are in the
+# aa-idle-cost benchmark); while a process has armed
 # pages, neither rdma_rxe nor our module can be unloaded; once it is
 # killed (kill -9) both could be and ours is; without rdma_rxe our module
 # refuses to load with a clear message; with rxe back it loads again and
@@ -23,8 +25,15 @@ armed() {
 	lab_fail "the armed child did not get ready"
 }
 
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+probes() { grep -c "rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder" /sys/kernel/debug/kprobes/list || true; }
+
+echo "== idle: the module is loaded and registers no probe (rxe runs its own code only)"
+[ "$(probes)" = 0 ] || lab_fail "probes registered with nothing armed: $(cat /sys/kernel/debug/kprobes/list)"
+
 echo "== armed: rdma_rxe and rdmaplus are pinned"
 armed 1
+[ "$(probes)" = 4 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
 child=$(awk '/^READY/ {print $4}' /tmp/child.1)
 [ -n "$child" ] || lab_fail "no child pid"
 grep -q rdma_rxe /proc/modules

@@ -84,10 +84,10 @@ mtu=$(metric /tmp/m1 "$(series rvmad_port_active_mtu_bytes)")
 kmtu=$(ibv_devinfo -d "$dev" | sed -n 's/.*active_mtu:[^0-9]*\([0-9]*\).*/\1/p')
 [ "$mtu" = "$kmtu" ] || lab_fail "rvmad_port_active_mtu_bytes $mtu, ibv_devinfo active_mtu $kmtu"
 pkts=$(( iters * ( (size + mtu - 1) / mtu ) ))
-ib_write_bw -d "$dev" -x 1 -s $size -n $iters >/tmp/bw.srv 2>&1 &
+ib_write_bw -F -d "$dev" -x 1 -s $size -n $iters >/tmp/bw.srv 2>&1 &
 srv=$!
 lab_wait_listen 18515
-ib_write_bw -d "$dev" -x 1 -s $size -n $iters 127.0.0.1 > /tmp/bw.cli
+ib_write_bw -F -d "$dev" -x 1 -s $size -n $iters 127.0.0.1 > /tmp/bw.cli
 wait $srv || { cat /tmp/bw.srv; lab_fail "ib_write_bw server failed"; }
 grep -E "^ *$size +$iters " /tmp/bw.cli || lab_fail "ib_write_bw printed no result line"
 scrape $base/metrics /tmp/m2

@@ -15,17 +15,17 @@ grep -q "link $LAB_DEVICE/1 state ACTIVE" <(rdma link show) || lab_fail "rdma li
 [ -c "$LAB_KMOD_DEV" ] || lab_fail "$LAB_KMOD_DEV missing"
 
 echo "== ib_write_lat loopback"
-ib_write_lat -d "$LAB_DEVICE" -x 1 -s 64 -n 1000 >/tmp/lat.srv 2>&1 &
+ib_write_lat -F -d "$LAB_DEVICE" -x 1 -s 64 -n 1000 >/tmp/lat.srv 2>&1 &
 srv=$!
 lab_wait_listen 18515
-ib_write_lat -d "$LAB_DEVICE" -x 1 -s 64 -n 1000 127.0.0.1 | tee /tmp/lat.cli
+ib_write_lat -F -d "$LAB_DEVICE" -x 1 -s 64 -n 1000 127.0.0.1 | tee /tmp/lat.cli
 wait $srv || { cat /tmp/lat.srv; lab_fail "ib_write_lat server failed"; }
 grep -qE '^ *64 +1000 ' /tmp/lat.cli || lab_fail "ib_write_lat printed no result line"
 
 echo "== ib_write_bw loopback"
-ib_write_bw -d "$LAB_DEVICE" -x 1 -s 65536 -n 500 >/tmp/bw.srv 2>&1 &
+ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 65536 -n 500 >/tmp/bw.srv 2>&1 &
 srv=$!
 lab_wait_listen 18515
-ib_write_bw -d "$LAB_DEVICE" -x 1 -s 65536 -n 500 127.0.0.1 | tee /tmp/bw.cli
+ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 65536 -n 500 127.0.0.1 | tee /tmp/bw.cli
 wait $srv || { cat /tmp/bw.srv; lab_fail "ib_write_bw server failed"; }
 grep -qE '^ *65536 +500 ' /tmp/bw.cli || lab_fail "ib_write_bw printed no result line"

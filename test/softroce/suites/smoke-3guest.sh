@@ -10,7 +10,7 @@ g1=$(lab_peer 1)
 g3=$(lab_peer 3)
 case "$LAB_INDEX" in
 1)
-	ib_write_bw -d "$LAB_DEVICE" -x 1 -s 4096 -n 200 >/tmp/bw 2>&1 &
+	ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 4096 -n 200 >/tmp/bw 2>&1 &
 	bw=$!
 	lab_wait_listen 18515
 	lab_signal bw-ready
@@ -27,7 +27,7 @@ case "$LAB_INDEX" in
 	;;
 3)
 	lab_wait bw-ready
-	ib_write_bw -d "$LAB_DEVICE" -x 1 -s 4096 -n 200 "$g1" | tee /tmp/bw
+	ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 4096 -n 200 "$g1" | tee /tmp/bw
 	grep -qE '^ *4096 +200 ' /tmp/bw || lab_fail "ib_write_bw printed no result line"
 	lab_wait ud-ready
 	ibv_ud_pingpong -d "$LAB_DEVICE" -g 1 -s 1024 -n 100 "$g1"
