@@ -312,31 +312,13 @@ func (e *engine) poll(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC) (int, e
 func (e *engine) progress(ctx context.Context) {
 	defer e.wg.Done()
 	wcs := make([]verbs.WC, 64)
-	var refill []verbs.RecvWR
-	bindQPN := e.bindQP.QPN()
 	for {
 		n, err := e.poll(ctx, e.cq, wcs)
 		if err != nil {
 			return
 		}
 		for n > 0 {
-			for _, wc := range wcs[:n] {
-				if wc.QPN == bindQPN {
-					e.bindDone(wc)
-				} else {
-					// Links' QPs post no signaled sends here: everything
-					// else consumed a receive WQE (the opcode of an error
-					// completion is not reliable, so do not test it).
-					refill = append(refill, verbs.RecvWR{})
-					e.recvDone(wc)
-				}
-			}
-			if len(refill) > 0 {
-				if err := e.srq.PostRecv(refill...); err != nil {
-					e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
-				}
-				refill = refill[:0]
-			}
+			e.handle(wcs[:n])
 			n = 0
 			if !e.bindsPending() {
 				break
@@ -346,6 +328,41 @@ func (e *engine) progress(ctx context.Context) {
 					return
 				}
 			}
+		}
+	}
+}
+
+// pollOnce runs one non-blocking progress step on the caller's goroutine
+// (Posted.Spin): the same handling as the progress loop, which may run
+// concurrently (the window state is locked; arrivals count in any order).
+func (e *engine) pollOnce() bool {
+	var wcs [16]verbs.WC
+	n, err := e.cq.Poll(wcs[:])
+	if err != nil || n == 0 {
+		return false
+	}
+	e.handle(wcs[:n])
+	return true
+}
+
+// handle processes a batch of completions and replenishes the SRQ.
+func (e *engine) handle(wcs []verbs.WC) {
+	bindQPN := e.bindQP.QPN()
+	refill := 0
+	for _, wc := range wcs {
+		if wc.QPN == bindQPN {
+			e.bindDone(wc)
+		} else {
+			// Links' QPs post no signaled sends here: everything else
+			// consumed a receive WQE (the opcode of an error completion is
+			// not reliable, so do not test it).
+			refill++
+			e.recvDone(wc)
+		}
+	}
+	if refill > 0 {
+		if err := e.srq.PostRecv(make([]verbs.RecvWR, refill)...); err != nil {
+			e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
 		}
 	}
 }

@@ -209,7 +209,7 @@ func TestLabEngineLatency(t *testing.T) {
 	// completing an epoch, until the receiving application sees the
 	// completion: by Posted.Wait, or by spinning on the completion
 	// pointer's sequence word.
-	measure := func(mb Mailbox, guard Guard, spinPointer bool) []time.Duration {
+	measure := func(mb Mailbox, guard Guard, mode string) []time.Duration {
 		lw, err := e.initWindow(mb, WindowOptions{Guard: guard})
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +244,14 @@ func TestLabEngineLatency(t *testing.T) {
 			start := time.Now()
 			id := snd.put(1, lw.slot, gen, d, 0, bytes.Repeat([]byte{byte(i)}, 64))
 			lview.commit(gen, 64)
-			if spinPointer {
+			if mode == "spin" {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := p.Spin(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("latency put %d: %v (refused %d, stats %+v)", i, err, e.refused.Load(), lw.Stats())
+				}
+			} else if mode == "pointer" {
 				for n := 0; p.Completion().Seq() == seq; n++ {
 					if n%(1<<16) == 0 && time.Since(start) > 5*time.Second {
 						t.Fatalf("latency put %d: no completion (refused %d, stats %+v)", i, e.refused.Load(), lw.Stats())
@@ -269,9 +276,10 @@ func TestLabEngineLatency(t *testing.T) {
 		}
 		return ta
 	}
-	ta := measure(0x22, GuardInvalidate, false)
-	tp := measure(0x23, GuardInvalidate, true)
-	tn := measure(0x24, GuardNone, true)
+	ta := measure(0x22, GuardInvalidate, "wait")
+	tp := measure(0x23, GuardInvalidate, "pointer")
+	ts := measure(0x25, GuardInvalidate, "spin")
+	tn := measure(0x24, GuardNone, "spin")
 	raw, _ := e.alloc(4096)
 	rawMR := e.arenaOf(heapAddr(raw), 4096)
 	var tc []time.Duration
@@ -301,7 +309,7 @@ func TestLabEngineLatency(t *testing.T) {
 	for _, r := range []struct {
 		name string
 		d    []time.Duration
-	}{{"(a) RVMA put, Posted.Wait", ta}, {"(a) RVMA put, polling the completion pointer", tp}, {"(a) RVMA put, GuardNone, polling the pointer", tn}} {
+	}{{"(a) RVMA put, Posted.Wait", ta}, {"(a) RVMA put, polling the completion pointer", tp}, {"(a) RVMA put, Posted.Spin (progress on the caller)", ts}, {"(a) RVMA put, GuardNone, Posted.Spin", tn}} {
 		m := med(r.d)
 		t.Logf("64 B one-way to the receiving application, loopback, median of %d: %s %v; (c) WRITE + last-byte polling %v; ratio %.2f",
 			iters, r.name, m, mc, float64(m)/float64(mc))
