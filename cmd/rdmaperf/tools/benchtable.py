@@ -5,6 +5,7 @@
 Usage: benchtable.py build/lab/runs/verbs-bench/guest1/console.log
 """
 import collections
+import math
 import sys
 
 import statistics
@@ -14,9 +15,15 @@ for line in open(sys.argv[1], errors="replace"):
     f = line.split()
     if len(f) == 5 and f[0] == "BENCH":
         _, tool, test, size, val = f
-        runs[(test, int(size))][tool].append(float(val))
+        v = float(val)
+        if math.isfinite(v):  # perftest sometimes prints inf under TCG
+            runs[(test, int(size))][tool].append(v)
 # The median over the repetitions.
-res = {k: {tool: statistics.median(v) for tool, v in d.items()} for k, d in runs.items()}
+res = {k: {tool: statistics.median(v) for tool, v in d.items() if v} for k, d in runs.items()}
+
+def fmt(v):
+    return "–" if v is None else f"{v:.2f}"
+
 
 tests = ["write_lat", "read_lat", "send_lat", "write_bw", "read_bw"]
 for test in tests:
@@ -44,7 +51,7 @@ for test in tests:
         if lat:
             c, cr = cell("rdmaperf-c")
             g, gr = cell("rdmaperf-go")
-            print(f"| {s} | {p if p is not None else '–'} | {c} | {cr} | {g} | {gr} |")
+            print(f"| {s} | {fmt(p)} | {c} | {cr} | {g} | {gr} |")
         else:
             g, gr = cell("rdmaperf-go")
-            print(f"| {s} | {p if p is not None else '–'} | {g} | {gr} |")
+            print(f"| {s} | {fmt(p)} | {g} | {gr} |")
