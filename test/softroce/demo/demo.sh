@@ -20,16 +20,7 @@ ls -l "$LAB_KMOD_DEV"
 rvmad_demo_begin
 
 if [ "$LAB_ROLE" = server ]; then
-	# rping's server can miss the client's disconnect and wait forever; the
-	# client verifies the payload (-V), so the server is stopped once the
-	# client is done.
-	rping -s -a "$LAB_ADDR" -C 5 -S 64 -V &
-	rp=$!
-	sleep 0.5
-	lab_signal rping-ready
-	lab_wait rping-done 120
-	kill $rp 2>/dev/null || true
-	wait $rp || true
+	lab_rping_server -C 5 -S 64 -V
 	ibv_rc_pingpong -d "$LAB_DEVICE" -g 1 -s 4096 -n 200 -c >/dev/null &
 	pp=$!
 	lab_wait_listen 18515

@@ -5,6 +5,8 @@
 #   lab_wait_listen PORT [SECS]  wait until a TCP port listens in this guest
 #   lab_gotest NAME [ARGS]   run $LAB_BIN/NAME.test from its package directory
 #   lab_fail MESSAGE         print MESSAGE and fail the suite
+#   lab_rping_server ARGS    serve rping (rping -s -a $LAB_ADDR ARGS) until a
+#                            client signals rping-done; signals rping-ready
 #   lab_peer I               the address of guest I
 
 lab_fail() {
@@ -50,4 +52,17 @@ lab_gotest() {
 	local dir
 	dir=$(cat "$LAB_BIN/$name.test.dir" 2>/dev/null) || dir=$LAB_DIR
 	(cd "$dir" && "$bin" "$@")
+}
+
+# rping's server can miss the client's disconnect and wait forever. The
+# client checks the payload (rping -V) and signals rping-done when it is
+# through; the server is then stopped.
+lab_rping_server() {
+	rping -s -a "$LAB_ADDR" "$@" &
+	local rp=$!
+	sleep 0.5
+	lab_signal rping-ready
+	lab_wait rping-done 120
+	kill $rp 2>/dev/null || true
+	wait $rp || true
 }

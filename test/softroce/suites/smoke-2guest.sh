@@ -16,16 +16,7 @@ if [ "$LAB_ROLE" = server ]; then
 	lab_signal pingpong-ready
 	wait $pp || lab_fail "ibv_rc_pingpong server failed"
 
-	# rping's server can miss the client's disconnect and wait forever; the
-	# client verifies the payload (-V), so the server is stopped once the
-	# client is done.
-	rping -s -a "$LAB_ADDR" -C 20 -S 1024 -V &
-	rp=$!
-	sleep 0.5
-	lab_signal rping-ready
-	lab_wait rping-done 120
-	kill $rp 2>/dev/null || true
-	wait $rp || true
+	lab_rping_server -C 20 -S 1024 -V
 else
 	lab_wait pingpong-ready
 	ibv_rc_pingpong "${opts[@]}" "$server" | tee /tmp/pp
