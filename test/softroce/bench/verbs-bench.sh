@@ -11,7 +11,7 @@
 # times, so a noisy host hits them alike; every result
 # is printed as a line
 #   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>
-# which cmd/rdmaperf/tools/benchtable.py turns into tables (medians).
+# which cmd/rdmaperf/benchtable turns into tables (medians).
 #
 # The defaults are the run docs/benchmarks.md records (about 28 minutes
 # under TCG); BENCH_REPS=1 BENCH_SIZES="2 4096 65536" gives a quick look.

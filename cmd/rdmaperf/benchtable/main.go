@@ -1,0 +1,143 @@
+// Command benchtable turns the "BENCH <tool> <test> <bytes> <value>" lines
+// of a verbs-bench lab run into the Markdown tables of docs/benchmarks.md:
+// for each test and size, the median over the repetitions of each tool and
+// its ratio to perftest.
+//
+// Usage:
+//
+//	go run ./cmd/rdmaperf/benchtable build/lab/runs/verbs-bench/guest1/console.log
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable CONSOLE_LOG")
+		os.Exit(2)
+	}
+	f, err := os.Open(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	defer f.Close()
+	res, err := parse(f)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	if len(res) == 0 {
+		fmt.Fprintln(os.Stderr, "benchtable: no BENCH lines in", os.Args[1])
+		os.Exit(1)
+	}
+	write(os.Stdout, res)
+}
+
+type key struct {
+	test string
+	size int
+}
+
+// parse collects the finite values of every BENCH line (the lab prefixes
+// console lines with "[suite] ", which is skipped) and returns the median
+// per test, size and tool.
+func parse(r io.Reader) (map[key]map[string]float64, error) {
+	runs := map[key]map[string][]float64{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.Index(line, "BENCH ")
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(line[i:])
+		if len(f) != 5 {
+			continue
+		}
+		size, err1 := strconv.Atoi(f[3])
+		v, err2 := strconv.ParseFloat(f[4], 64)
+		if err1 != nil || err2 != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+			continue // perftest sometimes prints inf under TCG
+		}
+		k := key{f[2], size}
+		if runs[k] == nil {
+			runs[k] = map[string][]float64{}
+		}
+		runs[k][f[1]] = append(runs[k][f[1]], v)
+	}
+	res := map[key]map[string]float64{}
+	for k, tools := range runs {
+		res[k] = map[string]float64{}
+		for tool, vs := range tools {
+			res[k][tool] = median(vs)
+		}
+	}
+	return res, sc.Err()
+}
+
+func median(vs []float64) float64 {
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func write(w io.Writer, res map[key]map[string]float64) {
+	for _, test := range []string{"write_lat", "read_lat", "send_lat", "write_bw", "read_bw"} {
+		var sizes []int
+		for k := range res {
+			if k.test == test {
+				sizes = append(sizes, k.size)
+			}
+		}
+		if len(sizes) == 0 {
+			continue
+		}
+		sort.Ints(sizes)
+		lat := strings.HasSuffix(test, "_lat")
+		if lat {
+			fmt.Fprintf(w, "\n### %s (t_typical [µs])\n\n", test)
+			fmt.Fprintln(w, "| bytes | perftest | rdmaperf C loop | ratio C/perftest | rdmaperf Go loop | ratio Go/perftest |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
+		} else {
+			fmt.Fprintf(w, "\n### %s (BW average [MB/s])\n\n", test)
+			fmt.Fprintln(w, "| bytes | perftest | rdmaperf | ratio rdmaperf/perftest |")
+			fmt.Fprintln(w, "|---:|---:|---:|---:|")
+		}
+		for _, s := range sizes {
+			r := res[key{test, s}]
+			p, hasP := r["perftest"]
+			cell := func(tool string) string {
+				v, ok := r[tool]
+				if !ok {
+					return "– | –"
+				}
+				if !hasP || p == 0 {
+					return fmt.Sprintf("%.2f | –", v)
+				}
+				return fmt.Sprintf("%.2f | %.2f", v, v/p)
+			}
+			pt := "–"
+			if hasP {
+				pt = fmt.Sprintf("%.2f", p)
+			}
+			if lat {
+				fmt.Fprintf(w, "| %d | %s | %s | %s |\n", s, pt, cell("rdmaperf-c"), cell("rdmaperf-go"))
+			} else {
+				fmt.Fprintf(w, "| %d | %s | %s |\n", s, pt, cell("rdmaperf-go"))
+			}
+		}
+	}
+}
