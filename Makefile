@@ -11,6 +11,7 @@ RUN     ?= .
 GUESTS  ?= 1
 
 .PHONY: all build setup vet unit lab test bench demo lab-test lab-shell clean
+.NOTPARALLEL:
 
 all: build
 
@@ -33,11 +34,9 @@ unit: setup
 lab: setup
 	$(LAB) all
 
-# go vet, host unit tests with -race, then every lab suite.
-test:
-	$(MAKE) --no-print-directory vet
-	$(MAKE) --no-print-directory unit
-	$(MAKE) --no-print-directory lab
+# go vet, host unit tests with -race, then every lab suite (in this order:
+# the Makefile runs serially, and setup runs once).
+test: vet unit lab
 
 # Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
 bench: setup
