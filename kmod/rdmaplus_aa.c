@@ -480,30 +480,47 @@ static void aa_narrow(struct pt_regs *regs, u32 from, u32 to)
 	regs->cx = to - from;
 }
 
+/*
+ * aa_plan sets each segment's log entry length from its logging bits (log:
+ * any bit that logs, data: the bit that logs the data too) and finds the
+ * span [*from, *to) of the packet that the access bit (allow) lets reach
+ * memory. It returns true when every segment allows the access.
+ */
+static bool aa_plan(struct aa_seg *s, int n, u32 log, u32 data, u32 allow,
+		    u32 *from, u32 *to, bool *any)
+{
+	bool all = true;
+	int i;
+
+	*any = false;
+	for (i = 0; i < n; i++) {
+		if (s[i].d && (s[i].bits & log))
+			s[i].elen = aa_entry_len(s[i].bits & data ? s[i].len : 0);
+		if (s[i].bits & allow) {
+			if (!*any)
+				*from = s[i].off;
+			*to = s[i].off + s[i].len;
+			*any = true;
+		} else {
+			all = false;
+		}
+	}
+	return all;
+}
+
 static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		     int n)
 {
 	const u8 *payload = (const u8 *)regs->dx;
 	u32 from = 0, to = 0, src[2] = { 0, 0 };
-	bool any = false, all = true;
+	bool any, all;
 	unsigned long flags;
 	int i;
 
 	atomic64_inc(&aa_st.writes);
 	aa_source(&src[0], &src[1]);
-	for (i = 0; i < n; i++) {
-		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_WL | RDMAPLUS_AA_WLD)))
-			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_WLD ?
-						 s[i].len : 0);
-		if (s[i].bits & RDMAPLUS_AA_W) {
-			if (!any)
-				from = s[i].off;
-			to = s[i].off + s[i].len;
-			any = true;
-		} else {
-			all = false;
-		}
-	}
+	all = aa_plan(s, n, RDMAPLUS_AA_WL | RDMAPLUS_AA_WLD, RDMAPLUS_AA_WLD,
+		      RDMAPLUS_AA_W, &from, &to, &any);
 
 	aa_lock_domains(s, n, &flags);
 	if (!aa_room(s, n)) {
@@ -536,28 +553,18 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		    int n)
 {
 	u8 *payload = (u8 *)regs->dx;
-	bool want_data = false, any = false, all = true;
+	bool want_data = false, any, all;
 	u32 from = 0, to = 0, src[2] = { 0, 0 };
 	unsigned long flags;
 	int i;
 
 	atomic64_inc(&aa_st.reads);
 	aa_source(&src[0], &src[1]);
-	for (i = 0; i < n; i++) {
-		if (s[i].d && (s[i].bits & (RDMAPLUS_AA_RL | RDMAPLUS_AA_RLD)))
-			s[i].elen = aa_entry_len(s[i].bits & RDMAPLUS_AA_RLD ?
-						 s[i].len : 0);
+	all = aa_plan(s, n, RDMAPLUS_AA_RL | RDMAPLUS_AA_RLD, RDMAPLUS_AA_RLD,
+		      RDMAPLUS_AA_R, &from, &to, &any);
+	for (i = 0; i < n; i++)
 		if (s[i].d && (s[i].bits & RDMAPLUS_AA_RLD))
 			want_data = true;
-		if (s[i].bits & RDMAPLUS_AA_R) {
-			if (!any)
-				from = s[i].off;
-			to = s[i].off + s[i].len;
-			any = true;
-		} else {
-			all = false;
-		}
-	}
 
 	aa_lock_domains(s, n, &flags);
 	if (!aa_room(s, n)) {

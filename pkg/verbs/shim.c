@@ -51,6 +51,21 @@ static void fill_send(struct ibv_send_wr *d, const struct shim_swr *s, struct ib
 	}
 }
 
+/* post_result turns a post's return code into an errno and sets *bad to
+ * the index of the first request not posted (bad_index), or -1 when all
+ * were posted.
+ */
+static int post_result(int rc, int bad_index, int *bad)
+{
+	*bad = -1;
+	if (rc) {
+		*bad = bad_index;
+		if (rc < 0)
+			rc = errno ? errno : EINVAL;
+	}
+	return rc;
+}
+
 /* Posts n send WRs as one chain; on failure *bad is the index of the first
  * WR not posted and the return value is the errno. */
 int shim_post_send(struct ibv_qp *qp, struct shim_swr *w, int n, struct ibv_sge *sges,
@@ -64,13 +79,7 @@ int shim_post_send(struct ibv_qp *qp, struct shim_swr *w, int n, struct ibv_sge 
 		scratch[i].next = (i + 1 < n) ? &scratch[i + 1] : NULL;
 	}
 	rc = ibv_post_send(qp, scratch, &badwr);
-	*bad = -1;
-	if (rc) {
-		*bad = badwr ? (int)(badwr - scratch) : 0;
-		if (rc < 0)
-			rc = errno ? errno : EINVAL;
-	}
-	return rc;
+	return post_result(rc, badwr ? (int)(badwr - scratch) : 0, bad);
 }
 
 static void fill_recv(struct ibv_recv_wr *scratch, struct shim_rwr *w, int n, struct ibv_sge *sges)
@@ -93,13 +102,7 @@ int shim_post_recv(struct ibv_qp *qp, struct shim_rwr *w, int n, struct ibv_sge 
 
 	fill_recv(scratch, w, n, sges);
 	rc = ibv_post_recv(qp, scratch, &badwr);
-	*bad = -1;
-	if (rc) {
-		*bad = badwr ? (int)(badwr - scratch) : 0;
-		if (rc < 0)
-			rc = errno ? errno : EINVAL;
-	}
-	return rc;
+	return post_result(rc, badwr ? (int)(badwr - scratch) : 0, bad);
 }
 
 int shim_post_srq_recv(struct ibv_srq *srq, struct shim_rwr *w, int n, struct ibv_sge *sges,
@@ -110,13 +113,7 @@ int shim_post_srq_recv(struct ibv_srq *srq, struct shim_rwr *w, int n, struct ib
 
 	fill_recv(scratch, w, n, sges);
 	rc = ibv_post_srq_recv(srq, scratch, &badwr);
-	*bad = -1;
-	if (rc) {
-		*bad = badwr ? (int)(badwr - scratch) : 0;
-		if (rc < 0)
-			rc = errno ? errno : EINVAL;
-	}
-	return rc;
+	return post_result(rc, badwr ? (int)(badwr - scratch) : 0, bad);
 }
 
 static void conv_wc(const struct ibv_wc *r, struct shim_wc *o)
