@@ -795,10 +795,13 @@ func TestLoopbackNoLeaks(t *testing.T) {
 		for i := 0; i < 100; i++ {
 			cycle(withCtx, ctx)
 		}
-		// Two rounds of 1000: the first may still grow caches and the Go
-		// heap; a leak shows as the same growth in the second.
-		var growth [2]int
-		for round := 0; round < 2; round++ {
+		// Three rounds of 1000: the first may still grow caches and the Go
+		// heap; a leak grows RSS in every later round, while glibc's arenas
+		// and the Go heap move it by a megabyte or two in single rounds
+		// (seen: +1688 KiB in one, +252 in the next), so the smaller
+		// growth of rounds 2 and 3 is the verdict.
+		var growth [3]int
+		for round := 0; round < 3; round++ {
 			runtime.GC()
 			debug.FreeOSMemory()
 			fd0, rss0 := fdCount(t), rssKiB(t)
@@ -816,8 +819,8 @@ func TestLoopbackNoLeaks(t *testing.T) {
 				t.Errorf("file descriptors leaked: %d -> %d", fd0, fd1)
 			}
 		}
-		if growth[1] > 1024 {
-			t.Errorf("RSS still grows by %d KiB per 1000 cycles after warm-up (first round %d KiB)", growth[1], growth[0])
+		if g := min(growth[1], growth[2]); g > 1024 {
+			t.Errorf("RSS still grows by %d KiB per 1000 cycles after warm-up (rounds: %v KiB)", g, growth)
 		}
 		ctx.Close()
 	}
