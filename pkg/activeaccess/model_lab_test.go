@@ -1,0 +1,640 @@
+//go:build lab
+
+package activeaccess_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+type record struct {
+	kind       activeaccess.Kind
+	off, n     int
+	data       []byte
+	suppressed bool
+	src        *activeaccess.Peer
+	seq        uint64
+}
+
+type recorder struct {
+	mu   sync.Mutex
+	recs []record
+}
+
+func (r *recorder) add(a *activeaccess.Access) {
+	r.mu.Lock()
+	r.recs = append(r.recs, record{a.Kind, a.Offset, a.Length, a.Data, a.Suppressed, a.Source, a.Seq})
+	r.mu.Unlock()
+}
+
+func (r *recorder) all() []record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]record(nil), r.recs...)
+}
+
+// checkCover checks that the records of kind k cover exactly [off, off+n)
+// once, with the data want (indexed from off).
+func checkCover(t *testing.T, what string, recs []record, k activeaccess.Kind, off, n int, want []byte) {
+	t.Helper()
+	seen := make([]int, n)
+	for _, r := range recs {
+		if r.kind != k {
+			continue
+		}
+		if r.off < off || r.off+r.n > off+n {
+			t.Fatalf("%s: %v access [%d, +%d) outside [%d, +%d)", what, k, r.off, r.n, off, n)
+		}
+		if !bytes.Equal(r.data, want[r.off-off:r.off-off+r.n]) {
+			t.Fatalf("%s: %v access [%d, +%d): logged data differs", what, k, r.off, r.n)
+		}
+		for i := r.off - off; i < r.off-off+r.n; i++ {
+			seen[i]++
+		}
+	}
+	for i, c := range seen {
+		if c != 1 {
+			t.Fatalf("%s: byte %d seen %d times by the handler", what, off+i, c)
+		}
+	}
+}
+
+// TestLabModel: active puts to intercepted pages (the handler gets the
+// data, memory stays untouched, each access once, a reply each), active
+// puts and gets on logged pages, plain puts and gets on plain pages, and
+// the flush semantics (after Flush every reply is there).
+func TestLabModel(t *testing.T) {
+	const port, nputs = 7510, 200
+	if server(t) {
+		tg := listen(t, port, activeaccess.TargetConfig{Size: 8 * page, LogSize: 1 << 16})
+		var ra, rb recorder
+		da, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+			ra.add(a)
+			if err := a.Reply(sum(a.Data)); err != nil {
+				t.Errorf("Reply: %v", err)
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		db, err := tg.NewDomain(activeaccess.DomainConfig{Notify: activeaccess.Poll, PollIdle: time.Millisecond, Handler: rb.add})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := da.Associate(0, 4*page, activeaccess.Intercept); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Associate(4*page, 2*page, activeaccess.W|activeaccess.R|activeaccess.WL|activeaccess.WLD|activeaccess.RL|activeaccess.RLD); err != nil {
+			t.Fatal(err)
+		}
+		defer signal(t, "model-checked")
+		signal(t, "model-ready")
+		await(t, "model-done")
+
+		recs := ra.all()
+		if len(recs) != nputs {
+			t.Fatalf("domain A handled %d accesses, want %d", len(recs), nputs)
+		}
+		seen := map[int]bool{}
+		for i, r := range recs {
+			if r.kind != activeaccess.KindPut || r.n != 64 || !r.suppressed || r.src == nil || r.src.Name != "model-src" {
+				t.Fatalf("access %d: %+v", i, r)
+			}
+			if seen[r.off] || r.off%64 != 0 || r.off >= nputs*64 {
+				t.Fatalf("access %d at offset %d: repeated or unexpected", i, r.off)
+			}
+			seen[r.off] = true
+			if !bytes.Equal(r.data, pattern(r.off, 64, 1)) {
+				t.Fatalf("access %d at %d: data differs", i, r.off)
+			}
+			if i > 0 && r.seq != recs[i-1].seq+1 {
+				t.Fatalf("sequence numbers %d then %d", recs[i-1].seq, r.seq)
+			}
+		}
+		mem := tg.Memory()
+		if !bytes.Equal(mem[:4*page], make([]byte, 4*page)) {
+			t.Fatal("an intercepted (W=0) page changed")
+		}
+		const bo, bn = 4*page + 3000, 3000
+		brec := rb.all()
+		checkCover(t, "domain B", brec, activeaccess.KindPut, bo, bn, pattern(bo, bn, 2))
+		checkCover(t, "domain B", brec, activeaccess.KindGet, bo, bn, pattern(bo, bn, 2))
+		if !bytes.Equal(mem[bo:bo+bn], pattern(bo, bn, 2)) {
+			t.Fatal("domain B's memory lacks the put")
+		}
+		if !bytes.Equal(mem[6*page:6*page+5000], pattern(6*page, 5000, 3)) {
+			t.Fatal("the plain put is not in memory")
+		}
+		for _, d := range []*activeaccess.Domain{da, db} {
+			if ref, lost := d.Refused(); ref != 0 || lost != 0 || d.Err() != nil {
+				t.Fatalf("domain %d: refused %d lost %d err %v", d.ID(), ref, lost, d.Err())
+			}
+		}
+		t.Logf("domain A: %d puts handled and replied to; domain B: %d accesses", len(recs), len(brec))
+		return
+	}
+
+	await(t, "model-ready")
+	s := dial(t, port, "model-src")
+	ctx := timeout(t, 120*time.Second)
+	if s.Size() != 8*page || s.Mode() != activeaccess.ModeTransparent || s.ID() == 0 {
+		t.Fatalf("size %d mode %v id %d", s.Size(), s.Mode(), s.ID())
+	}
+	ops := make([]*activeaccess.Op, nputs)
+	for i := range ops {
+		var err error
+		if ops[i], err = s.Put(ctx, i*64, pattern(i*64, 64, 1)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for i, o := range ops {
+		select {
+		case <-o.Done():
+		default:
+			t.Fatalf("put %d not done after Flush", i)
+		}
+		if o.Err() != nil {
+			t.Fatalf("put %d: %v", i, o.Err())
+		}
+	}
+	// The handler replied to every put before the flush was acknowledged.
+	if n := s.Replies(); n != nputs {
+		t.Fatalf("%d replies after Flush, want %d", n, nputs)
+	}
+	got := map[uint64]bool{}
+	for i := 0; i < nputs; i++ {
+		r, err := s.Reply(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Value != sum(pattern(int(r.Offset), 64, 1)) || got[r.Offset] {
+			t.Fatalf("reply %d: %+v", i, r)
+		}
+		got[r.Offset] = true
+	}
+	if p := s.Processed(); p < nputs {
+		t.Fatalf("target reports %d entries processed, want at least %d", p, nputs)
+	}
+
+	const bo, bn = 4*page + 3000, 3000
+	if err := s.PutWait(ctx, bo, pattern(bo, bn, 2)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, bn)
+	if err := s.GetWait(ctx, bo, buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, pattern(bo, bn, 2)) {
+		t.Fatal("Get returned other bytes than the Put wrote")
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	po, err := s.PutPlain(ctx, 6*page, pattern(6*page, 5000, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FlushPlain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if po.Err() != nil || !isDone(po) {
+		t.Fatalf("plain put after FlushPlain: done %v err %v", isDone(po), po.Err())
+	}
+	buf = make([]byte, 5000)
+	o, err := s.GetPlain(ctx, 6*page, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, pattern(6*page, 5000, 3)) {
+		t.Fatal("plain Get returned other bytes than the plain Put wrote")
+	}
+	start := time.Now()
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	t.Logf("empty flush %v; stats %+v; credits %d of %d", time.Since(start), st, s.Credits(), s.Grant())
+	if s.Credits() != s.Grant() {
+		t.Fatalf("after a flush with nothing pending, %d of %d credits available", s.Credits(), s.Grant())
+	}
+	signal(t, "model-done")
+	await(t, "model-checked")
+}
+
+func isDone(o *activeaccess.Op) bool {
+	select {
+	case <-o.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// TestLabFlood: two sources flood a small log whose handler is slow; the
+// credits make them wait, the module never refuses an access, and the
+// handler sees every access exactly once. A third source is refused.
+func TestLabFlood(t *testing.T) {
+	const port, n = 7520, 3000
+	if server(t) {
+		tg := listen(t, port, activeaccess.TargetConfig{Size: 16 * page, LogSize: 1 << 15, MaxSources: 2})
+		st0, err := tg.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		seen := map[string][]int{}
+		var bad []string
+		count := 0
+		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+			mu.Lock()
+			defer mu.Unlock()
+			count++
+			if count%50 == 0 {
+				time.Sleep(2 * time.Millisecond) // a slow handler: the log fills up
+			}
+			if a.Source == nil || len(a.Data) < 8 || a.Length != len(a.Data) {
+				bad = append(bad, "unexpected access")
+				return
+			}
+			i := int(a.Data[4]) | int(a.Data[5])<<8 | int(a.Data[6])<<16
+			if !bytes.Equal(a.Data, floodData(a.Source.Name, i)) || a.Offset != floodOff(i) {
+				bad = append(bad, a.Source.Name+": data differs")
+				return
+			}
+			seen[a.Source.Name] = append(seen[a.Source.Name], i)
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Associate(0, 16*page, activeaccess.Intercept); err != nil {
+			t.Fatal(err)
+		}
+		defer signal(t, "flood-checked")
+		signal(t, "flood-ready")
+		await(t, "flood-done")
+		mu.Lock()
+		defer mu.Unlock()
+		if len(bad) > 0 {
+			t.Fatalf("%d bad accesses, first: %s", len(bad), bad[0])
+		}
+		for _, name := range []string{"flood-1", "flood-2"} {
+			idx := seen[name]
+			if len(idx) != n {
+				t.Fatalf("%s: handler saw %d accesses, want %d", name, len(idx), n)
+			}
+			for k, i := range idx {
+				if i != k {
+					t.Fatalf("%s: access %d is #%d (each once, in order)", name, k, i)
+				}
+			}
+		}
+		if ref, lost := d.Refused(); ref != 0 || lost != 0 {
+			t.Fatalf("the log refused %d accesses, lost %d reads", ref, lost)
+		}
+		st, _ := tg.Stats()
+		if st.RefusedWrites != st0.RefusedWrites || st.Missed != 0 {
+			t.Fatalf("module: refused writes %d -> %d, missed %d", st0.RefusedWrites, st.RefusedWrites, st.Missed)
+		}
+		t.Logf("%d accesses through a %d-byte log (grant %d bytes per source), none refused", 2*n, 1<<15, tg.Grant())
+		return
+	}
+
+	await(t, "flood-ready")
+	ctx := timeout(t, 240*time.Second)
+	srcs := []*activeaccess.Source{dial(t, port, "flood-1"), dial(t, port, "flood-2")}
+	_, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port), &activeaccess.SourceConfig{Name: "flood-3"})
+	var rej *activeaccess.RejectError
+	if !errors.As(err, &rej) || rej.Reason != activeaccess.RejectTooMany {
+		t.Fatalf("a third source: %v, want a rejection for too many sources", err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	start := time.Now()
+	for k, s := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := []string{"flood-1", "flood-2"}[k]
+			var ops []*activeaccess.Op
+			for i := 0; i < n; i++ {
+				o, err := s.Put(ctx, floodOff(i), floodData(name, i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				ops = append(ops, o)
+			}
+			if err := s.Flush(ctx); err != nil {
+				errs <- err
+				return
+			}
+			for i, o := range ops {
+				if err := o.Err(); err != nil || !isDone(o) {
+					errs <- fmt.Errorf("%s: put %d: done %v, %v", name, i, isDone(o), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, s := range srcs {
+		st := s.Stats()
+		t.Logf("source %d: %+v, %d of %d credits back", s.ID(), st, s.Credits(), s.Grant())
+		if st.CreditWaits == 0 {
+			t.Errorf("source %d never waited for credits: the flood did not fill the log", s.ID())
+		}
+		if s.Credits() != s.Grant() || s.Processed() != n {
+			t.Errorf("source %d: %d of %d credits, %d processed after Flush", s.ID(), s.Credits(), s.Grant(), s.Processed())
+		}
+	}
+	t.Logf("%d puts in %v", 2*n, time.Since(start))
+	signal(t, "flood-done")
+	await(t, "flood-checked")
+}
+
+func floodOff(i int) int { return (i % 200) * 256 }
+
+// floodData is put number i of a source: 64 to 256 bytes naming it.
+func floodData(name string, i int) []byte {
+	b := pattern(floodOff(i), 64+(i%4)*64, name[len(name)-1])
+	b[4], b[5], b[6] = byte(i), byte(i>>8), byte(i>>16)
+	return b
+}
+
+const childEnv = "AA_LAB_CHILD_TARGET"
+
+// childTarget runs in a child process of the target guest's test: a
+// target whose handler never returns from an access starting with 0xff.
+func childTarget() int {
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		return 2
+	}
+	tg, err := activeaccess.Listen(netip.AddrPortFrom(netip.MustParseAddr(a), 7530), &activeaccess.TargetConfig{Size: 4 * page})
+	if err != nil {
+		os.Stderr.WriteString("child target: " + err.Error() + "\n")
+		return 2
+	}
+	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+		if len(a.Data) > 0 && a.Data[0] == 0xff {
+			select {} // a stuck handler: the source's flush cannot complete
+		}
+	}})
+	if err == nil {
+		err = d.Associate(0, 4*page, activeaccess.Intercept)
+	}
+	if err != nil {
+		os.Stderr.WriteString("child target: " + err.Error() + "\n")
+		return 2
+	}
+	labenv.Signal("dies-ready")
+	select {}
+}
+
+// TestLabTargetDies: the target process is killed while a source waits
+// in Flush; the flush fails with ErrDisconnected (no hang), and so does
+// everything after it.
+func TestLabTargetDies(t *testing.T) {
+	if server(t) {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		await(t, "dies-kill")
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Wait()
+		signal(t, "dies-killed")
+		await(t, "dies-done")
+		return
+	}
+	await(t, "dies-ready")
+	s := dial(t, 7530, "dies-src")
+	ctx := timeout(t, 120*time.Second)
+	if err := s.PutWait(ctx, 0, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutWait(ctx, 64, []byte{0xff, 1, 2, 3}); err != nil { // the handler sticks on it
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned while the handler is stuck: %v", err)
+	case <-time.After(time.Second):
+	}
+	signal(t, "dies-kill")
+	await(t, "dies-killed")
+	start := time.Now()
+	var err error
+	select {
+	case err = <-flushed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Flush still waiting 60 s after the target was killed")
+	}
+	t.Logf("Flush returned %v after the kill: %v", time.Since(start), err)
+	if !errors.Is(err, activeaccess.ErrDisconnected) {
+		t.Fatalf("Flush after the target died: %v, want ErrDisconnected", err)
+	}
+	if _, err := s.Put(ctx, 0, []byte("after")); !errors.Is(err, activeaccess.ErrDisconnected) {
+		t.Fatalf("Put after the target died: %v", err)
+	}
+	if err := s.Flush(ctx); !errors.Is(err, activeaccess.ErrDisconnected) {
+		t.Fatalf("second Flush: %v", err)
+	}
+	if _, err := s.Reply(ctx); !errors.Is(err, activeaccess.ErrDisconnected) {
+		t.Fatalf("Reply: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after the target died: %v", err)
+	}
+	// Nothing listens any more: Dial fails, it does not hang.
+	dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := activeaccess.Dial(dctx, targetAddr(t, 7530), nil); err == nil || dctx.Err() != nil {
+		t.Fatalf("Dial to a dead target: %v (context %v)", err, dctx.Err())
+	} else {
+		t.Logf("Dial to the dead target: %v", err)
+	}
+	signal(t, "dies-done")
+}
+
+// TestLabMisuse: bad arguments, use after Close, Close twice, on both
+// sides; closing the target disconnects its sources.
+func TestLabMisuse(t *testing.T) {
+	const port = 7540
+	if server(t) {
+		for _, c := range []struct {
+			addr netip.AddrPort
+			cfg  activeaccess.TargetConfig
+		}{
+			{netip.AddrPortFrom(netip.IPv4Unspecified(), port), activeaccess.TargetConfig{Size: page}},
+			{targetAddr(t, 0), activeaccess.TargetConfig{Size: page}},
+			{targetAddr(t, port), activeaccess.TargetConfig{Size: 0}},
+			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 5000}},
+			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, Mode: activeaccess.ModeMediated}},
+			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 4096, MaxSources: 2}},
+		} {
+			if _, err := activeaccess.Listen(c.addr, &c.cfg); !errors.Is(err, activeaccess.ErrInvalid) {
+				t.Errorf("Listen(%v, %+v): %v, want ErrInvalid", c.addr, c.cfg, err)
+			}
+		}
+		tg := listen(t, port, activeaccess.TargetConfig{Size: 4 * page})
+		if _, err := tg.NewDomain(activeaccess.DomainConfig{}); !errors.Is(err, activeaccess.ErrInvalid) {
+			t.Errorf("NewDomain without a handler: %v", err)
+		}
+		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(*activeaccess.Access) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			off, n int
+			want   error
+		}{{100, page, activeaccess.ErrInvalid}, {0, 100, activeaccess.ErrInvalid}, {-page, page, activeaccess.ErrInvalid},
+			{0, 0, activeaccess.ErrInvalid}, {0, 8 * page, activeaccess.ErrRange}, {4 * page, page, activeaccess.ErrRange}} {
+			if err := d.Associate(c.off, c.n, activeaccess.Intercept); !errors.Is(err, c.want) {
+				t.Errorf("Associate(%d, %d): %v, want %v", c.off, c.n, err, c.want)
+			}
+		}
+		if err := d.Associate(0, page, activeaccess.Actions(1<<10)); !errors.Is(err, activeaccess.ErrInvalid) {
+			t.Errorf("unknown action bits: %v", err)
+		}
+		if err := d.Associate(0, page, activeaccess.Intercept); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Dissociate(0, page); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatalf("second Domain.Close: %v", err)
+		}
+		if err := d.Associate(0, page, activeaccess.Intercept); !errors.Is(err, activeaccess.ErrClosed) {
+			t.Errorf("Associate after Close: %v", err)
+		}
+		signal(t, "misuse-ready")
+		await(t, "misuse-connected")
+		n := 0
+		for i := 0; i < 100; i++ {
+			if n = tg.Sources(); n == 1 {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if n != 1 {
+			t.Errorf("%d sources connected, want 1 (one closed, one open)", n)
+		}
+		if err := tg.Close(); err != nil {
+			t.Fatalf("Target.Close: %v", err)
+		}
+		if err := tg.Close(); err != nil {
+			t.Fatalf("second Target.Close: %v", err)
+		}
+		if _, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(*activeaccess.Access) {}}); !errors.Is(err, activeaccess.ErrClosed) {
+			t.Errorf("NewDomain after Close: %v", err)
+		}
+		if tg.Memory() != nil {
+			t.Error("Memory after Close")
+		}
+		if _, err := tg.Stats(); !errors.Is(err, activeaccess.ErrClosed) {
+			t.Errorf("Stats after Close: %v", err)
+		}
+		signal(t, "misuse-closed")
+		await(t, "misuse-done")
+		return
+	}
+
+	await(t, "misuse-ready")
+	ctx := timeout(t, 60*time.Second)
+	if _, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceConfig{Name: string(make([]byte, 41))}); !errors.Is(err, activeaccess.ErrInvalid) {
+		t.Errorf("Dial with a 41-byte name: %v", err)
+	}
+	s, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceConfig{Name: "misuse", Staging: page})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		off, n int
+		want   error
+	}{{-1, 8, activeaccess.ErrRange}, {4*page - 10, 20, activeaccess.ErrRange}, {4 * page, 1, activeaccess.ErrRange},
+		{0, 0, activeaccess.ErrInvalid}, {0, 2 * page, activeaccess.ErrTooLarge}} {
+		if _, err := s.Put(ctx, c.off, make([]byte, c.n)); !errors.Is(err, c.want) {
+			t.Errorf("Put(%d, %d bytes): %v, want %v", c.off, c.n, err, c.want)
+		}
+		if _, err := s.GetPlain(ctx, c.off, make([]byte, c.n)); !errors.Is(err, c.want) {
+			t.Errorf("GetPlain(%d, %d bytes): %v, want %v", c.off, c.n, err, c.want)
+		}
+	}
+	if err := s.PutWait(ctx, 4*page-8, []byte("the end.")); err != nil {
+		t.Fatalf("a put at the last byte: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := s.Put(ctx, 0, []byte("x")); !errors.Is(err, activeaccess.ErrClosed) {
+		t.Errorf("Put after Close: %v", err)
+	}
+	if err := s.Flush(ctx); !errors.Is(err, activeaccess.ErrClosed) {
+		t.Errorf("Flush after Close: %v", err)
+	}
+	if err := s.FlushPlain(ctx); !errors.Is(err, activeaccess.ErrClosed) {
+		t.Errorf("FlushPlain after Close: %v", err)
+	}
+	if _, err := s.Reply(ctx); !errors.Is(err, activeaccess.ErrClosed) {
+		t.Errorf("Reply after Close: %v", err)
+	}
+	// Closing the target disconnects this one.
+	s2 := dial(t, port, "misuse-2")
+	if err := s2.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	signal(t, "misuse-connected")
+	await(t, "misuse-closed")
+	var ferr error
+	for i := 0; i < 200; i++ {
+		if ferr = s2.Flush(ctx); ferr != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !errors.Is(ferr, activeaccess.ErrDisconnected) {
+		t.Errorf("Flush to a closed target: %v, want ErrDisconnected", ferr)
+	}
+	signal(t, "misuse-done")
+}

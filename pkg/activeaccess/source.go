@@ -1,0 +1,715 @@
+package activeaccess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// Source-side sizes.
+const (
+	sRecvSlots    = 32 // status message buffers
+	sMarkerSlots  = 16 // marker buffers (at most the window the target grants)
+	markerSlotLen = 64
+	wrOp          = 0
+	wrMarker      = 1 << 62
+	wrStatus      = 1 << 61
+)
+
+// SourceConfig configures Dial.
+type SourceConfig struct {
+	// Name identifies the source to the target's handlers (Peer.Name);
+	// at most 40 bytes.
+	Name string
+	// Staging is the bytes of registered memory the source copies Put
+	// data into and receives Get data in; one access is at most this
+	// large. Default 1 MiB.
+	Staging int
+	// Depth is how many operations may be in flight; default 64.
+	Depth int
+}
+
+// Source is a connection from this process to one Target, through which
+// it issues active and plain puts and gets. Create it with Dial. A Source
+// is safe for concurrent use; operations are issued in the order their
+// calls acquire the connection.
+type Source struct {
+	cfg    SourceConfig
+	id     *verbs.CMID
+	pd     *verbs.PD
+	ch     *verbs.CompChannel
+	cq     *verbs.CQ
+	qp     *verbs.QP
+	mr     *verbs.MR // status buffers, marker buffers, staging
+	g      grant
+	mtu    int
+	window int
+	stBase int // offset of the staging area in mr
+
+	cmStop context.CancelFunc
+	loops  sync.WaitGroup
+
+	mu         sync.Mutex
+	changed    chan struct{}
+	closed     bool
+	broken     error
+	sqFree     int
+	st         *staging
+	led        *ledger
+	seq        uint64 // last operation issued
+	ops        map[uint64]*Op
+	doneSet    map[uint64]bool
+	doneThru   uint64 // every operation up to this one completed
+	lastActive uint64 // last active operation issued
+	lastPlain  uint64
+	replies    []Reply
+	processed  uint64
+	stats      SourceStats
+}
+
+// SourceStats count what a Source did.
+type SourceStats struct {
+	Active      uint64 // active puts and gets issued
+	Plain       uint64 // plain puts and gets issued
+	CreditWaits uint64 // active accesses that had to wait for credits
+	Markers     uint64 // markers sent (credit returns and flushes)
+	Acked       uint64 // markers the target acknowledged
+	Replies     uint64 // replies received
+}
+
+// Stats returns the source's counters.
+func (s *Source) Stats() SourceStats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stats
+	st.Acked = s.led.acked
+	return st
+}
+
+// Dial connects to the target listening at addr. The target's memory
+// description and this source's credits arrive with the connection's
+// accept. Errors: a *RejectError (errors.Is ErrRejected) when the target
+// refuses, ErrProtocol when the peer is not a compatible target,
+// ErrInvalid for a bad configuration, ctx's error, or the verbs error of
+// the failing step (address or route resolution, connect).
+func Dial(ctx context.Context, addr netip.AddrPort, cfg *SourceConfig) (*Source, error) {
+	var c SourceConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Staging == 0 {
+		c.Staging = 1 << 20
+	}
+	if c.Depth == 0 {
+		c.Depth = 64
+	}
+	switch {
+	case len(c.Name) > nameLen:
+		return nil, fmt.Errorf("%w: source name of %d bytes (at most %d)", ErrInvalid, len(c.Name), nameLen)
+	case c.Staging < 0 || c.Depth < 1 || c.Depth > 4096:
+		return nil, fmt.Errorf("%w: staging %d, depth %d", ErrInvalid, c.Staging, c.Depth)
+	case !addr.IsValid():
+		return nil, fmt.Errorf("%w: target address %v", ErrInvalid, addr)
+	}
+	c.Staging = (c.Staging + pageSize - 1) &^ (pageSize - 1)
+	s := &Source{cfg: c, changed: make(chan struct{}), ops: map[uint64]*Op{}, doneSet: map[uint64]bool{}}
+	if err := s.dial(ctx, addr); err != nil {
+		s.release()
+		return nil, err
+	}
+	cmCtx, stop := context.WithCancel(context.Background())
+	s.cmStop = stop
+	s.loops.Add(2)
+	go s.cqLoop()
+	go s.cmLoop(cmCtx)
+	return s, nil
+}
+
+func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
+	var err error
+	if s.id, err = verbs.NewCMID(verbs.PSTCP); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	if err := s.id.ResolveAddr(ctx, netip.AddrPort{}, addr); err != nil {
+		return fmt.Errorf("activeaccess: dial %v: %w", addr, err)
+	}
+	if err := s.id.ResolveRoute(ctx); err != nil {
+		return fmt.Errorf("activeaccess: dial %v: %w", addr, err)
+	}
+	vc, err := s.id.Context()
+	if err != nil {
+		return fmt.Errorf("activeaccess: dial %v: %w", addr, err)
+	}
+	if s.pd, err = vc.AllocPD(); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	if s.ch, err = vc.NewCompChannel(); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	depth := s.cfg.Depth + sMarkerSlots
+	if s.cq, err = vc.NewCQ(depth+sRecvSlots, &verbs.CQOptions{Channel: s.ch}); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	if s.qp, err = s.id.NewQP(s.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, SignalAll: true,
+		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: sRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	s.stBase = sRecvSlots*msgSize + sMarkerSlots*markerSlotLen
+	if s.mr, err = s.pd.AllocMR(s.stBase+s.cfg.Staging, verbs.AccessLocalWrite); err != nil {
+		return fmt.Errorf("activeaccess: dial: staging memory: %w", err)
+	}
+	for i := 0; i < sRecvSlots; i++ {
+		if err := s.postRecv(i); err != nil {
+			return fmt.Errorf("activeaccess: dial: %w", err)
+		}
+	}
+	h := hello{Version: protoVersion, Modes: 1 << ModeTransparent, Name: s.cfg.Name}
+	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
+	var rej *verbs.RejectError
+	if errors.As(err, &rej) {
+		return &RejectError{Reason: parseRefusal(rej.PrivateData)}
+	}
+	if err != nil {
+		return fmt.Errorf("activeaccess: connect to %v: %w", addr, err)
+	}
+	// pkg/verbs does not return the accept's private data, so the grant
+	// is the target's first message.
+	wcs := make([]verbs.WC, 1)
+	if _, err := s.cq.Wait(ctx, wcs); err != nil {
+		return fmt.Errorf("activeaccess: waiting for the target's grant: %w", err)
+	}
+	if err := wcs[0].Err(); err != nil || wcs[0].ID&wrStatus == 0 {
+		return fmt.Errorf("%w: no grant from the target (completion %v, %v)", ErrProtocol, wcs[0].Opcode, err)
+	}
+	slot := int(wcs[0].ID & 0xffff)
+	if s.g, err = parseGrant(s.mr.Bytes()[slot*msgSize : slot*msgSize+int(wcs[0].ByteLen)]); err != nil {
+		return err
+	}
+	if err := s.postRecv(slot); err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	a, err := s.qp.Query()
+	if err != nil {
+		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	s.mtu = a.PathMTU.Bytes()
+	if s.mtu == 0 {
+		s.mtu = 256 // the smallest: the most entries, an upper bound
+	}
+	s.window = min(int(s.g.Window), sMarkerSlots)
+	s.sqFree = s.cfg.Depth
+	s.st = newStaging(s.cfg.Staging)
+	s.led = newLedger(int64(s.g.Credits))
+	return nil
+}
+
+func (s *Source) postRecv(i int) error {
+	return s.qp.PostRecv(verbs.RecvWR{ID: wrStatus | uint64(i), SGL: []verbs.SGE{s.mr.SGE(i*msgSize, msgSize)}})
+}
+
+// release closes what dial built (after a failed Dial, or in Close).
+func (s *Source) release() {
+	if s.id != nil {
+		s.id.Close() // and the QP
+	}
+	if s.ch != nil {
+		s.ch.Close() // and the CQ
+	}
+	if s.pd != nil {
+		s.pd.Close() // and the MR
+	}
+}
+
+// ID returns the id the target gave this source (Peer.ID in its handlers).
+func (s *Source) ID() uint32 { return s.g.SourceID }
+
+// Size returns the bytes of the target's memory.
+func (s *Source) Size() int { return int(s.g.Len) }
+
+// Mode returns the mode the target chose.
+func (s *Source) Mode() Mode { return s.g.Mode }
+
+// Grant returns the credits, in log bytes, the target granted.
+func (s *Source) Grant() int64 { return int64(s.g.Credits) }
+
+// Credits returns the credits available now.
+func (s *Source) Credits() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.led.avail
+}
+
+// Processed returns how many of this source's log entries the target's
+// handlers had processed at its last status message.
+func (s *Source) Processed() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.processed
+}
+
+// Cost returns the credits an active access of n bytes at offset off
+// takes (an upper bound of the log bytes it can use: one entry per
+// packet and page, with its data).
+func (s *Source) Cost(off, n int) int64 { return cost(s.g.Addr+uint64(off), n, s.mtu) }
+
+// broadcast wakes every goroutine waiting for a change; s.mu held.
+func (s *Source) broadcast() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// usable returns why no operation can start; s.mu held.
+func (s *Source) usable() error {
+	if s.closed {
+		return ErrClosed
+	}
+	return s.broken
+}
+
+// wait releases s.mu until something changes or ctx ends; s.mu held.
+func (s *Source) wait(ctx context.Context) error {
+	ch := s.changed
+	s.mu.Unlock()
+	defer s.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// breakLocked records the connection's first fatal error; s.mu held.
+func (s *Source) breakLocked(err error) {
+	if s.broken == nil {
+		s.broken = err
+	}
+	s.broadcast()
+}
+
+// Op is an operation in flight. Its memory effect at the target is done
+// when Done is closed; for an active Put that means logged, not yet
+// handled (use Flush for that).
+type Op struct {
+	s      *Source
+	seq    uint64
+	get    bool
+	dst    []byte
+	stOff  int
+	stH    int
+	done   chan struct{}
+	err    error
+	active bool
+}
+
+// Done is closed when the operation completed, successfully or not.
+func (o *Op) Done() <-chan struct{} { return o.done }
+
+// Err returns nil while the operation is pending or after it succeeded,
+// and its error once it failed: ErrRefused when the target refused it,
+// ErrDisconnected when the connection failed, ErrClosed when the Source
+// was closed first.
+func (o *Op) Err() error {
+	select {
+	case <-o.done:
+		return o.err
+	default:
+		return nil
+	}
+}
+
+// Wait blocks until the operation completed and returns its error (see
+// Err), or ctx's error if ctx ends first (the operation goes on).
+func (o *Op) Wait(ctx context.Context) error {
+	select {
+	case <-o.done:
+		return o.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Put starts an active put: src is copied into the target's memory at
+// offset off (or, on pages without W, only into its log) and the
+// handler of the pages' domain sees it. src may be reused when Put
+// returns. Put blocks while the connection has no credits, queue slots
+// or staging memory for it. Errors: ErrInvalid (empty src), ErrRange,
+// ErrTooLarge (more than the staging memory or the credit grant),
+// ErrClosed, ErrDisconnected, ctx's error.
+func (s *Source) Put(ctx context.Context, off int, src []byte) (*Op, error) {
+	return s.post(ctx, true, false, off, src)
+}
+
+// Get starts an active get: the target's memory at offset off (or zeros,
+// on pages without R) is read into dst, which is filled when the
+// operation completes and must not be touched before; the handler of the
+// pages' domain sees it if the pages log reads. Errors as for Put.
+func (s *Source) Get(ctx context.Context, off int, dst []byte) (*Op, error) {
+	return s.post(ctx, true, true, off, dst)
+}
+
+// PutPlain starts a plain RMA put: no credits, not covered by Flush
+// (FlushPlain covers it). Aim it at pages that do not log writes: a plain
+// access to a logging page uses log space no credit reserved, and the
+// target may refuse it, or a credit-respecting source's access after it.
+// Errors as for Put.
+func (s *Source) PutPlain(ctx context.Context, off int, src []byte) (*Op, error) {
+	return s.post(ctx, false, false, off, src)
+}
+
+// GetPlain starts a plain RMA get; see PutPlain and Get. Errors as for Put.
+func (s *Source) GetPlain(ctx context.Context, off int, dst []byte) (*Op, error) {
+	return s.post(ctx, false, true, off, dst)
+}
+
+// PutWait is Put followed by the operation's Wait.
+func (s *Source) PutWait(ctx context.Context, off int, src []byte) error {
+	o, err := s.Put(ctx, off, src)
+	if err != nil {
+		return err
+	}
+	return o.Wait(ctx)
+}
+
+// GetWait is Get followed by the operation's Wait.
+func (s *Source) GetWait(ctx context.Context, off int, dst []byte) error {
+	o, err := s.Get(ctx, off, dst)
+	if err != nil {
+		return err
+	}
+	return o.Wait(ctx)
+}
+
+func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) (*Op, error) {
+	n := len(b)
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%w: empty access", ErrInvalid)
+	case off < 0 || off > int(s.g.Len) || n > int(s.g.Len)-off:
+		return nil, fmt.Errorf("%w: [%d, +%d) of %d bytes", ErrRange, off, n, s.g.Len)
+	case n > s.cfg.Staging:
+		return nil, fmt.Errorf("%w: %d bytes, staging memory %d", ErrTooLarge, n, s.cfg.Staging)
+	}
+	var c int64
+	if active {
+		if c = s.Cost(off, n); c > int64(s.g.Credits) {
+			return nil, fmt.Errorf("%w: %d bytes need %d credits, the grant is %d", ErrTooLarge, n, c, s.g.Credits)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var stOff, stH int
+	waited := false
+	for {
+		if err := s.usable(); err != nil {
+			return nil, err
+		}
+		if active && s.led.avail < c && !waited {
+			waited = true
+			s.stats.CreditWaits++
+		}
+		if s.sqFree > 0 && (!active || s.led.avail >= c) {
+			var ok bool
+			if stOff, stH, ok = s.st.alloc(n); ok {
+				break
+			}
+		} else if active && s.led.avail < c && s.led.open > 0 && s.led.outstanding() < s.window && s.sqFree > 0 {
+			// Credits come back with the acknowledgement of a marker
+			// sent after the accesses that spent them.
+			if err := s.markerLocked(false); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := s.wait(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if active {
+		s.led.charge(c)
+	}
+	s.seq++
+	o := &Op{s: s, seq: s.seq, get: get, stOff: stOff, stH: stH, done: make(chan struct{}), active: active}
+	op := verbs.OpWrite
+	if get {
+		o.dst = b
+		op = verbs.OpRead
+	} else {
+		copy(s.mr.Bytes()[s.stBase+stOff:], b)
+	}
+	err := s.qp.PostSend(verbs.SendWR{ID: wrOp | o.seq, Op: op, SGL: []verbs.SGE{s.mr.SGE(s.stBase+stOff, n)},
+		RemoteAddr: s.g.Addr + uint64(off), RKey: s.g.RKey})
+	if err != nil {
+		s.seq--
+		s.st.free(stH) // charged credits stay in the open epoch
+		err = fmt.Errorf("%w: posting: %w", ErrDisconnected, err)
+		s.breakLocked(err)
+		return nil, err
+	}
+	s.sqFree--
+	s.ops[o.seq] = o
+	if active {
+		s.stats.Active++
+		s.lastActive = o.seq
+		if s.led.open >= int64(s.g.Credits)/4 && s.led.outstanding() < s.window && s.sqFree > 0 {
+			if err := s.markerLocked(false); err != nil {
+				return o, nil // o is posted; the failure shows on the connection
+			}
+		}
+	} else {
+		s.stats.Plain++
+		s.lastPlain = o.seq
+	}
+	return o, nil
+}
+
+// markerLocked closes the open credit epoch and sends its marker; s.mu
+// held, a queue slot and a marker window slot free.
+func (s *Source) markerLocked(flush bool) error {
+	ep := s.led.closeEpoch()
+	slot := int(ep % uint64(s.window))
+	o := sRecvSlots*msgSize + slot*markerSlotLen
+	l := marker{Epoch: ep, Flush: flush}.put(s.mr.Bytes()[o:])
+	if err := s.qp.PostSend(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, SGL: []verbs.SGE{s.mr.SGE(o, l)}}); err != nil {
+		err = fmt.Errorf("%w: posting a marker: %w", ErrDisconnected, err)
+		s.breakLocked(err)
+		return err
+	}
+	s.sqFree--
+	s.stats.Markers++
+	return nil
+}
+
+// Flush returns when every active Put and Get this source issued before
+// the call has completed and been processed by the target's handlers
+// (the paper's active flush); the replies those handlers sent are then
+// available from Reply. Plain operations are not covered (FlushPlain).
+// Errors: ErrClosed, ErrDisconnected (or the error of a failed
+// operation, which broke the connection), ctx's error.
+func (s *Source) Flush(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if err := s.usable(); err != nil {
+			return err
+		}
+		if s.led.outstanding() < s.window && s.sqFree > 0 {
+			break
+		}
+		if err := s.wait(ctx); err != nil {
+			return err
+		}
+	}
+	last := s.lastActive
+	if err := s.markerLocked(true); err != nil {
+		return err
+	}
+	ep := s.led.last
+	for s.led.acked < ep || s.doneThru < last {
+		if err := s.usable(); err != nil {
+			return err
+		}
+		if err := s.wait(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FlushPlain returns when every plain operation issued before the call
+// has completed at the target (its data is in the target's memory, or
+// in the caller's buffer for a get). Errors as for Flush.
+func (s *Source) FlushPlain(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	last := s.lastPlain
+	for {
+		if err := s.usable(); err != nil {
+			return err
+		}
+		if s.doneThru >= last {
+			return nil
+		}
+		if err := s.wait(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// Reply returns the next reply a target handler sent to this source,
+// waiting for one if none is queued. Replies queue until read. Errors:
+// ErrClosed, ErrDisconnected once no reply is left, ctx's error.
+func (s *Source) Reply(ctx context.Context) (Reply, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.replies) == 0 {
+		if err := s.usable(); err != nil {
+			return Reply{}, err
+		}
+		if err := s.wait(ctx); err != nil {
+			return Reply{}, err
+		}
+	}
+	r := s.replies[0]
+	s.replies = s.replies[1:]
+	return r, nil
+}
+
+// Replies returns how many replies are queued.
+func (s *Source) Replies() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.replies)
+}
+
+// cqLoop completes operations and takes the target's status messages.
+func (s *Source) cqLoop() {
+	defer s.loops.Done()
+	wcs := make([]verbs.WC, 32)
+	for {
+		n, err := s.cq.Wait(context.Background(), wcs)
+		if err != nil {
+			s.mu.Lock()
+			s.failAllLocked(ErrClosed)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Lock()
+		for _, wc := range wcs[:n] {
+			s.completeLocked(wc)
+		}
+		s.broadcast()
+		s.mu.Unlock()
+	}
+}
+
+func (s *Source) completeLocked(wc verbs.WC) {
+	werr := wc.Err()
+	switch {
+	case wc.ID&wrStatus != 0:
+		if werr != nil {
+			s.breakLocked(wcError(werr, s.broken))
+			return
+		}
+		slot := int(wc.ID & 0xffff)
+		b := s.mr.Bytes()[slot*msgSize : slot*msgSize+int(wc.ByteLen)]
+		st, reps, err := parseStatus(b, s.replies)
+		if err == nil {
+			s.stats.Replies += uint64(len(reps) - len(s.replies))
+			s.replies = reps
+			s.processed = max(s.processed, st.Processed)
+			if st.Acked != 0 {
+				_, err = s.led.ack(st.Acked)
+			}
+		}
+		if err == nil {
+			err = s.postRecv(slot)
+		}
+		if err != nil {
+			s.breakLocked(fmt.Errorf("%w: %w", ErrDisconnected, err))
+			s.qp.ToError()
+		}
+	case wc.ID&wrMarker != 0:
+		s.sqFree++
+		if werr != nil {
+			s.breakLocked(wcError(werr, s.broken))
+		}
+	default:
+		seq := wc.ID
+		o := s.ops[seq]
+		if o == nil {
+			return
+		}
+		delete(s.ops, seq)
+		s.sqFree++
+		s.markDone(seq)
+		if werr != nil {
+			o.err = wcError(werr, s.broken)
+			if s.broken == nil {
+				s.breakLocked(fmt.Errorf("%w: the connection failed after: %w", ErrDisconnected, o.err))
+			}
+		} else if o.get {
+			copy(o.dst, s.mr.Bytes()[s.stBase+o.stOff:s.stBase+o.stOff+len(o.dst)])
+		}
+		s.st.free(o.stH)
+		close(o.done)
+	}
+}
+
+func (s *Source) markDone(seq uint64) {
+	s.doneSet[seq] = true
+	for s.doneSet[s.doneThru+1] {
+		delete(s.doneSet, s.doneThru+1)
+		s.doneThru++
+	}
+}
+
+// failAllLocked completes every pending operation with err (the QP is
+// gone, so no completion will come); s.mu held.
+func (s *Source) failAllLocked(err error) {
+	if s.broken != nil {
+		err = s.broken
+	}
+	for seq, o := range s.ops {
+		delete(s.ops, seq)
+		s.markDone(seq)
+		o.err = err
+		close(o.done)
+	}
+	s.breakLocked(err)
+}
+
+// cmLoop watches the connection: a disconnect (the target closed or its
+// process died) breaks it, and moving the QP to the error state flushes
+// what is in flight, so nothing waits forever.
+func (s *Source) cmLoop(ctx context.Context) {
+	defer s.loops.Done()
+	for {
+		ev, err := s.id.WaitEvent(ctx)
+		if err != nil {
+			return
+		}
+		if ev.Type == verbs.CMDisconnected || ev.Type == verbs.CMDeviceRemoval {
+			s.mu.Lock()
+			s.breakLocked(fmt.Errorf("%w: the target closed the connection (%v)", ErrDisconnected, ev.Type))
+			s.mu.Unlock()
+			s.qp.ToError()
+			return
+		}
+	}
+}
+
+// Close ends the connection: it disconnects, and operations still
+// pending fail with ErrClosed (Flush first to end gracefully). It is
+// idempotent.
+func (s *Source) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	broken := s.broken != nil
+	s.broadcast()
+	s.mu.Unlock()
+	s.cmStop()
+	var err error
+	if !broken {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if e := s.id.Disconnect(ctx); e != nil && !errors.Is(e, context.DeadlineExceeded) {
+			err = fmt.Errorf("activeaccess: disconnect: %w", e)
+		}
+		cancel()
+	}
+	s.release()
+	s.loops.Wait()
+	s.mu.Lock()
+	s.failAllLocked(ErrClosed)
+	s.mu.Unlock()
+	return err
+}

@@ -1,0 +1,705 @@
+package activeaccess
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// Mode is how a target makes accesses active; it is chosen by the target
+// and announced to each source when it connects.
+type Mode uint8
+
+// Modes.
+const (
+	// ModeTransparent: sources issue plain RDMA WRITE and READ; the
+	// target's kernel module (the emulated IOMMU) steers and logs them.
+	ModeTransparent Mode = 1
+	// ModeMediated is reserved for NICs the module cannot hook: the
+	// source library steers active accesses into the target's log
+	// itself. Not implemented yet: Listen refuses it with ErrInvalid.
+	ModeMediated Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeTransparent:
+		return "transparent"
+	case ModeMediated:
+		return "library-mediated"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Actions are the control bits of an active page (the paper's extended
+// IOMMU PTE; docs/activeaccess.md has their exact semantics on rxe).
+type Actions uint32
+
+// Control bits. A page with none of WL, WLD, RL, RLD is never logged;
+// Associate with W|R and nothing else makes a page behave as plain memory.
+const (
+	W   = Actions(kmod.W)   // incoming writes change memory
+	R   = Actions(kmod.R)   // reads are served from memory (else the reader gets zeros)
+	WL  = Actions(kmod.WL)  // each write is logged for the handler
+	WLD = Actions(kmod.WLD) // ... with the data written
+	RL  = Actions(kmod.RL)  // each read is logged for the handler
+	RLD = Actions(kmod.RLD) // ... with the data served
+
+	// Intercept: writes go to the handler only, never to memory (the
+	// paper's active put, W=0 WL=1 WLD=1); reads are plain.
+	Intercept = R | WL | WLD
+	// Count: memory behaves as usual and every access is logged without
+	// its data (the paper's access counter).
+	Count = W | R | WL | RL
+)
+
+func (a Actions) String() string { return kmod.Bits(a).String() }
+
+// TargetConfig configures Listen.
+type TargetConfig struct {
+	// Size is the bytes of memory the target exposes (rounded up to
+	// whole 4 KiB pages). Required.
+	Size int
+	// LogSize is the bytes of each domain's access log, a power of two
+	// in [kmod.MinLogSize, kmod.MaxLogSize]; default 1 MiB.
+	LogSize int
+	// MaxSources is how many sources may be connected at once; each
+	// gets an equal share of the log as credits. Default 4.
+	MaxSources int
+	// Mode is how accesses are made active; default (and, for now, the
+	// only one) ModeTransparent.
+	Mode Mode
+}
+
+// Target exposes memory to remote sources and runs handlers for the
+// active accesses they make to it. Create it with Listen.
+//
+// A Target's memory is registered with the NIC and lives outside the Go
+// heap; Memory returns it. Pages become active when a Domain associates
+// them with actions (Domain.Associate); the Domain's handler then sees
+// every logged access. Sources connect with Dial; the target grants each
+// a share of the log (credits) in the connection's accept message, so
+// the application exchanges no keys.
+type Target struct {
+	cfg   TargetConfig
+	grant int64
+	l     *verbs.CMID
+	pd    *verbs.PD
+	mr    *verbs.MR
+	dev   *kmod.Device
+	ctx   context.Context
+	stop  context.CancelFunc
+	wg    sync.WaitGroup
+
+	byQPN atomic.Pointer[map[uint32]*tconn] // copy on write, under mu
+
+	mu      sync.Mutex
+	closed  bool
+	domains map[*Domain]struct{}
+	conns   map[*tconn]struct{}
+	slots   int // sources connected, or gone but with entries not processed yet
+	nextID  uint32
+	markers []*pendingMarker
+	errs    []error // accept failures, for Err
+}
+
+// Listen exposes cfg.Size bytes of memory and accepts sources on addr,
+// which must name one of this host's RDMA-capable IP addresses and a port
+// (rdma_cm binds the device from it). Errors wrap ErrInvalid (a bad
+// address or configuration, an unimplemented mode), kmod.ErrNotLoaded or
+// kmod.ErrNotSupported (no usable kernel module), or the verbs error of
+// the failing step (rdma_bind_addr gives EADDRINUSE for a port in use).
+func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
+	var c TargetConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.LogSize == 0 {
+		c.LogSize = 1 << 20
+	}
+	if c.MaxSources == 0 {
+		c.MaxSources = 4
+	}
+	if c.Mode == 0 {
+		c.Mode = ModeTransparent
+	}
+	switch {
+	case !addr.Addr().IsValid() || addr.Addr().IsUnspecified() || addr.Port() == 0:
+		return nil, fmt.Errorf("%w: listen address %v: need a specific IP address and port", ErrInvalid, addr)
+	case c.Size <= 0:
+		return nil, fmt.Errorf("%w: memory size %d", ErrInvalid, c.Size)
+	case c.LogSize < kmod.MinLogSize || c.LogSize > kmod.MaxLogSize || c.LogSize&(c.LogSize-1) != 0:
+		return nil, fmt.Errorf("%w: log size %d (a power of two in [%d, %d])", ErrInvalid, c.LogSize, kmod.MinLogSize, kmod.MaxLogSize)
+	case c.MaxSources < 1 || c.MaxSources > 1024:
+		return nil, fmt.Errorf("%w: %d sources", ErrInvalid, c.MaxSources)
+	case c.Mode != ModeTransparent:
+		return nil, fmt.Errorf("%w: mode %v not implemented", ErrInvalid, c.Mode)
+	}
+	c.Size = (c.Size + pageSize - 1) &^ (pageSize - 1)
+	g, err := grantFor(c.LogSize, c.MaxSources)
+	if err != nil {
+		return nil, err
+	}
+	t := &Target{cfg: c, grant: g, domains: map[*Domain]struct{}{}, conns: map[*tconn]struct{}{}}
+	t.byQPN.Store(&map[uint32]*tconn{})
+	if t.dev, err = kmod.Open(); err != nil {
+		return nil, fmt.Errorf("activeaccess: transparent mode needs the rdmaplus module: %w", err)
+	}
+	if !t.dev.Version().ActiveAccess {
+		t.dev.Close()
+		return nil, fmt.Errorf("activeaccess: %w", kmod.ErrNotSupported)
+	}
+	fail := func(err error) (*Target, error) {
+		t.release()
+		return nil, err
+	}
+	if t.l, err = verbs.NewCMID(verbs.PSTCP); err != nil {
+		return fail(fmt.Errorf("activeaccess: listen: %w", err))
+	}
+	if err := t.l.Listen(addr, 16); err != nil {
+		return fail(fmt.Errorf("activeaccess: listen on %v: %w", addr, err))
+	}
+	vc, err := t.l.Context()
+	if err != nil {
+		return fail(fmt.Errorf("activeaccess: %v is not an RDMA device's address: %w", addr.Addr(), err))
+	}
+	if t.pd, err = vc.AllocPD(); err != nil {
+		return fail(fmt.Errorf("activeaccess: %w", err))
+	}
+	if t.mr, err = t.pd.AllocMR(c.Size, verbs.AccessAll); err != nil {
+		return fail(fmt.Errorf("activeaccess: target memory: %w", err))
+	}
+	t.ctx, t.stop = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// release frees what Listen built (Close after the loops stopped).
+func (t *Target) release() {
+	if t.l != nil {
+		t.l.Close()
+	}
+	if t.pd != nil {
+		t.pd.Close() // and the memory region
+	}
+	if t.dev != nil {
+		t.dev.Close()
+	}
+}
+
+// Memory returns the target's exposed memory (nil after Close). The
+// process may read and write it; remote sources address it by offset.
+// Local stores are not seen by the module and never reach a handler.
+func (t *Target) Memory() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	return t.mr.Bytes()
+}
+
+// Grant returns the credits, in log bytes, each source receives.
+func (t *Target) Grant() int64 { return t.grant }
+
+// Sources returns how many sources are connected.
+func (t *Target) Sources() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.conns)
+}
+
+// Stats returns the kernel module's counters (kmod.Device.Stats). Errors
+// wrap ErrClosed after Close.
+func (t *Target) Stats() (kmod.Stats, error) {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return kmod.Stats{}, ErrClosed
+	}
+	return t.dev.Stats()
+}
+
+// Err returns the errors met setting up source connections (each one
+// only cost that source its connection), joined, or nil.
+func (t *Target) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return errors.Join(t.errs...)
+}
+
+// Close disconnects every source (their pending operations fail with
+// ErrDisconnected), stops and closes every domain, and releases the
+// memory. It waits for running handlers to return. It is idempotent and
+// returns the first error met releasing resources.
+func (t *Target) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	conns := make([]*tconn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	doms := make([]*Domain, 0, len(t.domains))
+	for d := range t.domains {
+		doms = append(doms, d)
+	}
+	t.markers = nil
+	t.mu.Unlock()
+	t.stop()
+	err := t.l.Close()
+	for _, c := range conns {
+		c.teardown()
+	}
+	for _, d := range doms {
+		if e := d.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	t.wg.Wait()
+	if e := t.pd.Close(); e != nil && err == nil {
+		err = e
+	}
+	if e := t.dev.Close(); e != nil && err == nil {
+		err = e
+	}
+	return err
+}
+
+func (t *Target) recordErr(err error) {
+	t.mu.Lock()
+	if len(t.errs) < 16 {
+		t.errs = append(t.errs, err)
+	}
+	t.mu.Unlock()
+}
+
+func (t *Target) connByQPN(qpn uint32) *tconn {
+	if qpn == 0 {
+		return nil
+	}
+	return (*t.byQPN.Load())[qpn]
+}
+
+// setQPN maps qpn to c (or removes the mapping when c is nil and the
+// mapping is old); t.mu held.
+func (t *Target) setQPN(qpn uint32, c, old *tconn) {
+	cur := *t.byQPN.Load()
+	m := make(map[uint32]*tconn, len(cur)+1)
+	for k, v := range cur {
+		m[k] = v
+	}
+	if c != nil {
+		m[qpn] = c
+	} else if m[qpn] == old {
+		delete(m, qpn)
+	}
+	t.byQPN.Store(&m)
+}
+
+// ---- markers: flush and credit return ----------------------------------
+
+// A pendingMarker waits until every domain's handler has processed the
+// log up to where it stood when the marker arrived. RC delivers a
+// source's WRITEs and READs before its later SEND, and the module logs
+// an access before rxe completes it, so every entry of the source's
+// earlier accesses lies below that snapshot.
+type pendingMarker struct {
+	c     *tconn
+	epoch uint64
+	snap  []headSnap
+	then  func() // instead of acknowledging (a departed source's drain)
+}
+
+type headSnap struct {
+	d   *Domain
+	pos uint64
+}
+
+func (p *pendingMarker) satisfied() bool {
+	for _, s := range p.snap {
+		if !s.d.closed.Load() && s.d.failed.Load() == nil && s.d.done.Load() < s.pos {
+			return false
+		}
+	}
+	return true
+}
+
+// addMarker records a marker (or a drain) and checks it at once.
+func (t *Target) addMarker(p *pendingMarker) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	for d := range t.domains {
+		pos, _ := d.kd.Head()
+		p.snap = append(p.snap, headSnap{d, pos})
+	}
+	t.markers = append(t.markers, p)
+	t.mu.Unlock()
+	t.checkMarkers()
+}
+
+// checkMarkers acknowledges, in arrival order, the markers whose snapshot
+// the handlers have passed. A later marker of a source never passes
+// before an earlier one (heads only grow), so acknowledgements stay in
+// epoch order.
+func (t *Target) checkMarkers() {
+	t.mu.Lock()
+	if len(t.markers) == 0 {
+		t.mu.Unlock()
+		return
+	}
+	var fire []*pendingMarker
+	keep := t.markers[:0]
+	for _, p := range t.markers {
+		if p.satisfied() {
+			fire = append(fire, p)
+		} else {
+			keep = append(keep, p)
+		}
+	}
+	clear(t.markers[len(keep):])
+	t.markers = keep
+	t.mu.Unlock()
+	for _, p := range fire {
+		if p.then != nil {
+			p.then()
+		} else {
+			p.c.enqueue(outItem{ack: p.epoch})
+		}
+	}
+}
+
+// ---- domains ---------------------------------------------------------
+
+// Notification is how a domain's runtime learns of new log entries.
+type Notification int
+
+// Notification modes (the paper's AA-Poll and AA-Int).
+const (
+	// Event parks the handler goroutine on the domain's eventfd (through
+	// Go's netpoller) until the module signals new entries.
+	Event Notification = iota
+	// Poll spins on the log's head; it answers fastest and costs a CPU
+	// (see DomainConfig.PollIdle).
+	Poll
+)
+
+// Handler processes one access. It runs on the domain's own goroutine,
+// one access at a time, in log order; handlers of different domains run
+// concurrently. a is valid during the call; a.Data may be kept. A handler
+// that blocks stalls its domain (and the flushes of sources that wrote to
+// it); a handler that panics crashes the process, as in any goroutine.
+type Handler func(a *Access)
+
+// DomainConfig configures Target.NewDomain.
+type DomainConfig struct {
+	// Handler is called for every logged access to the domain's pages.
+	// Required.
+	Handler Handler
+	// Notify chooses event-driven (default) or polling operation.
+	Notify Notification
+	// Threshold (Event) wakes the runtime after this many entries;
+	// default 1 (every entry).
+	Threshold int
+	// Interval (Event) also wakes it periodically while entries arrived
+	// since the last wake-up (0: no timer).
+	Interval time.Duration
+	// PollIdle (Poll): after a thousand empty polls the runtime sleeps
+	// this long between polls; 0 spins forever (one CPU).
+	PollIdle time.Duration
+}
+
+// Domain is a set of a target's pages with one access log and one
+// handler (the paper's IUID with its log and handler).
+type Domain struct {
+	t      *Target
+	kd     *kmod.Domain
+	cfg    DomainConfig
+	stop   context.CancelFunc
+	exited chan struct{}
+
+	done      atomic.Uint64 // log position up to which the handler returned
+	closed    atomic.Bool
+	failed    atomic.Pointer[error]
+	processed atomic.Uint64
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewDomain creates a domain with its access log (TargetConfig.LogSize
+// bytes) and starts its runtime; associate pages with Associate. Errors
+// wrap ErrInvalid (no handler, a bad notification setting),
+// kmod.ErrTooManyDomains, ErrClosed, or the module's error.
+func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
+	if cfg.Handler == nil {
+		return nil, fmt.Errorf("%w: domain without a handler", ErrInvalid)
+	}
+	if cfg.Notify != Event && cfg.Notify != Poll || cfg.Threshold < 0 || cfg.Interval < 0 || cfg.PollIdle < 0 {
+		return nil, fmt.Errorf("%w: domain config %+v", ErrInvalid, cfg)
+	}
+	if cfg.Notify == Event && cfg.Threshold == 0 {
+		cfg.Threshold = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	kd, err := t.dev.NewDomain(t.cfg.LogSize)
+	if err != nil {
+		return nil, fmt.Errorf("activeaccess: new domain: %w", err)
+	}
+	if cfg.Notify == Event {
+		if err := kd.Notify(kmod.NotifyOptions{Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
+			kd.Close()
+			return nil, fmt.Errorf("activeaccess: domain notification: %w", err)
+		}
+	}
+	d := &Domain{t: t, kd: kd, cfg: cfg, exited: make(chan struct{})}
+	var ctx context.Context
+	ctx, d.stop = context.WithCancel(t.ctx)
+	t.domains[d] = struct{}{}
+	t.wg.Add(1)
+	go d.run(ctx)
+	return d, nil
+}
+
+// ID returns the module's domain id (the paper's IUID).
+func (d *Domain) ID() uint32 { return d.kd.ID() }
+
+// Processed returns how many accesses the handler has processed.
+func (d *Domain) Processed() uint64 { return d.processed.Load() }
+
+// Err returns the error that stopped the domain's runtime (a corrupt
+// log or a failed wait), or nil while it runs or after a clean Close.
+func (d *Domain) Err() error {
+	if p := d.failed.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Refused returns how many accesses the module refused because this
+// domain's log was full, and how many reads it served as zeros for the
+// same reason. With credit-respecting sources both stay 0.
+func (d *Domain) Refused() (refused, lost uint64) {
+	if d.closed.Load() {
+		return 0, 0
+	}
+	return d.kd.Refused()
+}
+
+// Associate gives the pages [off, off+length) of the target's memory the
+// actions act and this domain's handler (the paper's assoc_page),
+// replacing what they had. off and length must be multiples of 4096.
+// Errors wrap ErrInvalid, ErrRange, ErrClosed, or the module's error.
+func (d *Domain) Associate(off, length int, act Actions) error {
+	if err := d.pages(off, length); err != nil {
+		return err
+	}
+	if act&^0x3f != 0 {
+		return fmt.Errorf("%w: actions %v", ErrInvalid, act)
+	}
+	if err := d.kd.Arm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length), kmod.Bits(act)); err != nil {
+		if errors.Is(err, kmod.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("activeaccess: associate [%d, +%d) with %v: %w", off, length, act, err)
+	}
+	return nil
+}
+
+// Dissociate makes the pages [off, off+length) of this domain plain
+// memory again. Errors wrap ErrInvalid, ErrRange, ErrClosed, or the
+// module's error.
+func (d *Domain) Dissociate(off, length int) error {
+	if err := d.pages(off, length); err != nil {
+		return err
+	}
+	if err := d.kd.Disarm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length)); err != nil {
+		if errors.Is(err, kmod.ErrClosed) {
+			return ErrClosed
+		}
+		return fmt.Errorf("activeaccess: dissociate [%d, +%d): %w", off, length, err)
+	}
+	return nil
+}
+
+func (d *Domain) pages(off, length int) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if off < 0 || length <= 0 || off%pageSize != 0 || length%pageSize != 0 {
+		return fmt.Errorf("%w: pages [%d, +%d): need whole 4 KiB pages", ErrInvalid, off, length)
+	}
+	if off+length > d.t.cfg.Size || off+length < off {
+		return fmt.Errorf("%w: pages [%d, +%d) of %d bytes", ErrRange, off, length, d.t.cfg.Size)
+	}
+	return nil
+}
+
+// Close stops the domain's runtime (waiting for a running handler to
+// return), makes its pages plain memory and frees its log. Entries not
+// yet handled are dropped. It is idempotent.
+func (d *Domain) Close() error {
+	d.closeOnce.Do(func() {
+		d.closed.Store(true)
+		d.stop()
+		<-d.exited
+		d.closeErr = d.kd.Close()
+		d.t.mu.Lock()
+		delete(d.t.domains, d)
+		d.t.mu.Unlock()
+		d.t.checkMarkers()
+	})
+	return d.closeErr
+}
+
+func (d *Domain) fail(err error) {
+	err = fmt.Errorf("activeaccess: domain %d: %w", d.kd.ID(), err)
+	d.failed.Store(&err)
+	d.t.checkMarkers()
+}
+
+// run is the domain's runtime: read entries, run the handler, publish
+// progress, then wait (eventfd or polling) when the log is empty.
+func (d *Domain) run(ctx context.Context) {
+	defer d.t.wg.Done()
+	defer close(d.exited)
+	base := d.t.mr.Addr()
+	var batch []kmod.Entry
+	idle := 0
+	for ctx.Err() == nil {
+		var err error
+		batch, err = d.kd.Read(batch[:0], 256)
+		if err != nil {
+			if !errors.Is(err, kmod.ErrClosed) {
+				d.fail(err)
+			}
+			return
+		}
+		pos := d.kd.Tail()
+		for i := range batch {
+			e := &batch[i]
+			a := Access{Kind: Kind(e.Op), Offset: int(e.IOVA - base), Length: int(e.Length), Data: e.Data,
+				Suppressed: e.Suppressed, Seq: e.Seq, Value: e.Value, Domain: d}
+			if c := d.t.connByQPN(e.QPN); c != nil {
+				a.Source, a.c = c.peer, c
+			}
+			d.cfg.Handler(&a)
+			d.processed.Add(1)
+			if a.c != nil {
+				a.c.processed.Add(1)
+			}
+			batch[i] = kmod.Entry{}
+		}
+		if pos != d.done.Load() {
+			d.done.Store(pos)
+			d.t.checkMarkers()
+		}
+		if len(batch) > 0 {
+			idle = 0
+			continue
+		}
+		if d.cfg.Notify == Event {
+			if _, err := d.kd.Wait(ctx); err != nil {
+				if ctx.Err() == nil && !errors.Is(err, kmod.ErrClosed) {
+					d.fail(err)
+				}
+				return
+			}
+			continue
+		}
+		if h, _ := d.kd.Head(); h != pos {
+			continue
+		}
+		if idle++; idle < 1000 || d.cfg.PollIdle == 0 {
+			runtime.Gosched()
+			continue
+		}
+		tm := time.NewTimer(d.cfg.PollIdle)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return
+		case <-tm.C:
+		}
+	}
+}
+
+// Kind is the kind of an access.
+type Kind uint16
+
+// Kinds of access a handler sees.
+const (
+	KindPut    = Kind(kmod.OpWrite)  // a remote write (Source.Put, or any RDMA WRITE)
+	KindGet    = Kind(kmod.OpRead)   // a remote read served (Source.Get, or any RDMA READ)
+	KindAtomic = Kind(kmod.OpAtomic) // a remote atomic (plain verbs sources only)
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPut:
+		return "put"
+	case KindGet:
+		return "get"
+	case KindAtomic:
+		return "atomic"
+	}
+	return fmt.Sprintf("Kind(%d)", uint16(k))
+}
+
+// Peer identifies a connected source at the target.
+type Peer struct {
+	ID   uint32 // assigned by the target, unique for its lifetime, from 1
+	Name string // SourceConfig.Name of the source
+	QPN  uint32 // the source's queue pair number
+}
+
+// Access is one logged access: the part of one packet (at most one path
+// MTU) that falls in one page. A Put larger than the path MTU, or
+// crossing a page boundary, reaches the handler as several Accesses, in
+// order.
+type Access struct {
+	Kind       Kind
+	Offset     int    // where the access starts in the target's memory
+	Length     int    // bytes of the access (in this packet and page)
+	Data       []byte // the bytes written or served, when the page logs data (WLD, RLD)
+	Suppressed bool   // W=0 kept a write out of memory, or R=0 served zeros
+	Seq        uint64 // the domain's log sequence number, from 1 without gaps
+	Value      uint64 // OpAtomic: the target's value before the operation
+	Source     *Peer  // nil when the access came from a QP this target did not accept
+	Domain     *Domain
+	c          *tconn
+}
+
+// Reply sends v back to the access's source, which reads it with
+// Source.Reply; replies to one source arrive in the order they were
+// sent, and before the acknowledgement of any flush issued after the
+// access. Errors: ErrNoSource when the source is unknown, ErrClosed when
+// it is gone.
+func (a *Access) Reply(v uint64) error {
+	if a.c == nil {
+		return ErrNoSource
+	}
+	if !a.c.enqueue(outItem{reply: Reply{Offset: uint64(a.Offset), Value: v}, isReply: true}) {
+		return ErrClosed
+	}
+	return nil
+}
