@@ -19,8 +19,9 @@ import (
 // WQEs from, the descriptor table senders read, and the goroutines that
 // turn completions into window events. It implements windowDriver.
 //
-// Links (rdma_cm connections to peers) come next; until then a test
-// attaches queue pairs to the SRQ with attachRaw.
+// The endpoint (links to peers, the sending half) hooks in through links;
+// a test without an endpoint attaches queue pairs to the SRQ with
+// attachRaw.
 type engine struct {
 	dev   *verbs.Context
 	pd    *verbs.PD
@@ -36,6 +37,10 @@ type engine struct {
 	srq              *verbs.SRQ
 
 	descMR *verbs.MR // the descriptor table, remote read
+	recvMR *verbs.MR // engineSRQDepth slots of recvSlot bytes: SENDs land here
+
+	links linkHandler       // nil without an endpoint
+	trace func(Imm, uint32) // test hook: every DATA arrival, in order
 
 	mu     sync.Mutex
 	arenas []*verbs.MR
@@ -74,22 +79,37 @@ type bindOp struct {
 	key chan uint32
 }
 
+// linkHandler is the endpoint's side of the engine: the completions of
+// work requests the links posted (their IDs carry sendTag) and the
+// receives that are not data for a window.
+type linkHandler interface {
+	sendDone(wc verbs.WC)
+	ctrl(wc verbs.WC, imm Imm, msg []byte)
+	notice(wc verbs.WC, viewSlot uint32)
+	recvFailed(wc verbs.WC)
+	pushEntry(slot uint32, entry []byte)
+}
+
 const (
 	engineSRQDepth = 512
 	engineBindWR   = 256
 	engineSlots    = 4096
+	// recvSlot is the room a receive WQE offers an incoming SEND: a
+	// control message.
+	recvSlot = 64
+	// sendTag marks the work request IDs of link sends, so that their
+	// completions (which share the CQ with receives) are told apart even
+	// when their opcode is not reliable (error completions).
+	sendTag = 1 << 63
 )
 
-// newEngine opens device name (the first device if "") and sets up the
-// receiving machinery. ip selects the RoCE v2 GID (nil: the first IPv4
-// one). Errors wrap ErrNotSupported from verbs when the device has no
-// memory windows.
-func newEngine(name string, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
+// newEngine sets up the receiving machinery on dev, which it owns from
+// then on (Close closes it, also on error). ip selects the RoCE v2 GID
+// (nil: the first IPv4 one). Errors wrap ErrNotSupported from verbs when
+// the device has no memory windows.
+func newEngine(dev *verbs.Context, ip net.IP, opts engineOptions) (_ *engine, err error) {
+	e := &engine{dev: dev, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, errs: make(chan error, 16)}
-	if e.dev, err = verbs.Open(name); err != nil {
-		return nil, err
-	}
 	defer func() {
 		if err != nil {
 			e.dev.Close()
@@ -136,7 +156,13 @@ func newEngine(name string, ip net.IP, opts engineOptions) (_ *engine, err error
 	if e.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
 		return nil, err
 	}
+	if e.recvMR, err = e.pd.AllocMR(engineSRQDepth*recvSlot, verbs.AccessLocalWrite); err != nil {
+		return nil, err
+	}
 	wrs := make([]verbs.RecvWR, engineSRQDepth)
+	for i := range wrs {
+		wrs[i] = e.recvWR(uint64(i))
+	}
 	if err = e.srq.PostRecv(wrs...); err != nil {
 		return nil, err
 	}
@@ -150,8 +176,14 @@ func newEngine(name string, ip net.IP, opts engineOptions) (_ *engine, err error
 	return e, nil
 }
 
+// recvWR is receive WQE i of the SRQ: slot i of the receive slab.
+func (e *engine) recvWR(i uint64) verbs.RecvWR {
+	return verbs.RecvWR{ID: i, SGL: []verbs.SGE{{Addr: e.recvMR.Addr() + i*recvSlot, Length: recvSlot, LKey: e.recvMR.LKey()}}}
+}
+
 // Close stops the goroutines and closes the device with everything on it.
-// It is idempotent.
+// Unbinds still outstanding are reported done (the device that could
+// write the buffers is gone), so no waiter hangs. It is idempotent.
 func (e *engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -163,6 +195,15 @@ func (e *engine) Close() error {
 	e.stop()
 	err := e.dev.Close() // wakes the loops with ErrClosed
 	e.wg.Wait()
+	e.mu.Lock()
+	ops := e.ops
+	e.ops = map[uint64]bindOp{}
+	e.mu.Unlock()
+	for _, op := range ops {
+		if op.unbind {
+			op.w.unbound(op.b)
+		}
+	}
 	return err
 }
 
@@ -287,6 +328,9 @@ func (e *engine) entryChanged(w *Window, en Entry) {
 	mem[0] |= 1 // odd: being written
 	copy(mem[8:], tmp[8:])
 	copy(mem[:8], tmp[:8])
+	if e.links != nil {
+		e.links.pushEntry(w.slot, mem)
+	}
 }
 
 // descRemote is what a sender needs to RDMA READ the entry of slot.
@@ -348,22 +392,37 @@ func (e *engine) pollOnce() bool {
 // handle processes a batch of completions and replenishes the SRQ.
 func (e *engine) handle(wcs []verbs.WC) {
 	bindQPN := e.bindQP.QPN()
-	refill := 0
+	var refill [64]verbs.RecvWR
+	n := 0
 	for _, wc := range wcs {
-		if wc.QPN == bindQPN {
+		switch {
+		case wc.QPN == bindQPN:
 			e.bindDone(wc)
-		} else {
-			// Links' QPs post no signaled sends here: everything else
-			// consumed a receive WQE (the opcode of an error completion is
-			// not reliable, so do not test it).
-			refill++
+		case wc.ID&sendTag != 0:
+			if e.links != nil {
+				e.links.sendDone(wc)
+			}
+		default:
+			// Everything else consumed a receive WQE (the opcode of an
+			// error completion is not reliable, so do not test it).
 			e.recvDone(wc)
+			if n == len(refill) {
+				e.refill(refill[:n])
+				n = 0
+			}
+			refill[n] = e.recvWR(wc.ID % engineSRQDepth)
+			n++
 		}
 	}
-	if refill > 0 {
-		if err := e.srq.PostRecv(make([]verbs.RecvWR, refill)...); err != nil {
-			e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
-		}
+	e.refill(refill[:n])
+}
+
+func (e *engine) refill(wrs []verbs.RecvWR) {
+	if len(wrs) == 0 {
+		return
+	}
+	if err := e.srq.PostRecv(wrs...); err != nil {
+		e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
 	}
 }
 
@@ -408,12 +467,38 @@ func (e *engine) recvDone(wc verbs.WC) {
 		if errors.Is(err, verbs.WCRemAccessErr) {
 			e.refused.Add(1)
 		}
+		if e.links != nil {
+			e.links.recvFailed(wc)
+		}
 		return
 	}
-	if wc.Opcode != verbs.WCRecvRDMAWithImm || !wc.HasImm() {
-		return // SEND paths (eager, control) come with links
+	if !wc.HasImm() {
+		e.unknown.Add(1)
+		return
 	}
 	imm := ParseImm(wc.Imm)
+	if wc.Opcode == verbs.WCRecv {
+		if e.links == nil || imm.Kind != KindCtrl || wc.ByteLen > recvSlot {
+			e.unknown.Add(1)
+			return
+		}
+		off := (wc.ID % engineSRQDepth) * recvSlot
+		e.links.ctrl(wc, imm, e.recvMR.Bytes()[off:off+uint64(wc.ByteLen)])
+		return
+	}
+	if wc.Opcode != verbs.WCRecvRDMAWithImm {
+		e.unknown.Add(1)
+		return
+	}
+	if imm.Kind == KindNotice {
+		if e.links != nil {
+			e.links.notice(wc, imm.Slot)
+		}
+		return
+	}
+	if e.trace != nil && imm.Kind == KindData {
+		e.trace(imm, wc.ByteLen)
+	}
 	_, _, w, ok := e.table.Slot(imm.Slot)
 	if !ok || w == nil {
 		e.unknown.Add(1)

@@ -319,7 +319,11 @@ func TestLabEngineLatency(t *testing.T) {
 // labEngineSetup starts an engine and a raw sender with two stripes
 // attached to its SRQ.
 func labEngineSetup(t *testing.T) (*engine, *labSender) {
-	e, err := newEngine(labenv.Device(t), net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops})
+	dev, err := verbs.Open(labenv.Device(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := newEngine(dev, net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,8 @@ type CMID struct {
 	p  *pollFD
 	ps PortSpace
 	qp *QP
+
+	acceptData []byte // the peer's Accept private data, set by Connect
 }
 
 var (
@@ -375,12 +377,21 @@ func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 	if rc != 0 {
 		return opErr("rdma_connect", int(rc))
 	}
-	_, err := id.expect(ctx, "rdma_connect", CMEstablished)
-	if err == nil && id.qp != nil {
-		id.qp.refreshState()
+	ev, err := id.expect(ctx, "rdma_connect", CMEstablished)
+	if err == nil {
+		id.acceptData = ev.PrivateData
+		if id.qp != nil {
+			id.qp.refreshState()
+		}
 	}
 	return err
 }
+
+// AcceptData returns the private data the peer passed to Accept, once
+// Connect has returned nil (nil before). On RoCE the transport pads it
+// with zeros to its maximum length: a format that needs its own length
+// must carry it.
+func (id *CMID) AcceptData() []byte { return id.acceptData }
 
 // Listen binds the identifier to addr (a zero address means all) and
 // listens with the given backlog. Errors wrap ErrClosed or the errno of

@@ -7,7 +7,10 @@
 # into an SRQ without scatter lists, refused writes seen on both sides,
 # zero-length knocks), then the receiving engine: striped puts in reverse
 # order through six epochs with the bytes checked, and a stale write
-# refused without touching any buffer. (TestLabEngineLatency prints figures
-# and is left to benchmarks.)
+# refused without touching any buffer; then the endpoint through its public
+# API, putting to its own address over four rdma_cm stripes: epochs filled
+# in forward, reverse and random order, ErrTooLarge, ErrNoMailbox,
+# ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse.
+# (TestLabEngineLatency prints figures and is left to benchmarks.)
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$' -test.timeout 150s
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint' -test.timeout 150s

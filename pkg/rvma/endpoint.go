@@ -1,0 +1,275 @@
+package rvma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// Options configure an endpoint.
+type Options struct {
+	// Stripes is the number of RC connections of each link this endpoint
+	// dials (1 if 0, at most MaxStripes). Puts are spread over them
+	// round-robin, so with more than one they can arrive in another order
+	// than they were issued; counting does not depend on the order.
+	Stripes int
+	// DialTimeout bounds connecting a link (10 s if 0).
+	DialTimeout time.Duration
+	// NoRetryStale makes a put refused as stale fail with ErrStale instead
+	// of being re-issued on the window's next epoch.
+	NoRetryStale bool
+	// Spin makes the progress loop busy-poll the completion queue instead
+	// of sleeping on its channel: lower latency, one CPU kept busy.
+	Spin bool
+}
+
+func (o Options) normalize() (Options, error) {
+	if o.Stripes == 0 {
+		o.Stripes = 1
+	}
+	if o.Stripes < 0 || o.Stripes > MaxStripes {
+		return o, invalidf("%d stripes (1..%d)", o.Stripes, MaxStripes)
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 10 * time.Second
+	}
+	return o, nil
+}
+
+// Endpoint is a process's RVMA endpoint (docs/rvma.md): it listens on an
+// address, owns the windows of the mailboxes it receives on, and puts to
+// the mailboxes of other endpoints, reached by their listening addresses.
+// Links to peers are made on first use; the application never exchanges
+// addresses or keys. Its methods are safe for concurrent use.
+type Endpoint struct {
+	addr netip.AddrPort
+	opts Options
+	e    *engine
+
+	listener *verbs.CMID
+	viewMR   *verbs.MR // the view table: entries peers push, remote write
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	links     map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
+	passive   map[uint64]*link         // accepted links whose stripes are still arriving
+	byQPN     map[uint32]*stripe
+	views     []*remoteView // by view slot; nil when free
+	freeViews []uint32
+	puts      map[uint64]*PutOp // in flight, by work request ID
+	nextID    uint64
+	subs      map[uint32][]subscriber // window slot -> links whose view slots mirror it
+
+	ctrlMu sync.Mutex // serialises control sends through ctrlBuf
+	ctrlMR *verbs.MR  // staging for control messages (sent inline)
+
+	linkFailures atomic.Uint64
+	stalePuts    atomic.Uint64
+	rejected     atomic.Uint64
+	lostNotices  atomic.Uint64
+}
+
+// subscriber is a link whose peer mirrors a window in a view slot.
+type subscriber struct {
+	l        *link
+	viewSlot uint32
+}
+
+const viewSlots = 4096
+
+// Listen creates an endpoint listening on addr, which must be an address
+// of an RDMA device (RoCE: an IP address of the netdev under it) with a
+// non-zero port. Errors wrap ErrInvalid (bad address or options),
+// verbs.ErrNotSupported (no memory windows on the device) or the verbs
+// error of the step that failed (binding, listening, allocating).
+func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoint, err error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o, err = o.normalize(); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	if !addr.IsValid() || addr.Port() == 0 || addr.Addr().IsUnspecified() {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, invalidf("need a device's IP address and a port"))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, passive: map[uint64]*link{},
+		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, subs: map[uint32][]subscriber{}}
+	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	defer func() {
+		if err != nil {
+			ep.listener.Close()
+			if ep.e != nil {
+				ep.e.Close()
+			}
+		}
+	}()
+	if err = ep.listener.Listen(addr, 64); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	dev, err := ep.listener.Context()
+	if err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	if ep.e, err = newEngine(dev, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin}); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: view table: %w", addr, err)
+	}
+	if ep.ctrlMR, err = ep.e.pd.AllocMR(EntrySize, verbs.AccessLocalWrite); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+	}
+	ep.views = make([]*remoteView, viewSlots)
+	for i := viewSlots - 1; i >= 0; i-- {
+		ep.freeViews = append(ep.freeViews, uint32(i))
+	}
+	ep.e.links = ep
+	ep.ctx, ep.cancel = context.WithCancel(context.Background())
+	ep.wg.Add(1)
+	go ep.acceptLoop()
+	return ep, nil
+}
+
+// Addr returns the address the endpoint listens on.
+func (ep *Endpoint) Addr() netip.AddrPort { return ep.addr }
+
+// Alloc returns n bytes of registered memory, outside the Go heap, that
+// windows accept as buffers and puts send without a copy. It lives until
+// the endpoint is closed; the slice must not be used after that. Errors
+// wrap ErrClosed, ErrInvalid (n <= 0) or the verbs error of the
+// registration.
+func (ep *Endpoint) Alloc(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("rvma: alloc %d bytes: %w", n, invalidf("size must be positive"))
+	}
+	if err := ep.use(); err != nil {
+		return nil, err
+	}
+	mem, err := ep.e.alloc(n)
+	if err != nil {
+		return nil, fmt.Errorf("rvma: alloc %d bytes: %w", n, err)
+	}
+	return mem, nil
+}
+
+// InitWindow opens a window on mailbox mb (the paper's RVMA_Init_window).
+// Senders can put to it as soon as a buffer is posted. Errors wrap
+// ErrClosed or ErrInvalid (the mailbox already has a window, every slot is
+// in use, or bad options).
+func (ep *Endpoint) InitWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
+	if err := ep.use(); err != nil {
+		return nil, err
+	}
+	w, err := ep.e.initWindow(mb, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rvma: init window %v: %w", mb, err)
+	}
+	return w, nil
+}
+
+func (ep *Endpoint) use() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return fmt.Errorf("rvma: endpoint %v: %w", ep.addr, ErrClosed)
+	}
+	return nil
+}
+
+func (ep *Endpoint) isClosed() bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.closed
+}
+
+// EndpointStats are an endpoint's counters.
+type EndpointStats struct {
+	Links         int    // links connected or being connected
+	RefusedWrites uint64 // puts the NIC refused into this endpoint's windows (stale keys)
+	UnknownRecv   uint64 // arrivals for no window, or malformed
+	StalePuts     uint64 // this endpoint's puts refused as stale
+	LinkFailures  uint64 // links torn down after an error
+	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
+	LostNotices   uint64 // entry updates that could not be pushed to a subscriber
+}
+
+// Stats returns the endpoint's counters.
+func (ep *Endpoint) Stats() EndpointStats {
+	ep.mu.Lock()
+	n := len(ep.links)
+	ep.mu.Unlock()
+	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
+		StalePuts: ep.stalePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
+		LostNotices: ep.lostNotices.Load()}
+}
+
+// Close closes the endpoint: its windows are closed (pending waits return
+// ErrClosed), pending puts fail with ErrClosed, links are disconnected (the
+// peers' pending puts to it fail with ErrPeerGone) and the device is
+// released. Memory from Alloc must not be used afterwards. Close is
+// idempotent.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	links := make([]*link, 0, len(ep.links)+len(ep.passive))
+	for _, l := range ep.links {
+		links = append(links, l)
+	}
+	for _, l := range ep.passive {
+		links = append(links, l)
+	}
+	ep.mu.Unlock()
+
+	ep.cancel()
+	ep.listener.Close() // ends acceptLoop
+	ep.wg.Wait()
+
+	// Close the windows while the progress loop still completes unbinds.
+	var windows []*Window
+	ep.e.table.mu.RLock()
+	for _, s := range ep.e.table.slots {
+		if s.used && s.val != nil {
+			windows = append(windows, s.val)
+		}
+	}
+	ep.e.table.mu.RUnlock()
+	for _, w := range windows {
+		w.Close()
+	}
+	for deadline := time.Now().Add(time.Second); ep.e.bindsPending() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+
+	for _, l := range links {
+		l.fail(fmt.Errorf("rvma: endpoint %v: %w", ep.addr, ErrClosed), true)
+	}
+	return ep.e.Close()
+}
+
+// errPeer wraps a cause as ErrPeerGone.
+func errPeer(dst netip.AddrPort, cause error) error {
+	if errors.Is(cause, ErrPeerGone) || errors.Is(cause, ErrClosed) {
+		return cause
+	}
+	return fmt.Errorf("%w: %v: %w", ErrPeerGone, dst, cause)
+}

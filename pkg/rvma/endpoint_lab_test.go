@@ -1,0 +1,301 @@
+//go:build lab
+
+package rvma_test
+
+// The endpoint through its public API on one guest: the endpoint puts to
+// its own listening address over a link of four stripes (rdma_cm to
+// itself), so every byte crosses rxe. Each semantic of the issue that one
+// process can show is checked here; the two-guest tests add real peers.
+//
+// Run: go run ./test/softroce gotest ./pkg/rvma -test.run TestLabEndpoint -test.v
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+func labListen(t *testing.T, port uint16, opts *rvma.Options) *rvma.Endpoint {
+	t.Helper()
+	labenv.Device(t)
+	addr := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), port)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ep, err := rvma.Listen(ctx, addr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ep.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+		if err := ep.Close(); err != nil {
+			t.Errorf("second close: %v", err)
+		}
+	})
+	return ep
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7) + byte(i>>8)
+	}
+	return b
+}
+
+func TestLabEndpointLoopback(t *testing.T) {
+	ep := labListen(t, 7471, &rvma.Options{Stripes: 4})
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const mb = rvma.Mailbox(0xABCD0001)
+	const bufLen, piece = 16 << 10, 1 << 10
+	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena, err := ep.Alloc(3 * bufLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < 3; i++ {
+		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	src, err := ep.Alloc(bufLen) // zero-copy sources
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	orders := map[string]func(n int) []int{
+		"forward": func(n int) []int {
+			o := make([]int, n)
+			for i := range o {
+				o[i] = i
+			}
+			return o
+		},
+		"reverse": func(n int) []int {
+			o := make([]int, n)
+			for i := range o {
+				o[i] = n - 1 - i
+			}
+			return o
+		},
+		"random": func(n int) []int { return rand.Perm(n) },
+	}
+	epoch := uint64(0)
+	for round := 0; round < 2; round++ {
+		for _, name := range []string{"forward", "reverse", "random"} {
+			want := pattern(bufLen, byte(epoch*31+1))
+			copy(src, want)
+			var ops []*rvma.PutOp
+			for _, i := range orders[name](bufLen / piece) {
+				// Half the puts from endpoint memory (zero copy), half
+				// from the Go heap (staged).
+				s := src[i*piece : (i+1)*piece]
+				if i%2 == 1 {
+					s = append([]byte(nil), s...)
+				}
+				ops = append(ops, ep.PutAsync(ctx, self, mb, uint64(i*piece), s))
+			}
+			for _, op := range ops {
+				if err := op.Wait(ctx); err != nil {
+					t.Fatalf("%s round %d: %v", name, round, err)
+				}
+			}
+			p := posted[epoch%3]
+			rec, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatalf("%s: wait: %v", name, err)
+			}
+			if rec.Epoch != epoch || rec.Len != bufLen || rec.Ops != bufLen/piece || rec.Flags != 0 {
+				t.Fatalf("%s: record %+v, want epoch %d len %d ops %d", name, rec, epoch, bufLen, bufLen/piece)
+			}
+			if !bytes.Equal(p.Bytes(), want) {
+				t.Fatalf("%s: epoch %d: bytes differ", name, epoch)
+			}
+			if c, ok := p.Completion().Load(); !ok || c != rec {
+				t.Fatalf("%s: completion pointer %+v %v, want %+v", name, c, ok, rec)
+			}
+			if err := p.Release(); err != nil {
+				t.Fatal(err)
+			}
+			epoch++
+		}
+	}
+	if got := w.Epoch(); got != epoch {
+		t.Fatalf("window epoch %d, want %d", got, epoch)
+	}
+	if r := w.Rewind(5); len(r) != 2 || r[0].Epoch != epoch-1 || r[1].Epoch != epoch-2 {
+		t.Fatalf("rewind: %+v", r)
+	}
+	t.Logf("6 epochs of 16 x 1 KiB over 4 stripes in forward, reverse and random order: bytes and records right; stats %+v; endpoint %+v",
+		w.Stats(), ep.Stats())
+
+	// A put that does not fit fails before anything is sent.
+	if err := ep.Put(ctx, self, mb, bufLen-10, make([]byte, 11)); !errors.Is(err, rvma.ErrTooLarge) {
+		t.Fatalf("too large: %v", err)
+	}
+	var pe *rvma.PutError
+	if err := ep.Put(ctx, self, mb, bufLen-10, make([]byte, 11)); !errors.As(err, &pe) || pe.Len != 11 || pe.Offset != bufLen-10 {
+		t.Fatalf("too large: %#v", err)
+	}
+	// No such mailbox.
+	if err := ep.Put(ctx, self, 0xDEAD, 0, []byte("x")); !errors.Is(err, rvma.ErrNoMailbox) {
+		t.Fatalf("no mailbox: %v", err)
+	}
+}
+
+func TestLabEndpointNoBufferAndClose(t *testing.T) {
+	ep := labListen(t, 7472, nil)
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// A window with nothing posted: the put waits for a buffer until its
+	// deadline, then fails with ErrNoBuffer; one posted later is filled.
+	const mb = rvma.Mailbox(0x2)
+	w, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	err = ep.Put(short, self, mb, 0, []byte("early"))
+	cancelShort()
+	if !errors.Is(err, rvma.ErrNoBuffer) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("put without a buffer: %v", err)
+	}
+	t.Logf("put without a buffer failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	mem, _ := ep.Alloc(4096)
+	op := ep.PutAsync(ctx, self, mb, 0, []byte("waited"))
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-op.Done():
+		t.Fatalf("put completed without a buffer: %v", op.Err())
+	default:
+	}
+	p, err := w.Post(mem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := op.Wait(ctx); err != nil {
+		t.Fatalf("waiting put: %v", err)
+	}
+	rec, err := p.Wait(ctx)
+	if err != nil || rec.Len != 6 || rec.Ops != 1 || string(mem[:6]) != "waited" {
+		t.Fatalf("record %+v %v, bytes %q", rec, err, mem[:6])
+	}
+
+	// IncEpoch hands over a partial buffer with its true length.
+	const mb3 = rvma.Mailbox(0x3)
+	w3, _ := ep.InitWindow(mb3, rvma.WindowOptions{Threshold: 4096})
+	mem3, _ := ep.Alloc(4096)
+	p3, _ := w3.Post(mem3, nil)
+	if err := ep.Put(ctx, self, mb3, 100, []byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = w3.IncEpoch(ctx)
+	if err != nil || rec.Len != 7 || rec.Flags&rvma.FlagPartial == 0 || string(mem3[100:107]) != "partial" {
+		t.Fatalf("IncEpoch: %+v %v", rec, err)
+	}
+	if r, _ := p3.Load(); r != rec {
+		t.Fatalf("Load %+v, IncEpoch %+v", r, rec)
+	}
+
+	// A closed window: puts fail with the NACK, counted at the receiver;
+	// with CloseSilent they succeed and are counted as drops.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := ep.Put(ctx, self, mb, 0, []byte("late"))
+		if errors.Is(err, rvma.ErrMailboxClosed) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("put to a closed window: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the close notice is on its way
+	}
+	for w.Stats().Nacks == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := w.Stats().Nacks; n != 1 {
+		t.Fatalf("receiver counted %d NACKs", n)
+	}
+	const mb4 = rvma.Mailbox(0x4)
+	w4, _ := ep.InitWindow(mb4, rvma.WindowOptions{CloseMode: rvma.CloseSilent})
+	mem4, _ := ep.Alloc(4096)
+	w4.Post(mem4, nil)
+	if err := ep.Put(ctx, self, mb4, 0, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	w4.Close()
+	time.Sleep(50 * time.Millisecond)
+	if err := ep.Put(ctx, self, mb4, 0, []byte("after")); err != nil {
+		t.Fatalf("put to a silently closed window: %v", err)
+	}
+	for w4.Stats().Drops == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if s := w4.Stats(); s.Drops != 1 || string(mem4[:6]) != "before" {
+		t.Fatalf("silent close: stats %+v, bytes %q", s, mem4[:6])
+	}
+	t.Logf("no buffer, IncEpoch, NACK and silent close right; endpoint %+v", ep.Stats())
+}
+
+func TestLabEndpointMisuse(t *testing.T) {
+	labenv.Device(t)
+	ctx := context.Background()
+	if _, err := rvma.Listen(ctx, netip.MustParseAddrPort("0.0.0.0:7473"), nil); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("unspecified address: %v", err)
+	}
+	if _, err := rvma.Listen(ctx, netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 7473), &rvma.Options{Stripes: 99}); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("99 stripes: %v", err)
+	}
+	ep := labListen(t, 7473, nil)
+	if _, err := rvma.Listen(ctx, ep.Addr(), nil); err == nil {
+		t.Fatal("second endpoint on the same address")
+	}
+	if _, err := ep.Alloc(0); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("Alloc(0): %v", err)
+	}
+	w, _ := ep.InitWindow(9, rvma.WindowOptions{})
+	if _, err := ep.InitWindow(9, rvma.WindowOptions{}); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("second window on a mailbox: %v", err)
+	}
+	if _, err := w.Post(make([]byte, 64), nil); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("post of Go memory: %v", err)
+	}
+	// A peer that is not there: the dial fails within its timeout.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := ep.Put(short, netip.AddrPortFrom(ep.Addr().Addr(), 7999), 9, 0, []byte("x"))
+	if !errors.Is(err, rvma.ErrPeerGone) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("put to nobody: %v", err)
+	}
+	ep.Close()
+	if err := ep.Put(ctx, ep.Addr(), 9, 0, []byte("x")); !errors.Is(err, rvma.ErrClosed) {
+		t.Fatalf("put after Close: %v", err)
+	}
+	if _, err := ep.Alloc(10); !errors.Is(err, rvma.ErrClosed) {
+		t.Fatalf("Alloc after Close: %v", err)
+	}
+	t.Logf("misuse errors right")
+}

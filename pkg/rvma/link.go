@@ -1,0 +1,517 @@
+package rvma
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// link is the connection between two endpoints: its stripes (RC queue
+// pairs made with rdma_cm), used in both directions, and the sender views
+// of the peer's windows that this endpoint resolved over it.
+type link struct {
+	ep    *Endpoint
+	id    uint64
+	peer  netip.AddrPort // the peer's listening address
+	dial  bool           // this endpoint dialled it
+	ready chan struct{}  // closed when every stripe is connected (or the link failed)
+	dead  chan struct{}  // closed when the link failed
+
+	mu        sync.Mutex
+	stripes   []*stripe
+	connected int
+	err       error // why it failed
+	peerViews tableRef
+	views     map[Mailbox]*remoteView
+	rr        atomic.Uint32
+}
+
+// stripe is one RC connection of a link.
+type stripe struct {
+	l    *link
+	idx  int
+	id   *verbs.CMID
+	qp   *verbs.QP
+	dead atomic.Bool
+	// credits bounds the puts in flight on the send queue; control sends
+	// use the rest (ctrlReserve), counted in ctrlOut.
+	credits chan struct{}
+	ctrlOut atomic.Int32
+}
+
+const (
+	stripeSendWR = 256
+	ctrlReserve  = 64
+)
+
+func newLink(ep *Endpoint, peer netip.AddrPort, id uint64, n int, dial bool) *link {
+	return &link{ep: ep, id: id, peer: peer, dial: dial, ready: make(chan struct{}), dead: make(chan struct{}),
+		stripes: make([]*stripe, n), views: map[Mailbox]*remoteView{}}
+}
+
+// qpAttr is the attribute set of every stripe's QP: receives from the
+// engine's SRQ, completions on its CQ.
+func (ep *Endpoint) qpAttr() *verbs.QPInitAttr {
+	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.e.cq, RecvCQ: ep.e.cq, SRQ: ep.e.srq,
+		Cap: verbs.QPCap{MaxSendWR: stripeSendWR, MaxSendSGE: 1, MaxInlineData: EntrySize}}
+}
+
+func (ep *Endpoint) newStripe(l *link, idx int, id *verbs.CMID) (*stripe, error) {
+	qp, err := id.NewQP(ep.e.pd, ep.qpAttr())
+	if err != nil {
+		return nil, err
+	}
+	if qp.Cap().MaxInlineData < EntrySize {
+		return nil, fmt.Errorf("QP inline data %d < %d: %w", qp.Cap().MaxInlineData, EntrySize, verbs.ErrNotSupported)
+	}
+	st := &stripe{l: l, idx: idx, id: id, qp: qp, credits: make(chan struct{}, stripeSendWR-ctrlReserve)}
+	return st, nil
+}
+
+// link returns the usable link to dst, dialling it if there is none, and
+// waits until it is connected. Errors wrap ErrClosed, ErrPeerGone (the
+// dial failed: unreachable, refused, timed out) or ctx's error.
+func (ep *Endpoint) link(ctx context.Context, dst netip.AddrPort) (*link, error) {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil, fmt.Errorf("rvma: endpoint %v: %w", ep.addr, ErrClosed)
+	}
+	l := ep.links[dst]
+	if l == nil {
+		var b [8]byte
+		rand.Read(b[:])
+		l = newLink(ep, dst, binary.LittleEndian.Uint64(b[:]), ep.opts.Stripes, true)
+		ep.links[dst] = l
+		ep.wg.Add(1)
+		go func() {
+			defer ep.wg.Done()
+			ep.dialLink(l)
+		}()
+	}
+	ep.mu.Unlock()
+	select {
+	case <-l.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-l.dead:
+		return nil, l.failure()
+	default:
+	}
+	return l, nil
+}
+
+func (l *link) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// dialLink connects every stripe of l in turn.
+func (ep *Endpoint) dialLink(l *link) {
+	ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+	defer cancel()
+	for i := range l.stripes {
+		if err := ep.dialStripe(ctx, l, i); err != nil {
+			l.fail(errPeer(l.peer, fmt.Errorf("dial stripe %d: %w", i, err)), false)
+			return
+		}
+	}
+	close(l.ready)
+}
+
+func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) {
+	id, err := verbs.NewCMID(verbs.PSTCP)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			id.Close()
+		}
+	}()
+	if err = id.ResolveAddr(ctx, netip.AddrPortFrom(ep.addr.Addr(), 0), l.peer); err != nil {
+		return err
+	}
+	if err = id.ResolveRoute(ctx); err != nil {
+		return err
+	}
+	dev, err := id.Context()
+	if err != nil {
+		return err
+	}
+	if dev.CPtr() != ep.e.dev.CPtr() {
+		return invalidf("%v is reached through device %s, not the endpoint's %s", l.peer, dev.Name(), ep.e.dev.Name())
+	}
+	st, err := ep.newStripe(l, i, id)
+	if err != nil {
+		return err
+	}
+	h, err := hello{Stripe: uint8(i), Stripes: uint8(len(l.stripes)), LinkID: l.id, Listen: ep.addr,
+		Views: tableRef{Addr: ep.viewMR.Addr(), RKey: ep.viewMR.RKey(), Slots: viewSlots}}.marshal()
+	if err != nil {
+		return err
+	}
+	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h}); err != nil {
+		return err
+	}
+	w, err := parseWelcome(id.AcceptData())
+	if err != nil {
+		id.Disconnect(ctx)
+		return err
+	}
+	if !ep.addStripe(l, st, w.Views) {
+		return fmt.Errorf("link to %v: %w", l.peer, ErrClosed)
+	}
+	ep.startWatch(st)
+	return nil
+}
+
+// addStripe records a stripe of l. It reports false when the link failed
+// meanwhile.
+func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ep.closed || l.err != nil {
+		return false
+	}
+	l.stripes[st.idx] = st
+	l.connected++
+	l.peerViews = views
+	ep.byQPN[st.qp.QPN()] = st
+	return true
+}
+
+// startWatch starts watching a connected stripe's rdma_cm events (not
+// before: Accept and Connect read the same event channel).
+func (ep *Endpoint) startWatch(st *stripe) {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		ep.watch(st)
+	}()
+}
+
+// acceptLoop takes connection requests until the endpoint closes.
+func (ep *Endpoint) acceptLoop() {
+	defer ep.wg.Done()
+	for {
+		id, ev, err := ep.listener.GetRequest(ep.ctx)
+		if err != nil {
+			if ep.ctx.Err() != nil || errors.Is(err, verbs.ErrClosed) {
+				return
+			}
+			continue // an unexpected event on the listener; keep listening
+		}
+		ep.wg.Add(1)
+		go func() {
+			defer ep.wg.Done()
+			ep.accept(id, ev)
+		}()
+	}
+}
+
+// accept answers one stripe's connection request.
+func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
+	h, err := parseHello(ev.PrivateData)
+	if err != nil {
+		ep.rejected.Add(1)
+		id.Reject(nil)
+		id.Close()
+		return
+	}
+	ep.mu.Lock()
+	l := ep.passive[h.LinkID]
+	if l == nil && !ep.closed {
+		l = newLink(ep, h.Listen, h.LinkID, int(h.Stripes), false)
+		ep.passive[h.LinkID] = l
+	}
+	ok := !ep.closed && len(l.stripes) == int(h.Stripes) && l.stripes[h.Stripe] == nil
+	ep.mu.Unlock()
+	if !ok {
+		ep.rejected.Add(1)
+		id.Reject(nil)
+		id.Close()
+		return
+	}
+	// The stripe is known before the connection is established: the
+	// dialer may send on it as soon as its Connect returns, which can be
+	// before Accept returns here.
+	st, err := ep.newStripe(l, int(h.Stripe), id)
+	if err == nil && !ep.addStripe(l, st, h.Views) {
+		err = fmt.Errorf("link to %v: %w", h.Listen, ErrClosed)
+		st = nil // not the link's: closed below
+	}
+	if err == nil {
+		var w []byte
+		w, err = welcome{Views: tableRef{Addr: ep.viewMR.Addr(), RKey: ep.viewMR.RKey(), Slots: viewSlots},
+			Descs: tableRef{Addr: ep.e.descMR.Addr(), RKey: ep.e.descMR.RKey(), Slots: engineSlots}}.marshal()
+		if err == nil {
+			ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+			err = id.Accept(ctx, &verbs.ConnParam{PrivateData: w})
+			cancel()
+		}
+	}
+	if err != nil {
+		ep.rejected.Add(1)
+		if st == nil {
+			id.Close()
+		}
+		l.fail(errPeer(h.Listen, fmt.Errorf("accept stripe %d: %w", h.Stripe, err)), false)
+		return
+	}
+	ep.startWatch(st)
+	ep.mu.Lock()
+	l.mu.Lock()
+	complete := l.connected == len(l.stripes)
+	l.mu.Unlock()
+	if complete {
+		delete(ep.passive, l.id)
+		if old := ep.links[l.peer]; old == nil {
+			ep.links[l.peer] = l
+		}
+	}
+	ep.mu.Unlock()
+	if complete {
+		close(l.ready)
+	}
+}
+
+// watch waits for the stripe's rdma_cm events: a disconnection (or any
+// error event) fails the link.
+func (ep *Endpoint) watch(st *stripe) {
+	for {
+		ev, err := st.id.WaitEvent(ep.ctx)
+		if err != nil {
+			return // closed: the endpoint or the link is going away
+		}
+		switch ev.Type {
+		case verbs.CMDisconnected, verbs.CMDeviceRemoval, verbs.CMTimewaitExit:
+			st.l.fail(errPeer(st.l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type)), false)
+			return
+		}
+	}
+}
+
+// pick returns the next live stripe, round-robin, or nil if none is left.
+func (l *link) pick() *stripe {
+	n := uint32(len(l.stripes))
+	start := l.rr.Add(1)
+	for i := uint32(0); i < n; i++ {
+		st := l.stripes[(start+i)%n]
+		if st != nil && !st.dead.Load() {
+			return st
+		}
+	}
+	return nil
+}
+
+// ctrlStripe is the stripe control messages and notices travel on: the
+// first live one, so that they stay in order while it lives.
+func (l *link) ctrlStripe() *stripe {
+	for _, st := range l.stripes {
+		if st != nil && !st.dead.Load() {
+			return st
+		}
+	}
+	return nil
+}
+
+// broken marks a stripe whose QP went to the error state; a link with no
+// live stripe left fails.
+func (st *stripe) broken(cause error) {
+	if st.dead.Swap(true) {
+		return
+	}
+	if st.l.pick() == nil {
+		st.l.fail(errPeer(st.l.peer, cause), false)
+	}
+}
+
+// fail tears the link down: every put pending on it fails with err (which
+// wraps ErrPeerGone or ErrClosed), puts waiting on it wake up, the
+// endpoint forgets it (the next put to the peer dials again) and its
+// stripes are disconnected and destroyed. Idempotent.
+func (l *link) fail(err error, wait bool) {
+	ep := l.ep
+	ep.mu.Lock()
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		ep.mu.Unlock()
+		return
+	}
+	l.err = err
+	stripes := append([]*stripe(nil), l.stripes...)
+	views := l.views
+	l.views = map[Mailbox]*remoteView{}
+	l.mu.Unlock()
+	if !ep.closed || !errors.Is(err, ErrClosed) {
+		ep.linkFailures.Add(1)
+	}
+	if ep.links[l.peer] == l {
+		delete(ep.links, l.peer)
+	}
+	if ep.passive[l.id] == l {
+		delete(ep.passive, l.id)
+	}
+	var ops []*PutOp
+	for id, op := range ep.puts {
+		if op.st != nil && op.st.l == l {
+			delete(ep.puts, id)
+			ops = append(ops, op)
+		}
+	}
+	for _, st := range stripes {
+		if st != nil {
+			st.dead.Store(true)
+			delete(ep.byQPN, st.qp.QPN())
+		}
+	}
+	for slot, subs := range ep.subs {
+		kept := subs[:0]
+		for _, s := range subs {
+			if s.l != l {
+				kept = append(kept, s)
+			}
+		}
+		ep.subs[slot] = kept
+	}
+	for _, v := range views {
+		ep.freeView(v)
+	}
+	ep.mu.Unlock()
+
+	close(l.dead)
+	select {
+	case <-l.ready:
+	default:
+		close(l.ready)
+	}
+	for _, v := range views {
+		v.wake()
+	}
+	for _, op := range ops {
+		op.finish(err)
+	}
+	teardown := func() {
+		for _, st := range stripes {
+			if st == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			st.id.Disconnect(ctx)
+			cancel()
+			st.id.Close()
+		}
+	}
+	if wait || ep.isClosed() {
+		teardown() // Close must not return before the stripes are gone
+		return
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		teardown()
+	}()
+}
+
+// ctrlTag marks control sends and notices among link send IDs.
+const ctrlTag = 1 << 62
+
+// sendCtrl posts a control message (SEND WITH IMMEDIATE, inline) on the
+// link's control stripe.
+func (l *link) sendCtrl(m Ctrl) error {
+	b, err := AppendCtrl(nil, m)
+	if err != nil {
+		return err
+	}
+	imm, _ := Imm{Kind: KindCtrl}.Encode()
+	return l.postCtrl(verbs.SendWR{Op: verbs.OpSendImm, Imm: imm}, b)
+}
+
+// knock posts a zero-length WRITE WITH IMMEDIATE that makes the receiver
+// count a put refused against its closed window slot.
+func (l *link) knock(slot uint32, r KnockReason) error {
+	imm, err := Imm{Kind: KindCtrl, Slot: slot, Gen: uint16(r)}.Encode()
+	if err != nil {
+		return err
+	}
+	return l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm}, nil)
+}
+
+// postCtrl posts wr, with data inline, on the control stripe, signaled so
+// that the send queue drains; it fails rather than block when the
+// control share of the queue is used up.
+func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
+	st := l.ctrlStripe()
+	if st == nil {
+		return errPeer(l.peer, errors.New("no live stripe"))
+	}
+	if st.ctrlOut.Add(1) > ctrlReserve {
+		st.ctrlOut.Add(-1)
+		return fmt.Errorf("link to %v: %w", l.peer, verbs.ErrQueueFull)
+	}
+	ep := l.ep
+	wr.ID = sendTag | ctrlTag
+	wr.Flags |= verbs.SendSignaled | verbs.SendInline
+	ep.ctrlMu.Lock()
+	if len(data) > 0 {
+		copy(ep.ctrlMR.Bytes(), data)
+		wr.SGL = []verbs.SGE{{Addr: ep.ctrlMR.Addr(), Length: uint32(len(data)), LKey: ep.ctrlMR.LKey()}}
+	}
+	err := st.qp.PostSend(wr)
+	ep.ctrlMu.Unlock()
+	if err != nil {
+		st.ctrlOut.Add(-1)
+		return fmt.Errorf("link to %v: %w", l.peer, err)
+	}
+	return nil
+}
+
+// pushEntry mirrors a changed descriptor entry into every subscriber's
+// view slot (WRITE WITH IMMEDIATE, inline from the table). The engine
+// calls it under the window's dispatch lock, so the entry does not change
+// while it is copied.
+func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
+	ep.mu.Lock()
+	subs := append([]subscriber(nil), ep.subs[slot]...)
+	ep.mu.Unlock()
+	for _, s := range subs {
+		if err := s.l.notify(s.viewSlot, entry); err != nil {
+			ep.lostNotices.Add(1)
+		}
+	}
+}
+
+func (l *link) notify(viewSlot uint32, entry []byte) error {
+	imm, err := Imm{Kind: KindNotice, Slot: viewSlot}.Encode()
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	pv := l.peerViews
+	l.mu.Unlock()
+	if viewSlot >= pv.Slots {
+		return invalidf("view slot %d beyond the peer's %d", viewSlot, pv.Slots)
+	}
+	return l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm, RemoteAddr: pv.Addr + uint64(viewSlot)*EntrySize,
+		RKey: pv.RKey}, entry)
+}

@@ -1,0 +1,567 @@
+package rvma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// remoteView is a sender's resolved view of a peer's window: the window's
+// slot and incarnation (from RESOLVED) and the entry the peer pushes into
+// view slot viewSlot of this endpoint's view table.
+type remoteView struct {
+	l        *link
+	mb       Mailbox
+	viewSlot uint32
+
+	mu       sync.Mutex
+	resolved chan struct{} // closed on RESOLVED or NACK
+	err      error         // the NACK
+	slot     uint32
+	sv       *senderView
+	changed  chan struct{} // closed and replaced on every update
+}
+
+// wake wakes every put waiting for the view to change.
+func (v *remoteView) wake() {
+	v.mu.Lock()
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+}
+
+// newView takes a free view slot for mailbox mb on l. The caller holds
+// ep.mu.
+func (ep *Endpoint) newView(l *link, mb Mailbox) (*remoteView, error) {
+	if len(ep.freeViews) == 0 {
+		return nil, invalidf("all %d view slots are in use", viewSlots)
+	}
+	s := ep.freeViews[len(ep.freeViews)-1]
+	ep.freeViews = ep.freeViews[:len(ep.freeViews)-1]
+	v := &remoteView{l: l, mb: mb, viewSlot: s, resolved: make(chan struct{}), changed: make(chan struct{})}
+	ep.views[s] = v
+	return v, nil
+}
+
+// freeView returns a view's slot. The caller holds ep.mu.
+func (ep *Endpoint) freeView(v *remoteView) {
+	if ep.views[v.viewSlot] == v {
+		ep.views[v.viewSlot] = nil
+		clear(ep.viewMR.Bytes()[int(v.viewSlot)*EntrySize : int(v.viewSlot+1)*EntrySize])
+		ep.freeViews = append(ep.freeViews, v.viewSlot)
+	}
+}
+
+// resolve returns l's view of mailbox mb, sending RESOLVE the first time,
+// and waits for the answer. Errors wrap ErrNoMailbox, ErrPeerGone or
+// ctx's error.
+func (ep *Endpoint) resolve(ctx context.Context, l *link, mb Mailbox) (*remoteView, error) {
+	ep.mu.Lock()
+	l.mu.Lock()
+	v := l.views[mb]
+	fresh := v == nil && l.err == nil
+	var err error
+	if fresh {
+		if v, err = ep.newView(l, mb); err == nil {
+			l.views[mb] = v
+		}
+	}
+	lerr := l.err
+	l.mu.Unlock()
+	ep.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, lerr
+	}
+	if fresh {
+		if err := l.sendCtrl(Ctrl{Type: CtrlResolve, Seq: v.viewSlot, Mailbox: mb, ViewSlot: v.viewSlot}); err != nil {
+			ep.dropView(l, v)
+			return nil, err
+		}
+	}
+	select {
+	case <-v.resolved:
+	case <-l.dead:
+		return nil, l.failure()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	v.mu.Lock()
+	err = v.err
+	v.mu.Unlock()
+	if err != nil {
+		ep.dropView(l, v) // a later put asks again: the window may exist by then
+		return nil, err
+	}
+	return v, nil
+}
+
+func (ep *Endpoint) dropView(l *link, v *remoteView) {
+	ep.mu.Lock()
+	l.mu.Lock()
+	if l.views[v.mb] == v {
+		delete(l.views, v.mb)
+		ep.freeView(v)
+	}
+	l.mu.Unlock()
+	ep.mu.Unlock()
+}
+
+// PutOp is a put in progress (PutAsync). Its methods are safe for
+// concurrent use.
+type PutOp struct {
+	ep   *Endpoint
+	ctx  context.Context
+	dst  netip.AddrPort
+	mb   Mailbox
+	off  uint64
+	n    int
+	sgl  []verbs.SGE
+	temp *verbs.MR // a registered copy of a source outside endpoint memory
+
+	// set while the put is in flight (under ep.mu)
+	st       *stripe
+	view     *remoteView
+	gen      uint64
+	attempts int
+
+	once sync.Once
+	done chan struct{}
+	err  error
+}
+
+// Done is closed when the put completed or failed.
+func (op *PutOp) Done() <-chan struct{} { return op.done }
+
+// Err returns the put's outcome once Done is closed (nil before, and on
+// success): a *PutError.
+func (op *PutOp) Err() error {
+	select {
+	case <-op.done:
+		return op.err
+	default:
+		return nil
+	}
+}
+
+// Wait waits for the put to complete and returns its outcome (a
+// *PutError) or, if ctx ends first, ctx's error; the put itself goes on.
+func (op *PutOp) Wait(ctx context.Context) error {
+	select {
+	case <-op.done:
+		return op.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (op *PutOp) finish(err error) {
+	op.once.Do(func() {
+		if err != nil {
+			var epoch uint64
+			op.ep.mu.Lock()
+			epoch = op.gen
+			op.ep.mu.Unlock()
+			op.err = &PutError{Dest: op.dst.String(), Mailbox: op.mb, Offset: op.off, Len: op.n, Epoch: epoch, Err: err}
+		}
+		if op.temp != nil {
+			op.temp.Close()
+		}
+		close(op.done)
+	})
+}
+
+// Put writes src at offset off into the buffer behind mailbox mb of the
+// endpoint listening on dst and waits until the NIC placed it (the
+// paper's RVMA_Put). See PutAsync for what can go wrong.
+func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) error {
+	return ep.PutAsync(ctx, dst, mb, off, src).Wait(context.WithoutCancel(ctx))
+}
+
+// PutAsync starts a put of src at offset off into the buffer behind
+// mailbox mb of the endpoint listening on dst and returns at once; the
+// put completes when the NIC placed the bytes. src may be reused when
+// PutAsync returns if it is not endpoint memory (Alloc), which is sent
+// without a copy and must stay unchanged until the put is done.
+//
+// The put targets the window's current epoch as this endpoint sees it; it
+// dials the peer and resolves the mailbox on first use, and if the window
+// has no buffer posted it waits for one until ctx ends. Its error (a
+// *PutError) wraps ErrNoMailbox (no window with that address),
+// ErrMailboxClosed (the window was closed; the receiver counts the NACK),
+// ErrTooLarge (off+len beyond the target buffer; nothing sent), ErrNoBuffer
+// (ctx ended while no buffer was posted), ErrStale (the epoch completed
+// before the put landed and Options.NoRetryStale is set; nothing of the
+// put reached a buffer already handed over), ErrPeerGone (the link
+// failed), ErrClosed (this endpoint closed) or ctx's error. A put to a
+// window closed with CloseSilent succeeds without writing anything.
+func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) *PutOp {
+	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), done: make(chan struct{})}
+	if err := ep.use(); err != nil {
+		op.finish(err)
+		return op
+	}
+	if len(src) > 0 {
+		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
+			op.sgl = []verbs.SGE{{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}}
+		} else {
+			mr, err := ep.e.pd.AllocMR(len(src), verbs.AccessLocalWrite)
+			if err != nil {
+				op.finish(err)
+				return op
+			}
+			copy(mr.Bytes(), src)
+			op.temp = mr
+			op.sgl = []verbs.SGE{{Addr: mr.Addr(), Length: uint32(len(src)), LKey: mr.LKey()}}
+		}
+	}
+	if uint64(len(src)) > 1<<31 {
+		op.finish(invalidf("a put of %d bytes", len(src)))
+		return op
+	}
+	if !ep.tryFast(op) {
+		go ep.run(op)
+	}
+	return op
+}
+
+// tryFast posts op at once if its link and view are ready, a buffer is
+// known and the send queue has room; otherwise run does the waiting.
+func (ep *Endpoint) tryFast(op *PutOp) bool {
+	ep.mu.Lock()
+	l := ep.links[op.dst]
+	ep.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	select {
+	case <-l.ready:
+	default:
+		return false
+	}
+	l.mu.Lock()
+	v := l.views[op.mb]
+	l.mu.Unlock()
+	if v == nil {
+		return false
+	}
+	select {
+	case <-v.resolved:
+	default:
+		return false
+	}
+	done, _, err := ep.post(op, l, v, false)
+	if err != nil {
+		op.finish(err)
+		return true
+	}
+	return done
+}
+
+// run drives a put through dialling, resolving and waiting for a buffer.
+func (ep *Endpoint) run(op *PutOp) {
+	for {
+		l, err := ep.link(op.ctx, op.dst)
+		if err != nil {
+			op.finish(err)
+			return
+		}
+		v, err := ep.resolve(op.ctx, l, op.mb)
+		if err != nil {
+			op.finish(err)
+			return
+		}
+		done, wait, err := ep.post(op, l, v, true)
+		if err != nil {
+			op.finish(err)
+			return
+		}
+		if done {
+			return
+		}
+		select {
+		case <-wait:
+		case <-l.dead:
+			// The next round dials again, or fails with the link's error.
+			if err := l.failure(); errors.Is(err, ErrClosed) {
+				op.finish(err)
+				return
+			}
+		case <-op.ctx.Done():
+			op.finish(fmt.Errorf("%w: %w", ErrNoBuffer, op.ctx.Err()))
+			return
+		}
+	}
+}
+
+// post issues op on l to v's target epoch. It returns done when the put
+// was posted or finished (a silent drop), or a channel to wait on before
+// trying again (no buffer yet, or the send queue is full and block is
+// false), or an error that ends the put.
+func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
+	st := l.pick()
+	if st == nil {
+		return false, nil, errPeer(l.peer, errors.New("no live stripe"))
+	}
+	if block {
+		select {
+		case st.credits <- struct{}{}:
+		case <-l.dead:
+			return false, nil, l.failure()
+		case <-op.ctx.Done():
+			return false, nil, op.ctx.Err()
+		}
+	} else {
+		select {
+		case st.credits <- struct{}{}:
+		default:
+			return false, nil, nil
+		}
+	}
+	v.mu.Lock()
+	if v.sv == nil { // a NACKed view about to be dropped
+		err := v.err
+		v.mu.Unlock()
+		<-st.credits
+		return false, nil, err
+	}
+	gen, d, err := v.sv.target(op.off, uint64(op.n))
+	switch {
+	case errors.Is(err, ErrNoBuffer):
+		wait = v.changed
+		v.mu.Unlock()
+		<-st.credits
+		return false, wait, nil
+	case errors.Is(err, errDropped), errors.Is(err, ErrMailboxClosed):
+		slot := v.slot
+		v.mu.Unlock()
+		<-st.credits
+		r := KnockNack
+		if errors.Is(err, errDropped) {
+			r, err = KnockDrop, nil
+		}
+		l.knock(slot, r) // counted at the receiver; a lost knock loses only the count
+		if err != nil {
+			return false, nil, err
+		}
+		op.finish(nil)
+		return true, nil, nil
+	case err != nil:
+		v.mu.Unlock()
+		<-st.credits
+		return false, nil, err
+	}
+	v.sv.commit(gen, uint64(op.n))
+	slot := v.slot
+	v.mu.Unlock()
+
+	imm, _ := Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
+	ep.mu.Lock()
+	ep.nextID++
+	id := ep.nextID &^ (sendTag | ctrlTag)
+	op.st, op.view, op.gen = st, v, gen
+	op.attempts++
+	ep.puts[id] = op
+	ep.mu.Unlock()
+	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled,
+		SGL: op.sgl, Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey})
+	if err != nil {
+		ep.mu.Lock()
+		delete(ep.puts, id)
+		ep.mu.Unlock()
+		<-st.credits
+		v.mu.Lock()
+		v.sv.abort(gen, uint64(op.n))
+		v.mu.Unlock()
+		if errors.Is(err, verbs.ErrWrongState) {
+			st.broken(err)
+			return false, nil, errPeer(l.peer, err)
+		}
+		return false, nil, err
+	}
+	return true, nil, nil
+}
+
+// maxAttempts bounds how often one put is re-issued (after a stale
+// refusal or a flush behind one).
+const maxAttempts = 8
+
+// sendDone handles the completion of a link send (engine callback).
+func (ep *Endpoint) sendDone(wc verbs.WC) {
+	id := wc.ID &^ sendTag
+	if id&ctrlTag != 0 {
+		ep.mu.Lock()
+		st := ep.byQPN[wc.QPN]
+		ep.mu.Unlock()
+		if st != nil {
+			st.ctrlOut.Add(-1)
+			if err := wc.Err(); err != nil {
+				st.broken(err)
+			}
+		}
+		return
+	}
+	ep.mu.Lock()
+	op := ep.puts[id]
+	delete(ep.puts, id)
+	ep.mu.Unlock()
+	if op == nil {
+		return // its link failed first
+	}
+	st, v, gen := op.st, op.view, op.gen
+	<-st.credits
+	err := wc.Err()
+	if err == nil {
+		op.finish(nil)
+		return
+	}
+	st.broken(err)
+	retry := op.attempts < maxAttempts
+	switch {
+	case errors.Is(err, verbs.WCRemAccessErr):
+		// The window's key changed under the put: its epoch completed.
+		ep.stalePuts.Add(1)
+		v.mu.Lock()
+		v.sv.stale(gen)
+		v.mu.Unlock()
+		if ep.opts.NoRetryStale || !retry {
+			op.finish(fmt.Errorf("%w: %w", ErrStale, err))
+			return
+		}
+	case errors.Is(err, verbs.WCWRFlushErr):
+		// Never executed: flushed behind another failure on its stripe.
+		v.mu.Lock()
+		v.sv.abort(gen, uint64(op.n))
+		v.mu.Unlock()
+		if !retry {
+			op.finish(errPeer(op.dst, err))
+			return
+		}
+	default:
+		st.l.fail(errPeer(op.dst, err), false)
+		op.finish(errPeer(op.dst, err))
+		return
+	}
+	go ep.run(op)
+}
+
+// ctrl handles a control message received on a link (engine callback).
+func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
+	ep.mu.Lock()
+	st := ep.byQPN[wc.QPN]
+	ep.mu.Unlock()
+	m, err := ParseCtrl(msg)
+	if st == nil || err != nil {
+		ep.e.unknown.Add(1)
+		return
+	}
+	l := st.l
+	switch m.Type {
+	case CtrlResolve:
+		ep.answerResolve(l, m)
+	case CtrlResolved, CtrlNack:
+		ep.mu.Lock()
+		var v *remoteView
+		if m.Seq < uint32(len(ep.views)) {
+			v = ep.views[m.Seq]
+		}
+		ep.mu.Unlock()
+		if v == nil || v.l != l {
+			ep.e.unknown.Add(1)
+			return
+		}
+		v.mu.Lock()
+		select {
+		case <-v.resolved:
+			v.mu.Unlock()
+			return // a duplicate
+		default:
+		}
+		if m.Type == CtrlNack {
+			v.err = fmt.Errorf("%w (mailbox %v at %v)", m.Reason.Err(), v.mb, l.peer)
+		} else {
+			v.slot = m.Slot
+			v.sv = newSenderView(v.mb, m.Incarnation)
+			ep.refreshView(v)
+		}
+		close(v.resolved)
+		v.mu.Unlock()
+	default:
+		ep.e.unknown.Add(1)
+	}
+}
+
+// answerResolve subscribes l to the window of m.Mailbox and answers with
+// RESOLVED and the current entry, or NACK.
+func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
+	slot, inc, w, ok := ep.e.table.Lookup(m.Mailbox)
+	if !ok || w == nil {
+		l.sendCtrl(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: NackNoMailbox})
+		return
+	}
+	// Under the dispatch lock no entry change is pushed meanwhile, so the
+	// subscriber sees RESOLVED, then this entry, then every later one.
+	w.dispatch.Lock()
+	defer w.dispatch.Unlock()
+	ep.mu.Lock()
+	ep.subs[slot] = append(ep.subs[slot], subscriber{l: l, viewSlot: m.ViewSlot})
+	ep.mu.Unlock()
+	if err := l.sendCtrl(Ctrl{Type: CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {
+		ep.lostNotices.Add(1)
+		return
+	}
+	off := int(slot) * EntrySize
+	if err := l.notify(m.ViewSlot, ep.e.descMR.Bytes()[off:off+EntrySize]); err != nil {
+		ep.lostNotices.Add(1)
+	}
+}
+
+// notice handles a pushed entry update (engine callback).
+func (ep *Endpoint) notice(wc verbs.WC, viewSlot uint32) {
+	ep.mu.Lock()
+	var v *remoteView
+	if viewSlot < uint32(len(ep.views)) {
+		v = ep.views[viewSlot]
+	}
+	ep.mu.Unlock()
+	if v == nil {
+		return // released meanwhile
+	}
+	v.mu.Lock()
+	if v.sv != nil {
+		ep.refreshView(v)
+	}
+	v.mu.Unlock()
+}
+
+// refreshView re-reads v's view slot and wakes waiting puts if the entry
+// is newer. The caller holds v.mu. A torn read (an update landing while it
+// is read) is ignored: that update's own notice follows.
+func (ep *Endpoint) refreshView(v *remoteView) {
+	var buf [EntrySize]byte
+	off := int(v.viewSlot) * EntrySize
+	copy(buf[:], ep.viewMR.Bytes()[off:off+EntrySize])
+	e, err := UnmarshalEntry(buf[:])
+	if err != nil || !v.sv.update(e) {
+		return
+	}
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// recvFailed handles a receive completed in error: the stripe it came on
+// is in the error state (engine callback).
+func (ep *Endpoint) recvFailed(wc verbs.WC) {
+	ep.mu.Lock()
+	st := ep.byQPN[wc.QPN]
+	ep.mu.Unlock()
+	if st != nil {
+		st.broken(wc.Err())
+	}
+}
