@@ -80,11 +80,12 @@ func (r RejectReason) String() string {
 // errors.Is(err, ErrRejected) holds.
 type RejectError struct {
 	Reason RejectReason // 0 when the peer sent no activeaccess reason
+	Status int          // the connection manager's reject status
 }
 
 func (e *RejectError) Error() string {
 	if e.Reason == 0 {
-		return "activeaccess: connection rejected (no reason given: not an activeaccess target?)"
+		return fmt.Sprintf("activeaccess: connection rejected by the connection manager (status %d): no activeaccess target listens there", e.Status)
 	}
 	return "activeaccess: connection rejected: " + e.Reason.String()
 }

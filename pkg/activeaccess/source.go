@@ -57,6 +57,7 @@ type Source struct {
 	mu         sync.Mutex
 	changed    chan struct{}
 	closed     bool
+	released   bool // the verbs objects are gone
 	broken     error
 	sqFree     int
 	st         *staging
@@ -172,7 +173,7 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
 	var rej *verbs.RejectError
 	if errors.As(err, &rej) {
-		return &RejectError{Reason: parseRefusal(rej.PrivateData)}
+		return &RejectError{Reason: parseRefusal(rej.PrivateData), Status: rej.Status}
 	}
 	if err != nil {
 		return fmt.Errorf("activeaccess: connect to %v: %w", addr, err)
@@ -580,6 +581,10 @@ func (s *Source) cqLoop() {
 			return
 		}
 		s.mu.Lock()
+		if s.released { // Close unmapped the buffers and failed the operations
+			s.mu.Unlock()
+			return
+		}
 		for _, wc := range wcs[:n] {
 			s.completeLocked(wc)
 		}
@@ -597,7 +602,7 @@ func (s *Source) completeLocked(wc verbs.WC) {
 			return
 		}
 		slot := int(wc.ID & 0xffff)
-		b := s.mr.Bytes()[slot*msgSize : slot*msgSize+int(wc.ByteLen)]
+		b := s.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)]
 		st, reps, err := parseStatus(b, s.replies)
 		if err == nil {
 			s.stats.Replies += uint64(len(reps) - len(s.replies))
@@ -706,10 +711,11 @@ func (s *Source) Close() error {
 		}
 		cancel()
 	}
-	s.release()
-	s.loops.Wait()
 	s.mu.Lock()
+	s.released = true
+	s.release() // no completion is processed while the memory goes away
 	s.failAllLocked(ErrClosed)
 	s.mu.Unlock()
+	s.loops.Wait()
 	return err
 }

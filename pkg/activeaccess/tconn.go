@@ -138,11 +138,18 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	// the accept's private data to the source).
 	g := grant{Version: protoVersion, Mode: t.cfg.Mode, SourceID: c.peer.ID, RKey: t.mr.RKey(), Addr: t.mr.Addr(),
 		Len: uint64(t.cfg.Size), Credits: uint64(t.grant), MaxEntry: maxEntry, Window: tRecvSlots, MsgSize: msgSize}
+	c.mu.Lock()
+	if c.down {
+		c.mu.Unlock()
+		return
+	}
 	slot := c.free[len(c.free)-1]
 	c.free = c.free[:len(c.free)-1]
 	o := (tRecvSlots + slot) * msgSize
 	copy(c.mr.Bytes()[o:], g.marshal())
-	if err := c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}}); err != nil {
+	err = c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
+	c.mu.Unlock()
+	if err != nil {
 		t.recordErr(fmt.Errorf("activeaccess: source %q: sending the grant: %w", h.Name, err))
 		c.teardown()
 		return
@@ -246,11 +253,13 @@ func (c *tconn) sendLoop() {
 			break
 		}
 		c.out = append(c.out[:0], c.out[n:]...)
-		c.mu.Unlock()
+		// The buffers are used under c.mu: teardown unmaps them under it.
 		buf := c.mr.Bytes()[(tRecvSlots+slot)*msgSize:]
 		l := status{Acked: acked, Processed: c.processed.Load(), Replies: reps}.put(buf)
-		if err := c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend,
-			SGL: []verbs.SGE{c.mr.SGE((tRecvSlots+slot)*msgSize, l)}}); err != nil {
+		err := c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend,
+			SGL: []verbs.SGE{c.mr.SGE((tRecvSlots+slot)*msgSize, l)}})
+		c.mu.Unlock()
+		if err != nil {
 			c.t.recordErr(fmt.Errorf("activeaccess: source %d: sending status: %w", c.peer.ID, err))
 			go c.teardown()
 			return
@@ -277,11 +286,17 @@ func (c *tconn) cqLoop() {
 			}
 			slot := int(wc.ID & 0xffff)
 			if wc.ID&wrRecv != 0 {
-				b := c.mr.Bytes()[slot*msgSize : slot*msgSize+int(wc.ByteLen)]
+				c.mu.Lock()
+				if c.down {
+					c.mu.Unlock()
+					return
+				}
+				b := c.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)]
 				m, err := parseMarker(b)
 				if err == nil {
 					err = c.postRecv(slot)
 				}
+				c.mu.Unlock()
 				if err != nil {
 					c.t.recordErr(fmt.Errorf("activeaccess: source %d: %w", c.peer.ID, err))
 					go c.teardown()
@@ -320,13 +335,13 @@ func (c *tconn) teardown() {
 	c.tdOnce.Do(func() {
 		c.mu.Lock()
 		c.down = true
+		c.closeVerbs()
 		c.mu.Unlock()
 		close(c.gone)
 		t := c.t
 		t.mu.Lock()
 		delete(t.conns, c)
 		t.mu.Unlock()
-		c.closeVerbs()
 		t.addMarker(&pendingMarker{c: c, then: func() {
 			t.mu.Lock()
 			if c.qpn != 0 {
