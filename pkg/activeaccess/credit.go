@@ -118,6 +118,12 @@ func (l *ledger) ack(epoch uint64) (int64, error) {
 	return r, nil
 }
 
+// uncharge takes back a charge of the open epoch that was not used.
+func (l *ledger) uncharge(c int64) {
+	l.avail += c
+	l.open -= c
+}
+
 // outstanding is the number of markers sent and not yet acknowledged.
 func (l *ledger) outstanding() int { return int(l.last - l.acked) }
 
@@ -185,8 +191,24 @@ func (s *staging) free(h int) {
 	}
 	s.spans = append(s.spans[:0], s.spans[i:]...)
 	if len(s.spans) == 0 {
-		s.tail = s.head
+		// Empty: start again at 0, so any size up to the whole area
+		// fits (a span never wraps).
+		s.head, s.tail = 0, 0
 	}
+}
+
+// cancel undoes the newest alloc (h is its handle), or frees h if it is
+// not the newest.
+func (s *staging) cancel(h int) {
+	if n := len(s.spans); n > 0 && s.spans[n-1].end == h && !s.spans[n-1].freed {
+		s.head = s.spans[n-1].start
+		s.spans = s.spans[:n-1]
+		if len(s.spans) == 0 {
+			s.head, s.tail = 0, 0
+		}
+		return
+	}
+	s.free(h)
 }
 
 // used returns the bytes reserved (data and padding).

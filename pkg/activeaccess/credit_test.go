@@ -113,6 +113,9 @@ func TestLedger(t *testing.T) {
 				t.Fatalf("charge(%d) with %d available: %v", c, before, ok)
 			}
 		case 2:
+			if r.Intn(3) == 0 && l.open > 0 {
+				l.uncharge(l.open / 2)
+			}
 			open := l.open
 			spent[l.closeEpoch()] = open
 		case 3:
@@ -174,6 +177,27 @@ func TestStaging(t *testing.T) {
 	s.free(hc)
 	if s.used() != 0 {
 		t.Fatalf("used %d", s.used())
+	}
+
+	// An empty area takes a span of its whole size, wherever the last
+	// one ended; cancel undoes the newest span.
+	s = newStaging(1000)
+	_, h, _ := s.alloc(600)
+	s.free(h)
+	if o, h, ok := s.alloc(1000); !ok || o != 0 {
+		t.Fatalf("whole-area span after a free: %d, %v", o, ok)
+	} else {
+		s.free(h)
+	}
+	_, h1, _ = s.alloc(300)
+	_, h2, _ = s.alloc(300)
+	s.cancel(h2)
+	if o, _, ok := s.alloc(700); !ok || o != 300 {
+		t.Fatalf("alloc after cancel: %d, %v", o, ok)
+	}
+	s.cancel(h1) // not the newest: an ordinary free
+	if s.used() != 700 {
+		t.Fatalf("used %d after cancelling an older span", s.used())
 	}
 
 	// Random in-order and out-of-order frees: live spans never overlap

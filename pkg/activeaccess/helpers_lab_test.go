@@ -104,3 +104,13 @@ func dial(t *testing.T, port uint16, name string) *activeaccess.Source {
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// forModes runs f once per mode, as subtests; b names a barrier of that
+// mode's run.
+func forModes(t *testing.T, f func(t *testing.T, mode activeaccess.Mode, b func(string) string)) {
+	for _, m := range []activeaccess.Mode{activeaccess.ModeTransparent, activeaccess.ModeMediated} {
+		t.Run(m.String(), func(t *testing.T) {
+			f(t, m, func(name string) string { return name + "-" + m.String() })
+		})
+	}
+}

@@ -10,12 +10,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -75,10 +77,13 @@ func checkCover(t *testing.T, what string, recs []record, k activeaccess.Kind, o
 // data, memory stays untouched, each access once, a reply each), active
 // puts and gets on logged pages, plain puts and gets on plain pages, and
 // the flush semantics (after Flush every reply is there).
-func TestLabModel(t *testing.T) {
-	const port, nputs = 7510, 200
+func TestLabModel(t *testing.T) { forModes(t, testModel) }
+
+func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
+	port := 7510 + uint16(mode)
+	const nputs = 200
 	if server(t) {
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 8 * page, LogSize: 1 << 16})
+		tg := listen(t, port, activeaccess.TargetConfig{Size: 8 * page, LogSize: 1 << 16, Mode: mode})
 		var ra, rb recorder
 		da, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
 			ra.add(a)
@@ -99,9 +104,9 @@ func TestLabModel(t *testing.T) {
 		if err := db.Associate(4*page, 2*page, activeaccess.W|activeaccess.R|activeaccess.WL|activeaccess.WLD|activeaccess.RL|activeaccess.RLD); err != nil {
 			t.Fatal(err)
 		}
-		defer signal(t, "model-checked")
-		signal(t, "model-ready")
-		await(t, "model-done")
+		defer signal(t, b("model-checked"))
+		signal(t, b("model-ready"))
+		await(t, b("model-done"))
 
 		recs := ra.all()
 		if len(recs) != nputs {
@@ -146,10 +151,10 @@ func TestLabModel(t *testing.T) {
 		return
 	}
 
-	await(t, "model-ready")
+	await(t, b("model-ready"))
 	s := dial(t, port, "model-src")
 	ctx := timeout(t, 120*time.Second)
-	if s.Size() != 8*page || s.Mode() != activeaccess.ModeTransparent || s.ID() == 0 {
+	if s.Size() != 8*page || s.Mode() != mode || s.ID() == 0 {
 		t.Fatalf("size %d mode %v id %d", s.Size(), s.Mode(), s.ID())
 	}
 	ops := make([]*activeaccess.Op, nputs)
@@ -236,8 +241,8 @@ func TestLabModel(t *testing.T) {
 	if s.Credits() != s.Grant() {
 		t.Fatalf("after a flush with nothing pending, %d of %d credits available", s.Credits(), s.Grant())
 	}
-	signal(t, "model-done")
-	await(t, "model-checked")
+	signal(t, b("model-done"))
+	await(t, b("model-checked"))
 }
 
 func isDone(o *activeaccess.Op) bool {
@@ -252,12 +257,19 @@ func isDone(o *activeaccess.Op) bool {
 // TestLabFlood: two sources flood a small log whose handler is slow; the
 // credits make them wait, the module never refuses an access, and the
 // handler sees every access exactly once. A third source is refused.
-func TestLabFlood(t *testing.T) {
-	const port, n = 7520, 3000
+func TestLabFlood(t *testing.T) { forModes(t, testFlood) }
+
+func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
+	port := 7520 + uint16(mode)
+	const n = 3000
 	if server(t) {
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 16 * page, LogSize: 1 << 15, MaxSources: 2})
+		tg := listen(t, port, activeaccess.TargetConfig{Size: 16 * page, LogSize: 1 << 15, MaxSources: 2, Mode: mode})
 		st0, err := tg.Stats()
-		if err != nil {
+		if mode == activeaccess.ModeMediated {
+			if !errors.Is(err, kmod.ErrNotSupported) {
+				t.Fatalf("Stats of a mediated target: %v", err)
+			}
+		} else if err != nil {
 			t.Fatal(err)
 		}
 		var mu sync.Mutex
@@ -288,9 +300,9 @@ func TestLabFlood(t *testing.T) {
 		if err := d.Associate(0, 16*page, activeaccess.Intercept); err != nil {
 			t.Fatal(err)
 		}
-		defer signal(t, "flood-checked")
-		signal(t, "flood-ready")
-		await(t, "flood-done")
+		defer signal(t, b("flood-checked"))
+		signal(t, b("flood-ready"))
+		await(t, b("flood-done"))
 		mu.Lock()
 		defer mu.Unlock()
 		if len(bad) > 0 {
@@ -311,14 +323,14 @@ func TestLabFlood(t *testing.T) {
 			t.Fatalf("the log refused %d accesses, lost %d reads", ref, lost)
 		}
 		st, _ := tg.Stats()
-		if st.RefusedWrites != st0.RefusedWrites || st.Missed != 0 {
+		if mode == activeaccess.ModeTransparent && (st.RefusedWrites != st0.RefusedWrites || st.Missed != 0) {
 			t.Fatalf("module: refused writes %d -> %d, missed %d", st0.RefusedWrites, st.RefusedWrites, st.Missed)
 		}
-		t.Logf("%d accesses through a %d-byte log (grant %d bytes per source), none refused", 2*n, 1<<15, tg.Grant())
+		t.Logf("%v: %d accesses through %d-byte logs (grant %d bytes per source), none refused", mode, 2*n, 1<<15, tg.Grant())
 		return
 	}
 
-	await(t, "flood-ready")
+	await(t, b("flood-ready"))
 	ctx := timeout(t, 240*time.Second)
 	srcs := []*activeaccess.Source{dial(t, port, "flood-1"), dial(t, port, "flood-2")}
 	_, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port), &activeaccess.SourceConfig{Name: "flood-3"})
@@ -371,8 +383,8 @@ func TestLabFlood(t *testing.T) {
 		}
 	}
 	t.Logf("%d puts in %v", 2*n, time.Since(start))
-	signal(t, "flood-done")
-	await(t, "flood-checked")
+	signal(t, b("flood-done"))
+	await(t, b("flood-checked"))
 }
 
 func floodOff(i int) int { return (i % 200) * 256 }
@@ -393,7 +405,9 @@ func childTarget() int {
 	if err != nil {
 		return 2
 	}
-	tg, err := activeaccess.Listen(netip.AddrPortFrom(netip.MustParseAddr(a), 7530), &activeaccess.TargetConfig{Size: 4 * page})
+	m, _ := strconv.Atoi(os.Getenv(childEnv))
+	mode := activeaccess.Mode(m)
+	tg, err := activeaccess.Listen(netip.AddrPortFrom(netip.MustParseAddr(a), uint16(7530+m)), &activeaccess.TargetConfig{Size: 4 * page, Mode: mode})
 	if err != nil {
 		os.Stderr.WriteString("child target: " + err.Error() + "\n")
 		return 2
@@ -410,33 +424,36 @@ func childTarget() int {
 		os.Stderr.WriteString("child target: " + err.Error() + "\n")
 		return 2
 	}
-	labenv.Signal("dies-ready")
+	labenv.Signal("dies-ready-" + mode.String())
 	select {}
 }
 
 // TestLabTargetDies: the target process is killed while a source waits
 // in Flush; the flush fails with ErrDisconnected (no hang), and so does
 // everything after it.
-func TestLabTargetDies(t *testing.T) {
+func TestLabTargetDies(t *testing.T) { forModes(t, testTargetDies) }
+
+func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string) {
+	port := 7530 + uint16(mode)
 	if server(t) {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"=1")
+		cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(int(mode)))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		defer cmd.Process.Kill()
-		await(t, "dies-kill")
+		await(t, b("dies-kill"))
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		cmd.Wait()
-		signal(t, "dies-killed")
-		await(t, "dies-done")
+		signal(t, b("dies-killed"))
+		await(t, b("dies-done"))
 		return
 	}
-	await(t, "dies-ready")
-	s := dial(t, 7530, "dies-src")
+	await(t, b("dies-ready"))
+	s := dial(t, port, "dies-src")
 	ctx := timeout(t, 120*time.Second)
 	if err := s.PutWait(ctx, 0, []byte("before")); err != nil {
 		t.Fatal(err)
@@ -454,8 +471,8 @@ func TestLabTargetDies(t *testing.T) {
 		t.Fatalf("Flush returned while the handler is stuck: %v", err)
 	case <-time.After(time.Second):
 	}
-	signal(t, "dies-kill")
-	await(t, "dies-killed")
+	signal(t, b("dies-kill"))
+	await(t, b("dies-killed"))
 	start := time.Now()
 	var err error
 	select {
@@ -482,12 +499,12 @@ func TestLabTargetDies(t *testing.T) {
 	// Nothing listens any more: Dial fails, it does not hang.
 	dctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := activeaccess.Dial(dctx, targetAddr(t, 7530), nil); err == nil || dctx.Err() != nil {
+	if _, err := activeaccess.Dial(dctx, targetAddr(t, port), nil); err == nil || dctx.Err() != nil {
 		t.Fatalf("Dial to a dead target: %v (context %v)", err, dctx.Err())
 	} else {
 		t.Logf("Dial to the dead target: %v", err)
 	}
-	signal(t, "dies-done")
+	signal(t, b("dies-done"))
 }
 
 // TestLabMisuse: bad arguments, use after Close, Close twice, on both
@@ -503,7 +520,7 @@ func TestLabMisuse(t *testing.T) {
 			{targetAddr(t, 0), activeaccess.TargetConfig{Size: page}},
 			{targetAddr(t, port), activeaccess.TargetConfig{Size: 0}},
 			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 5000}},
-			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, Mode: activeaccess.ModeMediated}},
+			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, Mode: 9}},
 			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 4096, MaxSources: 2}},
 		} {
 			if _, err := activeaccess.Listen(c.addr, &c.cfg); !errors.Is(err, activeaccess.ErrInvalid) {

@@ -13,7 +13,7 @@ import (
 
 // Source-side sizes.
 const (
-	sRecvSlots    = 32 // status message buffers
+	sRecvSlots    = 32 // status message buffers (plus Depth for get answers)
 	sMarkerSlots  = 16 // marker buffers (at most the window the target grants)
 	markerSlotLen = 64
 	wrOp          = 0
@@ -50,6 +50,7 @@ type Source struct {
 	mtu    int
 	window int
 	stBase int // offset of the staging area in mr
+	nrecv  int // receive buffers
 
 	cmStop context.CancelFunc
 	loops  sync.WaitGroup
@@ -71,6 +72,11 @@ type Source struct {
 	replies    []Reply
 	processed  uint64
 	stats      SourceStats
+	// ModeMediated: the inbox at the target, allocated like staging
+	// memory; its spans are freed when their epoch is acknowledged.
+	ib       *staging
+	ibOpen   []int
+	ibEpochs map[uint64][]int
 }
 
 // SourceStats count what a Source did.
@@ -153,23 +159,25 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
 	depth := s.cfg.Depth + sMarkerSlots
-	if s.cq, err = vc.NewCQ(depth+sRecvSlots, &verbs.CQOptions{Channel: s.ch}); err != nil {
+	s.nrecv = sRecvSlots + s.cfg.Depth
+	if s.cq, err = vc.NewCQ(depth+s.nrecv, &verbs.CQOptions{Channel: s.ch}); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
 	if s.qp, err = s.id.NewQP(s.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, SignalAll: true,
-		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: sRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: s.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
-	s.stBase = sRecvSlots*msgSize + sMarkerSlots*markerSlotLen
-	if s.mr, err = s.pd.AllocMR(s.stBase+s.cfg.Staging, verbs.AccessLocalWrite); err != nil {
+	s.stBase = s.nrecv*msgSize + sMarkerSlots*markerSlotLen
+	// Remote write: a mediated target writes get answers into staging.
+	if s.mr, err = s.pd.AllocMR(s.stBase+s.cfg.Staging, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return fmt.Errorf("activeaccess: dial: staging memory: %w", err)
 	}
-	for i := 0; i < sRecvSlots; i++ {
+	for i := 0; i < s.nrecv; i++ {
 		if err := s.postRecv(i); err != nil {
 			return fmt.Errorf("activeaccess: dial: %w", err)
 		}
 	}
-	h := hello{Version: protoVersion, Modes: 1 << ModeTransparent, Name: s.cfg.Name}
+	h := hello{Version: protoVersion, Modes: 1<<ModeTransparent | 1<<ModeMediated, Name: s.cfg.Name, QPN: s.qp.QPN()}
 	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
 	var rej *verbs.RejectError
 	if errors.As(err, &rej) {
@@ -206,6 +214,10 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	s.sqFree = s.cfg.Depth
 	s.st = newStaging(s.cfg.Staging)
 	s.led = newLedger(int64(s.g.Credits))
+	if s.g.Mode == ModeMediated {
+		s.ib = newStaging(int(s.g.Credits))
+		s.ibEpochs = map[uint64][]int{}
+	}
 	return nil
 }
 
@@ -253,10 +265,16 @@ func (s *Source) Processed() uint64 {
 	return s.processed
 }
 
-// Cost returns the credits an active access of n bytes at offset off
-// takes (an upper bound of the log bytes it can use: one entry per
-// packet and page, with its data).
-func (s *Source) Cost(off, n int) int64 { return cost(s.g.Addr+uint64(off), n, s.mtu) }
+// Cost returns the credits an active put of n bytes at offset off takes:
+// in ModeTransparent an upper bound of the log bytes it can use (one
+// entry per packet and page, with its data), in ModeMediated its inbox
+// bytes (a header and the data; a get takes a header only).
+func (s *Source) Cost(off, n int) int64 {
+	if s.g.Mode == ModeMediated {
+		return inboxCost(true, n)
+	}
+	return cost(s.g.Addr+uint64(off), n, s.mtu)
+}
 
 // broadcast wakes every goroutine waiting for a change; s.mu held.
 func (s *Source) broadcast() {
@@ -301,11 +319,13 @@ type Op struct {
 	seq    uint64
 	get    bool
 	dst    []byte
-	stOff  int
+	stOff  int // where the data is in staging
 	stH    int
 	done   chan struct{}
 	err    error
 	active bool
+	// ModeMediated gets complete when the target's answer arrived too.
+	needAnswer, sent, answered bool
 }
 
 // Done is closed when the operation completed, successfully or not.
@@ -388,69 +408,116 @@ func (s *Source) GetWait(ctx context.Context, off int, dst []byte) error {
 
 func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) (*Op, error) {
 	n := len(b)
+	mediated := active && s.ib != nil
+	st := n // staging bytes: the data, and for a mediated access its entry first
+	if mediated {
+		st += entryHeader
+	}
 	switch {
 	case n == 0:
 		return nil, fmt.Errorf("%w: empty access", ErrInvalid)
 	case off < 0 || off > int(s.g.Len) || n > int(s.g.Len)-off:
 		return nil, fmt.Errorf("%w: [%d, +%d) of %d bytes", ErrRange, off, n, s.g.Len)
-	case n > s.cfg.Staging:
+	case st > s.cfg.Staging:
 		return nil, fmt.Errorf("%w: %d bytes, staging memory %d", ErrTooLarge, n, s.cfg.Staging)
+	case mediated && get && n > int(s.g.MaxGet):
+		return nil, fmt.Errorf("%w: a get of %d bytes, the target answers at most %d", ErrTooLarge, n, s.g.MaxGet)
 	}
 	var c int64
-	if active {
-		if c = s.Cost(off, n); c > int64(s.g.Credits) {
-			return nil, fmt.Errorf("%w: %d bytes need %d credits, the grant is %d", ErrTooLarge, n, c, s.g.Credits)
-		}
+	if mediated {
+		c = inboxCost(!get, n)
+	} else if active {
+		c = s.Cost(off, n)
+	}
+	if c > int64(s.g.Credits) {
+		return nil, fmt.Errorf("%w: %d bytes need %d credits, the grant is %d", ErrTooLarge, n, c, s.g.Credits)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var stOff, stH int
+	var stOff, stH, ibOff, ibH int
 	waited := false
 	for {
 		if err := s.usable(); err != nil {
 			return nil, err
 		}
-		if active && s.led.avail < c && !waited {
-			waited = true
-			s.stats.CreditWaits++
+		credits := !active || s.led.avail >= c
+		ibOK := false
+		if mediated && credits && s.sqFree > 0 {
+			// The inbox is a ring: the credits are its free bytes, but
+			// an entry needs them contiguous.
+			before := s.ib.head
+			if ibOff, ibH, ibOK = s.ib.alloc(int(c)); ibOK && !s.led.charge(int64(ibH-before)) {
+				s.ib.cancel(ibH)
+				ibOK = false
+			}
+			credits = ibOK
 		}
-		if s.sqFree > 0 && (!active || s.led.avail >= c) {
+		if credits && s.sqFree > 0 {
 			var ok bool
-			if stOff, stH, ok = s.st.alloc(n); ok {
+			if stOff, stH, ok = s.st.alloc(st); ok {
 				break
 			}
-		} else if active && s.led.avail < c && s.led.open > 0 && s.led.outstanding() < s.window && s.sqFree > 0 {
-			// Credits come back with the acknowledgement of a marker
-			// sent after the accesses that spent them.
-			if err := s.markerLocked(false); err != nil {
-				return nil, err
+		}
+		if ibOK { // give the inbox span back while waiting
+			used := int64(ibH - s.ib.spans[len(s.ib.spans)-1].start)
+			s.ib.cancel(ibH)
+			s.led.uncharge(used)
+		}
+		if !credits {
+			if !waited {
+				waited = true
+				s.stats.CreditWaits++
 			}
-			continue
+			if s.led.open > 0 && s.led.outstanding() < s.window && s.sqFree > 0 {
+				// Credits come back with the acknowledgement of a
+				// marker sent after the accesses that spent them.
+				if err := s.markerLocked(false); err != nil {
+					return nil, err
+				}
+				continue
+			}
 		}
 		if err := s.wait(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if active {
+	if active && !mediated {
 		s.led.charge(c)
 	}
 	s.seq++
 	o := &Op{s: s, seq: s.seq, get: get, stOff: stOff, stH: stH, done: make(chan struct{}), active: active}
-	op := verbs.OpWrite
-	if get {
+	mem := s.mr.Bytes()[s.stBase:]
+	wr := verbs.SendWR{ID: wrOp | o.seq, Op: verbs.OpWrite, SGL: []verbs.SGE{s.mr.SGE(s.stBase+stOff, n)},
+		RemoteAddr: s.g.Addr + uint64(off), RKey: s.g.RKey}
+	switch {
+	case mediated:
+		e := entry{Kind: entryPut, Off: uint64(off), Len: uint32(n)}
+		o.stOff += entryHeader
+		if get {
+			e.Kind, e.ReplyAddr, e.ReplyRKey, e.Op = entryGet, s.mr.Addr()+uint64(s.stBase+o.stOff), s.mr.RKey(), uint32(o.seq)
+			o.needAnswer, o.dst = true, b
+			st = entryHeader
+		} else {
+			copy(mem[o.stOff:], b)
+		}
+		e.put(mem[stOff:])
+		wr.Op, wr.Imm, wr.SGL = verbs.OpWriteImm, uint32(ibOff/entryHeader), []verbs.SGE{s.mr.SGE(s.stBase+stOff, st)}
+		wr.RemoteAddr, wr.RKey = s.g.InboxAddr+uint64(ibOff), s.g.InboxRKey
+	case get:
 		o.dst = b
-		op = verbs.OpRead
-	} else {
-		copy(s.mr.Bytes()[s.stBase+stOff:], b)
+		wr.Op = verbs.OpRead
+	default:
+		copy(mem[stOff:], b)
 	}
-	err := s.qp.PostSend(verbs.SendWR{ID: wrOp | o.seq, Op: op, SGL: []verbs.SGE{s.mr.SGE(s.stBase+stOff, n)},
-		RemoteAddr: s.g.Addr + uint64(off), RKey: s.g.RKey})
-	if err != nil {
+	if err := s.qp.PostSend(wr); err != nil {
 		s.seq--
 		s.st.free(stH) // charged credits stay in the open epoch
 		err = fmt.Errorf("%w: posting: %w", ErrDisconnected, err)
 		s.breakLocked(err)
 		return nil, err
+	}
+	if mediated {
+		s.ibOpen = append(s.ibOpen, ibH)
 	}
 	s.sqFree--
 	s.ops[o.seq] = o
@@ -473,8 +540,12 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 // held, a queue slot and a marker window slot free.
 func (s *Source) markerLocked(flush bool) error {
 	ep := s.led.closeEpoch()
+	if s.ib != nil {
+		s.ibEpochs[ep] = s.ibOpen
+		s.ibOpen = nil
+	}
 	slot := int(ep % uint64(s.window))
-	o := sRecvSlots*msgSize + slot*markerSlotLen
+	o := s.nrecv*msgSize + slot*markerSlotLen
 	l := marker{Epoch: ep, Flush: flush}.put(s.mr.Bytes()[o:])
 	if err := s.qp.PostSend(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, SGL: []verbs.SGE{s.mr.SGE(o, l)}}); err != nil {
 		err = fmt.Errorf("%w: posting a marker: %w", ErrDisconnected, err)
@@ -602,15 +673,11 @@ func (s *Source) completeLocked(wc verbs.WC) {
 			return
 		}
 		slot := int(wc.ID & 0xffff)
-		b := s.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)]
-		st, reps, err := parseStatus(b, s.replies)
-		if err == nil {
-			s.stats.Replies += uint64(len(reps) - len(s.replies))
-			s.replies = reps
-			s.processed = max(s.processed, st.Processed)
-			if st.Acked != 0 {
-				_, err = s.led.ack(st.Acked)
-			}
+		var err error
+		if wc.Opcode == verbs.WCRecvRDMAWithImm {
+			err = s.answered(wc.Imm)
+		} else {
+			err = s.status(s.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)])
 		}
 		if err == nil {
 			err = s.postRecv(slot)
@@ -625,25 +692,80 @@ func (s *Source) completeLocked(wc verbs.WC) {
 			s.breakLocked(wcError(werr, s.broken))
 		}
 	default:
-		seq := wc.ID
-		o := s.ops[seq]
+		o := s.ops[wc.ID]
 		if o == nil {
 			return
 		}
-		delete(s.ops, seq)
 		s.sqFree++
-		s.markDone(seq)
+		o.sent = true
 		if werr != nil {
-			o.err = wcError(werr, s.broken)
+			err := wcError(werr, s.broken)
 			if s.broken == nil {
-				s.breakLocked(fmt.Errorf("%w: the connection failed after: %w", ErrDisconnected, o.err))
+				s.breakLocked(fmt.Errorf("%w: the connection failed after: %w", ErrDisconnected, err))
 			}
-		} else if o.get {
-			copy(o.dst, s.mr.Bytes()[s.stBase+o.stOff:s.stBase+o.stOff+len(o.dst)])
+			s.finish(o, err)
+		} else if !o.needAnswer || o.answered {
+			s.finish(o, nil)
 		}
-		s.st.free(o.stH)
-		close(o.done)
 	}
+}
+
+// status takes a status message: replies, progress, acknowledgements.
+func (s *Source) status(b []byte) error {
+	st, reps, err := parseStatus(b, s.replies)
+	if err != nil {
+		return err
+	}
+	s.stats.Replies += uint64(len(reps) - len(s.replies))
+	s.replies = reps
+	s.processed = max(s.processed, st.Processed)
+	if st.Acked == 0 {
+		return nil
+	}
+	before := s.led.acked
+	if _, err := s.led.ack(st.Acked); err != nil {
+		return err
+	}
+	if s.ib != nil {
+		for ep := before + 1; ep <= st.Acked; ep++ {
+			for _, h := range s.ibEpochs[ep] {
+				s.ib.free(h)
+			}
+			delete(s.ibEpochs, ep)
+		}
+	}
+	return nil
+}
+
+// answered takes a mediated target's answer to the get whose op number
+// (the low 32 bits of its sequence number) is imm.
+func (s *Source) answered(imm uint32) error {
+	seq := s.seq&^0xffffffff | uint64(imm)
+	if seq > s.seq {
+		seq -= 1 << 32
+	}
+	o := s.ops[seq]
+	if o == nil || !o.needAnswer || o.answered {
+		return fmt.Errorf("%w: an answer for op %d, which waits for none", ErrProtocol, imm)
+	}
+	o.answered = true
+	if o.sent {
+		s.finish(o, nil)
+	}
+	return nil
+}
+
+// finish completes an operation; s.mu held.
+func (s *Source) finish(o *Op, err error) {
+	delete(s.ops, o.seq)
+	s.markDone(o.seq)
+	if err != nil {
+		o.err = err
+	} else if o.get {
+		copy(o.dst, s.mr.Bytes()[s.stBase+o.stOff:s.stBase+o.stOff+len(o.dst)])
+	}
+	s.st.free(o.stH)
+	close(o.done)
 }
 
 func (s *Source) markDone(seq uint64) {

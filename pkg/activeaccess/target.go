@@ -23,9 +23,12 @@ const (
 	// ModeTransparent: sources issue plain RDMA WRITE and READ; the
 	// target's kernel module (the emulated IOMMU) steers and logs them.
 	ModeTransparent Mode = 1
-	// ModeMediated is reserved for NICs the module cannot hook: the
-	// source library steers active accesses into the target's log
-	// itself. Not implemented yet: Listen refuses it with ErrInvalid.
+	// ModeMediated is for NICs the module cannot hook: each source
+	// writes its active accesses into its own inbox at the target (RDMA
+	// WRITE_WITH_IMM, within its credits) and the target's runtime
+	// applies the pages' actions in software: it writes memory (W),
+	// serves gets (R, else zeros) and logs for the handler, in the
+	// order the source issued them. Plain accesses go straight to memory.
 	ModeMediated Mode = 2
 )
 
@@ -74,8 +77,10 @@ type TargetConfig struct {
 	// MaxSources is how many sources may be connected at once; each
 	// gets an equal share of the log as credits. Default 4.
 	MaxSources int
-	// Mode is how accesses are made active; default (and, for now, the
-	// only one) ModeTransparent.
+	// Mode is how accesses are made active; default ModeTransparent
+	// (which needs the rdmaplus kernel module). In ModeMediated,
+	// LogSize is the size of each source's inbox, and the credits it
+	// grants.
 	Mode Mode
 }
 
@@ -107,16 +112,27 @@ type Target struct {
 	conns   map[*tconn]struct{}
 	slots   int // sources connected, or gone but with entries not processed yet
 	nextID  uint32
+	nextDom uint32
 	markers []*pendingMarker
 	errs    []error // accept failures, for Err
+
+	// ModeMediated: the software page table (the module's, emulated).
+	pgMu  sync.RWMutex
+	pages []pageSlot
+}
+
+type pageSlot struct {
+	d   *Domain
+	act Actions
 }
 
 // Listen exposes cfg.Size bytes of memory and accepts sources on addr,
 // which must name one of this host's RDMA-capable IP addresses and a port
 // (rdma_cm binds the device from it). Errors wrap ErrInvalid (a bad
-// address or configuration, an unimplemented mode), kmod.ErrNotLoaded or
-// kmod.ErrNotSupported (no usable kernel module), or the verbs error of
-// the failing step (rdma_bind_addr gives EADDRINUSE for a port in use).
+// address or configuration, an unknown mode), kmod.ErrNotLoaded or
+// kmod.ErrNotSupported (ModeTransparent without a usable kernel module),
+// or the verbs error of the failing step (rdma_bind_addr gives EADDRINUSE
+// for a port in use).
 func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
 	var c TargetConfig
 	if cfg != nil {
@@ -140,22 +156,30 @@ func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
 		return nil, fmt.Errorf("%w: log size %d (a power of two in [%d, %d])", ErrInvalid, c.LogSize, kmod.MinLogSize, kmod.MaxLogSize)
 	case c.MaxSources < 1 || c.MaxSources > 1024:
 		return nil, fmt.Errorf("%w: %d sources", ErrInvalid, c.MaxSources)
-	case c.Mode != ModeTransparent:
-		return nil, fmt.Errorf("%w: mode %v not implemented", ErrInvalid, c.Mode)
+	case c.Mode != ModeTransparent && c.Mode != ModeMediated:
+		return nil, fmt.Errorf("%w: mode %v", ErrInvalid, c.Mode)
 	}
 	c.Size = (c.Size + pageSize - 1) &^ (pageSize - 1)
-	g, err := grantFor(c.LogSize, c.MaxSources)
-	if err != nil {
-		return nil, err
+	g := int64(c.LogSize) // ModeMediated: the inbox
+	if c.Mode == ModeTransparent {
+		var err error
+		if g, err = grantFor(c.LogSize, c.MaxSources); err != nil {
+			return nil, err
+		}
 	}
 	t := &Target{cfg: c, grant: g, domains: map[*Domain]struct{}{}, conns: map[*tconn]struct{}{}}
 	t.byQPN.Store(&map[uint32]*tconn{})
-	if t.dev, err = kmod.Open(); err != nil {
-		return nil, fmt.Errorf("activeaccess: transparent mode needs the rdmaplus module: %w", err)
-	}
-	if !t.dev.Version().ActiveAccess {
-		t.dev.Close()
-		return nil, fmt.Errorf("activeaccess: %w", kmod.ErrNotSupported)
+	var err error
+	if c.Mode == ModeMediated {
+		t.pages = make([]pageSlot, c.Size/pageSize)
+	} else {
+		if t.dev, err = kmod.Open(); err != nil {
+			return nil, fmt.Errorf("activeaccess: transparent mode needs the rdmaplus module: %w", err)
+		}
+		if !t.dev.Version().ActiveAccess {
+			t.dev.Close()
+			return nil, fmt.Errorf("activeaccess: %w", kmod.ErrNotSupported)
+		}
 	}
 	fail := func(err error) (*Target, error) {
 		t.release()
@@ -211,6 +235,9 @@ func (t *Target) Memory() []byte {
 // Grant returns the credits, in log bytes, each source receives.
 func (t *Target) Grant() int64 { return t.grant }
 
+// Mode returns the target's mode.
+func (t *Target) Mode() Mode { return t.cfg.Mode }
+
 // Sources returns how many sources are connected.
 func (t *Target) Sources() int {
 	t.mu.Lock()
@@ -219,13 +246,17 @@ func (t *Target) Sources() int {
 }
 
 // Stats returns the kernel module's counters (kmod.Device.Stats). Errors
-// wrap ErrClosed after Close.
+// wrap ErrClosed after Close, kmod.ErrNotSupported in ModeMediated (no
+// module involved).
 func (t *Target) Stats() (kmod.Stats, error) {
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
 		return kmod.Stats{}, ErrClosed
+	}
+	if t.dev == nil {
+		return kmod.Stats{}, fmt.Errorf("activeaccess: %w: a library-mediated target uses no kernel module", kmod.ErrNotSupported)
 	}
 	return t.dev.Stats()
 }
@@ -273,8 +304,10 @@ func (t *Target) Close() error {
 	if e := t.pd.Close(); e != nil && err == nil {
 		err = e
 	}
-	if e := t.dev.Close(); e != nil && err == nil {
-		err = e
+	if t.dev != nil {
+		if e := t.dev.Close(); e != nil && err == nil {
+			err = e
+		}
 	}
 	return err
 }
@@ -346,8 +379,7 @@ func (t *Target) addMarker(p *pendingMarker) {
 		return
 	}
 	for d := range t.domains {
-		pos, _ := d.kd.Head()
-		p.snap = append(p.snap, headSnap{d, pos})
+		p.snap = append(p.snap, headSnap{d, d.head()})
 	}
 	t.markers = append(t.markers, p)
 	t.mu.Unlock()
@@ -429,7 +461,9 @@ type DomainConfig struct {
 // handler (the paper's IUID with its log and handler).
 type Domain struct {
 	t      *Target
-	kd     *kmod.Domain
+	id     uint32
+	kd     *kmod.Domain // ModeTransparent
+	sw     *swlog       // ModeMediated
 	cfg    DomainConfig
 	stop   context.CancelFunc
 	exited chan struct{}
@@ -440,6 +474,37 @@ type Domain struct {
 	processed atomic.Uint64
 	closeOnce sync.Once
 	closeErr  error
+}
+
+// swlog is a mediated domain's access log: accesses the runtime applied,
+// waiting for the handler. Positions count accesses.
+type swlog struct {
+	mu   sync.Mutex
+	q    []Access
+	head atomic.Uint64
+	kick chan struct{}
+}
+
+func (l *swlog) push(a Access) {
+	l.mu.Lock()
+	a.Seq = l.head.Load() + 1
+	l.q = append(l.q, a)
+	l.head.Add(1)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take moves the queued accesses to dst.
+func (l *swlog) take(dst []Access) []Access {
+	l.mu.Lock()
+	dst = append(dst, l.q...)
+	clear(l.q)
+	l.q = l.q[:0]
+	l.mu.Unlock()
+	return dst
 }
 
 // NewDomain creates a domain with its access log (TargetConfig.LogSize
@@ -461,17 +526,24 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 	if t.closed {
 		return nil, ErrClosed
 	}
-	kd, err := t.dev.NewDomain(t.cfg.LogSize)
-	if err != nil {
-		return nil, fmt.Errorf("activeaccess: new domain: %w", err)
-	}
-	if cfg.Notify == Event {
-		if err := kd.Notify(kmod.NotifyOptions{Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
-			kd.Close()
-			return nil, fmt.Errorf("activeaccess: domain notification: %w", err)
+	d := &Domain{t: t, cfg: cfg, exited: make(chan struct{})}
+	if t.dev == nil {
+		t.nextDom++
+		d.id = t.nextDom
+		d.sw = &swlog{kick: make(chan struct{}, 1)}
+	} else {
+		kd, err := t.dev.NewDomain(t.cfg.LogSize)
+		if err != nil {
+			return nil, fmt.Errorf("activeaccess: new domain: %w", err)
 		}
+		if cfg.Notify == Event {
+			if err := kd.Notify(kmod.NotifyOptions{Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
+				kd.Close()
+				return nil, fmt.Errorf("activeaccess: domain notification: %w", err)
+			}
+		}
+		d.kd, d.id = kd, kd.ID()
 	}
-	d := &Domain{t: t, kd: kd, cfg: cfg, exited: make(chan struct{})}
 	var ctx context.Context
 	ctx, d.stop = context.WithCancel(t.ctx)
 	t.domains[d] = struct{}{}
@@ -480,8 +552,9 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 	return d, nil
 }
 
-// ID returns the module's domain id (the paper's IUID).
-func (d *Domain) ID() uint32 { return d.kd.ID() }
+// ID returns the domain's id: the module's domain id (the paper's IUID)
+// in ModeTransparent, a number of the target's own in ModeMediated.
+func (d *Domain) ID() uint32 { return d.id }
 
 // Processed returns how many accesses the handler has processed.
 func (d *Domain) Processed() uint64 { return d.processed.Load() }
@@ -497,12 +570,22 @@ func (d *Domain) Err() error {
 
 // Refused returns how many accesses the module refused because this
 // domain's log was full, and how many reads it served as zeros for the
-// same reason. With credit-respecting sources both stay 0.
+// same reason. With credit-respecting sources both stay 0 (and always in
+// ModeMediated).
 func (d *Domain) Refused() (refused, lost uint64) {
-	if d.closed.Load() {
+	if d.closed.Load() || d.kd == nil {
 		return 0, 0
 	}
 	return d.kd.Refused()
+}
+
+// head is the log position of the newest entry.
+func (d *Domain) head() uint64 {
+	if d.kd != nil {
+		pos, _ := d.kd.Head()
+		return pos
+	}
+	return d.sw.head.Load()
 }
 
 // Associate gives the pages [off, off+length) of the target's memory the
@@ -515,6 +598,14 @@ func (d *Domain) Associate(off, length int, act Actions) error {
 	}
 	if act&^0x3f != 0 {
 		return fmt.Errorf("%w: actions %v", ErrInvalid, act)
+	}
+	if d.kd == nil {
+		d.t.pgMu.Lock()
+		for p := off / pageSize; p < (off+length)/pageSize; p++ {
+			d.t.pages[p] = pageSlot{d, act}
+		}
+		d.t.pgMu.Unlock()
+		return nil
 	}
 	if err := d.kd.Arm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length), kmod.Bits(act)); err != nil {
 		if errors.Is(err, kmod.ErrClosed) {
@@ -532,6 +623,10 @@ func (d *Domain) Dissociate(off, length int) error {
 	if err := d.pages(off, length); err != nil {
 		return err
 	}
+	if d.kd == nil {
+		d.dissociate(off/pageSize, (off+length)/pageSize)
+		return nil
+	}
 	if err := d.kd.Disarm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length)); err != nil {
 		if errors.Is(err, kmod.ErrClosed) {
 			return ErrClosed
@@ -539,6 +634,18 @@ func (d *Domain) Dissociate(off, length int) error {
 		return fmt.Errorf("activeaccess: dissociate [%d, +%d): %w", off, length, err)
 	}
 	return nil
+}
+
+// dissociate clears this domain's pages in [from, to) of the software
+// page table.
+func (d *Domain) dissociate(from, to int) {
+	d.t.pgMu.Lock()
+	for p := from; p < to; p++ {
+		if d.t.pages[p].d == d {
+			d.t.pages[p] = pageSlot{}
+		}
+	}
+	d.t.pgMu.Unlock()
 }
 
 func (d *Domain) pages(off, length int) error {
@@ -562,7 +669,11 @@ func (d *Domain) Close() error {
 		d.closed.Store(true)
 		d.stop()
 		<-d.exited
-		d.closeErr = d.kd.Close()
+		if d.kd != nil {
+			d.closeErr = d.kd.Close()
+		} else {
+			d.dissociate(0, len(d.t.pages))
+		}
 		d.t.mu.Lock()
 		delete(d.t.domains, d)
 		d.t.mu.Unlock()
@@ -572,16 +683,50 @@ func (d *Domain) Close() error {
 }
 
 func (d *Domain) fail(err error) {
-	err = fmt.Errorf("activeaccess: domain %d: %w", d.kd.ID(), err)
+	err = fmt.Errorf("activeaccess: domain %d: %w", d.id, err)
 	d.failed.Store(&err)
 	d.t.checkMarkers()
 }
 
-// run is the domain's runtime: read entries, run the handler, publish
-// progress, then wait (eventfd or polling) when the log is empty.
+// handle runs the handler on one access and counts it.
+func (d *Domain) handle(a *Access) {
+	d.cfg.Handler(a)
+	d.processed.Add(1)
+	if a.c != nil {
+		a.c.processed.Add(1)
+	}
+}
+
 func (d *Domain) run(ctx context.Context) {
 	defer d.t.wg.Done()
 	defer close(d.exited)
+	if d.kd != nil {
+		d.runKmod(ctx)
+	} else {
+		d.runSoftware(ctx)
+	}
+}
+
+// idle waits between polls of an empty log (Poll); false when ctx ended.
+func (d *Domain) idle(ctx context.Context, n *int) bool {
+	if *n++; *n < 1000 || d.cfg.PollIdle == 0 {
+		runtime.Gosched()
+		return true
+	}
+	tm := time.NewTimer(d.cfg.PollIdle)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// runKmod is a transparent domain's runtime: read entries from the
+// module's log, run the handler, publish progress, then wait (eventfd or
+// polling) when the log is empty.
+func (d *Domain) runKmod(ctx context.Context) {
 	base := d.t.mr.Addr()
 	var batch []kmod.Entry
 	idle := 0
@@ -602,11 +747,7 @@ func (d *Domain) run(ctx context.Context) {
 			if c := d.t.connByQPN(e.QPN); c != nil {
 				a.Source, a.c = c.peer, c
 			}
-			d.cfg.Handler(&a)
-			d.processed.Add(1)
-			if a.c != nil {
-				a.c.processed.Add(1)
-			}
+			d.handle(&a)
 			batch[i] = kmod.Entry{}
 		}
 		if pos != d.done.Load() {
@@ -629,16 +770,43 @@ func (d *Domain) run(ctx context.Context) {
 		if h, _ := d.kd.Head(); h != pos {
 			continue
 		}
-		if idle++; idle < 1000 || d.cfg.PollIdle == 0 {
-			runtime.Gosched()
+		if !d.idle(ctx, &idle) {
+			return
+		}
+	}
+}
+
+// runSoftware is a mediated domain's runtime: the same, over the
+// accesses the connections' runtimes applied.
+func (d *Domain) runSoftware(ctx context.Context) {
+	var batch []Access
+	idle := 0
+	for ctx.Err() == nil {
+		batch = d.sw.take(batch[:0])
+		for i := range batch {
+			a := batch[i]
+			d.handle(&a)
+			batch[i] = Access{}
+		}
+		if len(batch) > 0 {
+			d.done.Add(uint64(len(batch)))
+			d.t.checkMarkers()
+			idle = 0
 			continue
 		}
-		tm := time.NewTimer(d.cfg.PollIdle)
-		select {
-		case <-ctx.Done():
-			tm.Stop()
+		if d.cfg.Notify == Event {
+			select {
+			case <-ctx.Done():
+				return
+			case <-d.sw.kick:
+			}
+			continue
+		}
+		if d.sw.head.Load() != d.done.Load() {
+			continue
+		}
+		if !d.idle(ctx, &idle) {
 			return
-		case <-tm.C:
 		}
 	}
 }

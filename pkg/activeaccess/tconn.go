@@ -13,32 +13,46 @@ import (
 
 // Per-connection queue sizes at the target.
 const (
-	tRecvSlots = 16 // marker receive buffers = the marker window granted
-	tSendSlots = 16 // status messages in flight
-	rdDepth    = 16 // RDMA READs in flight per connection (both sides)
+	tRecvSlots = 16      // marker receive buffers = the marker window granted
+	tImmSlots  = 256     // ModeMediated: more receives, for the inbox writes
+	tSendSlots = 16      // status messages in flight
+	tRespWRs   = 64      // ModeMediated: get answers in flight
+	tBounce    = 1 << 18 // ModeMediated: bytes of get answers in flight, the largest get
+	rdDepth    = 16      // RDMA READs in flight per connection (both sides)
 	wrRecv     = 1 << 62
 	wrSend     = 1 << 61
+	wrResp     = 1 << 60
 )
 
 // tconn is the target's end of one source's connection.
 type tconn struct {
-	t    *Target
-	id   *verbs.CMID
-	ch   *verbs.CompChannel
-	cq   *verbs.CQ
-	qp   *verbs.QP
-	qpn  uint32
-	mr   *verbs.MR // tRecvSlots receive buffers, then tSendSlots send buffers
-	peer *Peer
+	t      *Target
+	id     *verbs.CMID
+	ch     *verbs.CompChannel
+	rcq    *verbs.CQ // receives: markers, inbox writes
+	scq    *verbs.CQ // sends: status messages, get answers
+	qp     *verbs.QP
+	qpn    uint32
+	mr     *verbs.MR // receive buffers, then tSendSlots send buffers
+	inbox  *verbs.MR // ModeMediated: the source's inbox
+	bounce *verbs.MR // ModeMediated: the data of get answers
+	nrecv  int
+	peer   *Peer
 
 	processed atomic.Uint64
 
+	// life guards the buffers and the QP: R while using them, W while
+	// tearing them down (unmapping them).
+	life sync.RWMutex
+
 	mu      sync.Mutex
+	changed chan struct{} // closed and replaced on every change, under mu
 	out     []outItem
-	free    []int
-	kick    chan struct{}
-	gone    chan struct{}
+	free    []int    // free status buffers
+	sqFree  int      // free send queue slots
+	bq      *staging // ModeMediated: the bounce buffer's allocator
 	down    bool
+	gone    chan struct{}
 	tdOnce  sync.Once
 	counted bool // holds one of the target's source slots
 }
@@ -105,7 +119,7 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	}
 	t.slots++
 	t.nextID++
-	c := &tconn{t: t, id: id, peer: &Peer{ID: t.nextID, Name: h.Name}, kick: make(chan struct{}, 1),
+	c := &tconn{t: t, id: id, peer: &Peer{ID: t.nextID, Name: h.Name, QPN: h.QPN}, changed: make(chan struct{}),
 		gone: make(chan struct{}), counted: true}
 	t.mu.Unlock()
 	if err := c.setup(); err != nil {
@@ -137,28 +151,20 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	// The grant is the first message (pkg/verbs's Connect does not hand
 	// the accept's private data to the source).
 	g := grant{Version: protoVersion, Mode: t.cfg.Mode, SourceID: c.peer.ID, RKey: t.mr.RKey(), Addr: t.mr.Addr(),
-		Len: uint64(t.cfg.Size), Credits: uint64(t.grant), MaxEntry: maxEntry, Window: tRecvSlots, MsgSize: msgSize}
-	c.mu.Lock()
-	if c.down {
-		c.mu.Unlock()
-		return
+		Len: uint64(t.cfg.Size), Credits: uint64(t.grant), Window: tRecvSlots, MsgSize: msgSize}
+	if c.inbox != nil {
+		g.InboxAddr, g.InboxRKey, g.MaxGet = c.inbox.Addr(), c.inbox.RKey(), tBounce
+	} else {
+		g.MaxEntry = maxEntry
 	}
-	slot := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	o := (tRecvSlots + slot) * msgSize
-	copy(c.mr.Bytes()[o:], g.marshal())
-	err = c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
-	c.mu.Unlock()
-	if err != nil {
+	if err := c.sendGrant(g); err != nil {
 		t.recordErr(fmt.Errorf("activeaccess: source %q: sending the grant: %w", h.Name, err))
 		c.teardown()
 		return
 	}
-	if a, err := c.qp.Query(); err == nil {
-		c.peer.QPN = a.DestQPN
-	}
-	t.wg.Add(3)
-	go c.cqLoop()
+	t.wg.Add(4)
+	go c.recvLoop()
+	go c.sendCQLoop()
 	go c.sendLoop()
 	go c.cmLoop()
 }
@@ -168,21 +174,39 @@ func (c *tconn) setup() error {
 	if err != nil {
 		return err
 	}
+	mediated := c.t.cfg.Mode == ModeMediated
+	c.nrecv, c.sqFree = tRecvSlots, tSendSlots
+	if mediated {
+		c.nrecv += tImmSlots
+		c.sqFree += tRespWRs
+	}
 	if c.ch, err = vc.NewCompChannel(); err != nil {
 		return err
 	}
-	if c.cq, err = vc.NewCQ(2*(tRecvSlots+tSendSlots), &verbs.CQOptions{Channel: c.ch}); err != nil {
+	if c.rcq, err = vc.NewCQ(c.nrecv, &verbs.CQOptions{Channel: c.ch}); err != nil {
 		return err
 	}
-	if c.qp, err = c.id.NewQP(c.t.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.cq, RecvCQ: c.cq,
-		SignalAll: true, Cap: verbs.QPCap{MaxSendWR: tSendSlots, MaxRecvWR: tRecvSlots, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+	if c.scq, err = vc.NewCQ(c.sqFree, &verbs.CQOptions{Channel: c.ch}); err != nil {
+		return err
+	}
+	if c.qp, err = c.id.NewQP(c.t.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq,
+		SignalAll: true, Cap: verbs.QPCap{MaxSendWR: c.sqFree, MaxRecvWR: c.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return err
 	}
 	c.qpn = c.qp.QPN()
-	if c.mr, err = c.t.pd.AllocMR((tRecvSlots+tSendSlots)*msgSize, verbs.AccessLocalWrite); err != nil {
+	if c.mr, err = c.t.pd.AllocMR((c.nrecv+tSendSlots)*msgSize, verbs.AccessLocalWrite); err != nil {
 		return err
 	}
-	for i := 0; i < tRecvSlots; i++ {
+	if mediated {
+		if c.inbox, err = c.t.pd.AllocMR(c.t.cfg.LogSize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+			return err
+		}
+		if c.bounce, err = c.t.pd.AllocMR(tBounce, verbs.AccessLocalWrite); err != nil {
+			return err
+		}
+		c.bq = newStaging(tBounce)
+	}
+	for i := 0; i < c.nrecv; i++ {
 		if err := c.postRecv(i); err != nil {
 			return err
 		}
@@ -197,20 +221,50 @@ func (c *tconn) postRecv(i int) error {
 	return c.qp.PostRecv(verbs.RecvWR{ID: wrRecv | uint64(i), SGL: []verbs.SGE{c.mr.SGE(i*msgSize, msgSize)}})
 }
 
+// broadcastLocked wakes the connection's waiters; c.mu held.
+func (c *tconn) broadcastLocked() {
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// waitLocked releases c.mu until something changes; c.mu held.
+func (c *tconn) waitLocked() {
+	ch := c.changed
+	c.mu.Unlock()
+	select {
+	case <-ch:
+	case <-c.gone:
+	}
+	c.mu.Lock()
+}
+
+func (c *tconn) sendGrant(g grant) error {
+	c.life.RLock()
+	defer c.life.RUnlock()
+	c.mu.Lock()
+	if c.down {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	slot := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	c.sqFree--
+	c.mu.Unlock()
+	o := (c.nrecv + slot) * msgSize
+	copy(c.mr.Bytes()[o:], g.marshal())
+	return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
+}
+
 // enqueue queues a reply or an acknowledgement for the source; false
 // when the connection is gone.
 func (c *tconn) enqueue(it outItem) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.down {
-		c.mu.Unlock()
 		return false
 	}
 	c.out = append(c.out, it)
-	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
-	}
+	c.broadcastLocked()
 	return true
 }
 
@@ -221,13 +275,8 @@ func (c *tconn) sendLoop() {
 	var reps []Reply
 	for {
 		c.mu.Lock()
-		for !c.down && (len(c.out) == 0 || len(c.free) == 0) {
-			c.mu.Unlock()
-			select {
-			case <-c.kick:
-			case <-c.gone:
-			}
-			c.mu.Lock()
+		for !c.down && (len(c.out) == 0 || len(c.free) == 0 || c.sqFree == 0) {
+			c.waitLocked()
 		}
 		if c.down {
 			c.mu.Unlock()
@@ -235,6 +284,7 @@ func (c *tconn) sendLoop() {
 		}
 		slot := c.free[len(c.free)-1]
 		c.free = c.free[:len(c.free)-1]
+		c.sqFree--
 		reps = reps[:0]
 		var acked uint64
 		n := 0
@@ -253,66 +303,215 @@ func (c *tconn) sendLoop() {
 			break
 		}
 		c.out = append(c.out[:0], c.out[n:]...)
-		// The buffers are used under c.mu: teardown unmaps them under it.
-		buf := c.mr.Bytes()[(tRecvSlots+slot)*msgSize:]
-		l := status{Acked: acked, Processed: c.processed.Load(), Replies: reps}.put(buf)
-		err := c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend,
-			SGL: []verbs.SGE{c.mr.SGE((tRecvSlots+slot)*msgSize, l)}})
 		c.mu.Unlock()
-		if err != nil {
-			c.t.recordErr(fmt.Errorf("activeaccess: source %d: sending status: %w", c.peer.ID, err))
+		if err := c.post(func() error {
+			o := (c.nrecv + slot) * msgSize
+			l := status{Acked: acked, Processed: c.processed.Load(), Replies: reps}.put(c.mr.Bytes()[o:])
+			return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, l)}})
+		}); err != nil {
+			if !errors.Is(err, ErrClosed) {
+				c.t.recordErr(fmt.Errorf("activeaccess: source %d: sending status: %w", c.peer.ID, err))
+			}
 			go c.teardown()
 			return
 		}
 	}
 }
 
-// cqLoop takes the connection's completions: markers in, status
-// messages out.
-func (c *tconn) cqLoop() {
+// post runs f, which uses the connection's buffers and QP, unless the
+// connection is being torn down (ErrClosed).
+func (c *tconn) post(f func() error) error {
+	c.life.RLock()
+	defer c.life.RUnlock()
+	c.mu.Lock()
+	down := c.down
+	c.mu.Unlock()
+	if down {
+		return ErrClosed
+	}
+	return f()
+}
+
+// sendCQLoop frees status buffers, answer buffers and send queue slots as
+// sends complete.
+func (c *tconn) sendCQLoop() {
 	defer c.t.wg.Done()
 	wcs := make([]verbs.WC, 16)
 	for {
-		n, err := c.cq.Wait(c.t.ctx, wcs)
+		n, err := c.scq.Wait(c.t.ctx, wcs)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		for _, wc := range wcs[:n] {
+			switch {
+			case wc.ID&wrSend != 0:
+				c.free = append(c.free, int(wc.ID&0xffff))
+			case wc.ID&wrResp != 0:
+				c.bq.free(int(wc.ID &^ wrResp))
+			}
+			c.sqFree++
+		}
+		c.broadcastLocked()
+		c.mu.Unlock()
+		for _, wc := range wcs[:n] {
+			if wc.Err() != nil {
+				go c.teardown() // the QP failed, or flushes after a disconnect
+				return
+			}
+		}
+	}
+}
+
+// recvLoop takes markers and, in ModeMediated, the source's accesses, in
+// the order the source issued them.
+func (c *tconn) recvLoop() {
+	defer c.t.wg.Done()
+	wcs := make([]verbs.WC, 16)
+	for {
+		n, err := c.rcq.Wait(c.t.ctx, wcs)
 		if err != nil {
 			return
 		}
 		for _, wc := range wcs[:n] {
-			if wc.Err() != nil {
-				// The QP failed or is flushing after a disconnect:
-				// the connection manager's event tears it down.
+			if err := c.received(wc); err != nil {
+				if wc.Err() == nil && !errors.Is(err, ErrClosed) {
+					c.t.recordErr(fmt.Errorf("activeaccess: source %d: %w", c.peer.ID, err))
+				}
 				go c.teardown()
 				return
 			}
-			slot := int(wc.ID & 0xffff)
-			if wc.ID&wrRecv != 0 {
-				c.mu.Lock()
-				if c.down {
-					c.mu.Unlock()
-					return
-				}
-				b := c.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)]
-				m, err := parseMarker(b)
-				if err == nil {
-					err = c.postRecv(slot)
-				}
-				c.mu.Unlock()
-				if err != nil {
-					c.t.recordErr(fmt.Errorf("activeaccess: source %d: %w", c.peer.ID, err))
-					go c.teardown()
-					return
-				}
-				c.t.addMarker(&pendingMarker{c: c, epoch: m.Epoch})
-				continue
-			}
-			c.mu.Lock()
-			c.free = append(c.free, slot)
+		}
+	}
+}
+
+func (c *tconn) received(wc verbs.WC) error {
+	if err := wc.Err(); err != nil {
+		return err
+	}
+	slot := int(wc.ID & 0xffff)
+	if wc.Opcode == verbs.WCRecvRDMAWithImm {
+		if c.inbox == nil {
+			return fmt.Errorf("%w: an inbox write to a transparent target", ErrProtocol)
+		}
+		if err := c.dispatch(wc.Imm); err != nil {
+			return err
+		}
+		return c.post(func() error { return c.postRecv(slot) })
+	}
+	var m marker
+	if err := c.post(func() error {
+		var err error
+		if m, err = parseMarker(c.mr.Bytes()[slot*msgSize : slot*msgSize+min(int(wc.ByteLen), msgSize)]); err != nil {
+			return err
+		}
+		return c.postRecv(slot)
+	}); err != nil {
+		return err
+	}
+	c.t.addMarker(&pendingMarker{c: c, epoch: m.Epoch})
+	return nil
+}
+
+// dispatch applies the inbox entry at position imm*64 (ModeMediated).
+func (c *tconn) dispatch(imm uint32) error {
+	var e entry
+	var data []byte
+	if err := c.post(func() error {
+		ib := c.inbox.Bytes()
+		pos := int(imm) * entryHeader
+		if pos >= len(ib) {
+			return fmt.Errorf("%w: inbox entry at %d of %d bytes", ErrProtocol, pos, len(ib))
+		}
+		var err error
+		if e, err = parseEntry(ib[pos:], uint64(c.t.cfg.Size)); err != nil {
+			return err
+		}
+		if e.Kind == entryPut {
+			data = ib[pos+entryHeader : pos+entryHeader+int(e.Len)]
+			c.t.applyPut(c, int(e.Off), data)
+		}
+		return nil
+	}); err != nil || e.Kind == entryPut {
+		return err
+	}
+	if e.Len > tBounce {
+		return fmt.Errorf("%w: a get of %d bytes, at most %d", ErrProtocol, e.Len, tBounce)
+	}
+	// A get: reserve answer space (freed as answers complete), then
+	// serve and log it, and write the data back.
+	c.mu.Lock()
+	var off, h int
+	for {
+		if c.down {
 			c.mu.Unlock()
-			select {
-			case c.kick <- struct{}{}:
-			default:
+			return ErrClosed
+		}
+		if c.sqFree > 0 {
+			var ok bool
+			if off, h, ok = c.bq.alloc(int(e.Len)); ok {
+				break
 			}
 		}
+		c.waitLocked()
+	}
+	c.sqFree--
+	c.mu.Unlock()
+	return c.post(func() error {
+		c.t.applyGet(c, int(e.Off), c.bounce.Bytes()[off:off+int(e.Len)])
+		return c.qp.PostSend(verbs.SendWR{ID: wrResp | uint64(h), Op: verbs.OpWriteImm, Imm: e.Op,
+			SGL: []verbs.SGE{c.bounce.SGE(off, int(e.Len))}, RemoteAddr: e.ReplyAddr, RKey: e.ReplyRKey})
+	})
+}
+
+// applyPut does in software what the module does for an incoming write
+// (ModeMediated): per page, W lets the data reach memory, WL and WLD log
+// it for the domain's handler. Pages of no domain are plain memory.
+func (t *Target) applyPut(c *tconn, off int, data []byte) {
+	mem := t.mr.Bytes()
+	t.pgMu.RLock()
+	defer t.pgMu.RUnlock()
+	for a, end := off, off+len(data); a < end; {
+		b := min((a/pageSize+1)*pageSize, end)
+		p := data[a-off : b-off]
+		sl := t.pages[a/pageSize]
+		if sl.d == nil || sl.act&W != 0 {
+			copy(mem[a:b], p)
+		}
+		if sl.d != nil && sl.act&(WL|WLD) != 0 {
+			acc := Access{Kind: KindPut, Offset: a, Length: b - a, Suppressed: sl.act&W == 0, Source: c.peer, Domain: sl.d, c: c}
+			if sl.act&WLD != 0 {
+				acc.Data = append([]byte(nil), p...)
+			}
+			sl.d.sw.push(acc)
+		}
+		a = b
+	}
+}
+
+// applyGet serves a get into dst (ModeMediated): per page, memory if R
+// (or no domain), else zeros; RL and RLD log it with what was served.
+func (t *Target) applyGet(c *tconn, off int, dst []byte) {
+	mem := t.mr.Bytes()
+	t.pgMu.RLock()
+	defer t.pgMu.RUnlock()
+	for a, end := off, off+len(dst); a < end; {
+		b := min((a/pageSize+1)*pageSize, end)
+		p := dst[a-off : b-off]
+		sl := t.pages[a/pageSize]
+		if sl.d == nil || sl.act&R != 0 {
+			copy(p, mem[a:b])
+		} else {
+			clear(p)
+		}
+		if sl.d != nil && sl.act&(RL|RLD) != 0 {
+			acc := Access{Kind: KindGet, Offset: a, Length: b - a, Suppressed: sl.act&R == 0, Source: c.peer, Domain: sl.d, c: c}
+			if sl.act&RLD != 0 {
+				acc.Data = append([]byte(nil), p...)
+			}
+			sl.d.sw.push(acc)
+		}
+		a = b
 	}
 }
 
@@ -335,9 +534,12 @@ func (c *tconn) teardown() {
 	c.tdOnce.Do(func() {
 		c.mu.Lock()
 		c.down = true
-		c.closeVerbs()
+		c.broadcastLocked()
 		c.mu.Unlock()
 		close(c.gone)
+		c.life.Lock()
+		c.closeVerbs()
+		c.life.Unlock()
 		t := c.t
 		t.mu.Lock()
 		delete(t.conns, c)
@@ -372,11 +574,17 @@ func (c *tconn) releaseSlot() {
 func (c *tconn) closeVerbs() {
 	c.id.Close() // and the QP
 	if c.ch != nil {
-		c.ch.Close() // and the CQ
-	} else if c.cq != nil {
-		c.cq.Close()
+		c.ch.Close() // and the CQs
+	} else {
+		for _, cq := range []*verbs.CQ{c.rcq, c.scq} {
+			if cq != nil {
+				cq.Close()
+			}
+		}
 	}
-	if c.mr != nil {
-		c.mr.Close()
+	for _, mr := range []*verbs.MR{c.mr, c.inbox, c.bounce} {
+		if mr != nil {
+			mr.Close()
+		}
 	}
 }

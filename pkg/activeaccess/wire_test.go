@@ -7,7 +7,7 @@ import (
 )
 
 func TestHelloRoundTrip(t *testing.T) {
-	h := hello{Version: protoVersion, Modes: 1 << ModeTransparent, Name: "guest-2"}
+	h := hello{Version: protoVersion, Modes: 1 << ModeTransparent, Name: "guest-2", QPN: 0x123456}
 	b := h.marshal()
 	if len(b) != helloLen || len(b) > 56 {
 		t.Fatalf("hello is %d bytes; rdma_cm carries at most 56 in a connect", len(b))
@@ -45,7 +45,9 @@ func TestGrantRoundTrip(t *testing.T) {
 	}
 	bad := map[string]func(*grant){
 		"version":     func(g *grant) { g.Version = 2 },
-		"mode":        func(g *grant) { g.Mode = ModeMediated },
+		"mode":        func(g *grant) { g.Mode = 7 },
+		"no inbox":    func(g *grant) { g.Mode = ModeMediated; g.InboxAddr = 0 },
+		"no max get":  func(g *grant) { g.Mode = ModeMediated; g.InboxAddr = 1 },
 		"empty":       func(g *grant) { g.Len = 0 },
 		"wraps":       func(g *grant) { g.Addr = ^uint64(0) - 10 },
 		"window":      func(g *grant) { g.Window = 0 },
@@ -156,5 +158,45 @@ func TestStatusRoundTrip(t *testing.T) {
 func TestWCErrorMapping(t *testing.T) {
 	if wcError(nil, nil) != nil {
 		t.Error("nil completion error mapped to an error")
+	}
+}
+
+func TestMediatedGrant(t *testing.T) {
+	g := validGrant()
+	g.Mode, g.InboxAddr, g.InboxRKey, g.MaxGet, g.MaxEntry = ModeMediated, 0x7f0000200000, 77, 1<<18, 0
+	got, err := parseGrant(g.marshal())
+	if err != nil || got != g {
+		t.Fatalf("parseGrant = %+v, %v; want %+v", got, err, g)
+	}
+}
+
+func TestEntryRoundTrip(t *testing.T) {
+	b := make([]byte, 4096)
+	for _, e := range []entry{{Kind: entryPut, Off: 100, Len: 3000}, {Kind: entryGet, Off: 0, Len: 1 << 16, ReplyAddr: 0x1000, ReplyRKey: 9, Op: 1 << 31}} {
+		e.put(b)
+		got, err := parseEntry(b, 1<<20)
+		if err != nil || got != e {
+			t.Errorf("entry %+v came back as %+v, %v", e, got, err)
+		}
+	}
+	bad := []struct {
+		e    entry
+		left int
+	}{
+		{entry{Kind: 3, Len: 1}, 4096},
+		{entry{Kind: entryPut, Len: 0}, 4096},
+		{entry{Kind: entryPut, Off: 1 << 20, Len: 1}, 4096},
+		{entry{Kind: entryGet, Off: 1<<20 - 10, Len: 11}, 4096},
+		{entry{Kind: entryPut, Len: 4096 - 63}, 4096},
+		{entry{Kind: entryPut, Len: 8}, 63},
+	}
+	for _, c := range bad {
+		c.e.put(b)
+		if _, err := parseEntry(b[:c.left], 1<<20); !errors.Is(err, ErrProtocol) {
+			t.Errorf("entry %+v with %d bytes left: %v", c.e, c.left, err)
+		}
+	}
+	if inboxCost(true, 1) != 128 || inboxCost(true, 64) != 128 || inboxCost(false, 1<<20) != 64 {
+		t.Error("inboxCost")
 	}
 }
