@@ -17,13 +17,27 @@ import (
 type guestState int
 
 const (
-	stateRunning   guestState = iota
-	stateExited               // reported an exit status
-	stateNoReport             // qemu ended without the guest reporting (panic, crash)
-	stateHung                 // killed at the deadline
-	stateStopped              // killed because another guest failed, or interrupted
-	stateDismissed            // a peer of an interactive guest, stopped when its shell exited
+	stateRunning    guestState = iota
+	stateExited                // reported an exit status
+	stateNoReport              // qemu ended without the guest reporting (panic, crash)
+	stateHung                  // killed at the deadline
+	stateNoBoot                // killed by the boot watchdog: no @@LAB-READY in time
+	stateStopped               // killed because the run was interrupted or is over
+	statePeerFailed            // killed because another guest failed
+	stateDismissed             // a peer of an interactive guest, stopped when its shell exited
 )
+
+// bootPhase is how far a guest's console says it got.
+type bootPhase int
+
+const (
+	phaseKernel bootPhase = iota // the kernel's boot log, before /init runs
+	phaseInit                    // /init has started (@@LAB-INIT)
+	phaseReady                   // rxe and our module are up (@@LAB-READY)
+)
+
+// consoleLineMax bounds the last console line kept for a verdict.
+const consoleLineMax = 160
 
 // A guest is one qemu process of a boot.
 type guest struct {
@@ -34,11 +48,15 @@ type guest struct {
 
 	mu          sync.Mutex
 	state       guestState
-	status      int           // the command's exit status, when stateExited
+	status      int // the command's exit status, when stateExited
+	phase       bootPhase
 	ready       time.Duration // from start to rxe up
 	readyUptime string        // the guest's own uptime then
 	ended       time.Duration
 	kernel      []string // kernel problems seen in its log
+	bootReports []string // kernel problems seen on the console before /init ran
+	lastLine    string   // the console's last non-empty line
+	bootWait    time.Duration
 	qemuErr     []string // what qemu printed on stderr
 	stopWhy     string
 	finished    chan struct{}
@@ -56,7 +74,11 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 		"-accel", "tcg,thread=multi", "-cpu", "max",
 		"-smp", strconv.Itoa(smp), "-m", strconv.Itoa(l.MemMiB),
 		"-kernel", k.Image(), "-initrd", initrd,
-		"-append", fmt.Sprintf("console=ttyS0 loglevel=4 panic=-1 mitigations=off 8250.nr_uarts=2 %s lab.index=%d lab.token=%s", l.Append, i, token),
+		// The whole kernel log goes to the console until /init lowers the
+		// console's level (to 4, errors only): a guest that hangs before
+		// /init then leaves its boot log in console.log. earlyprintk shows
+		// what happens before the serial driver is up.
+		"-append", fmt.Sprintf("console=ttyS0 earlyprintk=serial,ttyS0 loglevel=7 panic=-1 mitigations=off 8250.nr_uarts=2 %s lab.index=%d lab.token=%s", l.Append, i, token),
 		"-chardev", con, "-serial", "chardev:con",
 		// fd 3 is the pipe the lab reads the kernel log from.
 		"-chardev", "file,id=kmsg,path=/dev/fd/3", "-serial", "chardev:kmsg",
@@ -157,12 +179,9 @@ func startGuest(g *guest, args []string, dir string, token string, out *syncWrit
 			for sc.Scan() {
 				line := strings.TrimRight(sc.Text(), "\r")
 				fmt.Fprintln(conLog, line)
-				if rest, ok := strings.CutPrefix(line, "@@LAB-"); ok {
-					if g.marker(rest, token) {
-						continue
-					}
+				if g.consoleLine(line, token) {
+					out.printf("[%s] %s\n", g.name, line)
 				}
-				out.printf("[%s] %s\n", g.name, line)
 			}
 		}()
 	}
@@ -181,8 +200,39 @@ func startGuest(g *guest, args []string, dir string, token string, out *syncWrit
 	return nil
 }
 
-// marker handles the init's "@@LAB-READY token" and "@@LAB-EXIT token rc"
-// console lines; it reports whether the line was one.
+// consoleLine records one console line and reports whether to stream it.
+// The kernel's boot log (everything before /init's @@LAB-INIT, and kernel
+// lines until @@LAB-READY) is kept in console.log only; so are the markers.
+// Before /init runs, the console is also the only place a kernel problem
+// shows (kmsg.log starts with /init).
+func (g *guest) consoleLine(line, token string) bool {
+	if t := strings.TrimSpace(line); t != "" {
+		if len(t) > consoleLineMax {
+			t = t[:consoleLineMax] + "..."
+		}
+		g.mu.Lock()
+		g.lastLine = t
+		g.mu.Unlock()
+	}
+	if rest, ok := strings.CutPrefix(line, "@@LAB-"); ok && g.marker(rest, token) {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch g.phase {
+	case phaseKernel:
+		if msg, bad := consoleKernelReport(line); bad {
+			g.bootReports = append(g.bootReports, msg)
+		}
+		return false
+	case phaseInit:
+		return !isConsoleKernelLine(line)
+	}
+	return true
+}
+
+// marker handles the init's "@@LAB-INIT token", "@@LAB-READY token uptime"
+// and "@@LAB-EXIT token rc" console lines; it reports whether the line was one.
 func (g *guest) marker(rest, token string) bool {
 	f := strings.Fields(rest)
 	if len(f) < 2 || f[1] != token {
@@ -191,7 +241,10 @@ func (g *guest) marker(rest, token string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
+	case f[0] == "INIT":
+		g.phase = max(g.phase, phaseInit)
 	case f[0] == "READY":
+		g.phase = phaseReady
 		g.ready = time.Since(g.started)
 		if len(f) == 3 {
 			g.readyUptime = f[2]
@@ -222,6 +275,21 @@ func (g *guest) kill(state guestState, why string) {
 	}
 }
 
+// killUnbooted kills the guest if it is running and has not reported
+// @@LAB-READY (the boot watchdog, after wait); it reports whether it did.
+func (g *guest) killUnbooted(wait time.Duration) bool {
+	g.mu.Lock()
+	unbooted := g.state == stateRunning && g.phase < phaseReady
+	if unbooted {
+		g.state, g.bootWait = stateNoBoot, wait
+	}
+	g.mu.Unlock()
+	if unbooted && g.cmd != nil && g.cmd.Process != nil {
+		_ = g.cmd.Process.Kill()
+	}
+	return unbooted
+}
+
 // verdict says why the guest failed, or "" if it passed.
 func (g *guest) verdict(timeout time.Duration) string {
 	g.mu.Lock()
@@ -246,16 +314,52 @@ func (g *guest) verdict(timeout time.Duration) string {
 		why = append(why, msg)
 	case stateHung:
 		why = append(why, fmt.Sprintf("no result within the %s deadline (hung); killed", timeout))
-	case stateStopped:
+	case stateNoBoot:
+		why = append(why, g.noBootWhy())
+	case stateStopped, statePeerFailed:
 		why = append(why, g.stopWhy)
 	}
-	if len(g.kernel) > 0 {
+	switch {
+	case len(g.kernel) > 0:
 		why = append(why, fmt.Sprintf("kernel %s (%d report(s) in kmsg.log)", g.kernel[0], len(g.kernel)))
+	case len(g.bootReports) > 0: // kmsg.log, when there is one, has them too
+		why = append(why, fmt.Sprintf("kernel %s (%d report(s) in console.log)", g.bootReports[0], len(g.bootReports)))
 	}
 	if len(why) == 0 {
 		return ""
 	}
 	return g.name + ": " + strings.Join(why, "; ")
+}
+
+// noBootWhy describes a guest the boot watchdog killed; g.mu is held.
+func (g *guest) noBootWhy() string {
+	within := fmt.Sprintf("did not boot within %gs", g.bootWait.Seconds())
+	var where string
+	switch {
+	case g.lastLine == "":
+		return within + " (no console output); killed"
+	case g.phase == phaseKernel:
+		where = "/init never ran"
+	default:
+		where = "/init ran but never reported ready"
+	}
+	return fmt.Sprintf("%s (%s; console stopped after: %s); killed", within, where, g.lastLine)
+}
+
+// bootFailureOnly reports whether the guest failed only by not booting: the
+// boot watchdog killed it and no kernel problem was seen.
+func (g *guest) bootFailureOnly() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == stateNoBoot && len(g.kernel) == 0 && len(g.bootReports) == 0
+}
+
+// stoppedForPeer reports whether the guest was only stopped because another
+// guest failed (it has no failure of its own).
+func (g *guest) stoppedForPeer() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.state == statePeerFailed && len(g.kernel) == 0 && len(g.bootReports) == 0
 }
 
 // failedEarly reports whether the guest has ended badly (used to stop its

@@ -28,3 +28,24 @@ func kernelReport(line string) (string, bool) {
 	}
 	return "", false
 }
+
+// consoleStamp matches the timestamp the kernel puts before every console
+// line ("[    1.234567] ").
+var consoleStamp = regexp.MustCompile(`^\[\s*\d+\.\d+\] ?`)
+
+// isConsoleKernelLine reports whether a console line was printed by the kernel.
+func isConsoleKernelLine(line string) bool { return consoleStamp.MatchString(line) }
+
+// consoleKernelReport returns the message if a kernel console line reports
+// a problem.
+func consoleKernelReport(line string) (string, bool) {
+	loc := consoleStamp.FindStringIndex(line)
+	if loc == nil {
+		return "", false
+	}
+	msg := strings.TrimSpace(line[loc[1]:])
+	if kernelProblem.MatchString(msg) {
+		return msg, true
+	}
+	return "", false
+}

@@ -183,7 +183,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 			return err
 		}
 		s := &Suite{Name: "shell", Guests: guests, Command: "true"}
-		_, err := l.Run(ctx, s, true)
+		_, err := l.Run(ctx, s, true, 1)
 		return err
 	default:
 		usage()
@@ -213,8 +213,8 @@ func runSuites(ctx context.Context, l *Lab, suites []*Suite) error {
 		if ctx.Err() != nil {
 			break
 		}
-		logf("suite %s: %d guest(s), deadline %s", s.Name, s.Guests, s.Timeout)
-		res, err := l.Run(ctx, s, false)
+		logf("suite %s: %d guest(s), deadline %s, boot watchdog %gs", s.Name, s.Guests, s.Timeout, bootWatchdog(s.Timeout).Seconds())
+		res, retried, err := runSuite(ctx, l, s)
 		var line string
 		switch {
 		case err != nil:
@@ -225,6 +225,9 @@ func runSuites(ctx context.Context, l *Lab, suites []*Suite) error {
 			line = fmt.Sprintf("FAIL %s (%.1fs):\n  %s\n  logs: %s", s.Name, res.elapsed.Seconds(), strings.Join(res.failures, "\n  "), res.logs)
 		default:
 			line = fmt.Sprintf("ok   %s (%.1fs)", s.Name, res.elapsed.Seconds())
+		}
+		if retried != "" {
+			line += "\n  (" + retried + ")"
 		}
 		if strings.HasPrefix(line, "ok") {
 			passed++
@@ -246,6 +249,26 @@ func runSuites(ctx context.Context, l *Lab, suites []*Suite) error {
 		return fmt.Errorf("%d lab suite(s) failed", failed)
 	}
 	return nil
+}
+
+// runSuite runs a suite, and once more when the first attempt failed only
+// because a guest did not boot (see bootRetryReason): that is a rare hang of
+// the guest's boot, not a verdict on the suite. retried says why it ran
+// twice ("" when it did not); the result is the second attempt's.
+func runSuite(ctx context.Context, l *Lab, s *Suite) (res *runResult, retried string, err error) {
+	res, err = l.Run(ctx, s, false, 1)
+	if err != nil || res.bootRetry == "" || ctx.Err() != nil {
+		return res, "", err
+	}
+	kept := filepath.Join(res.logs, "attempt1")
+	retried = fmt.Sprintf("second attempt: the first (%.1fs, logs in %s) failed only because a guest did not boot: %s", res.elapsed.Seconds(), kept, res.bootRetry)
+	logf("suite %s: RETRYING ONCE after %.1fs: the run failed only because a guest did not boot (%s); the first attempt's logs are kept in %s",
+		s.Name, res.elapsed.Seconds(), res.bootRetry, kept)
+	res, err = l.Run(ctx, s, false, 2)
+	if err != nil {
+		return nil, retried, fmt.Errorf("second attempt: %w", err)
+	}
+	return res, retried, nil
 }
 
 // expectedFailure judges a lab self-test: it must fail, for the reason it

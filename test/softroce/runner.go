@@ -39,7 +39,27 @@ const (
 	// failGrace is how long the other guests may go on after one failed
 	// before the lab stops them (they are usually waiting for it).
 	failGrace = 10 * time.Second
+	// bootTimeout is how long a guest may take from qemu's start to its
+	// @@LAB-READY before the boot watchdog kills it. A boot takes 6 to 8 s
+	// on an idle machine and two or three times that with other labs
+	// running; a guest that hangs while booting (rarely, one shows no
+	// output at all) would otherwise hold the suite until its deadline.
+	bootTimeout = 90 * time.Second
 )
+
+// bootWatchdog is the boot watchdog's delay for a suite with this deadline:
+// bootTimeout, or two thirds of a shorter deadline, so that it still fires
+// first and leaves time for the command.
+func bootWatchdog(timeout time.Duration) time.Duration {
+	w := timeout * 2 / 3
+	if w >= bootTimeout {
+		return bootTimeout
+	}
+	if w >= 10*time.Second {
+		return w.Round(time.Second)
+	}
+	return w
+}
 
 func (l *Lab) buildDir(parts ...string) string {
 	return filepath.Join(append([]string{l.Root, "build"}, parts...)...)
@@ -214,15 +234,25 @@ type runResult struct {
 	failures []string // one line a failed guest; empty when all passed
 	logs     string
 	elapsed  time.Duration
+	// bootRetry, when not empty, says why the run deserves a second
+	// attempt: it failed only because guests did not boot.
+	bootRetry string
 }
 
-// Run boots the suite's guests, runs it in each, and reports how each ended.
-func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, error) {
+// Run boots the suite's guests, runs it in each, and reports how each
+// ended. attempt counts the runs of this suite in a row: from the second
+// on, the previous attempt's logs are kept in the run directory as
+// attempt<N-1>/.
+func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) (*runResult, error) {
 	if err := l.buildGo(ctx, s); err != nil {
 		return nil, err
 	}
 	runDir := l.buildDir("lab", "runs", s.Name)
-	if err := os.RemoveAll(runDir); err != nil {
+	keep := ""
+	if attempt > 1 {
+		keep = fmt.Sprintf("attempt%d", attempt-1)
+	}
+	if err := resetRunDir(runDir, keep); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(runDir, "shared"), 0o777); err != nil {
@@ -299,10 +329,13 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 	}
 
 	timeout := s.Timeout
+	bootWait := bootWatchdog(timeout)
 	if interactive {
-		timeout = 24 * time.Hour
+		// Guest 1's console is the user's terminal: its @@LAB-READY is
+		// never seen.
+		timeout, bootWait = 24*time.Hour, 0
 	}
-	waitGuests(ctx, guests, timeout, interactive)
+	waitGuests(ctx, guests, timeout, bootWait, interactive, l.out)
 
 	res := &runResult{logs: runDir, elapsed: time.Since(start)}
 	for _, g := range guests {
@@ -313,10 +346,60 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool) (*runResult, 
 			l.out.printf("[%s] rxe up after %.1fs (guest uptime %ss), powered off after %.1fs\n", g.name, g.ready.Seconds(), g.readyUptime, g.ended.Seconds())
 		}
 	}
-	if orphans := findProcesses(sockDir); len(orphans) > 0 {
+	orphans := findProcesses(sockDir)
+	if len(orphans) > 0 {
 		res.failures = append(res.failures, fmt.Sprintf("qemu processes %v outlived the run (killed now)", orphans))
 	}
+	if len(orphans) == 0 && ctx.Err() == nil && !interactive {
+		res.bootRetry = bootRetryReason(guests, timeout)
+	}
 	return res, nil
+}
+
+// bootRetryReason decides whether a failed run is worth a second attempt:
+// only when at least one guest did not boot (killed by the boot watchdog,
+// with no kernel problem seen) and every other failed guest was merely
+// stopped because of that. It returns the failed guests' verdicts, or ""
+// (a test failure, a hang after boot, a kernel report: no retry).
+func bootRetryReason(guests []*guest, timeout time.Duration) string {
+	var noBoot []string
+	for _, g := range guests {
+		v := g.verdict(timeout)
+		switch {
+		case v == "":
+		case g.bootFailureOnly():
+			noBoot = append(noBoot, v)
+		case g.stoppedForPeer():
+		default:
+			return ""
+		}
+	}
+	return strings.Join(noBoot, "; ")
+}
+
+// resetRunDir empties a suite's run directory. When keep is not empty the
+// previous run's files are moved into the new directory under that name.
+func resetRunDir(runDir, keep string) error {
+	if keep == "" {
+		if err := os.RemoveAll(runDir); err != nil {
+			return fmt.Errorf("clearing the run directory: %w", err)
+		}
+		return nil
+	}
+	tmp := runDir + ".previous"
+	if err := os.RemoveAll(tmp); err != nil {
+		return fmt.Errorf("keeping the previous attempt's logs: %w", err)
+	}
+	if err := os.Rename(runDir, tmp); err != nil {
+		return fmt.Errorf("keeping the previous attempt's logs: %w", err)
+	}
+	if err := os.MkdirAll(runDir, 0o777); err != nil {
+		return fmt.Errorf("run directory: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(runDir, keep)); err != nil {
+		return fmt.Errorf("keeping the previous attempt's logs: %w", err)
+	}
+	return nil
 }
 
 // findProcesses returns the pids of processes whose command line mentions
@@ -360,8 +443,10 @@ func lockFile(path string) (func(), error) {
 // waitGuests waits until every guest has ended. It kills them all at the
 // deadline or when ctx ends; once one guest has failed, the others get
 // failGrace to finish (they are usually waiting for it) and are then
-// stopped. When guest 1 is an interactive shell, its exit dismisses the rest.
-func waitGuests(ctx context.Context, guests []*guest, timeout time.Duration, interactive bool) {
+// stopped. The boot watchdog kills, bootWait after the start (0: never),
+// every guest that has not reported @@LAB-READY. When guest 1 is an
+// interactive shell, its exit dismisses the rest.
+func waitGuests(ctx context.Context, guests []*guest, timeout, bootWait time.Duration, interactive bool, out *syncWriter) {
 	ended := make(chan *guest, len(guests))
 	for _, g := range guests {
 		go func(g *guest) {
@@ -376,6 +461,12 @@ func waitGuests(ctx context.Context, guests []*guest, timeout time.Duration, int
 	}
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
+	var booted <-chan time.Time
+	if bootWait > 0 {
+		t := time.NewTimer(bootWait)
+		defer t.Stop()
+		booted = t.C
+	}
 	done := ctx.Done()
 	var grace <-chan time.Time
 	graceWhy := ""
@@ -389,8 +480,22 @@ func waitGuests(ctx context.Context, guests []*guest, timeout time.Duration, int
 				grace = time.After(failGrace)
 				graceWhy = fmt.Sprintf("stopped %s after %s failed", failGrace, g.name)
 			}
+		case <-booted:
+			booted = nil
+			var unbooted []string
+			for _, g := range guests {
+				if g.killUnbooted(bootWait) {
+					unbooted = append(unbooted, g.name)
+					out.printf("[%s] boot watchdog: no @@LAB-READY after %gs; killing the guest (its boot log: console.log)\n", g.name, bootWait.Seconds())
+				}
+			}
+			// The others wait in /init until every guest is up: they
+			// cannot go on.
+			if len(unbooted) > 0 {
+				killAll(statePeerFailed, "stopped after "+strings.Join(unbooted, ", ")+" did not boot")
+			}
 		case <-grace:
-			killAll(stateStopped, graceWhy)
+			killAll(statePeerFailed, graceWhy)
 		case <-done:
 			done = nil
 			killAll(stateStopped, "interrupted")
