@@ -62,16 +62,21 @@ type Endpoint struct {
 	mu        sync.Mutex
 	closed    bool
 	links     map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
-	passive   map[uint64]*link         // accepted links whose stripes are still arriving
+	accepted  map[uint64]*link         // links peers dialled, by link ID
 	byQPN     map[uint32]*stripe
 	views     []*remoteView // by view slot; nil when free
 	freeViews []uint32
-	puts      map[uint64]*PutOp // in flight, by work request ID
+	puts      map[uint64]*PutOp   // in flight, by work request ID
+	queues    map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
 	nextID    uint64
 	subs      map[uint32][]subscriber // window slot -> links whose view slots mirror it
 
 	ctrlMu sync.Mutex // serialises control sends through ctrlBuf
 	ctrlMR *verbs.MR  // staging for control messages (sent inline)
+
+	// holdNotices (tests only) stops pushing entry updates, so that a
+	// sender's view goes stale on purpose.
+	holdNotices atomic.Bool
 
 	linkFailures atomic.Uint64
 	stalePuts    atomic.Uint64
@@ -106,8 +111,8 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
-	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, passive: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, subs: map[uint32][]subscriber{}}
+	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
+		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
@@ -126,7 +131,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 	if err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
-	if ep.e, err = newEngine(dev, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin}); err != nil {
+	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin}); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -192,12 +197,6 @@ func (ep *Endpoint) use() error {
 	return nil
 }
 
-func (ep *Endpoint) isClosed() bool {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	return ep.closed
-}
-
 // EndpointStats are an endpoint's counters.
 type EndpointStats struct {
 	Links         int    // links connected or being connected
@@ -231,11 +230,13 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	ep.closed = true
-	links := make([]*link, 0, len(ep.links)+len(ep.passive))
+	links := make([]*link, 0, len(ep.links)+len(ep.accepted))
 	for _, l := range ep.links {
-		links = append(links, l)
+		if l.dial {
+			links = append(links, l)
+		}
 	}
-	for _, l := range ep.passive {
+	for _, l := range ep.accepted {
 		links = append(links, l)
 	}
 	ep.mu.Unlock()

@@ -24,6 +24,7 @@ import (
 // attachRaw.
 type engine struct {
 	dev   *verbs.Context
+	own   bool // dev is the engine's to close
 	pd    *verbs.PD
 	gid   verbs.GIDEntry
 	table *mailboxTable[*Window]
@@ -103,16 +104,18 @@ const (
 	sendTag = 1 << 63
 )
 
-// newEngine sets up the receiving machinery on dev, which it owns from
-// then on (Close closes it, also on error). ip selects the RoCE v2 GID
-// (nil: the first IPv4 one). Errors wrap ErrNotSupported from verbs when
-// the device has no memory windows.
-func newEngine(dev *verbs.Context, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
+// newEngine sets up the receiving machinery on dev. If own, the engine
+// owns dev from then on (Close closes it, also on error); otherwise dev is
+// shared (rdma_cm's context, one per device and process) and the engine
+// closes only what it created on it. ip selects the RoCE v2 GID (nil: the
+// first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
+// has no memory windows.
+func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, errs: make(chan error, 16)}
 	defer func() {
 		if err != nil {
-			e.dev.Close()
+			e.release()
 		}
 	}()
 	attr, err := e.dev.QueryDevice()
@@ -192,9 +195,9 @@ func (e *engine) Close() error {
 	}
 	e.closed = true
 	e.mu.Unlock()
-	e.stop()
-	err := e.dev.Close() // wakes the loops with ErrClosed
+	e.stop() // the loops wait with this context
 	e.wg.Wait()
+	err := e.release()
 	e.mu.Lock()
 	ops := e.ops
 	e.ops = map[uint64]bindOp{}
@@ -205,6 +208,26 @@ func (e *engine) Close() error {
 		}
 	}
 	return err
+}
+
+// release closes the device if the engine owns it, else everything the
+// engine created on it: the PD (with the MRs, windows, QPs and SRQ under
+// it), the CQ and its channel.
+func (e *engine) release() error {
+	if e.own {
+		return e.dev.Close()
+	}
+	var errs []error
+	if e.pd != nil {
+		errs = append(errs, e.pd.Close())
+	}
+	if e.cq != nil {
+		errs = append(errs, e.cq.Close())
+	}
+	if e.ch != nil {
+		errs = append(errs, e.ch.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // alloc returns n bytes of registered memory that windows accept as

@@ -24,6 +24,9 @@ type link struct {
 	dial  bool           // this endpoint dialled it
 	ready chan struct{}  // closed when every stripe is connected (or the link failed)
 	dead  chan struct{}  // closed when the link failed
+	// stripeCh is closed and replaced whenever a stripe is (re)connected:
+	// puts that found no live stripe wait on it.
+	stripeCh chan struct{}
 
 	mu        sync.Mutex
 	stripes   []*stripe
@@ -54,7 +57,7 @@ const (
 
 func newLink(ep *Endpoint, peer netip.AddrPort, id uint64, n int, dial bool) *link {
 	return &link{ep: ep, id: id, peer: peer, dial: dial, ready: make(chan struct{}), dead: make(chan struct{}),
-		stripes: make([]*stripe, n), views: map[Mailbox]*remoteView{}}
+		stripeCh: make(chan struct{}), stripes: make([]*stripe, n), views: map[Mailbox]*remoteView{}}
 }
 
 // qpAttr is the attribute set of every stripe's QP: receives from the
@@ -187,11 +190,48 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	if ep.closed || l.err != nil {
 		return false
 	}
+	if old := l.stripes[st.idx]; old != nil {
+		ep.retireStripe(old)
+	} else {
+		l.connected++
+	}
 	l.stripes[st.idx] = st
-	l.connected++
 	l.peerViews = views
 	ep.byQPN[st.qp.QPN()] = st
+	close(l.stripeCh)
+	l.stripeCh = make(chan struct{})
 	return true
+}
+
+// retireStripe takes a replaced stripe out of service: the puts still
+// recorded on it (flushed by its error, never executed) are issued again,
+// and it is disconnected and destroyed. The caller holds ep.mu and l.mu.
+func (ep *Endpoint) retireStripe(old *stripe) {
+	old.dead.Store(true)
+	delete(ep.byQPN, old.qp.QPN())
+	var again []*PutOp
+	for id, op := range ep.puts {
+		if op.st == old {
+			delete(ep.puts, id)
+			again = append(again, op)
+		}
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		for _, op := range again {
+			op.view.mu.Lock()
+			if op.view.sv != nil {
+				op.view.sv.abort(op.gen, uint64(op.n))
+			}
+			op.view.mu.Unlock()
+			go ep.run(op)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		old.id.Disconnect(ctx)
+		cancel()
+		old.id.Close()
+	}()
 }
 
 // startWatch starts watching a connected stripe's rdma_cm events (not
@@ -238,12 +278,14 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 		return
 	}
 	ep.mu.Lock()
-	l := ep.passive[h.LinkID]
+	l := ep.accepted[h.LinkID]
 	if l == nil && !ep.closed {
 		l = newLink(ep, h.Listen, h.LinkID, int(h.Stripes), false)
-		ep.passive[h.LinkID] = l
+		ep.accepted[h.LinkID] = l
 	}
-	ok := !ep.closed && len(l.stripes) == int(h.Stripes) && l.stripes[h.Stripe] == nil
+	// A stripe index already connected is a replacement: the dialer
+	// re-dials a stripe it saw fail (this side may not have noticed yet).
+	ok := !ep.closed && len(l.stripes) == int(h.Stripes) && l.peer == h.Listen
 	ep.mu.Unlock()
 	if !ok {
 		ep.rejected.Add(1)
@@ -282,20 +324,25 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 	l.mu.Lock()
 	complete := l.connected == len(l.stripes)
 	l.mu.Unlock()
+	first := false
 	if complete {
-		delete(ep.passive, l.id)
-		if old := ep.links[l.peer]; old == nil {
-			ep.links[l.peer] = l
+		select {
+		case <-l.ready:
+		default:
+			first = true
+			if old := ep.links[l.peer]; old == nil {
+				ep.links[l.peer] = l
+			}
 		}
 	}
 	ep.mu.Unlock()
-	if complete {
+	if first {
 		close(l.ready)
 	}
 }
 
-// watch waits for the stripe's rdma_cm events: a disconnection (or any
-// error event) fails the link.
+// watch waits for the stripe's rdma_cm events: a disconnection of a
+// stripe still in service fails the link.
 func (ep *Endpoint) watch(st *stripe) {
 	for {
 		ev, err := st.id.WaitEvent(ep.ctx)
@@ -304,7 +351,17 @@ func (ep *Endpoint) watch(st *stripe) {
 		}
 		switch ev.Type {
 		case verbs.CMDisconnected, verbs.CMDeviceRemoval, verbs.CMTimewaitExit:
-			st.l.fail(errPeer(st.l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type)), false)
+			// A replaced stripe going away is expected; the current one
+			// going away means the peer is leaving.
+			// A stripe already known broken is being replaced (the
+			// dialer's redial decides the link's fate).
+			l := st.l
+			l.mu.Lock()
+			current := l.stripes[st.idx] == st
+			l.mu.Unlock()
+			if current && !st.dead.Load() {
+				l.fail(errPeer(l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type)), false)
+			}
 			return
 		}
 	}
@@ -334,15 +391,32 @@ func (l *link) ctrlStripe() *stripe {
 	return nil
 }
 
-// broken marks a stripe whose QP went to the error state; a link with no
-// live stripe left fails.
+// broken marks a stripe whose QP went to the error state (an RC error is
+// fatal to the QP on both sides). The dialling side connects a
+// replacement with the same index; if that fails, the link fails. The
+// accepting side waits for the replacement (or for the disconnection).
 func (st *stripe) broken(cause error) {
 	if st.dead.Swap(true) {
 		return
 	}
-	if st.l.pick() == nil {
-		st.l.fail(errPeer(st.l.peer, cause), false)
+	l, ep := st.l, st.l.ep
+	if !l.dial {
+		return
 	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+		defer cancel()
+		if err := ep.dialStripe(ctx, l, st.idx); err != nil {
+			l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and could not be replaced: %w", st.idx, cause, err)), false)
+		}
+	}()
 }
 
 // fail tears the link down: every put pending on it fails with err (which
@@ -369,8 +443,8 @@ func (l *link) fail(err error, wait bool) {
 	if ep.links[l.peer] == l {
 		delete(ep.links, l.peer)
 	}
-	if ep.passive[l.id] == l {
-		delete(ep.passive, l.id)
+	if ep.accepted[l.id] == l {
+		delete(ep.accepted, l.id)
 	}
 	var ops []*PutOp
 	for id, op := range ep.puts {
@@ -397,6 +471,12 @@ func (l *link) fail(err error, wait bool) {
 	for _, v := range views {
 		ep.freeView(v)
 	}
+	// Decided under ep.mu, where Close sets closed: a teardown that runs
+	// in the background was counted in ep.wg before Close waits on it.
+	async := !wait && !ep.closed
+	if async {
+		ep.wg.Add(1)
+	}
 	ep.mu.Unlock()
 
 	close(l.dead)
@@ -422,11 +502,10 @@ func (l *link) fail(err error, wait bool) {
 			st.id.Close()
 		}
 	}
-	if wait || ep.isClosed() {
+	if !async {
 		teardown() // Close must not return before the stripes are gone
 		return
 	}
-	ep.wg.Add(1)
 	go func() {
 		defer ep.wg.Done()
 		teardown()
@@ -491,6 +570,9 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 // calls it under the window's dispatch lock, so the entry does not change
 // while it is copied.
 func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
+	if ep.holdNotices.Load() {
+		return
+	}
 	ep.mu.Lock()
 	subs := append([]subscriber(nil), ep.subs[slot]...)
 	ep.mu.Unlock()

@@ -225,10 +225,53 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 		op.finish(invalidf("a put of %d bytes", len(src)))
 		return op
 	}
-	if !ep.tryFast(op) {
-		go ep.run(op)
+	// Puts from one caller to one mailbox target epochs in the order they
+	// were issued: once one has to wait (dial, resolve, no buffer, full
+	// send queue), later ones queue behind it.
+	k := putKey{op.dst, op.mb}
+	ep.mu.Lock()
+	if q, busy := ep.queues[k]; busy {
+		ep.queues[k] = append(q, op)
+		ep.mu.Unlock()
+		return op
+	}
+	ep.mu.Unlock()
+	if ep.tryFast(op) {
+		return op
+	}
+	ep.mu.Lock()
+	q, busy := ep.queues[k]
+	ep.queues[k] = append(q, op)
+	ep.mu.Unlock()
+	if !busy {
+		go ep.drain(k)
 	}
 	return op
+}
+
+// putKey identifies the puts that must keep their order.
+type putKey struct {
+	dst netip.AddrPort
+	mb  Mailbox
+}
+
+// drain issues the queued puts of k one after the other.
+func (ep *Endpoint) drain(k putKey) {
+	for {
+		ep.mu.Lock()
+		q := ep.queues[k]
+		if len(q) == 0 {
+			delete(ep.queues, k)
+			ep.mu.Unlock()
+			return
+		}
+		op := q[0]
+		ep.mu.Unlock()
+		ep.run(op)
+		ep.mu.Lock()
+		ep.queues[k] = ep.queues[k][1:]
+		ep.mu.Unlock()
+	}
 }
 
 // tryFast posts op at once if its link and view are ready, a buffer is
@@ -306,8 +349,14 @@ func (ep *Endpoint) run(op *PutOp) {
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
 	st := l.pick()
-	if st == nil {
-		return false, nil, errPeer(l.peer, errors.New("no live stripe"))
+	if st == nil { // every stripe is being replaced
+		l.mu.Lock()
+		wait = l.stripeCh
+		l.mu.Unlock()
+		if l.pick() != nil {
+			return false, closedChan, nil
+		}
+		return false, wait, nil
 	}
 	if block {
 		select {
@@ -387,6 +436,8 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 	}
 	return true, nil, nil
 }
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // maxAttempts bounds how often one put is re-issued (after a stale
 // refusal or a flush behind one).

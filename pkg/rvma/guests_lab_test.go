@@ -1,0 +1,439 @@
+//go:build lab
+
+package rvma
+
+// The endpoint between guests: guest 1 receives, the others send. It
+// proves the semantics of the issue that need real peers: counting
+// independent of arrival order (recorded at the receiver over four
+// stripes), several senders filling one epoch, stale puts refused without
+// touching a buffer already handed over (and retried into the next epoch),
+// a sender leaving mid-epoch, a receiver leaving under pending puts.
+//
+// Run: go run ./test/softroce gotest -guests 3 ./pkg/rvma -test.run TestLabGuests -test.v
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"os"
+	"os/exec"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+const guestPort = 7480
+
+func guestAddr(t *testing.T, i int, port uint16) netip.AddrPort {
+	t.Helper()
+	a, err := labenv.AddrOf(i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrPortFrom(netip.MustParseAddr(a), port)
+}
+
+func guestListen(t *testing.T, port uint16, opts *Options) *Endpoint {
+	t.Helper()
+	idx, _ := labenv.Index()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ep, err := Listen(ctx, guestAddr(t, idx, port), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	return ep
+}
+
+func fillPattern(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(seed*37) + byte(i*13) + byte(i>>9)
+	}
+}
+
+func patterned(n, seed int) []byte { b := make([]byte, n); fillPattern(b, seed); return b }
+
+// The puts of one ordering epoch: large and small alternate, every length
+// distinct so that the receiver can tell which put arrived from its length.
+// A large put is over 128 packets of 4 KiB, rxe's limit of unacknowledged
+// packets per QP, so its stripe stalls for acknowledgements while the next
+// stripe's small put goes out: that is what makes arrival order differ on
+// rxe (one message's packets are otherwise sent within its post).
+func orderSizes() (sizes, offs []int, total int) {
+	for i := 0; i < 8; i++ {
+		n := 64 + i*8
+		if i%2 == 0 {
+			n = 768<<10 + i*8
+		}
+		sizes = append(sizes, n)
+		offs = append(offs, total)
+		total += n
+	}
+	return
+}
+
+func issueOrder(epoch int) []int {
+	o := make([]int, 8)
+	for i := range o {
+		o[i] = i
+	}
+	switch epoch % 3 {
+	case 1:
+		for i := range o {
+			o[i] = 7 - i
+		}
+	case 2:
+		rand.New(rand.NewSource(int64(epoch))).Shuffle(8, func(i, j int) { o[i], o[j] = o[j], o[i] })
+	}
+	return o
+}
+
+const (
+	mbOrder  = Mailbox(0x0A)
+	mbShared = Mailbox(0x0B)
+	mbStale  = Mailbox(0x0C)
+	mbDies   = Mailbox(0x0D)
+	mbGone   = Mailbox(0x0E)
+
+	orderEpochs  = 9
+	sharedEpochs = 4
+	share        = 8192
+)
+
+func TestLabGuests(t *testing.T) {
+	labenv.Device(t)
+	n, err := labenv.Guests()
+	if err != nil || n < 2 {
+		t.Fatalf("this test needs at least two guests (have %d)", n)
+	}
+	idx, _ := labenv.Index()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	wait := func(name string) {
+		t.Helper()
+		if err := labenv.Wait(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	signal := func(name string) {
+		t.Helper()
+		if err := labenv.Signal(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if idx == 1 {
+		receiver(t, ctx, n, wait, signal)
+	} else {
+		sender(t, ctx, idx, n, wait, signal)
+	}
+}
+
+func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(string)) {
+	ep := guestListen(t, guestPort, &Options{Stripes: 4})
+
+	// Ordering: a trace of every DATA arrival for the window.
+	sizes, _, total := orderSizes()
+	wo, err := ep.InitWindow(mbOrder, WindowOptions{Threshold: uint64(total)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	arrivals := map[uint16][]int{} // generation -> put indexes (from the length), in arrival order
+	byLen := map[uint32]int{}
+	for i, n := range sizes {
+		byLen[uint32(n)] = i
+	}
+	ep.e.trace = func(imm Imm, n uint32) {
+		if imm.Slot == wo.slot {
+			mu.Lock()
+			arrivals[imm.Gen] = append(arrivals[imm.Gen], byLen[n])
+			mu.Unlock()
+		}
+	}
+	arena, _ := ep.Alloc(3 * total)
+	var posted []*Posted
+	for i := 0; i < 3; i++ {
+		p, err := wo.Post(arena[i*total:(i+1)*total], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+
+	// Several senders, one epoch: each sender's share at its own offset.
+	senders := guests - 1
+	ws, _ := ep.InitWindow(mbShared, WindowOptions{Threshold: uint64(senders * share)})
+	sharedMem, _ := ep.Alloc(2 * senders * share)
+	var sharedPosted []*Posted
+	for i := 0; i < 2; i++ {
+		p, err := ws.Post(sharedMem[i*senders*share:(i+1)*senders*share], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sharedPosted = append(sharedPosted, p)
+	}
+	signal("rvma-receiver-ready")
+
+	reordered, kendall := 0, 0
+	for e := 0; e < orderEpochs; e++ {
+		p := posted[e%3]
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatalf("ordering epoch %d: %v", e, err)
+		}
+		if rec.Epoch != uint64(e) || rec.Len != uint64(total) || rec.Ops != 8 {
+			t.Fatalf("ordering epoch %d: record %+v", e, rec)
+		}
+		if !bytes.Equal(p.Bytes(), patterned(total, e)) {
+			t.Fatalf("ordering epoch %d: bytes differ", e)
+		}
+		p.Release()
+	}
+	mu.Lock()
+	for e := 0; e < orderEpochs; e++ {
+		got := arrivals[uint16(e)]
+		if len(got) != 8 {
+			t.Fatalf("ordering epoch %d: %d arrivals traced", e, len(got))
+		}
+		want := issueOrder(e)
+		pos := map[int]int{}
+		for i, v := range want {
+			pos[v] = i
+		}
+		d := 0
+		for i := 0; i < 8; i++ {
+			for j := i + 1; j < 8; j++ {
+				if pos[got[i]] > pos[got[j]] {
+					d++
+				}
+			}
+		}
+		if d > 0 {
+			reordered++
+			kendall += d
+		}
+		if e < 3 {
+			t.Logf("epoch %d: issued %v, arrived %v (Kendall distance %d)", e, want, got, d)
+		}
+	}
+	mu.Unlock()
+	if reordered == 0 {
+		t.Fatalf("no epoch arrived out of issue order over 4 stripes: the test proves nothing")
+	}
+	t.Logf("ordering: %d epochs of 8 puts over 4 stripes, %d arrived out of issue order (total Kendall distance %d); every epoch complete exactly once with the right bytes",
+		orderEpochs, reordered, kendall)
+
+	for e := 0; e < sharedEpochs; e++ {
+		p := sharedPosted[e%2]
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatalf("shared epoch %d: %v", e, err)
+		}
+		if rec.Len != uint64(senders*share) || rec.Ops != uint64(senders) {
+			t.Fatalf("shared epoch %d: record %+v", e, rec)
+		}
+		for s := 0; s < senders; s++ {
+			if !bytes.Equal(p.Bytes()[s*share:(s+1)*share], patterned(share, 100+e*16+s)) {
+				t.Fatalf("shared epoch %d: sender %d's bytes differ", e, s+2)
+			}
+		}
+		p.Release()
+		signal(fmt.Sprintf("rvma-shared-%d", e))
+	}
+	t.Logf("%d senders filled %d epochs together: counts and bytes right", senders, sharedEpochs)
+
+	// Stale: epoch 0 completes while the senders' views are kept old.
+	wst, _ := ep.InitWindow(mbStale, WindowOptions{Threshold: 4096, Keep: 2})
+	staleMem, _ := ep.Alloc(3 * 4096)
+	var stalePosted []*Posted
+	for i := 0; i < 3; i++ {
+		p, _ := wst.Post(staleMem[i*4096:(i+1)*4096], nil)
+		stalePosted = append(stalePosted, p)
+	}
+	signal("rvma-stale-ready")
+	wait("rvma-stale-resolved") // guest 2 resolved the window (1 byte in epoch 0)
+	ep.holdNotices.Store(true)
+	signal("rvma-stale-hold")
+	rec0, err := stalePosted[0].Wait(ctx) // guest 2 completes epoch 0
+	if err != nil || rec0.Len != 4096 {
+		t.Fatalf("stale epoch 0: %+v %v", rec0, err)
+	}
+	handed := bytes.Clone(stalePosted[0].Bytes())
+	refused := ep.e.refused.Load()
+	signal("rvma-stale-completed")
+	wait("rvma-stale-put") // a put with epoch 0's key was refused (no retry)
+	// ... and one with retry landed in epoch 1.
+	rec1, err := stalePosted[1].Wait(ctx)
+	if err != nil {
+		t.Fatalf("stale epoch 1: %v", err)
+	}
+	ep.holdNotices.Store(false)
+	if !bytes.Equal(stalePosted[0].Bytes(), handed) {
+		t.Fatal("a stale put changed a buffer already handed over")
+	}
+	if got := ep.e.refused.Load() - refused; got < 2 {
+		t.Fatalf("receiver counted %d refused writes, want 2", got)
+	}
+	if rec1.Len != 4096 || !bytes.Equal(stalePosted[1].Bytes(), patterned(4096, 77)) {
+		t.Fatalf("epoch 1 after the retried stale put: %+v", rec1)
+	}
+	t.Logf("stale puts: refused by the NIC, the handed-over buffer unchanged, %d refusals counted, the retried put landed in epoch 1; endpoint %+v",
+		ep.e.refused.Load()-refused, ep.Stats())
+
+	// A sender that leaves mid-epoch: the receiver takes the partial
+	// buffer with IncEpoch.
+	wd, _ := ep.InitWindow(mbDies, WindowOptions{Threshold: 8192})
+	dieMem, _ := ep.Alloc(8192)
+	pd, _ := wd.Post(dieMem, nil)
+	failures := ep.Stats().LinkFailures
+	signal("rvma-dies-ready")
+	wait("rvma-dies-gone")
+	for ep.Stats().LinkFailures == failures {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the receiver never saw the sender's link fail")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	rec, err := wd.IncEpoch(ctx)
+	if err != nil || rec.Len != 3000 || rec.Flags&FlagPartial == 0 || !bytes.Equal(dieMem[:3000], patterned(3000, 5)) {
+		t.Fatalf("partial epoch of a sender that left: %+v %v", rec, err)
+	}
+	if r, ok := pd.Load(); !ok || r != rec {
+		t.Fatalf("completion pointer %+v", r)
+	}
+	t.Logf("sender left mid-epoch: link failure seen, IncEpoch handed over %d bytes (partial)", rec.Len)
+
+	// A receiver that dies: a child process with an endpoint and a window
+	// without buffers; the sender's put waits for a buffer, then the child
+	// is killed (SIGKILL: no Close, the kernel tears its verbs down).
+	child := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestLabChildReceiver$", "-test.v")
+	child.Env = append(os.Environ(), "RVMA_CHILD_RECEIVER=1")
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "child-ready" {
+	}
+	signal("rvma-gone-ready")
+	wait("rvma-gone-waiting")
+	child.Process.Kill()
+	child.Wait()
+	wait("rvma-done")
+}
+
+// TestLabChildReceiver is the receiver TestLabGuests kills; it runs only
+// as that child.
+func TestLabChildReceiver(t *testing.T) {
+	if os.Getenv("RVMA_CHILD_RECEIVER") != "1" {
+		return
+	}
+	ep := guestListen(t, guestPort+2, nil)
+	if _, err := ep.InitWindow(mbGone, WindowOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("child-ready")
+	select {}
+}
+
+func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal func(string)) {
+	ep := guestListen(t, guestPort, &Options{Stripes: 4})
+	dst := guestAddr(t, 1, guestPort)
+	wait("rvma-receiver-ready")
+
+	if idx == 2 {
+		sizes, offs, total := orderSizes()
+		src, _ := ep.Alloc(orderEpochs * total)
+		var ops []*PutOp
+		for e := 0; e < orderEpochs; e++ {
+			mem := src[e*total : (e+1)*total]
+			fillPattern(mem, e)
+			for _, i := range issueOrder(e) {
+				ops = append(ops, ep.PutAsync(ctx, dst, mbOrder, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
+			}
+		}
+		for i, op := range ops {
+			if err := op.Wait(ctx); err != nil {
+				t.Fatalf("ordering put %d: %v", i, err)
+			}
+		}
+	}
+
+	for e := 0; e < sharedEpochs; e++ {
+		s := idx - 2
+		if err := ep.Put(ctx, dst, mbShared, uint64(s*share), patterned(share, 100+e*16+s)); err != nil {
+			t.Fatalf("shared epoch %d: %v", e, err)
+		}
+		wait(fmt.Sprintf("rvma-shared-%d", e))
+	}
+	if idx != 2 {
+		wait("rvma-done")
+		return
+	}
+
+	// Stale, from two more endpoints of this guest: one that fails stale
+	// puts, one that retries them.
+	strict := guestListen(t, guestPort+1, &Options{Stripes: 2, NoRetryStale: true})
+	retry := guestListen(t, guestPort+3, &Options{Stripes: 2})
+	wait("rvma-stale-ready")
+	if err := strict.Put(ctx, dst, mbStale, 4095, []byte{1}); err != nil { // resolves; 1 byte into epoch 0
+		t.Fatal(err)
+	}
+	if err := retry.Put(ctx, dst, mbStale, 4094, []byte{2}); err != nil { // resolves; 1 byte into epoch 0
+		t.Fatal(err)
+	}
+	signal("rvma-stale-resolved")
+	wait("rvma-stale-hold")
+	if err := ep.Put(ctx, dst, mbStale, 0, make([]byte, 4094)); err != nil { // completes epoch 0
+		t.Fatal(err)
+	}
+	wait("rvma-stale-completed")
+	err := strict.Put(ctx, dst, mbStale, 0, []byte("stale"))
+	var pe *PutError
+	if !errors.Is(err, ErrStale) || !errors.As(err, &pe) || pe.Epoch != 0 {
+		t.Fatalf("stale put without retry: %v", err)
+	}
+	t.Logf("stale put without retry: %v", err)
+	if err := retry.Put(ctx, dst, mbStale, 0, patterned(4096, 77)); err != nil {
+		t.Fatalf("stale put with retry: %v", err)
+	}
+	if s := retry.Stats(); s.StalePuts != 1 {
+		t.Fatalf("retrying endpoint: %+v", s)
+	}
+	signal("rvma-stale-put")
+
+	// Leave mid-epoch: 3000 of 8192 bytes, then close.
+	wait("rvma-dies-ready")
+	dying := guestListen(t, guestPort+4, nil)
+	if err := dying.Put(ctx, dst, mbDies, 0, patterned(3000, 5)); err != nil {
+		t.Fatal(err)
+	}
+	dying.Close()
+	signal("rvma-dies-gone")
+
+	// The receiver dies while a put waits for a buffer.
+	wait("rvma-gone-ready")
+	gone := guestAddr(t, 1, guestPort+2)
+	op := ep.PutAsync(ctx, gone, mbGone, 0, []byte("nobody"))
+	time.Sleep(300 * time.Millisecond)
+	signal("rvma-gone-waiting")
+	start := time.Now()
+	if err := op.Wait(ctx); !errors.Is(err, ErrPeerGone) {
+		t.Fatalf("put to a receiver that died: %v", err)
+	} else {
+		t.Logf("put to a receiver that died failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	}
+	signal("rvma-done")
+}

@@ -1,0 +1,14 @@
+#!/bin/bash
+# lab: guests=3 timeout=200
+# lab: gotest=./pkg/rvma
+#
+# pkg/rvma between guests: guest 1 receives, guests 2 and 3 send, each with
+# an endpoint of four rdma_cm stripes. Epochs complete by byte count while
+# the arrival order recorded at the receiver differs from the issue order;
+# two senders fill one epoch together; stale puts are refused by the NIC
+# without touching a buffer already handed over (an error at the sender, a
+# counter at the receiver, and a retry that lands in the next epoch); a
+# sender that leaves mid-epoch leaves a partial buffer IncEpoch hands over;
+# a receiver killed with SIGKILL fails the put waiting on it.
+set -euo pipefail
+lab_gotest rvma -test.v -test.run '^TestLabGuests$' -test.timeout 180s
