@@ -41,13 +41,17 @@
 //
 // # Modes
 //
-// In the transparent mode (ModeTransparent, the only one so far) sources
-// issue plain RDMA WRITE and READ, and the target's rdmaplus kernel module
-// (pkg/activeaccess/kmod, docs/activeaccess.md) makes them active: any
-// RDMA peer that holds the key is intercepted, even one that does not use
-// this package. The library-mediated mode, for NICs the module cannot
-// hook, is reserved (ModeMediated); the target announces its mode when a
-// source connects.
+// The target chooses the mode (TargetConfig.Mode) and announces it when a
+// source connects; the same source code works with both. In the
+// transparent mode (ModeTransparent) sources issue plain RDMA WRITE and
+// READ, and the target's rdmaplus kernel module (pkg/activeaccess/kmod,
+// docs/activeaccess.md) makes them active: any RDMA peer that holds the
+// key is intercepted, even one that does not use this package. The
+// library-mediated mode (ModeMediated) is for NICs the module cannot hook:
+// each source writes its active accesses into its own inbox at the target
+// with RDMA WRITE_WITH_IMM, within its credits, and the target's runtime
+// applies the pages' actions in software (memory writes, reads served or
+// zeroed, logging), in the order the source issued them.
 //
 // # Credits: no access is lost
 //
@@ -62,7 +66,8 @@
 // returns the credits spent before it. A source that runs out waits in
 // Put or Get. Sources that use this package therefore never fill a log,
 // and the module never refuses them; a departed source's share is handed
-// to a new one only after its entries were processed.
+// to a new one only after its entries were processed. In ModeMediated the
+// credits are the bytes of the source's inbox, returned the same way.
 //
 // # What can go wrong
 //
@@ -75,7 +80,13 @@
 //   - Plain RMA, or another RDMA peer, that writes to logging pages uses
 //     log space no credit reserved: the module may refuse it, or an
 //     access of a credit-respecting source after it. Aim plain accesses at
-//     pages without logging bits.
+//     pages without logging bits. In ModeMediated plain accesses bypass
+//     the actions altogether (W=0 and R=0 do not stop them).
+//   - In ModeMediated a put's memory effect happens when the target's
+//     runtime applies it (visible after Flush, not at the Op's
+//     completion), the handler sees accesses per page rather than per
+//     packet, and an active get is at most 256 KiB (larger ones fail with
+//     ErrTooLarge).
 //   - The handler sees the module's entries: an access larger than the
 //     path MTU, or crossing a page boundary, arrives as several Accesses.
 //     An RDMA READ that the source's NIC retransmits is served and logged

@@ -104,6 +104,11 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 		if err := db.Associate(4*page, 2*page, activeaccess.W|activeaccess.R|activeaccess.WL|activeaccess.WLD|activeaccess.RL|activeaccess.RLD); err != nil {
 			t.Fatal(err)
 		}
+		// Page 7: W=0 R=0, reads logged with what was served (zeros).
+		copy(tg.Memory()[7*page:], pattern(7*page, page, 4))
+		if err := db.Associate(7*page, page, activeaccess.RL|activeaccess.RLD); err != nil {
+			t.Fatal(err)
+		}
 		defer signal(t, b("model-checked"))
 		signal(t, b("model-ready"))
 		await(t, b("model-done"))
@@ -133,13 +138,29 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			t.Fatal("an intercepted (W=0) page changed")
 		}
 		const bo, bn = 4*page + 3000, 3000
-		brec := rb.all()
+		var brec, hidden []record
+		for _, r := range rb.all() {
+			if r.off >= 7*page {
+				hidden = append(hidden, r)
+			} else {
+				brec = append(brec, r)
+			}
+		}
 		checkCover(t, "domain B", brec, activeaccess.KindPut, bo, bn, pattern(bo, bn, 2))
 		checkCover(t, "domain B", brec, activeaccess.KindGet, bo, bn, pattern(bo, bn, 2))
+		checkCover(t, "page 7", hidden, activeaccess.KindGet, 7*page+100, 1000, make([]byte, 1000))
+		for _, r := range hidden {
+			if r.kind != activeaccess.KindGet || !r.suppressed {
+				t.Fatalf("page 7 (W=0 R=0, reads logged): %+v", r)
+			}
+		}
+		if !bytes.Equal(mem[7*page:8*page], pattern(7*page, page, 4)) {
+			t.Fatal("page 7 (W=0) changed")
+		}
 		if !bytes.Equal(mem[bo:bo+bn], pattern(bo, bn, 2)) {
 			t.Fatal("domain B's memory lacks the put")
 		}
-		if !bytes.Equal(mem[6*page:6*page+5000], pattern(6*page, 5000, 3)) {
+		if !bytes.Equal(mem[6*page:6*page+4000], pattern(6*page, 4000, 3)) {
 			t.Fatal("the plain put is not in memory")
 		}
 		for _, d := range []*activeaccess.Domain{da, db} {
@@ -152,6 +173,7 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	}
 
 	await(t, b("model-ready"))
+	defer signal(t, b("model-done")) // also when failing: the target stops waiting
 	s := dial(t, port, "model-src")
 	ctx := timeout(t, 120*time.Second)
 	if s.Size() != 8*page || s.Mode() != mode || s.ID() == 0 {
@@ -210,8 +232,19 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Page 7 (W=0 R=0): the get returns zeros, the put changes nothing.
+	buf = bytes.Repeat([]byte{0xee}, 1000)
+	if err := s.GetWait(ctx, 7*page+100, buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf, make([]byte, 1000)) {
+		t.Fatal("a get from an R=0 page returned other bytes than zeros")
+	}
+	if err := s.PutWait(ctx, 7*page+2000, pattern(0, 100, 9)); err != nil {
+		t.Fatal(err)
+	}
 
-	po, err := s.PutPlain(ctx, 6*page, pattern(6*page, 5000, 3))
+	po, err := s.PutPlain(ctx, 6*page, pattern(6*page, 4000, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +254,7 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	if po.Err() != nil || !isDone(po) {
 		t.Fatalf("plain put after FlushPlain: done %v err %v", isDone(po), po.Err())
 	}
-	buf = make([]byte, 5000)
+	buf = make([]byte, 4000)
 	o, err := s.GetPlain(ctx, 6*page, buf)
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +262,7 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	if err := o.Wait(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(buf, pattern(6*page, 5000, 3)) {
+	if !bytes.Equal(buf, pattern(6*page, 4000, 3)) {
 		t.Fatal("plain Get returned other bytes than the plain Put wrote")
 	}
 	start := time.Now()
@@ -331,6 +364,7 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	}
 
 	await(t, b("flood-ready"))
+	defer signal(t, b("flood-done"))
 	ctx := timeout(t, 240*time.Second)
 	srcs := []*activeaccess.Source{dial(t, port, "flood-1"), dial(t, port, "flood-2")}
 	_, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port), &activeaccess.SourceConfig{Name: "flood-3"})
@@ -453,6 +487,8 @@ func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string)
 		return
 	}
 	await(t, b("dies-ready"))
+	defer signal(t, b("dies-done"))
+	defer signal(t, b("dies-kill"))
 	s := dial(t, port, "dies-src")
 	ctx := timeout(t, 120*time.Second)
 	if err := s.PutWait(ctx, 0, []byte("before")); err != nil {
@@ -595,6 +631,8 @@ func TestLabMisuse(t *testing.T) {
 	}
 
 	await(t, "misuse-ready")
+	defer signal(t, "misuse-done")
+	defer signal(t, "misuse-connected")
 	ctx := timeout(t, 60*time.Second)
 	if _, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceConfig{Name: string(make([]byte, 41))}); !errors.Is(err, activeaccess.ErrInvalid) {
 		t.Errorf("Dial with a 41-byte name: %v", err)
