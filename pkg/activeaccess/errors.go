@@ -58,6 +58,7 @@ const (
 	rejectReasonLast              = RejectNotAAPeer
 )
 
+// String names the reason.
 func (r RejectReason) String() string {
 	switch r {
 	case RejectVersion:
@@ -83,6 +84,7 @@ type RejectError struct {
 	Status int          // the connection manager's reject status
 }
 
+// Error describes the rejection.
 func (e *RejectError) Error() string {
 	if e.Reason == 0 {
 		return fmt.Sprintf("activeaccess: connection rejected by the connection manager (status %d): no activeaccess target listens there", e.Status)

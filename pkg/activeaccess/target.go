@@ -32,6 +32,7 @@ const (
 	ModeMediated Mode = 2
 )
 
+// String names the mode.
 func (m Mode) String() string {
 	switch m {
 	case ModeTransparent:
@@ -64,6 +65,7 @@ const (
 	Count = W | R | WL | RL
 )
 
+// String lists the bits, as W|R|WL.
 func (a Actions) String() string { return kmod.Bits(a).String() }
 
 // TargetConfig configures Listen.
@@ -821,6 +823,7 @@ const (
 	KindAtomic = Kind(kmod.OpAtomic) // a remote atomic (plain verbs sources only)
 )
 
+// String names the kind: put, get or atomic.
 func (k Kind) String() string {
 	switch k {
 	case KindPut:
