@@ -99,8 +99,8 @@ func (s *Source) Stats() SourceStats {
 }
 
 // Dial connects to the target listening at addr. The target's memory
-// description and this source's credits arrive with the connection's
-// accept. Errors: a *RejectError (errors.Is ErrRejected) when the target
+// description, its mode and this source's credits arrive as the target's
+// first message; the application exchanges no keys. Errors: a *RejectError (errors.Is ErrRejected) when the target
 // refuses, ErrProtocol when the peer is not a compatible target,
 // ErrInvalid for a bad configuration, ctx's error, or the verbs error of
 // the failing step (address or route resolution, connect).
@@ -311,9 +311,10 @@ func (s *Source) breakLocked(err error) {
 	s.broadcast()
 }
 
-// Op is an operation in flight. Its memory effect at the target is done
-// when Done is closed; for an active Put that means logged, not yet
-// handled (use Flush for that).
+// Op is an operation in flight. When Done is closed, a get's data is in
+// the caller's buffer and a put has reached the target: in ModeTransparent
+// its memory effect is done and it is logged, in ModeMediated it is in
+// the target's inbox; in neither is it handled yet (use Flush for that).
 type Op struct {
 	s      *Source
 	seq    uint64
@@ -360,8 +361,8 @@ func (o *Op) Wait(ctx context.Context) error {
 // handler of the pages' domain sees it. src may be reused when Put
 // returns. Put blocks while the connection has no credits, queue slots
 // or staging memory for it. Errors: ErrInvalid (empty src), ErrRange,
-// ErrTooLarge (more than the staging memory or the credit grant),
-// ErrClosed, ErrDisconnected, ctx's error.
+// ErrTooLarge (more than the staging memory or the credit grant, or a
+// mediated get over 256 KiB), ErrClosed, ErrDisconnected, ctx's error.
 func (s *Source) Put(ctx context.Context, off int, src []byte) (*Op, error) {
 	return s.post(ctx, true, false, off, src)
 }

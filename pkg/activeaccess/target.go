@@ -74,7 +74,8 @@ type TargetConfig struct {
 	// whole 4 KiB pages). Required.
 	Size int
 	// LogSize is the bytes of each domain's access log, a power of two
-	// in [kmod.MinLogSize, kmod.MaxLogSize]; default 1 MiB.
+	// in [kmod.MinLogSize, kmod.MaxLogSize]; default 1 MiB. It bounds
+	// the credits: (LogSize - 4160) / MaxSources per source.
 	LogSize int
 	// MaxSources is how many sources may be connected at once; each
 	// gets an equal share of the log as credits. Default 4.
@@ -92,9 +93,9 @@ type TargetConfig struct {
 // A Target's memory is registered with the NIC and lives outside the Go
 // heap; Memory returns it. Pages become active when a Domain associates
 // them with actions (Domain.Associate); the Domain's handler then sees
-// every logged access. Sources connect with Dial; the target grants each
-// a share of the log (credits) in the connection's accept message, so
-// the application exchanges no keys.
+// every logged access. Sources connect with Dial; the target sends each
+// the memory's description and a share of the log (credits) when the
+// connection is set up, so the application exchanges no keys.
 type Target struct {
 	cfg   TargetConfig
 	grant int64
@@ -448,11 +449,12 @@ type DomainConfig struct {
 	Handler Handler
 	// Notify chooses event-driven (default) or polling operation.
 	Notify Notification
-	// Threshold (Event) wakes the runtime after this many entries;
-	// default 1 (every entry).
+	// Threshold (Event, ModeTransparent) wakes the runtime after this
+	// many entries; default 1 (every entry). A mediated domain wakes on
+	// every access.
 	Threshold int
-	// Interval (Event) also wakes it periodically while entries arrived
-	// since the last wake-up (0: no timer).
+	// Interval (Event, ModeTransparent) also wakes it periodically while
+	// entries arrived since the last wake-up (0: no timer).
 	Interval time.Duration
 	// PollIdle (Poll): after a thousand empty polls the runtime sleeps
 	// this long between polls; 0 spins forever (one CPU).
@@ -844,9 +846,9 @@ type Peer struct {
 }
 
 // Access is one logged access: the part of one packet (at most one path
-// MTU) that falls in one page. A Put larger than the path MTU, or
-// crossing a page boundary, reaches the handler as several Accesses, in
-// order.
+// MTU) that falls in one page (ModeMediated: the part of an access in one
+// page). A Put larger than the path MTU, or crossing a page boundary,
+// reaches the handler as several Accesses, in order.
 type Access struct {
 	Kind       Kind
 	Offset     int    // where the access starts in the target's memory
@@ -854,7 +856,7 @@ type Access struct {
 	Data       []byte // the bytes written or served, when the page logs data (WLD, RLD)
 	Suppressed bool   // W=0 kept a write out of memory, or R=0 served zeros
 	Seq        uint64 // the domain's log sequence number, from 1 without gaps
-	Value      uint64 // OpAtomic: the target's value before the operation
+	Value      uint64 // KindAtomic: the target's value before the operation
 	Source     *Peer  // nil when the access came from a QP this target did not accept
 	Domain     *Domain
 	c          *tconn
