@@ -11,8 +11,8 @@ import (
 // unbinding the memory window of a buffer (asynchronously: the driver
 // reports completion with Window.bound and Window.unbound, from another
 // goroutine or later), pushing changed descriptor entries to subscribers,
-// and checking that posted memory is registered. The verbs-backed endpoint
-// implements it; tests use a fake.
+// and checking that posted memory is registered. The verbs engine
+// implements it.
 type windowDriver interface {
 	addrOf(mem []byte) (uint64, error)
 	bind(w *Window, b *buffer)

@@ -15,8 +15,10 @@ import (
 	"errors"
 	"math/rand"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
@@ -178,7 +180,7 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 	err = ep.Put(short, self, mb, 0, []byte("early"))
 	cancelShort()
 	if !errors.Is(err, rvma.ErrNoBuffer) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("put without a buffer: %v", err)
+		t.Fatalf("put without a buffer: %v (endpoint %+v)", err, ep.Stats())
 	}
 	t.Logf("put without a buffer failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	mem, _ := ep.Alloc(4096)
@@ -283,6 +285,17 @@ func TestLabEndpointMisuse(t *testing.T) {
 	if _, err := w.Post(make([]byte, 64), nil); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("post of Go memory: %v", err)
 	}
+	if _, err := w.Post(nil, nil); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("post of nothing: %v", err)
+	}
+	wt, _ := ep.InitWindow(10, rvma.WindowOptions{Threshold: 500})
+	small, _ := ep.Alloc(100)
+	if _, err := wt.Post(small, nil); !errors.Is(err, rvma.ErrTooLarge) {
+		t.Fatalf("threshold beyond the buffer: %v", err)
+	}
+	if _, err := ep.InitWindow(11, rvma.WindowOptions{Kind: rvma.EpochOps}); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("ops window without a threshold: %v", err)
+	}
 	// A peer that is not there: the dial fails within its timeout.
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -299,3 +312,158 @@ func TestLabEndpointMisuse(t *testing.T) {
 	}
 	t.Logf("misuse errors right")
 }
+
+// TestLabEndpointWindowAPI is the receiver's API on real memory windows:
+// completion pointers, one-time buffers, release and re-post through the
+// rewind ring, Spin, waits across Close, and many goroutines waiting and
+// releasing while puts stream in.
+func TestLabEndpointWindowAPI(t *testing.T) {
+	ep := labListen(t, 7474, &rvma.Options{Stripes: 2})
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	const mb = rvma.Mailbox(0x51)
+	w, _ := ep.InitWindow(mb, rvma.WindowOptions{Keep: 1})
+	mem, _ := ep.Alloc(256 + 64)
+	p, err := w.Post(mem[:256], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Completion().Addr()%rvma.CompletionSize != 0 {
+		t.Fatal("completion pointer not cache-line aligned")
+	}
+	if _, ok := p.Load(); ok {
+		t.Fatal("record before completion")
+	}
+	ep.Put(ctx, self, mb, 0, pattern(200, 1))
+	ep.Put(ctx, self, mb, 200, pattern(56, 2))
+	rec, err := p.Spin(ctx)
+	want := rvma.Record{Epoch: 0, Addr: uint64(uintptrOf(mem)), Len: 256, Ops: 2, Cap: 256}
+	if err != nil || rec != want {
+		t.Fatalf("Spin: %+v %v, want %+v", rec, err, want)
+	}
+	if r, ok := p.Completion().Load(); !ok || r != want || w.Epoch() != 1 || p.Epoch() != 0 {
+		t.Fatalf("completion pointer %+v, epoch %d", r, w.Epoch())
+	}
+	// Released while in the rewind ring: kept; the next epoch pushes it
+	// out and it is re-posted, and Wait refers to its new epoch.
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("double release: %v", err)
+	}
+	q, _ := w.Post(mem[256:], &rvma.PostOptions{OneTime: true})
+	if err := ep.Put(ctx, self, mb, 0, pattern(64, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := q.Wait(ctx); err != nil || r.Flags != rvma.FlagOneTime || r.Epoch != 1 {
+		t.Fatalf("one-time: %+v %v", r, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); p.Epoch() != 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if p.Epoch() != 2 {
+		t.Fatalf("re-posted buffer holds epoch %d, want 2", p.Epoch())
+	}
+	if _, ok := p.Load(); ok {
+		t.Fatal("re-posted buffer reports its old record as its own")
+	}
+	if r, _ := p.Completion().Load(); r.Epoch != 0 {
+		t.Fatal("the completion pointer keeps the last record until the next one")
+	}
+	if err := ep.Put(ctx, self, mb, 0, pattern(256, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := p.Wait(ctx); err != nil || r.Epoch != 2 || !bytes.Equal(mem[:256], pattern(256, 4)) {
+		t.Fatalf("re-posted epoch: %+v %v", r, err)
+	}
+	if rw := w.Rewind(3); len(rw) != 1 || rw[0].Epoch != 2 {
+		t.Fatalf("rewind %+v", rw)
+	}
+	if s := w.Stats(); s.EpochsCompleted != 3 || s.Held != 2 || s.Posted != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := q.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Wait(ctx); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("wait on a released one-time buffer: %v", err)
+	}
+
+	// Waits across Close; the window refuses everything afterwards.
+	w2, _ := ep.InitWindow(0x52, rvma.WindowOptions{})
+	m2, _ := ep.Alloc(100)
+	p2, _ := w2.Post(m2, nil)
+	ep.Put(ctx, self, 0x52, 0, []byte("some"))
+	waitErr := make(chan error, 1)
+	go func() { _, err := p2.Wait(ctx); waitErr <- err }()
+	w2.Close()
+	if err := w2.Close(); err != nil {
+		t.Fatal("second Close")
+	}
+	if err := <-waitErr; !errors.Is(err, rvma.ErrClosed) {
+		t.Fatalf("wait across Close: %v", err)
+	}
+	if r, _ := p2.Load(); r.Len != 4 || r.Flags&rvma.FlagClosed == 0 {
+		t.Fatalf("record of the closed buffer: %+v", r)
+	}
+	if _, err := w2.Post(m2, nil); !errors.Is(err, rvma.ErrClosed) {
+		t.Fatal(err)
+	}
+	if _, err := w2.IncEpoch(ctx); !errors.Is(err, rvma.ErrClosed) {
+		t.Fatal(err)
+	}
+
+	// Many waiters releasing while one sender streams 50 epochs of 4 ops.
+	const epochs = 50
+	w3, _ := ep.InitWindow(0x53, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 4, Keep: 2})
+	m3, _ := ep.Alloc(4 * 64)
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		p, err := w3.Post(m3[i*64:(i+1)*64], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, err := p.Wait(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Ops != 4 || r.Len != 64 {
+					t.Errorf("record %+v", r)
+				}
+				if err := p.Release(); err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Epoch >= epochs-4 {
+					return
+				}
+			}
+		}()
+	}
+	var ops []*rvma.PutOp
+	for e := 0; e < epochs; e++ {
+		for i := 0; i < 4; i++ {
+			ops = append(ops, ep.PutAsync(ctx, self, 0x53, uint64(i*16), pattern(16, byte(e))))
+		}
+	}
+	for _, op := range ops {
+		if err := op.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if s := w3.Stats(); s.EpochsCompleted != epochs || s.Puts != 4*epochs || s.Late != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	t.Logf("window API on real windows: completion pointers, one-time buffers, rewind and re-post, Spin, Close, %d streamed epochs with 4 waiters", epochs)
+}
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }

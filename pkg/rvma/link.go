@@ -104,7 +104,7 @@ func (ep *Endpoint) link(ctx context.Context, dst netip.AddrPort) (*link, error)
 	select {
 	case <-l.ready:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("connecting to %v: %w", dst, ctx.Err())
 	}
 	select {
 	case <-l.dead:

@@ -90,7 +90,7 @@ func (ep *Endpoint) resolve(ctx context.Context, l *link, mb Mailbox) (*remoteVi
 	case <-l.dead:
 		return nil, l.failure()
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("resolving mailbox %v: %w", mb, ctx.Err())
 	}
 	v.mu.Lock()
 	err = v.err
@@ -364,7 +364,7 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		case <-l.dead:
 			return false, nil, l.failure()
 		case <-op.ctx.Done():
-			return false, nil, op.ctx.Err()
+			return false, nil, fmt.Errorf("waiting for room in the send queue: %w", op.ctx.Err())
 		}
 	} else {
 		select {
@@ -515,7 +515,21 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 	l := st.l
 	switch m.Type {
 	case CtrlResolve:
-		ep.answerResolve(l, m)
+		// The accepting side learns a stripe's QP can send only when its
+		// Accept returned, which may come after the dialer's first message:
+		// answer once every stripe of the link is established.
+		select {
+		case <-l.ready:
+			ep.answerResolve(l, m)
+		default:
+			go func() {
+				select {
+				case <-l.ready:
+					ep.answerResolve(l, m)
+				case <-l.dead:
+				}
+			}()
+		}
 	case CtrlResolved, CtrlNack:
 		ep.mu.Lock()
 		var v *remoteView
