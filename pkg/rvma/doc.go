@@ -5,24 +5,31 @@
 // operations, independently of arrival order, and published through a
 // per-buffer completion pointer that the application can poll or wait on.
 //
-// The design, the wire protocol and the reasons for them are in
-// docs/rvma.md. This package currently holds the pure-logic core the
-// verbs-backed endpoint is built on:
+// An Endpoint (Listen) is a process's presence on an RDMA device's IP
+// address. As a receiver it opens windows (InitWindow) on mailbox
+// addresses, posts buffers from its own registered memory (Alloc,
+// Window.Post) and learns of completed buffers through Posted.Completion,
+// Posted.Wait or Posted.Spin. As a sender it puts to the mailboxes of other
+// endpoints by their listening address (Put, PutAsync): the link (several
+// RC connections over rdma_cm) is made on first use and the sender never
+// sees a buffer address or key.
 //
-//   - the window/epoch state machine (windowState): thresholds in bytes or
-//     operations, the queue of posted buffers, in-order hand-over of
-//     epochs whose counts may complete out of order, IncEpoch with the true
-//     partial length, the rewind ring of completed records, one-time
-//     buffers, Close with NACK or silent drop;
-//   - completion records and their non-torn publication (Completion,
-//     Record);
-//   - the wire formats: the 32-bit immediate (Imm), the descriptor table
-//     entry (Entry), the eager header and the control messages, with
-//     parsers that reject malformed input;
-//   - the sender's view of a remote window (senderView), which chooses the
-//     epoch a put targets without a round trip;
-//   - the mailbox address table (mailboxTable).
+//	ep, err := rvma.Listen(ctx, netip.MustParseAddrPort("10.77.0.1:7471"), nil)
+//	w, err := ep.InitWindow(0x11FF0011, rvma.WindowOptions{Threshold: 4096})
+//	mem, err := ep.Alloc(4096)
+//	p, err := w.Post(mem, nil)
+//	rec, err := p.Wait(ctx) // after a peer's ep.Put(ctx, addr, 0x11FF0011, 0, data)
+//
+// Large puts are written by the NIC straight into the posted buffer (RDMA
+// WRITE WITH IMMEDIATE into a type 1 memory window bound over it); a buffer
+// is unbound before it is handed over, so bytes arriving late for a
+// completed epoch are refused by the NIC and never change it (the sender
+// gets ErrStale or, by default, its put is re-issued into the next epoch).
+// The design, the wire protocol and the reasons for them are in
+// docs/rvma.md, with what is not built yet (the eager path, Get).
 //
 // Every error this package returns wraps one of the sentinel errors
-// (ErrClosed, ErrNoBuffer, ErrTooLarge, ErrStale, ...); test with errors.Is.
+// (ErrClosed, ErrNoBuffer, ErrTooLarge, ErrStale, ErrMailboxClosed,
+// ErrNoMailbox, ErrPeerGone, ErrInvalid); test with errors.Is. A failed put
+// is a *PutError saying where it went and which epoch it targeted.
 package rvma
