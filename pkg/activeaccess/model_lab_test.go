@@ -326,6 +326,9 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 				return
 			}
 			seen[a.Source.Name] = append(seen[a.Source.Name], i)
+			if err := a.Reply(uint64(i)); err != nil {
+				bad = append(bad, "Reply: "+err.Error())
+			}
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -338,6 +341,32 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 		await(t, b("flood-done"))
 		mu.Lock()
 		defer mu.Unlock()
+		if st, err := tg.Stats(); err == nil {
+			ref, lost := d.Refused()
+			t.Logf("module: %d entries, %d refused writes, %d missed probe hits; domain: processed %d, refused %d lost %d",
+				st.Entries-st0.Entries, st.RefusedWrites-st0.RefusedWrites, st.Missed, d.Processed(), ref, lost)
+		}
+		if err := d.Err(); err != nil {
+			t.Errorf("domain runtime: %v", err)
+		}
+		if st, err := tg.Stats(); err == nil && st.Missed != 0 {
+			t.Fatalf("the module missed %d probe hits: those accesses were neither steered nor logged", st.Missed)
+		}
+		for _, name := range []string{"flood-1", "flood-2"} {
+			got := map[int]bool{}
+			for _, i := range seen[name] {
+				got[i] = true
+			}
+			var missing []int
+			for i := 0; i < n; i++ {
+				if !got[i] {
+					missing = append(missing, i)
+				}
+			}
+			if len(missing) > 0 {
+				t.Logf("%s: missing accesses %v", name, missing[:min(len(missing), 20)])
+			}
+		}
 		if len(bad) > 0 {
 			t.Fatalf("%d bad accesses, first: %s", len(bad), bad[0])
 		}
@@ -396,6 +425,18 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			for i, o := range ops {
 				if err := o.Err(); err != nil || !isDone(o) {
 					errs <- fmt.Errorf("%s: put %d: done %v, %v", name, i, isDone(o), err)
+					return
+				}
+			}
+			// Each source gets the replies to its own accesses, in order.
+			if r := s.Replies(); r != n {
+				errs <- fmt.Errorf("%s: %d replies after Flush, want %d", name, r, n)
+				return
+			}
+			for i := 0; i < n; i++ {
+				r, err := s.Reply(ctx)
+				if err != nil || r.Value != uint64(i) || r.Offset != uint64(floodOff(i)) {
+					errs <- fmt.Errorf("%s: reply %d: %+v, %v", name, i, r, err)
 					return
 				}
 			}

@@ -16,6 +16,7 @@ const (
 	sRecvSlots    = 32 // status message buffers (plus Depth for get answers)
 	sMarkerSlots  = 16 // marker buffers (at most the window the target grants)
 	markerSlotLen = 64
+	maxInline     = 256 // small accesses and markers are sent inline
 	wrOp          = 0
 	wrMarker      = 1 << 62
 	wrStatus      = 1 << 61
@@ -164,7 +165,7 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
 	if s.qp, err = s.id.NewQP(s.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, SignalAll: true,
-		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: s.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: s.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}}); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
 	s.stBase = s.nrecv*msgSize + sMarkerSlots*markerSlotLen
@@ -510,6 +511,9 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 	default:
 		copy(mem[stOff:], b)
 	}
+	if wr.Op != verbs.OpRead && wr.SGL[0].Length <= uint32(min(maxInline, s.qp.Cap().MaxInlineData)) {
+		wr.Flags |= verbs.SendInline
+	}
 	if err := s.qp.PostSend(wr); err != nil {
 		s.seq--
 		s.st.free(stH) // charged credits stay in the open epoch
@@ -548,7 +552,7 @@ func (s *Source) markerLocked(flush bool) error {
 	slot := int(ep % uint64(s.window))
 	o := s.nrecv*msgSize + slot*markerSlotLen
 	l := marker{Epoch: ep, Flush: flush}.put(s.mr.Bytes()[o:])
-	if err := s.qp.PostSend(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, SGL: []verbs.SGE{s.mr.SGE(o, l)}}); err != nil {
+	if err := s.qp.PostSend(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, Flags: verbs.SendInline, SGL: []verbs.SGE{s.mr.SGE(o, l)}}); err != nil {
 		err = fmt.Errorf("%w: posting a marker: %w", ErrDisconnected, err)
 		s.breakLocked(err)
 		return err

@@ -190,7 +190,8 @@ func (c *tconn) setup() error {
 		return err
 	}
 	if c.qp, err = c.id.NewQP(c.t.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: c.scq, RecvCQ: c.rcq,
-		SignalAll: true, Cap: verbs.QPCap{MaxSendWR: c.sqFree, MaxRecvWR: c.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		SignalAll: true, Cap: verbs.QPCap{MaxSendWR: c.sqFree, MaxRecvWR: c.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1,
+			MaxInlineData: msgSize}}); err != nil {
 		return err
 	}
 	c.qpn = c.qp.QPN()
@@ -252,7 +253,8 @@ func (c *tconn) sendGrant(g grant) error {
 	c.mu.Unlock()
 	o := (c.nrecv + slot) * msgSize
 	copy(c.mr.Bytes()[o:], g.marshal())
-	return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
+	return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.SendInline,
+		SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
 }
 
 // enqueue queues a reply or an acknowledgement for the source; false
@@ -307,7 +309,12 @@ func (c *tconn) sendLoop() {
 		if err := c.post(func() error {
 			o := (c.nrecv + slot) * msgSize
 			l := status{Acked: acked, Processed: c.processed.Load(), Replies: reps}.put(c.mr.Bytes()[o:])
-			return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, SGL: []verbs.SGE{c.mr.SGE(o, l)}})
+			// Inline: rxe copies the message at post time, so the
+			// requester never calls rxe_mr_copy in this process's
+			// context, where the module's probe would run preemptible
+			// by softirqs (a nested probe hit is missed: see the doc).
+			return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.SendInline,
+				SGL: []verbs.SGE{c.mr.SGE(o, l)}})
 		}); err != nil {
 			if !errors.Is(err, ErrClosed) {
 				c.t.recordErr(fmt.Errorf("activeaccess: source %d: sending status: %w", c.peer.ID, err))
