@@ -133,8 +133,39 @@ func (ep *Endpoint) dialLink(l *link) {
 	close(l.ready)
 }
 
+// resolveAttempt bounds one rdma_resolve_addr. The kernel can miss the
+// neighbour update that should finish a resolution (when the ARP reply
+// lands before the request is queued) and then waits for the whole
+// timeout: seen in the lab as a 10 s dial failure. Short attempts on fresh
+// identifiers find the neighbour resolved by the first one.
+const resolveAttempt = time.Second
+
+// resolveAddr returns a new identifier with dst's address resolved.
+func (ep *Endpoint) resolveAddr(ctx context.Context, dst netip.AddrPort) (*verbs.CMID, error) {
+	for {
+		id, err := verbs.NewCMID(verbs.PSTCP)
+		if err != nil {
+			return nil, err
+		}
+		actx, cancel := context.WithTimeout(ctx, resolveAttempt)
+		err = id.ResolveAddr(actx, netip.AddrPortFrom(ep.addr.Addr(), 0), dst)
+		cancel()
+		if err == nil {
+			return id, nil
+		}
+		id.Close()
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		var ce *verbs.CMEventError
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &ce) {
+			return nil, err
+		}
+	}
+}
+
 func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) {
-	id, err := verbs.NewCMID(verbs.PSTCP)
+	id, err := ep.resolveAddr(ctx, l.peer)
 	if err != nil {
 		return err
 	}
@@ -143,9 +174,6 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 			id.Close()
 		}
 	}()
-	if err = id.ResolveAddr(ctx, netip.AddrPortFrom(ep.addr.Addr(), 0), l.peer); err != nil {
-		return err
-	}
 	if err = id.ResolveRoute(ctx); err != nil {
 		return err
 	}
