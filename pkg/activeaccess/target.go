@@ -264,8 +264,9 @@ func (t *Target) Stats() (kmod.Stats, error) {
 	return t.dev.Stats()
 }
 
-// Err returns the errors met setting up source connections (each one
-// only cost that source its connection), joined, or nil.
+// Err returns the errors met serving sources (each cost that source its
+// connection) and a failed domain's error (which cost every source its
+// connection), joined, or nil.
 func (t *Target) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -564,7 +565,9 @@ func (d *Domain) ID() uint32 { return d.id }
 func (d *Domain) Processed() uint64 { return d.processed.Load() }
 
 // Err returns the error that stopped the domain's runtime (a corrupt
-// log or a failed wait), or nil while it runs or after a clean Close.
+// log or a failed wait; the target then disconnected every source, since
+// their flushes could no longer be honoured), or nil while it runs or
+// after a clean Close.
 func (d *Domain) Err() error {
 	if p := d.failed.Load(); p != nil {
 		return *p
@@ -686,10 +689,24 @@ func (d *Domain) Close() error {
 	return d.closeErr
 }
 
+// fail stops the domain for good. Its unhandled entries will never
+// reach the handler, so no flush may succeed any more: every source is
+// disconnected (its operations fail with ErrDisconnected).
 func (d *Domain) fail(err error) {
 	err = fmt.Errorf("activeaccess: domain %d: %w", d.id, err)
 	d.failed.Store(&err)
-	d.t.checkMarkers()
+	t := d.t
+	t.recordErr(err)
+	t.mu.Lock()
+	conns := make([]*tconn, 0, len(t.conns))
+	for c := range t.conns {
+		conns = append(conns, c)
+	}
+	t.mu.Unlock()
+	for _, c := range conns {
+		go c.teardown()
+	}
+	t.checkMarkers()
 }
 
 // handle runs the handler on one access and counts it.
