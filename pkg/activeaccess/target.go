@@ -392,32 +392,31 @@ func (t *Target) addMarker(p *pendingMarker) {
 
 // checkMarkers acknowledges, in arrival order, the markers whose snapshot
 // the handlers have passed. A later marker of a source never passes
-// before an earlier one (heads only grow), so acknowledgements stay in
-// epoch order.
+// before an earlier one (heads only grow), and acknowledgements are
+// queued under t.mu, so they leave in epoch order.
 func (t *Target) checkMarkers() {
 	t.mu.Lock()
 	if len(t.markers) == 0 {
 		t.mu.Unlock()
 		return
 	}
-	var fire []*pendingMarker
+	var drained []*pendingMarker
 	keep := t.markers[:0]
 	for _, p := range t.markers {
-		if p.satisfied() {
-			fire = append(fire, p)
-		} else {
+		switch {
+		case !p.satisfied():
 			keep = append(keep, p)
+		case p.then != nil:
+			drained = append(drained, p)
+		default:
+			p.c.enqueue(outItem{ack: p.epoch}) // c.mu inside t.mu: never the other way
 		}
 	}
 	clear(t.markers[len(keep):])
 	t.markers = keep
 	t.mu.Unlock()
-	for _, p := range fire {
-		if p.then != nil {
-			p.then()
-		} else {
-			p.c.enqueue(outItem{ack: p.epoch})
-		}
+	for _, p := range drained {
+		p.then()
 	}
 }
 
