@@ -168,6 +168,9 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 				t.Fatalf("domain %d: refused %d lost %d err %v", d.ID(), ref, lost, d.Err())
 			}
 		}
+		if err := tg.Err(); err != nil {
+			t.Fatalf("target: %v", err)
+		}
 		t.Logf("domain A: %d puts handled and replied to; domain B: %d accesses", len(recs), len(brec))
 		return
 	}
@@ -348,6 +351,9 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 		}
 		if err := d.Err(); err != nil {
 			t.Errorf("domain runtime: %v", err)
+		}
+		if err := tg.Err(); err != nil {
+			t.Errorf("target: %v", err)
 		}
 		if st, err := tg.Stats(); err == nil && st.Missed != 0 {
 			t.Fatalf("the module missed %d probe hits: those accesses were neither steered nor logged", st.Missed)

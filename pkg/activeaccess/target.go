@@ -564,9 +564,10 @@ func (d *Domain) ID() uint32 { return d.id }
 func (d *Domain) Processed() uint64 { return d.processed.Load() }
 
 // Err returns the error that stopped the domain's runtime (a corrupt
-// log or a failed wait; the target then disconnected every source, since
-// their flushes could no longer be honoured), or nil while it runs or
-// after a clean Close.
+// log; the target then disconnected every source, since their flushes
+// could no longer be honoured), or nil while it runs or after a clean
+// Close. (A failed eventfd wait does not stop it: it polls instead, and
+// Target.Err reports it.)
 func (d *Domain) Err() error {
 	if p := d.failed.Load(); p != nil {
 		return *p
@@ -729,11 +730,15 @@ func (d *Domain) run(ctx context.Context) {
 
 // idle waits between polls of an empty log (Poll); false when ctx ended.
 func (d *Domain) idle(ctx context.Context, n *int) bool {
-	if *n++; *n < 1000 || d.cfg.PollIdle == 0 {
+	pause := d.cfg.PollIdle
+	if d.cfg.Notify == Event {
+		pause = time.Millisecond // an Event domain whose eventfd failed
+	}
+	if *n++; *n < 1000 || pause == 0 {
 		runtime.Gosched()
 		return true
 	}
-	tm := time.NewTimer(d.cfg.PollIdle)
+	tm := time.NewTimer(pause)
 	defer tm.Stop()
 	select {
 	case <-ctx.Done():
@@ -750,6 +755,8 @@ func (d *Domain) runKmod(ctx context.Context) {
 	base := d.t.mr.Addr()
 	var batch []kmod.Entry
 	idle := 0
+	waitBroken := false
+	var lastSeq uint64
 	for ctx.Err() == nil {
 		var err error
 		batch, err = d.kd.Read(batch[:0], 256)
@@ -762,6 +769,10 @@ func (d *Domain) runKmod(ctx context.Context) {
 		pos := d.kd.Tail()
 		for i := range batch {
 			e := &batch[i]
+			if lastSeq != 0 && e.Seq != lastSeq+1 {
+				d.t.recordErr(fmt.Errorf("activeaccess: domain %d: log sequence jumps from %d to %d", d.id, lastSeq, e.Seq))
+			}
+			lastSeq = e.Seq
 			a := Access{Kind: Kind(e.Op), Offset: int(e.IOVA - base), Length: int(e.Length), Data: e.Data,
 				Suppressed: e.Suppressed, Seq: e.Seq, Value: e.Value, Domain: d}
 			if c := d.t.connByQPN(e.QPN); c != nil {
@@ -778,12 +789,15 @@ func (d *Domain) runKmod(ctx context.Context) {
 			idle = 0
 			continue
 		}
-		if d.cfg.Notify == Event {
+		if d.cfg.Notify == Event && !waitBroken {
 			if _, err := d.kd.Wait(ctx); err != nil {
-				if ctx.Err() == nil && !errors.Is(err, kmod.ErrClosed) {
-					d.fail(err)
+				if ctx.Err() != nil || errors.Is(err, kmod.ErrClosed) {
+					return
 				}
-				return
+				// The log is fine, only its eventfd is not: poll
+				// instead of giving up the domain.
+				waitBroken = true
+				d.t.recordErr(fmt.Errorf("activeaccess: domain %d: waiting for the module (polling from now on): %w", d.id, err))
 			}
 			continue
 		}
