@@ -833,7 +833,11 @@ func (s *Source) Close() error {
 	var err error
 	if !broken {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if e := s.id.Disconnect(ctx); e != nil && !errors.Is(e, context.DeadlineExceeded) {
+		// Another rdma_cm event instead of DISCONNECTED (the target left
+		// at the same time: TIMEWAIT_EXIT) still means the connection is
+		// gone; Close reports only real failures.
+		var ce *verbs.CMEventError
+		if e := s.id.Disconnect(ctx); e != nil && !errors.Is(e, context.DeadlineExceeded) && !errors.As(e, &ce) {
 			err = fmt.Errorf("activeaccess: disconnect: %w", e)
 		}
 		cancel()
