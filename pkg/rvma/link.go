@@ -94,11 +94,7 @@ func (ep *Endpoint) link(ctx context.Context, dst netip.AddrPort) (*link, error)
 		rand.Read(b[:])
 		l = newLink(ep, dst, binary.LittleEndian.Uint64(b[:]), ep.opts.Stripes, true)
 		ep.links[dst] = l
-		ep.wg.Add(1)
-		go func() {
-			defer ep.wg.Done()
-			ep.dialLink(l)
-		}()
+		ep.spawnLocked(func() { ep.dialLink(l) })
 	}
 	ep.mu.Unlock()
 	select {
@@ -244,9 +240,7 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 			again = append(again, op)
 		}
 	}
-	ep.wg.Add(1)
-	go func() {
-		defer ep.wg.Done()
+	ep.spawnLocked(func() {
 		for _, op := range again {
 			op.view.mu.Lock()
 			if op.view.sv != nil {
@@ -255,11 +249,32 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 			op.view.mu.Unlock()
 			go ep.run(op)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		old.id.Disconnect(ctx)
-		cancel()
-		old.id.Close()
+		old.close()
+	})
+}
+
+// close disconnects the stripe (waiting a little for the peer's answer)
+// and destroys it.
+func (st *stripe) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	st.id.Disconnect(ctx)
+	cancel()
+	st.id.Close()
+}
+
+// spawnLocked runs f on a goroutine that Close waits for. The caller holds
+// ep.mu, where Close sets closed, so no goroutine starts after Close began
+// waiting; once closed it runs nothing and reports false.
+func (ep *Endpoint) spawnLocked(f func()) bool {
+	if ep.closed {
+		return false
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		f()
 	}()
+	return true
 }
 
 // startWatch starts watching a connected stripe's rdma_cm events (not
@@ -267,14 +282,7 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 func (ep *Endpoint) startWatch(st *stripe) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.closed {
-		return
-	}
-	ep.wg.Add(1)
-	go func() {
-		defer ep.wg.Done()
-		ep.watch(st)
-	}()
+	ep.spawnLocked(func() { ep.watch(st) })
 }
 
 // acceptLoop takes connection requests until the endpoint closes.
@@ -433,18 +441,13 @@ func (st *stripe) broken(cause error) {
 	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	if ep.closed {
-		return
-	}
-	ep.wg.Add(1)
-	go func() {
-		defer ep.wg.Done()
+	ep.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
 		defer cancel()
 		if err := ep.dialStripe(ctx, l, st.idx); err != nil {
 			l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and could not be replaced: %w", st.idx, cause, err)), false)
 		}
-	}()
+	})
 }
 
 // fail tears the link down: every put pending on it fails with err (which
@@ -499,12 +502,16 @@ func (l *link) fail(err error, wait bool) {
 	for _, v := range views {
 		ep.freeView(v)
 	}
-	// Decided under ep.mu, where Close sets closed: a teardown that runs
-	// in the background was counted in ep.wg before Close waits on it.
-	async := !wait && !ep.closed
-	if async {
-		ep.wg.Add(1)
+	teardown := func() {
+		for _, st := range stripes {
+			if st != nil {
+				st.close()
+			}
+		}
 	}
+	// In the background unless the caller waits or Close is under way
+	// (Close must not return before the stripes are gone).
+	async := !wait && ep.spawnLocked(teardown)
 	ep.mu.Unlock()
 
 	close(l.dead)
@@ -519,25 +526,9 @@ func (l *link) fail(err error, wait bool) {
 	for _, op := range ops {
 		op.finish(err)
 	}
-	teardown := func() {
-		for _, st := range stripes {
-			if st == nil {
-				continue
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			st.id.Disconnect(ctx)
-			cancel()
-			st.id.Close()
-		}
-	}
 	if !async {
-		teardown() // Close must not return before the stripes are gone
-		return
-	}
-	go func() {
-		defer ep.wg.Done()
 		teardown()
-	}()
+	}
 }
 
 // ctrlTag marks control sends and notices among link send IDs.

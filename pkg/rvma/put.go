@@ -207,6 +207,10 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 		op.finish(err)
 		return op
 	}
+	if uint64(len(src)) > 1<<31 {
+		op.finish(invalidf("a put of %d bytes", len(src)))
+		return op
+	}
 	if len(src) > 0 {
 		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
 			op.sgl = []verbs.SGE{{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}}
@@ -220,10 +224,6 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 			op.temp = mr
 			op.sgl = []verbs.SGE{{Addr: mr.Addr(), Length: uint32(len(src)), LKey: mr.LKey()}}
 		}
-	}
-	if uint64(len(src)) > 1<<31 {
-		op.finish(invalidf("a put of %d bytes", len(src)))
-		return op
 	}
 	// Puts from one caller to one mailbox target epochs in the order they
 	// were issued: once one has to wait (dial, resolve, no buffer, full
@@ -522,13 +522,20 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 		case <-l.ready:
 			ep.answerResolve(l, m)
 		default:
-			go func() {
+			ep.mu.Lock()
+			ep.spawnLocked(func() {
 				select {
 				case <-l.ready:
-					ep.answerResolve(l, m)
-				case <-l.dead:
+				case <-ep.ctx.Done(): // Close waits for this goroutine
+					return
 				}
-			}()
+				select {
+				case <-l.dead: // fail closes ready too
+				default:
+					ep.answerResolve(l, m)
+				}
+			})
+			ep.mu.Unlock()
 		}
 	case CtrlResolved, CtrlNack:
 		ep.mu.Lock()
