@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Buffer is memory outside the Go heap (an anonymous private mmap) that the
+// Buffer is memory outside the Go heap (an anonymous mmap) that the
 // NIC may read and write. Bytes exposes it as a []byte; the slice must not
 // be used after Close (the pages are unmapped and access faults).
 //
@@ -24,13 +24,22 @@ var (
 	buffers []*Buffer // sorted by address
 )
 
-// Alloc maps size bytes of zeroed, page-aligned memory. It fails with
-// ErrInvalid for size <= 0 and with an *OpError from mmap otherwise.
-func Alloc(size int) (*Buffer, error) {
+// Alloc maps size bytes of zeroed, page-aligned private memory. It fails
+// with ErrInvalid for size <= 0 and with an *OpError from mmap otherwise.
+func Alloc(size int) (*Buffer, error) { return alloc(size, unix.MAP_PRIVATE) }
+
+// AllocShared is Alloc with a shared anonymous mapping (MAP_SHARED). Use it
+// for memory whose local writes are tracked with the kernel's soft-dirty
+// bits while registered: the kernel never clears the soft-dirty bit of a
+// pinned page in a private mapping, so registered private memory always
+// looks written. Errors as for Alloc.
+func AllocShared(size int) (*Buffer, error) { return alloc(size, unix.MAP_SHARED) }
+
+func alloc(size, flags int) (*Buffer, error) {
 	if size <= 0 {
 		return nil, invalid("buffer size %d", size)
 	}
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|flags)
 	if err != nil {
 		return nil, &OpError{Op: "mmap", Err: err}
 	}
