@@ -101,6 +101,7 @@ type Target struct {
 	grant int64
 	l     *verbs.CMID
 	pd    *verbs.PD
+	buf   *verbs.Buffer // the memory (shared anonymous mapping)
 	mr    *verbs.MR
 	dev   *kmod.Device
 	ctx   context.Context
@@ -201,7 +202,13 @@ func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
 	if t.pd, err = vc.AllocPD(); err != nil {
 		return fail(fmt.Errorf("activeaccess: %w", err))
 	}
-	if t.mr, err = t.pd.AllocMR(c.Size, verbs.AccessAll); err != nil {
+	// Shared, so that the soft-dirty bits of the registered (pinned)
+	// pages can be cleared: local writes are then trackable (see
+	// verbs.AllocShared and pkg/activeaccess/checkpoint).
+	if t.buf, err = verbs.AllocShared(c.Size); err != nil {
+		return fail(fmt.Errorf("activeaccess: target memory: %w", err))
+	}
+	if t.mr, err = t.pd.RegMR(t.buf.Bytes(), verbs.AccessAll); err != nil {
 		return fail(fmt.Errorf("activeaccess: target memory: %w", err))
 	}
 	t.ctx, t.stop = context.WithCancel(context.Background())
@@ -217,6 +224,9 @@ func (t *Target) release() {
 	}
 	if t.pd != nil {
 		t.pd.Close() // and the memory region
+	}
+	if t.buf != nil {
+		t.buf.Close()
 	}
 	if t.dev != nil {
 		t.dev.Close()
