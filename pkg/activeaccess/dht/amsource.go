@@ -1,0 +1,221 @@
+package dht
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// AMTable is a source of the active-message table: Insert and Delete
+// SEND one 16-byte request each (inline; one SEND in amSignalEvery asks
+// for a completion), at most amWindow requests ahead of the target's
+// last status; Flush sends a flush request and waits for its status;
+// Lookup reads cells with RDMA READs like the other tables. Safe for
+// concurrent use (calls are serialised).
+type AMTable struct {
+	mu     sync.Mutex
+	k      *link
+	closed bool
+
+	posted   uint64 // requests posted
+	reaped   uint64 // requests whose send completed (signalled ones cover the ones before)
+	st       amStatus
+	token    uint32
+	reported amStatus // full and rejected already reported by Flush
+}
+
+// DialAM connects to an AM target. Errors as for DialRMA.
+func DialAM(ctx context.Context, addr netip.AddrPort) (*AMTable, error) {
+	k, err := dialLink(ctx, addr, linkConfig{kind: kindAM, sendWR: amSourceSQ, recvWR: amSourceRecv,
+		buf: pageSize + amSourceRecv*amStatusLen})
+	if err != nil {
+		return nil, err
+	}
+	a := &AMTable{k: k}
+	for i := 0; i < amSourceRecv; i++ {
+		if err := a.postRecv(i); err != nil {
+			k.close()
+			return nil, fmt.Errorf("dht: %w", err)
+		}
+	}
+	return a, nil
+}
+
+const amRecvID = 1 << 62
+
+func (a *AMTable) postRecv(i int) error {
+	o := pageSize + i*amStatusLen
+	return a.k.qp.PostRecv(verbs.RecvWR{ID: amRecvID | uint64(i), SGL: []verbs.SGE{a.k.mr.SGE(o, amStatusLen)}})
+}
+
+// Layout returns the target's volume layout.
+func (a *AMTable) Layout() Layout { return a.k.l }
+
+// completion takes a completion other than the one being waited for.
+func (a *AMTable) completion(wc verbs.WC) error {
+	if err := a.k.wcErr(wc); err != nil {
+		return err
+	}
+	if wc.ID&amRecvID == 0 {
+		a.reaped = max(a.reaped, wc.ID) // sends: the id is the count posted
+		return nil
+	}
+	i := int(wc.ID &^ amRecvID)
+	o := pageSize + i*amStatusLen
+	st, ok := parseStatus(a.k.mr.Bytes()[o : o+min(int(wc.ByteLen), amStatusLen)])
+	if !ok || st.handled > a.posted {
+		a.k.fail(fmt.Errorf("%w: a malformed status from the target", ErrProtocol))
+		a.k.qp.ToError()
+		return a.k.err()
+	}
+	if st.handled >= a.st.handled {
+		a.st = st
+	}
+	if err := a.postRecv(i); err != nil {
+		a.k.fail(fmt.Errorf("%w: %w", ErrDisconnected, err))
+		return a.k.err()
+	}
+	return nil
+}
+
+// poll takes completions, spinning for at least one if wait.
+func (a *AMTable) poll(ctx context.Context, wait bool) error {
+	var wcs [32]verbs.WC
+	var n int
+	var err error
+	if wait {
+		n, err = a.k.cq.Spin(ctx, wcs[:])
+	} else {
+		n, err = a.k.cq.Poll(wcs[:])
+	}
+	if err != nil {
+		return fmt.Errorf("dht: %w", err)
+	}
+	for _, wc := range wcs[:n] {
+		if err := a.completion(wc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// send posts one request, waiting for receive credits and send queue
+// room; a.mu held.
+func (a *AMTable) send(ctx context.Context, r amReq, signal bool) error {
+	if a.closed {
+		return ErrClosed
+	}
+	if err := a.k.err(); err != nil {
+		return err
+	}
+	for a.posted-a.st.handled >= amWindow || a.posted-a.reaped >= amSourceSQ-1 {
+		if err := a.poll(ctx, true); err != nil {
+			return err
+		}
+	}
+	b := a.k.mr.Bytes()[128 : 128+amReqLen]
+	r.put(b)
+	a.posted++
+	wr := verbs.SendWR{ID: a.posted, Op: verbs.OpSend, Flags: verbs.SendInline, SGL: []verbs.SGE{a.k.mr.SGE(128, amReqLen)}}
+	if signal || a.posted%amSignalEvery == 0 {
+		wr.Flags |= verbs.SendSignaled
+	}
+	if err := a.k.post(wr); err != nil {
+		a.posted--
+		return err
+	}
+	if a.posted%amSignalEvery == 0 {
+		return a.poll(ctx, false)
+	}
+	return nil
+}
+
+// Insert sends key and value to the target, whose handler stores them
+// (the paper's local_insert). It returns once the request is posted;
+// Flush reports inserts the target could not store. Errors: ErrInvalid
+// (key 0), ErrDisconnected, ErrClosed, ctx's.
+func (a *AMTable) Insert(ctx context.Context, key, value uint32) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.send(ctx, amReq{op: amInsert, arg: Elem(key, value)}, false)
+}
+
+// Delete sends key to the target, whose handler tombstones its cell.
+// Errors as for Insert.
+func (a *AMTable) Delete(ctx context.Context, key uint32) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.send(ctx, amReq{op: amDelete, arg: uint64(key)}, false)
+}
+
+// Flush returns once the target handled every earlier request. Errors:
+// ErrFull (that many inserts since the last Flush were not stored: the
+// heap was full), ErrRejected (requests the target could not parse),
+// ErrDisconnected, ErrClosed, ctx's.
+func (a *AMTable) Flush(ctx context.Context) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.token++
+	if err := a.send(ctx, amReq{op: amFlush, token: a.token}, true); err != nil {
+		return err
+	}
+	for a.st.flushed != a.token || a.st.handled < a.posted {
+		if err := a.poll(ctx, true); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	if n := a.st.full - a.reported.full; n > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d inserts not stored", ErrFull, n))
+	}
+	if n := a.st.rejected - a.reported.rejected; n > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d requests", ErrRejected, n))
+	}
+	a.reported = a.st
+	return errors.Join(errs...)
+}
+
+// Lookup returns key's value, reading cells with RDMA READs. Errors as
+// for RMATable.Lookup.
+func (a *AMTable) Lookup(ctx context.Context, key uint32) (uint32, bool, error) {
+	if err := checkKey(key); err != nil {
+		return 0, false, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return 0, false, ErrClosed
+	}
+	if err := a.k.err(); err != nil {
+		return 0, false, err
+	}
+	if a.posted-a.reaped >= amSourceSQ-1 {
+		if err := a.poll(ctx, true); err != nil {
+			return 0, false, err
+		}
+	}
+	_, e, ok, err := findRemote(ctx, a.k.l, a.k.cellReader(a.completion), key)
+	_, v := Split(e)
+	return v, ok, err
+}
+
+// Close disconnects. Idempotent.
+func (a *AMTable) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil
+	}
+	a.closed = true
+	return a.k.close()
+}
