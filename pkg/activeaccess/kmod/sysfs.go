@@ -19,7 +19,13 @@ const SysfsDir = "/sys/kernel/rdmaplus/aa"
 // device. It returns an error wrapping os.ErrNotExist when the module is
 // not loaded, or one naming the file that could not be parsed.
 func StatsFromSysfs(root string) (Stats, error) {
-	dir := filepath.Join(root, SysfsDir)
+	return StatsFromDir(filepath.Join(root, SysfsDir))
+}
+
+// StatsFromDir reads the counters from dir, the module's counter
+// directory (SysfsDir, or its place under another sysfs mount). Errors as
+// for StatsFromSysfs.
+func StatsFromDir(dir string) (Stats, error) {
 	var st Stats
 	var armed uint64
 	for _, f := range []struct {
