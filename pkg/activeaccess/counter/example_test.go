@@ -1,0 +1,35 @@
+package counter_test
+
+import (
+	"fmt"
+	"log"
+	"net/netip"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/counter"
+)
+
+// A target that exposes 1 MiB and counts the remote puts and gets of its
+// first 64 pages, printing the busiest page every ten seconds.
+func Example() {
+	tg, err := activeaccess.Listen(netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.TargetConfig{Size: 1 << 20})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer tg.Close()
+	c, err := counter.New(tg, 0, 64*counter.Page, counter.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for range time.Tick(10 * time.Second) {
+		best, most := 0, uint64(0)
+		for p, n := range c.All() {
+			if n.Puts+n.Gets > most {
+				best, most = p, n.Puts+n.Gets
+			}
+		}
+		fmt.Printf("page %d: %+v\n", best, c.All()[best])
+	}
+}
