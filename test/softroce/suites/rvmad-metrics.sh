@@ -1,12 +1,14 @@
 #!/bin/bash
-# lab: guests=1 timeout=300 gobuild=./cmd/rvmad
+# lab: guests=1 timeout=300 gobuild=./cmd/rvmad gotest=./pkg/activeaccess/kmod
 #
 # rvmad as a real process in a guest: the inventory, /healthz and /readyz,
 # /metrics passing promlint, every counter file of the port (hw_counters,
 # counters, cm_*) exported with the kernel's own value (and the hw ones
 # matching rdma statistic), the packet counters moving by at least the
 # perftest traffic sent, the CM counters moving with an rdma_cm connection,
-# and SIGTERM exiting 0 while leaving the adopted rxe link in place.
+# the rdmaplus module's Active Access counters (rdmaplus_aa_*) equal to its
+# sysfs files and moving when a domain logs writes, and SIGTERM exiting 0
+# while leaving the adopted rxe link in place.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 
@@ -128,6 +130,27 @@ for m in rvmad_cm_sent_req_messages_total rvmad_cm_received_req_messages_total r
 	echo "  $m: $a -> $b"
 	ge "$b" "$((${a%%.*} + 1))" || lab_fail "$m did not move with an rdma_cm connection"
 done
+
+echo "== Active Access: the module's counters, and how they move when a domain logs writes"
+aa=/sys/kernel/rdmaplus/aa
+[ "$(metric /tmp/m3 rdmaplus_aa_module_loaded)" = 1 ] || lab_fail "rdmaplus_aa_module_loaded is not 1 with the module loaded"
+lab_gotest kmod -test.run '^TestLabWriteLogged$' >/tmp/aa-test.log 2>&1 || { cat /tmp/aa-test.log; lab_fail "TestLabWriteLogged failed"; }
+scrape $base/metrics /tmp/m4
+# Nothing is armed now, so the counters stand still: each metric equals its file.
+for pair in domains:rdmaplus_aa_domains pages:rdmaplus_aa_pages hooks_armed:rdmaplus_aa_hooks_armed \
+	entries:rdmaplus_aa_log_entries_total bytes:rdmaplus_aa_log_bytes_total data_bytes:rdmaplus_aa_log_data_bytes_total \
+	writes:rdmaplus_aa_write_packets_total refused_writes:rdmaplus_aa_refused_write_packets_total missed:rdmaplus_aa_missed_probes_total; do
+	f=${pair%%:*} m=${pair#*:}
+	got=$(metric /tmp/m4 "$m") want=$(cat "$aa/$f")
+	ge "$got" "$want" && ge "$want" "$got" || lab_fail "$m is $got, $aa/$f is $want"
+done
+for m in rdmaplus_aa_log_entries_total rdmaplus_aa_write_packets_total rdmaplus_aa_log_data_bytes_total; do
+	d=$(delta /tmp/m3 /tmp/m4 "$m")
+	echo "  $m: +$d while TestLabWriteLogged wrote to logging pages"
+	ge "$d" 1 || lab_fail "$m did not move while a domain logged writes"
+done
+[ "$(metric /tmp/m4 rdmaplus_aa_domains)" = 0 ] || lab_fail "a domain is left after the test process exited"
+[ "$(metric /tmp/m4 'rvmad_scrape_errors_total{service="activeaccess"}')" = 0 ] || lab_fail "activeaccess scrape errors: $(grep -i warn /tmp/rvmad.log)"
 
 echo "== SIGTERM: exit 0, adopted $dev kept"
 rvmad_stop
