@@ -11,7 +11,12 @@
 //	rdmaperf -d rxe0 -t write_bw -s 65536 -n 5000 10.77.0.1
 //
 // Tests: write_lat, read_lat, send_lat (ping-pong; latency is half the
-// round trip, except read_lat which is one operation), write_bw, read_bw.
+// round trip, except read_lat which is one operation), write_bw, read_bw;
+// write_send_lat and write_wait_send_lat (an RDMA WRITE whose completion
+// the receiver learns from a 1-byte SEND, posted right behind the WRITE or
+// after its completion); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
+// measures windows without the late-write guard). See rvma.go and
+// notify.go.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
 //
@@ -32,6 +37,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -49,6 +55,7 @@ type config struct {
 	Warmup  int
 	MTU     int
 	CLoop   bool
+	NoGuard bool // rvma tests: windows with rvma.GuardNone
 }
 
 func main() {
@@ -68,7 +75,7 @@ func main() {
 		dev     = flag.String("d", "", "RDMA device (default: the first)")
 		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
 		port    = flag.Int("p", 18516, "TCP port of the side channel")
-		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw (client only)")
+		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, rvma_lat, rvma_bw (client only)")
 		size    = flag.Int("s", 2, "message size in bytes (client only)")
 		all     = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
 		maxSize = flag.Int("max-size", 65536, "largest size with -a")
@@ -79,7 +86,9 @@ func main() {
 		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
 		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
 		loop    = flag.String("loop", "go", "latency loop: go (the pkg/verbs API) or c (perftest's loop in C on the same objects)")
+		guard   = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+		traceTo = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
 	)
 	flag.Parse()
@@ -93,7 +102,10 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c"}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c", NoGuard: *guard == "none"}
+		if *guard != "none" && *guard != "invalidate" {
+			log.Fatalf("-guard must be invalidate or none, not %q", *guard)
+		}
 		if cfg.Iters == 0 {
 			cfg.Iters = 1000
 			if isBW(cfg.Test) {
@@ -151,17 +163,35 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(ctx, conn, *dev, *gidIdx, client, cfg, os.Stdout); err != nil {
+	if *traceTo != "" {
+		f, err := os.Create(*traceTo)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := trace.Start(f); err != nil {
+			log.Fatal(err)
+		}
+		defer trace.Stop()
+	}
+	runTest := run
+	if isRVMA(cfg.Test) {
+		runTest = runRVMA
+	}
+	if err := runTest(ctx, conn, *dev, *gidIdx, client, cfg, os.Stdout); err != nil {
 		pprof.StopCPUProfile()
+		trace.Stop()
 		log.Fatal(err)
 	}
 }
 
-func isBW(test string) bool { return test == "write_bw" || test == "read_bw" }
+func isBW(test string) bool { return test == "write_bw" || test == "read_bw" || test == "rvma_bw" }
+
+func isRVMA(test string) bool { return test == "rvma_lat" || test == "rvma_bw" }
 
 func (c config) check() error {
 	switch c.Test {
-	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw":
+	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "write_send_lat", "write_wait_send_lat":
+	case "rvma_lat", "rvma_bw":
 	default:
 		return fmt.Errorf("unknown test %q", c.Test)
 	}
@@ -181,27 +211,30 @@ func (c config) marshal() []byte {
 	if c.All {
 		all = 1
 	}
-	cl := 0
+	cl, ng := 0, 0
 	if c.CLoop {
 		cl = 1
 	}
-	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, cl} {
+	if c.NoGuard {
+		ng = 1
+	}
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, cl, ng} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	return b
 }
 
 func (c *config) unmarshal(b []byte) error {
-	if len(b) < 1 || len(b) < 1+int(b[0])+40 {
+	if len(b) < 1 || len(b) < 1+int(b[0])+44 {
 		return fmt.Errorf("short config message")
 	}
 	c.Test = string(b[1 : 1+b[0]])
 	b = b[1+b[0]:]
-	v := make([]int, 10)
+	v := make([]int, 11)
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
-	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.CLoop = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], v[9] == 1
+	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.CLoop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], v[9] == 1, v[10] == 1
 	return c.check()
 }
 

@@ -57,7 +57,7 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 		Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: rxDepth, MaxInlineData: cfg.Inline}}); err != nil {
 		return fmt.Errorf("creating the QP (inline %d): %w", cfg.Inline, err)
 	}
-	if b.mr, err = pd.AllocMR(2*b.max, verbs.AccessAll); err != nil {
+	if b.mr, err = pd.AllocMR(2*b.max+128, verbs.AccessAll); err != nil {
 		return err
 	}
 	gids, err := dev.GIDs()
@@ -100,8 +100,13 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu}); err != nil {
 		return err
 	}
-	if cfg.Test == "send_lat" {
+	switch cfg.Test {
+	case "send_lat":
 		if err := b.postRecvs(rxDepth, 0); err != nil {
+			return err
+		}
+	case "write_send_lat", "write_wait_send_lat":
+		if err := b.postNotifyRecvs(rxDepth); err != nil {
 			return err
 		}
 	}
@@ -127,7 +132,9 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 
 func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.MTU) {
 	title := map[string]string{"write_lat": "RDMA_Write Latency Test", "read_lat": "RDMA_Read Latency Test",
-		"send_lat": "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
+		"write_send_lat":      "RDMA_Write + Send completion Latency Test (Send behind the Write)",
+		"write_wait_send_lat": "RDMA_Write + Send completion Latency Test (Send after the Write's completion)",
+		"send_lat":            "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 	loop := "Go loop over the pkg/verbs API"
 	if cfg.CLoop && !isBW(cfg.Test) {
@@ -193,6 +200,15 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		}
 		if err == nil {
 			err = b.checkPeerData(size, size)
+		}
+	case "write_send_lat", "write_wait_send_lat":
+		var samples []time.Duration
+		samples, err = b.notifyLat(ctx, size, b.cfg.Test == "write_wait_send_lat")
+		if err == nil && b.client {
+			printLat(out, size, latStats(samples, 2))
+		}
+		if err == nil {
+			err = b.checkPeerData(size-1, size)
 		}
 	case "read_lat":
 		if b.client {

@@ -3,6 +3,7 @@ package rvma
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -291,7 +292,14 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 			return p.Wait(ctx)
 		default:
 		}
-		if !p.w.drv.pollOnce() && n%1024 == 1023 {
+		if p.w.drv.pollOnce() {
+			continue
+		}
+		// Let the endpoint's other goroutines run (a put waiting for its
+		// view, the progress loop): with one P, a loop that never yields
+		// would hold them off until the scheduler preempts it, 10 ms later.
+		runtime.Gosched()
+		if n%1024 == 1023 {
 			if err := ctx.Err(); err != nil {
 				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 			}

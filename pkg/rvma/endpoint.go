@@ -218,6 +218,16 @@ func (ep *Endpoint) Stats() EndpointStats {
 		LostNotices: ep.lostNotices.Load()}
 }
 
+// Windows returns the endpoint's windows, in slot order: the open ones
+// and closed ones whose mailbox is still reserved. It returns nil after
+// Close.
+func (ep *Endpoint) Windows() []*Window {
+	if ep.use() != nil {
+		return nil
+	}
+	return ep.e.table.Values()
+}
+
 // Close closes the endpoint: its windows are closed (pending waits return
 // ErrClosed), pending puts fail with ErrClosed, links are disconnected (the
 // peers' pending puts to it fail with ErrPeerGone) and the device is

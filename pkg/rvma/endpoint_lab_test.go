@@ -20,6 +20,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
@@ -147,6 +149,11 @@ func TestLabEndpointLoopback(t *testing.T) {
 	}
 	t.Logf("6 epochs of 16 x 1 KiB over 4 stripes in forward, reverse and random order: bytes and records right; stats %+v; endpoint %+v",
 		w.Stats(), ep.Stats())
+	checkMetrics(t, ep, mb, map[string]float64{
+		"rvma_window_puts_total": 6 * bufLen / piece, "rvma_window_bytes_total": 6 * bufLen,
+		"rvma_window_epochs_completed_total": 6, "rvma_window_buffers_posted": 1, "rvma_window_buffers_held": 0,
+		"rvma_window_stale_puts_total": 0, "rvma_endpoint_up": 1, "rvma_endpoint_windows": 1,
+	})
 
 	// A put that does not fit fails before anything is sent.
 	if err := ep.Put(ctx, self, mb, bufLen-10, make([]byte, 11)); !errors.Is(err, rvma.ErrTooLarge) {
@@ -467,3 +474,37 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// checkMetrics scrapes a Collector for ep and compares the metrics named in
+// want (window metrics for mailbox mb, endpoint metrics for ep).
+func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[string]float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(rvma.NewCollector(ep))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["endpoint"] != ep.Addr().String() || (labels["mailbox"] != "" && labels["mailbox"] != mb.String()) {
+				continue
+			}
+			v := m.GetGauge().GetValue()
+			if m.GetCounter() != nil {
+				v = m.GetCounter().GetValue()
+			}
+			got[mf.GetName()] = v
+		}
+	}
+	for name, w := range want {
+		if g, ok := got[name]; !ok || g != w {
+			t.Errorf("metric %s = %v (present %v), want %v", name, g, ok, w)
+		}
+	}
+}

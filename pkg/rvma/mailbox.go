@@ -117,6 +117,19 @@ func (t *mailboxTable[V]) Free(slot, incarnation uint32) bool {
 	return true
 }
 
+// Values returns the values of the slots in use, in slot order.
+func (t *mailboxTable[V]) Values() []V {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	vs := make([]V, 0, len(t.byAddr))
+	for i := range t.slots {
+		if t.slots[i].used {
+			vs = append(vs, t.slots[i].val)
+		}
+	}
+	return vs
+}
+
 // Len returns the number of slots in use.
 func (t *mailboxTable[V]) Len() int {
 	t.mu.RLock()

@@ -13,4 +13,4 @@
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse.
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint' -test.timeout 150s
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples' -test.timeout 150s

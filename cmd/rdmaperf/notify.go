@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// notifyLat is the spec-compliant RDMA completion the RVMA paper compares
+// against (its section V-A1): each side RDMA WRITEs size bytes into the
+// peer's buffer and then SENDs a 1-byte message, and the receiver learns
+// that the data is complete from the SEND's receive completion, never
+// from the data itself (on an unordered network the last byte may land
+// first). Ping-pong; latency is half the round trip.
+//
+// wait selects where the SEND goes: false posts it right behind the WRITE
+// on the same QP, in one chain (RC orders the SEND's placement after the
+// WRITE's); true posts it only after the WRITE's own completion arrived,
+// the variant that stays correct when the WRITE and the SEND take
+// different paths.
+func (b *bench) notifyLat(ctx context.Context, size int, wait bool) ([]time.Duration, error) {
+	iters := b.cfg.Iters
+	stamps := make([]uint64, iters)
+	write := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey}
+	send := verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(2*b.max, 1)}}
+	chain := []verbs.SendWR{write, send}
+	consumed := 0
+	recv := func() error {
+		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
+			return err
+		}
+		if consumed++; consumed == 16 {
+			consumed = 0
+			return b.postNotifyRecvs(16)
+		}
+		return nil
+	}
+	mem := b.mr.Bytes()
+	for i := 0; i < iters; i++ {
+		if !b.client {
+			if err := recv(); err != nil {
+				return nil, err
+			}
+		}
+		stamps[i] = rdtsc()
+		mem[size-1] = byte(i + 1)
+		if wait {
+			write.Flags = verbs.SendSignaled
+			if err := b.qp.PostSend(write); err != nil {
+				return nil, err
+			}
+			if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+				return nil, err
+			}
+			send.Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
+			if err := b.qp.PostSend(send); err != nil {
+				return nil, err
+			}
+			if send.Flags&verbs.SendSignaled != 0 {
+				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+					return nil, err
+				}
+			}
+		} else {
+			chain[0].Flags = 0
+			chain[1].Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
+			if err := b.qp.PostSend(chain...); err != nil {
+				return nil, err
+			}
+			if chain[1].Flags&verbs.SendSignaled != 0 {
+				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if b.client {
+			if err := recv(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if consumed > 0 {
+		if err := b.postNotifyRecvs(consumed); err != nil {
+			return nil, err
+		}
+	}
+	return cyclesToDurations(stamps), nil
+}
+
+// postNotifyRecvs posts n receives for the 1-byte completion messages of
+// notifyLat, into the notification area behind the receive area so they
+// never overwrite the data being checked.
+func (b *bench) postNotifyRecvs(n int) error {
+	wrs := make([]verbs.RecvWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE(2*b.max+64, 64)}}
+	}
+	return b.qp.PostRecv(wrs...)
+}

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// The RVMA tests measure pkg/rvma the way the others measure raw verbs:
+//
+//   - rvma_lat: ping-pong of puts. Each side puts size bytes to the other's
+//     mailbox, whose window completes an epoch every size bytes, and learns
+//     of the peer's put from its buffer's completion (Posted.Spin), never
+//     from the data: the time the paper's Figure 4 plots, from put start
+//     until the receiving application sees the completion (half the round
+//     trip).
+//   - rvma_bw: the client streams puts of size bytes, up to -tx-depth in
+//     flight, into a window whose buffers hold rvmaBatch puts each and are
+//     released and re-posted by the server as they complete. Bandwidth runs
+//     from the first put to the completion of the last one at the sender,
+//     as in write_bw; the server checks that every epoch completed with
+//     every byte.
+const (
+	rvmaPort    = 7491 // the endpoint's port; the client's is rvmaPort+1
+	rvmaBuffers = 4    // buffers posted per window
+	rvmaBatch   = 16   // puts per buffer in rvma_bw
+)
+
+// rvmaBench is one side of an RVMA test.
+type rvmaBench struct {
+	cfg    config
+	client bool
+	conn   net.Conn
+	ep     *rvma.Endpoint
+	peer   netip.AddrPort
+	src    []byte // endpoint memory, sent without a copy
+	bufs   [][]byte
+	max    int
+}
+
+func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, client bool, cfg config, out io.Writer) error {
+	calibrate()
+	ip, err := deviceIP(devName, gidIdx)
+	if err != nil {
+		return err
+	}
+	port := uint16(rvmaPort)
+	if client {
+		port++
+	}
+	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, port), &rvma.Options{Stripes: 1})
+	if err != nil {
+		return err
+	}
+	defer ep.Close()
+	b := &rvmaBench{cfg: cfg, client: client, conn: conn, ep: ep, max: max(cfg.MaxSize, 64)}
+	a, _ := ep.Addr().MarshalBinary()
+	if err := writeMsg(conn, a); err != nil {
+		return err
+	}
+	pa, err := readMsg(conn)
+	if err != nil {
+		return err
+	}
+	if err := b.peer.UnmarshalBinary(pa); err != nil {
+		return fmt.Errorf("peer endpoint address: %w", err)
+	}
+	bufLen := b.max
+	if cfg.Test == "rvma_bw" {
+		bufLen = b.max * rvmaBatch
+	}
+	if b.src, err = ep.Alloc(b.max); err != nil {
+		return err
+	}
+	for i := 0; i < rvmaBuffers; i++ {
+		m, err := ep.Alloc(bufLen)
+		if err != nil {
+			return err
+		}
+		b.bufs = append(b.bufs, m)
+	}
+	if client {
+		title := map[string]string{"rvma_lat": "RVMA Put Latency Test", "rvma_bw": "RVMA Put BW Test"}[cfg.Test]
+		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
+		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n", devName, ep.Addr(), b.peer, rvmaBuffers, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard])
+		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+		if cfg.Test == "rvma_bw" {
+			fmt.Fprint(out, bwHeader)
+		} else {
+			fmt.Fprintf(out, latHeader)
+		}
+	}
+	for _, size := range sizes(cfg.Size, cfg.MaxSize, cfg.All) {
+		if err := b.runSize(ctx, size, out); err != nil {
+			return fmt.Errorf("%s, %d bytes: %w", cfg.Test, size, err)
+		}
+	}
+	if client {
+		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
+	}
+	return sync(conn)
+}
+
+// deviceIP returns the IPv4 address behind GID gidIdx of the device's
+// port 1: the address an endpoint on that device listens on.
+func deviceIP(devName string, gidIdx int) (netip.Addr, error) {
+	dev, err := verbs.Open(devName)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer dev.Close()
+	gids, err := dev.GIDs()
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	for _, g := range gids {
+		if g.Port == 1 && g.Index == gidIdx {
+			if ip, ok := netip.AddrFromSlice(g.GID.IP().To4()); ok {
+				return ip, nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("%s: GID index %d of port 1 is not an IPv4 RoCE GID", dev.Name(), gidIdx)
+}
+
+func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error {
+	seed := byte(size)
+	if b.client {
+		seed++
+	}
+	for i := range b.src[:size] {
+		b.src[i] = seed + byte(i*13)
+	}
+	mb := rvma.Mailbox(0x52564D41_00000000 | uint64(size))
+	threshold := uint64(size)
+	if b.cfg.Test == "rvma_bw" {
+		threshold = uint64(size) * rvmaBatch
+	}
+	opts := rvma.WindowOptions{Threshold: threshold}
+	if b.cfg.NoGuard {
+		opts.Guard = rvma.GuardNone
+	}
+	w, err := b.ep.InitWindow(mb, opts)
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	posted := make([]*rvma.Posted, len(b.bufs))
+	for i, m := range b.bufs {
+		if posted[i], err = w.Post(m[:threshold], nil); err != nil {
+			return err
+		}
+	}
+	if err := sync(b.conn); err != nil {
+		return err
+	}
+	switch b.cfg.Test {
+	case "rvma_lat":
+		samples, err := b.lat(ctx, mb, size, posted)
+		if err != nil {
+			return err
+		}
+		if b.client {
+			printLat(out, size, latStats(samples, 2))
+		}
+	case "rvma_bw":
+		if b.client {
+			st, err := b.bw(ctx, mb, size)
+			if err != nil {
+				return err
+			}
+			printBW(out, size, st)
+		} else if err := b.drain(ctx, size, posted); err != nil {
+			return err
+		}
+	}
+	return sync(b.conn)
+}
+
+// lat is the put ping-pong. Puts need no wait of their own: the answer
+// arrives only after the peer saw the put complete, and any error of an
+// earlier put is collected before the next one starts.
+func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted) ([]time.Duration, error) {
+	iters := b.cfg.Iters
+	stamps := make([]uint64, iters)
+	var prev *rvma.PutOp
+	recv := func(i int) error {
+		p := posted[i%len(posted)]
+		rec, err := p.Spin(ctx)
+		if err != nil {
+			return err
+		}
+		if rec.Len != uint64(size) || rec.Ops != 1 {
+			return fmt.Errorf("epoch %d completed with %d bytes in %d puts, want %d in 1", rec.Epoch, rec.Len, rec.Ops, size)
+		}
+		if err := b.checkData(p.Bytes()[:size], size); err != nil {
+			return err
+		}
+		return p.Release()
+	}
+	for i := 0; i < iters; i++ {
+		if !b.client {
+			if err := recv(i); err != nil {
+				return nil, err
+			}
+		}
+		if prev != nil {
+			if err := prev.Wait(ctx); err != nil {
+				return nil, err
+			}
+		}
+		stamps[i] = rdtsc()
+		prev = b.ep.PutAsync(ctx, b.peer, mb, 0, b.src[:size])
+		if b.client {
+			if err := recv(i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := prev.Wait(ctx); err != nil {
+		return nil, err
+	}
+	return cyclesToDurations(stamps), nil
+}
+
+// checkData verifies the peer's pattern in a completed buffer: the first
+// and last bytes always, every byte once in a while.
+func (b *rvmaBench) checkData(got []byte, size int) error {
+	peerSeed := byte(size)
+	if !b.client {
+		peerSeed++
+	}
+	check := func(i int) error {
+		if got[i] != peerSeed+byte(i*13) {
+			return fmt.Errorf("received byte %d is %#x, want %#x", i, got[i], peerSeed+byte(i*13))
+		}
+		return nil
+	}
+	if err := check(0); err != nil {
+		return err
+	}
+	if err := check(size - 1); err != nil {
+		return err
+	}
+	if got[0]&7 == 0 {
+		for i := range got {
+			if err := check(i); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// bw streams Iters puts, keeping up to TxDepth in flight.
+func (b *rvmaBench) bw(ctx context.Context, mb rvma.Mailbox, size int) (BWStats, error) {
+	iters, depth := b.cfg.Iters, b.cfg.TxDepth
+	// Whole epochs only, so the server sees every buffer complete.
+	iters -= iters % rvmaBatch
+	ops := make([]*rvma.PutOp, iters)
+	start := time.Now()
+	done := 0
+	for i := 0; i < iters; i++ {
+		for i-done >= depth {
+			if err := ops[done].Wait(ctx); err != nil {
+				return BWStats{}, err
+			}
+			done++
+		}
+		ops[i] = b.ep.PutAsync(ctx, b.peer, mb, uint64(i%rvmaBatch*size), b.src[:size])
+	}
+	for ; done < iters; done++ {
+		if err := ops[done].Wait(ctx); err != nil {
+			return BWStats{}, err
+		}
+	}
+	return bwStats(size, iters, time.Since(start), 0), nil
+}
+
+// drain is the receiving side of rvma_bw: it waits for every epoch,
+// checks its count and its bytes, and re-posts the buffer.
+func (b *rvmaBench) drain(ctx context.Context, size int, posted []*rvma.Posted) error {
+	epochs := (b.cfg.Iters - b.cfg.Iters%rvmaBatch) / rvmaBatch
+	for e := 0; e < epochs; e++ {
+		p := posted[e%len(posted)]
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if rec.Len != uint64(size*rvmaBatch) || rec.Ops != rvmaBatch {
+			return fmt.Errorf("epoch %d completed with %d bytes in %d puts, want %d in %d", rec.Epoch, rec.Len, rec.Ops, size*rvmaBatch, rvmaBatch)
+		}
+		for k := 0; k < rvmaBatch; k++ {
+			if err := b.checkData(p.Bytes()[k*size:(k+1)*size], size); err != nil {
+				return fmt.Errorf("epoch %d, put %d: %w", rec.Epoch, k, err)
+			}
+		}
+		if err := p.Release(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

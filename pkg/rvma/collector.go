@@ -1,0 +1,92 @@
+package rvma
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exports an endpoint's counters and those of its windows as
+// Prometheus metrics, read at each scrape (Endpoint.Stats, Window.Stats).
+// Window metrics carry the labels endpoint (the listening address) and
+// mailbox (hexadecimal, as the paper writes them); endpoint metrics carry
+// endpoint. A window's counters start at zero when it is opened and its
+// series disappear once its mailbox is freed. After the endpoint is closed
+// a scrape reports rvma_endpoint_up 0 and nothing else. Safe for
+// concurrent use; register it with prometheus.MustRegister or a registry of
+// your own (rvmad does).
+type Collector struct {
+	ep *Endpoint
+}
+
+// NewCollector returns a collector for ep.
+func NewCollector(ep *Endpoint) *Collector { return &Collector{ep: ep} }
+
+var (
+	epLabels  = []string{"endpoint"}
+	winLabels = []string{"endpoint", "mailbox"}
+
+	descUp           = prometheus.NewDesc("rvma_endpoint_up", "1 while the RVMA endpoint is open, 0 once it is closed.", epLabels, nil)
+	descLinks        = prometheus.NewDesc("rvma_endpoint_links", "Links to peer endpoints, connected or being connected.", epLabels, nil)
+	descRefused      = prometheus.NewDesc("rvma_endpoint_refused_writes_total", "Puts the NIC refused into this endpoint's windows (keys of buffers already handed over).", epLabels, nil)
+	descUnknown      = prometheus.NewDesc("rvma_endpoint_unknown_arrivals_total", "Arrivals for no window, or malformed.", epLabels, nil)
+	descStalePuts    = prometheus.NewDesc("rvma_endpoint_stale_puts_total", "This endpoint's puts refused because their epoch had completed.", epLabels, nil)
+	descLinkFailures = prometheus.NewDesc("rvma_endpoint_link_failures_total", "Links torn down after an error.", epLabels, nil)
+	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
+	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
+	descWindows      = prometheus.NewDesc("rvma_endpoint_windows", "Windows whose mailbox is reserved (open, or closed and lingering).", epLabels, nil)
+	descPuts         = prometheus.NewDesc("rvma_window_puts_total", "Puts counted into the window's epochs.", winLabels, nil)
+	descBytes        = prometheus.NewDesc("rvma_window_bytes_total", "Bytes counted into the window's epochs.", winLabels, nil)
+	descEpochs       = prometheus.NewDesc("rvma_window_epochs_completed_total", "Epochs handed over to the application (threshold or IncEpoch).", winLabels, nil)
+	descPosted       = prometheus.NewDesc("rvma_window_buffers_posted", "Buffers posted to the window and not yet handed over (free for puts).", winLabels, nil)
+	descHeld         = prometheus.NewDesc("rvma_window_buffers_held", "Buffers handed over to the application and not yet released.", winLabels, nil)
+	descLate         = prometheus.NewDesc("rvma_window_overshoot_puts_total", "Puts that arrived after their epoch's threshold, before hand-over (counted in the record).", winLabels, nil)
+	descStale        = prometheus.NewDesc("rvma_window_stale_puts_total", "Puts that arrived for an epoch already handed over, or after Close.", winLabels, nil)
+	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
+	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLinkFailures, descRejected, descLostNotices, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
+)
+
+// Describe sends the descriptions of every metric the collector exports.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range collectorDescs {
+		ch <- d
+	}
+}
+
+// Collect reads the counters and sends them.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	addr := c.ep.Addr().String()
+	if c.ep.use() != nil {
+		ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, 0, addr)
+		return
+	}
+	ws := c.ep.Windows()
+	st := c.ep.Stats()
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	gauge(descUp, 1, addr)
+	gauge(descLinks, float64(st.Links), addr)
+	counter(descRefused, st.RefusedWrites, addr)
+	counter(descUnknown, st.UnknownRecv, addr)
+	counter(descStalePuts, st.StalePuts, addr)
+	counter(descLinkFailures, st.LinkFailures, addr)
+	counter(descRejected, st.Rejected, addr)
+	counter(descLostNotices, st.LostNotices, addr)
+	gauge(descWindows, float64(len(ws)), addr)
+	for _, w := range ws {
+		mb := w.Mailbox().String()
+		s := w.Stats()
+		counter(descPuts, s.Puts, addr, mb)
+		counter(descBytes, s.Bytes, addr, mb)
+		counter(descEpochs, s.EpochsCompleted, addr, mb)
+		gauge(descPosted, float64(s.Posted), addr, mb)
+		gauge(descHeld, float64(s.Held), addr, mb)
+		counter(descLate, s.Late, addr, mb)
+		counter(descStale, s.Stale, addr, mb)
+		counter(descNacks, s.Nacks, addr, mb)
+		counter(descDrops, s.Drops, addr, mb)
+	}
+}
