@@ -194,7 +194,7 @@ func (l *Logger) handle(a *activeaccess.Access) {
 		l.readers[name] = rl
 	}
 	rl.n++
-	if _, err := rl.w.Write(appendRecord(nil, Entry{Seq: rl.n, Offset: a.Offset, Data: a.Data})); err != nil {
+	if err := writeRecord(rl.w, Entry{Seq: rl.n, Offset: a.Offset, Data: a.Data}); err != nil {
 		l.err = fmt.Errorf("getlog: writing %s: %w", rl.f.Name(), err)
 	}
 }

@@ -40,11 +40,24 @@ func recordCRC(seq uint64, off int, data []byte) uint32 {
 
 // appendRecord appends e's encoding to b.
 func appendRecord(b []byte, e Entry) []byte {
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(e.Data)))
-	b = binary.LittleEndian.AppendUint64(b, e.Seq)
-	b = binary.LittleEndian.AppendUint64(b, uint64(e.Offset))
-	b = binary.LittleEndian.AppendUint32(b, recordCRC(e.Seq, e.Offset, e.Data))
-	return append(b, e.Data...)
+	var h [recHeader]byte
+	return append(append(b, recordHeader(&h, e)...), e.Data...)
+}
+
+// writeRecord writes e's encoding to w without allocating.
+func writeRecord(w *bufio.Writer, e Entry) error {
+	var h [recHeader]byte
+	w.Write(recordHeader(&h, e))
+	_, err := w.Write(e.Data)
+	return err
+}
+
+func recordHeader(h *[recHeader]byte, e Entry) []byte {
+	binary.LittleEndian.PutUint32(h[:], uint32(len(e.Data)))
+	binary.LittleEndian.PutUint64(h[4:], e.Seq)
+	binary.LittleEndian.PutUint64(h[12:], uint64(e.Offset))
+	binary.LittleEndian.PutUint32(h[20:], recordCRC(e.Seq, e.Offset, e.Data))
+	return h[:]
 }
 
 // readRecords reads records until EOF, checking each one and that their
