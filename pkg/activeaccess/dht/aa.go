@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 )
@@ -18,6 +19,10 @@ const (
 	replyRejected = 2
 )
 
+// aaDepth is how many active puts a source keeps in flight: the AM
+// table's window, so both pipeline alike.
+const aaDepth = amWindow
+
 // AAConfig configures ServeAA.
 type AAConfig struct {
 	Layout Layout
@@ -26,6 +31,11 @@ type AAConfig struct {
 	Mode activeaccess.Mode
 	// Notify: the handler's driver, Event (eventfd, default) or Poll.
 	Notify activeaccess.Notification
+	// Threshold and Interval (Event): the runtime wakes after Threshold
+	// log entries or, while fewer arrived, every Interval; default 10 and
+	// 1 ms (the paper's AA-Int: an interrupt every 10 inserts).
+	Threshold int
+	Interval  time.Duration
 	// LogSize and MaxSources are the access log's (activeaccess.TargetConfig).
 	LogSize    int
 	MaxSources int
@@ -67,7 +77,11 @@ func ServeAA(addr netip.AddrPort, cfg AAConfig) (*AATarget, error) {
 		tg.Close()
 		return nil, fmt.Errorf("dht: %w", err)
 	}
-	if t.d, err = tg.NewDomain(activeaccess.DomainConfig{Handler: t.handle, Notify: cfg.Notify}); err != nil {
+	if cfg.Notify == activeaccess.Event && cfg.Threshold == 0 {
+		cfg.Threshold, cfg.Interval = 10, time.Millisecond
+	}
+	if t.d, err = tg.NewDomain(activeaccess.DomainConfig{Handler: t.handle, Notify: cfg.Notify,
+		Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
 		return fail(err)
 	}
 	off, n := l.TableSpan()
@@ -159,7 +173,7 @@ type AATable struct {
 // DialAA connects to an AA target. Errors wrap ErrProtocol (no DHT
 // volume there) or the errors of activeaccess.Dial.
 func DialAA(ctx context.Context, addr netip.AddrPort, name string) (*AATable, error) {
-	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceConfig{Name: name})
+	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceConfig{Name: name, Depth: aaDepth})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", aaErr(err))
 	}

@@ -4,7 +4,7 @@
 #
 # DHT inserts per second (the Active Access paper, section 4.1 and Figure
 # 7), measured in one boot: guest 1 the target, guest 2 one source
-# inserting a random workload of $DHT_N keys (default 3000) into a fresh
+# inserting a random workload of $DHT_N keys (default 2000) into a fresh
 # volume, at 5% and 25% collisions, with
 #   aa-*-poll / aa-*-event  Active Access: every insert one 8-byte active put,
 #                           the handler (polling, or on the module's eventfd)
@@ -22,7 +22,7 @@
 # (default 3) and the ratios AA/RMA and AA/AM go to $LAB_OUT/aa-dht-bench.txt.
 set -euo pipefail
 
-n=${DHT_N:-3000}
+n=${DHT_N:-2000}
 rounds=${DHT_ROUNDS:-3}
 designs=${DHT_DESIGNS:-"aa-transparent-poll aa-transparent-event aa-mediated-poll rma am-poll am-event"}
 bin=$LAB_BIN/aa-dht
