@@ -1,0 +1,102 @@
+// Command aa-usecase-bench measures the Active Access use cases in the
+// lab (test/softroce/bench/aa-usecases.sh runs it on two guests, guest 1
+// the target, guest 2 the source; it coordinates them with the lab's
+// barriers, so it runs only in a lab guest):
+//
+//	aa-usecase-bench getlog [-rounds N] [-gets N] [-size B]
+//	    gets per second from one source on pages whose gets are logged
+//	    with their data (RLD, pkg/activeaccess/getlog writing its files)
+//	    and on pages without logging, alternating in rounds; the medians
+//	    and their ratio
+//	aa-usecase-bench drain [-entries N]
+//	    entries per second one handler goroutine drains from a full log,
+//	    polling and with the eventfd (two domains, drained chunk by chunk,
+//	    alternating)
+//
+// Figures are printed as "FIGURE <name> <value> <unit>" lines. Exit status
+// 1 on any failure (a failed access, a lost entry), 2 on bad usage.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	var err error
+	switch os.Args[1] {
+	case "getlog":
+		rounds := fs.Int("rounds", 25, "rounds of logged and unlogged gets (which goes first alternates)")
+		gets := fs.Int("gets", 400, "gets per round and kind")
+		size := fs.Int("size", 8, "bytes per get")
+		fs.Parse(os.Args[2:])
+		err = benchGetLog(*rounds, *gets, *size)
+	case "drain":
+		entries := fs.Int("entries", 30000, "entries in the log before the handler starts")
+		fs.Parse(os.Args[2:])
+		err = benchDrain(*entries)
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "aa-usecase-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: aa-usecase-bench getlog|drain [flags] (in a two-guest lab boot)")
+	os.Exit(2)
+}
+
+// target is guest 1's address with port p.
+func target(p uint16) (netip.AddrPort, error) {
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ip, err := netip.ParseAddr(a)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	return netip.AddrPortFrom(ip, p), nil
+}
+
+func isTarget() (bool, error) {
+	n, err := labenv.Guests()
+	if err != nil {
+		return false, err
+	}
+	if n != 2 {
+		return false, fmt.Errorf("needs two guests, have %d", n)
+	}
+	return labenv.Role() == "server", nil
+}
+
+func await(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return labenv.Wait(ctx, name)
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func figure(name string, v float64, unit string) { fmt.Printf("FIGURE %s %.4g %s\n", name, v, unit) }
