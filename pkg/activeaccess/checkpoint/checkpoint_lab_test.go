@@ -4,6 +4,7 @@ package checkpoint_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -92,9 +93,24 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: pages * page, Mode: mode})
 	mem := tg.Memory()
 	copy(mem, aalab.Pattern(0, len(mem), 1))
+	for _, bad := range []struct {
+		tg          *activeaccess.Target
+		off, length int
+		want        error
+	}{
+		{nil, 0, page, checkpoint.ErrInvalid}, {tg, 1, page, checkpoint.ErrInvalid}, {tg, 0, 0, checkpoint.ErrInvalid},
+		{tg, page, pages * page, activeaccess.ErrRange},
+	} {
+		if _, err := checkpoint.New(bad.tg, bad.off, bad.length, checkpoint.Config{}); !errors.Is(err, bad.want) {
+			t.Fatalf("New(%v, %d, %d): %v; want %v", bad.tg != nil, bad.off, bad.length, err, bad.want)
+		}
+	}
 	tr, err := checkpoint.New(tg, 0, pages*page, checkpoint.Config{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := checkpoint.Restore(make([]byte, page)); !errors.Is(err, checkpoint.ErrInvalid) {
+		t.Fatalf("Restore without images: %v", err)
 	}
 	defer tr.Close()
 	aalab.Signal(t, b("ready"))

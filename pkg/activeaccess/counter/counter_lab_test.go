@@ -40,6 +40,18 @@ func testCounter(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	const plainPage, plainN = 15, 7 // plain puts and gets, 100 bytes each
 	if aalab.Server(t) {
 		tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: pages * page, LogSize: 1 << 18, Mode: mode})
+		for _, bad := range []struct {
+			tg          *activeaccess.Target
+			off, length int
+			want        error
+		}{
+			{nil, 0, page, activeaccess.ErrInvalid}, {tg, 1, page, activeaccess.ErrInvalid}, {tg, 0, 100, activeaccess.ErrInvalid},
+			{tg, -page, page, activeaccess.ErrInvalid}, {tg, 0, 0, activeaccess.ErrInvalid}, {tg, page, pages * page, activeaccess.ErrRange},
+		} {
+			if c, err := counter.New(bad.tg, bad.off, bad.length, counter.Config{}); !errors.Is(err, bad.want) {
+				t.Fatalf("New(%v, %d, %d): %v, %v; want %v", bad.tg != nil, bad.off, bad.length, c, err, bad.want)
+			}
+		}
 		c, err := counter.New(tg, 0, pages*page, counter.Config{})
 		if err != nil {
 			t.Fatal(err)

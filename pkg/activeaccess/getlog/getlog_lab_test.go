@@ -14,7 +14,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,6 +125,22 @@ func testGetLog(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	prefix := b("r")
 	if aalab.Server(t) {
 		tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: size, LogSize: 1 << 20, Mode: mode})
+		file := filepath.Join(t.TempDir(), "a-file")
+		os.WriteFile(file, nil, 0o644)
+		for _, bad := range []struct {
+			tg          *activeaccess.Target
+			off, length int
+			dir         string
+			want        error
+		}{
+			{nil, 0, aalab.Page, "/tmp", getlog.ErrInvalid}, {tg, 0, aalab.Page, "", getlog.ErrInvalid},
+			{tg, 1, aalab.Page, "/tmp", getlog.ErrInvalid}, {tg, 0, 2 * size, t.TempDir(), activeaccess.ErrRange},
+			{tg, 0, aalab.Page, file, syscall.ENOTDIR},
+		} {
+			if _, err := getlog.New(bad.tg, bad.off, bad.length, getlog.Config{Dir: bad.dir}); !errors.Is(err, bad.want) {
+				t.Fatalf("New(%v, %d, %d, %q): %v; want %v", bad.tg != nil, bad.off, bad.length, bad.dir, err, bad.want)
+			}
+		}
 		l, err := getlog.New(tg, 0, size, getlog.Config{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
