@@ -44,7 +44,7 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("serving a %s table (%d buckets, %d heap cells) on %v\n", c.table, c.buckets, c.heap, addr)
+	fmt.Printf("serving the %s table (%d buckets, %d heap cells) on %v\n", c.table, c.buckets, c.heap, addr)
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 	for ctx.Err() == nil {

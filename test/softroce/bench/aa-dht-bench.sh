@@ -54,7 +54,7 @@ for r in $(seq "$rounds"); do
 				"$bin" serve $(flags "$d") -addr "$LAB_ADDR:$port" -n "$n" -collisions "$c" \
 					-until "$LAB_SHARED/barrier.done-$tag" >"$LAB_OUT/serve-$tag.log" 2>&1 &
 				pid=$!
-				for _ in $(seq 200); do grep -q serving "$LAB_OUT/serve-$tag.log" && break; sleep 0.05; done
+				for _ in $(seq 200); do grep -qs serving "$LAB_OUT/serve-$tag.log" && break; sleep 0.05; done
 				lab_signal "ready-$tag"
 				wait $pid || { cat "$LAB_OUT/serve-$tag.log"; lab_fail "target $tag failed"; }
 				lab_signal "checked-$tag"
