@@ -235,7 +235,9 @@ func (t *Target) release() {
 
 // Memory returns the target's exposed memory (nil after Close). The
 // process may read and write it; remote sources address it by offset.
-// Local stores are not seen by the module and never reach a handler.
+// Local stores are not seen by the module and never reach a handler; the
+// memory is a shared anonymous mapping, so the kernel's soft-dirty bits
+// can track them (pkg/activeaccess/checkpoint).
 func (t *Target) Memory() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
