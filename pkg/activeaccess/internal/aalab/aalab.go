@@ -50,15 +50,43 @@ func Signal(t testing.TB, name string) {
 	}
 }
 
-// Await waits at most two minutes for the barrier name.
+// Await waits at most two minutes for the barrier name. For a barrier of
+// ForModes (b(name)) it gives up at once when the other guest's side of
+// that run failed (it raises the run's abort barrier), instead of waiting
+// out the two minutes.
 func Await(t testing.TB, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	if err := labenv.Wait(ctx, name); err != nil {
-		t.Fatal(err)
+	abort := ""
+	if pre, _, ok := strings.Cut(name, sep); ok {
+		abort = pre + sep + "abort"
+	}
+	for {
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		err := labenv.Wait(wctx, name)
+		wcancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		if abort != "" && raised(abort) {
+			t.Fatalf("waiting for %q: the other guest failed (%s)", name, abort)
+		}
 	}
 }
+
+// raised reports whether barrier name was signalled.
+func raised(name string) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return labenv.Wait(ctx, name) == nil
+}
+
+// sep separates a ForModes run's prefix from a barrier's name.
+const sep = "__"
 
 // Timeout is a context that ends after d or with the test.
 func Timeout(t testing.TB, d time.Duration) context.Context {
@@ -91,12 +119,18 @@ func Dial(t testing.TB, port uint16, name string) *activeaccess.Source {
 }
 
 // ForModes runs f once per mode as subtests; b names a barrier of that
-// mode's run, so the two runs never share one.
+// mode's run, so the two runs never share one. When a run fails on one
+// guest, Await on the other guest's barriers of that run fails at once.
 func ForModes(t *testing.T, f func(t *testing.T, mode activeaccess.Mode, b func(string) string)) {
 	for _, m := range []activeaccess.Mode{activeaccess.ModeTransparent, activeaccess.ModeMediated} {
 		t.Run(m.String(), func(t *testing.T) {
 			pre := strings.ReplaceAll(t.Name(), "/", ".")
-			f(t, m, func(name string) string { return pre + "-" + name })
+			t.Cleanup(func() {
+				if t.Failed() {
+					labenv.Signal(pre + sep + "abort") // the other guest stops waiting
+				}
+			})
+			f(t, m, func(name string) string { return pre + sep + name })
 		})
 	}
 }
