@@ -16,12 +16,20 @@ import (
 // implements it.
 type windowDriver interface {
 	addrOf(mem []byte) (uint64, error)
-	bind(w *Window, b *buffer)
+	// bind binds a memory window over b: from's (see bindAction) or, with
+	// from nil, one of the driver's.
+	bind(w *Window, b, from *buffer)
 	unbind(w *Window, b *buffer)
-	entryChanged(w *Window, e Entry)
+	// entryChanged publishes e in the descriptor table and, when push is
+	// set, to the senders that hold a view of it.
+	entryChanged(w *Window, e Entry, push bool)
 	// pollOnce runs one non-blocking progress step (completions handled
 	// on the caller's goroutine) and reports whether it found any.
 	pollOnce() bool
+	// spinBegin and spinEnd bracket a goroutine that runs pollOnce in a
+	// loop; meanwhile the driver's own loop stays parked.
+	spinBegin()
+	spinEnd()
 }
 
 // Window is the receiver's side of a mailbox (the paper's RVMA_win): a
@@ -38,6 +46,7 @@ type Window struct {
 	st       *windowState
 	slab     *completionSlab
 	lastSeq  uint64
+	pushed   Entry // the last entry pushed to senders
 }
 
 func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
@@ -107,20 +116,37 @@ func (w *Window) flush() {
 	bind, unbind, _ := w.st.takeActions()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
+	push := false
 	if changed {
 		w.lastSeq = w.st.seq
 		e = w.st.entry(w.incarnation)
+		// Senders need an entry only when what they may target changed:
+		// most state changes of an epoch (the head handed over, a buffer
+		// re-posted or bound beyond the MaxDescs they see) leave it as it
+		// was, and each notice costs a post on the wire. While a buffer
+		// they will see is being bound, the push waits for its completion
+		// (one notice per epoch instead of two).
+		if push = !sameForSenders(e, w.pushed) && !w.st.settling(); push {
+			w.pushed = e
+		}
 	}
 	w.mu.Unlock()
-	for _, b := range bind {
-		w.drv.bind(w, b)
+	for _, a := range bind {
+		w.drv.bind(w, a.b, a.from)
 	}
 	for _, b := range unbind {
 		w.drv.unbind(w, b)
 	}
 	if changed {
-		w.drv.entryChanged(w, e)
+		w.drv.entryChanged(w, e, push)
 	}
+}
+
+// sameForSenders reports whether two entries differ only in their
+// sequence number.
+func sameForSenders(a, b Entry) bool {
+	a.Seq, b.Seq = 0, 0
+	return a == b
 }
 
 // bound is the driver's report that b's memory window was bound.
@@ -286,6 +312,8 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
+	p.w.drv.spinBegin()
+	defer p.w.drv.spinEnd()
 	for n := 0; ; n++ {
 		select {
 		case <-done:
@@ -295,11 +323,14 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 		if p.w.drv.pollOnce() {
 			continue
 		}
-		// Let the endpoint's other goroutines run (a put waiting for its
-		// view, the progress loop): with one P, a loop that never yields
-		// would hold them off until the scheduler preempts it, 10 ms later.
-		runtime.Gosched()
-		if n%1024 == 1023 {
+		if n%256 == 255 {
+			// Now and then let the endpoint's other goroutines run (a put
+			// waiting for its view): with one P, a loop that never yields
+			// holds them off until the scheduler preempts it, 10 ms later.
+			// Not on every round: each pass through the scheduler reads
+			// the clock, which in a TCG guest is an emulated HPET access
+			// that slows every other vCPU.
+			runtime.Gosched()
 			if err := ctx.Err(); err != nil {
 				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 			}

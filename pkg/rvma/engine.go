@@ -51,6 +51,15 @@ type engine struct {
 	nextID uint64
 	closed bool
 
+	// While an application goroutine spins (Posted.Spin) it runs the
+	// progress step itself, and the progress loop stays parked: a second
+	// thread woken on every completion would only contend with the spinner
+	// for the CPU (on one CPU, for a scheduler time slice).
+	spinMu   sync.Mutex
+	spinners int
+	spinIdle chan struct{} // closed when spinners drops to 0
+	lastSpin time.Time     // when the last spinner ended
+
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
 
@@ -71,6 +80,7 @@ type engineOptions struct {
 type bindOp struct {
 	w      *Window
 	b      *buffer
+	from   *buffer // the buffer whose window this bind took over (its key is now invalid)
 	unbind bool
 	// key receives the rkey QP.BindMW returned. The bind loop must take
 	// the key from here, not from MW.RKey(): on rxe the bind executes in
@@ -300,13 +310,27 @@ func (e *engine) fail(err error) {
 	}
 }
 
-func (e *engine) bind(w *Window, b *buffer) {
+func (e *engine) bind(w *Window, b, from *buffer) {
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
-	var mw *verbs.MW
-	if n := len(e.mws[mr]); n > 0 {
-		mw = e.mws[mr][n-1]
-		e.mws[mr] = e.mws[mr][:n-1]
+	// The window to use: from's, lent to b; b's own, still bound from its
+	// last epoch (GuardNone hands buffers over without unbinding); or a
+	// free one.
+	mw := e.bound[b]
+	if from != nil {
+		if fmw := e.bound[from]; fmw != nil {
+			delete(e.bound, from)
+			if mw != nil {
+				e.mws[mr] = append(e.mws[mr], mw) // cannot happen: a bound buffer is not re-bound
+			}
+			mw = fmw
+		}
+	}
+	if mw == nil {
+		if n := len(e.mws[mr]); n > 0 {
+			mw = e.mws[mr][n-1]
+			e.mws[mr] = e.mws[mr][:n-1]
+		}
 	}
 	e.nextID++
 	id := e.nextID
@@ -321,7 +345,7 @@ func (e *engine) bind(w *Window, b *buffer) {
 	e.mu.Lock()
 	e.bound[b] = mw
 	e.mu.Unlock()
-	e.post(id, bindOp{w: w, b: b, key: make(chan uint32, 1)}, mw, mr, b.cap)
+	e.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
@@ -340,7 +364,7 @@ func (e *engine) unbind(w *Window, b *buffer) {
 
 // entryChanged writes the window's entry into the descriptor table under
 // the entry's own checksum (readers retry on a torn read).
-func (e *engine) entryChanged(w *Window, en Entry) {
+func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 	off := int(w.slot) * EntrySize
 	mem := e.descMR.Bytes()[off : off+EntrySize]
 	var tmp [EntrySize]byte
@@ -351,7 +375,7 @@ func (e *engine) entryChanged(w *Window, en Entry) {
 	mem[0] |= 1 // odd: being written
 	copy(mem[8:], tmp[8:])
 	copy(mem[:8], tmp[:8])
-	if e.links != nil {
+	if push && e.links != nil {
 		e.links.pushEntry(w.slot, mem)
 	}
 }
@@ -380,6 +404,9 @@ func (e *engine) progress(ctx context.Context) {
 	defer e.wg.Done()
 	wcs := make([]verbs.WC, 64)
 	for {
+		if !e.waitNoSpinner(ctx) {
+			return
+		}
 		n, err := e.poll(ctx, e.cq, wcs)
 		if err != nil {
 			return
@@ -387,7 +414,7 @@ func (e *engine) progress(ctx context.Context) {
 		for n > 0 {
 			e.handle(wcs[:n])
 			n = 0
-			if !e.bindsPending() {
+			if !e.bindsPending() || e.spinning() {
 				break
 			}
 			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
@@ -395,6 +422,71 @@ func (e *engine) progress(ctx context.Context) {
 					return
 				}
 			}
+		}
+	}
+}
+
+// spinBegin and spinEnd bracket a goroutine's Posted.Spin.
+func (e *engine) spinBegin() {
+	e.spinMu.Lock()
+	if e.spinners == 0 {
+		e.spinIdle = make(chan struct{})
+	}
+	e.spinners++
+	e.spinMu.Unlock()
+}
+
+func (e *engine) spinEnd() {
+	now := time.Now()
+	e.spinMu.Lock()
+	e.lastSpin = now
+	if e.spinners--; e.spinners == 0 {
+		close(e.spinIdle)
+	}
+	e.spinMu.Unlock()
+}
+
+func (e *engine) spinning() bool {
+	e.spinMu.Lock()
+	defer e.spinMu.Unlock()
+	return e.spinners > 0
+}
+
+// spinGrace is how long the progress loop stays parked after the last
+// Posted.Spin ended: an application that spins usually spins again soon
+// (after posting its answer), and a loop woken in between only contends
+// with it for the CPU. Completions that arrive meanwhile wait for the
+// next Spin or for the end of the grace.
+const spinGrace = 2 * time.Millisecond
+
+// waitNoSpinner parks the progress loop while a goroutine spins and for
+// spinGrace after; false when ctx ended.
+func (e *engine) waitNoSpinner(ctx context.Context) bool {
+	for {
+		e.spinMu.Lock()
+		idle, n, last := e.spinIdle, e.spinners, e.lastSpin
+		e.spinMu.Unlock()
+		if n > 0 {
+			select {
+			case <-idle:
+				continue
+			case <-ctx.Done():
+				return false
+			}
+		}
+		rest := time.Duration(0)
+		if !last.IsZero() {
+			rest = spinGrace - time.Since(last)
+		}
+		if rest <= 0 {
+			return ctx.Err() == nil
+		}
+		t := time.NewTimer(rest)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false
 		}
 	}
 }
@@ -482,7 +574,11 @@ func (e *engine) bindDone(wc verbs.WC) {
 		op.w.unbound(op.b)
 		return
 	}
-	op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: <-op.key})
+	key := <-op.key
+	if op.from != nil {
+		op.w.unbound(op.from)
+	}
+	op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: key})
 }
 
 func (e *engine) recvDone(wc verbs.WC) {

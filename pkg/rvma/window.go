@@ -135,6 +135,7 @@ type buffer struct {
 	threshold uint64
 	state     bufState
 	bound     bool
+	binding   bool // a bind is scheduled or in flight
 	desc      Desc
 	bytes     uint64
 	ops       uint64
@@ -187,7 +188,16 @@ type windowState struct {
 	seq     uint64               // entry sequence
 	stats   Stats
 
-	toBind, toUnbind, published []*buffer
+	toBind              []bindAction
+	toUnbind, published []*buffer
+}
+
+// bindAction asks the driver to bind a memory window over b. When from is
+// set, the window is the one bound over from, which has stopped accepting
+// puts: the one bind both invalidates from's key and exposes b, and its
+// completion reports both (unbound(from), then bound(b)).
+type bindAction struct {
+	b, from *buffer
 }
 
 func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
@@ -242,7 +252,7 @@ func (w *windowState) enqueue(b *buffer) {
 	b.threshold, _ = w.threshold(b)
 	b.gen = w.nextGen
 	w.nextGen++
-	b.state, b.bound, b.desc = bufQueued, false, Desc{}
+	b.state, b.bound, b.binding, b.desc = bufQueued, false, false, Desc{}
 	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
 	if b.oneTime {
 		b.flags = FlagOneTime
@@ -256,7 +266,60 @@ func (w *windowState) enqueue(b *buffer) {
 	b.waiting = false
 	delete(w.waiting, b)
 	w.pending = append(w.pending, b)
-	w.toBind = append(w.toBind, b)
+	w.topUp(nil)
+}
+
+// settling reports whether a buffer senders are about to be shown is still
+// being bound: the entry changes again when its bind completes (on rxe,
+// within the bind call), so pushing it now would cost a second notice.
+func (w *windowState) settling() bool {
+	if w.closed() {
+		return false
+	}
+	seen := 0
+	for _, b := range w.pending {
+		if b.state != bufQueued {
+			continue
+		}
+		if seen++; seen > MaxDescs {
+			return false
+		}
+		if b.binding {
+			return true
+		}
+	}
+	return false
+}
+
+// topUp schedules binds for the buffers senders are shown (the first
+// MaxDescs queued ones) that are neither bound nor being bound. Buffers
+// further back are bound only when they move up, so a window with more
+// buffers posted than senders see needs one bind per epoch, not two: from
+// (a buffer that just stopped accepting puts, or nil) lends its memory
+// window to the first buffer that needs one. It reports whether from's
+// window was lent.
+func (w *windowState) topUp(from *buffer) (lent bool) {
+	if from != nil && !from.bound {
+		from = nil // nothing to lend (its bind is still in flight, or it never had one)
+	}
+	seen := 0
+	for _, b := range w.pending {
+		if b.state != bufQueued {
+			continue
+		}
+		if seen++; seen > MaxDescs {
+			break
+		}
+		if b.bound || b.binding {
+			continue
+		}
+		b.binding = true
+		w.toBind = append(w.toBind, bindAction{b: b, from: from})
+		if from != nil {
+			from.bound, from, lent = false, nil, true
+		}
+	}
+	return lent
 }
 
 // lookup returns the pending buffer of generation gen.
@@ -273,7 +336,7 @@ func (w *windowState) bound(b *buffer, d Desc) {
 		return // ended before its bind completed: the unbind follows
 	}
 	d.Len, d.Threshold = uint32(b.cap), b.threshold
-	b.bound, b.desc = true, d
+	b.bound, b.binding, b.desc = true, false, d
 	w.changed()
 }
 
@@ -321,11 +384,16 @@ func (w *windowState) end(b *buffer, f Flags) {
 	}
 	b.flags |= f
 	if w.opts.Guard == GuardNone {
+		// Handed over at once; its window goes to the next buffer that
+		// needs one (late writes fail from then on), or stays bound.
 		b.state = bufReady
+		w.topUp(b)
 		w.handOver()
 	} else {
 		b.state = bufCompleting
-		w.toUnbind = append(w.toUnbind, b)
+		if !w.topUp(b) {
+			w.toUnbind = append(w.toUnbind, b)
+		}
 	}
 	w.changed()
 }
@@ -510,7 +578,7 @@ func (w *windowState) entry(incarnation uint32) Entry {
 }
 
 // takeActions returns and clears the outbox.
-func (w *windowState) takeActions() (bind, unbind, published []*buffer) {
+func (w *windowState) takeActions() (bind []bindAction, unbind, published []*buffer) {
 	bind, unbind, published = w.toBind, w.toUnbind, w.published
 	w.toBind, w.toUnbind, w.published = nil, nil, nil
 	return

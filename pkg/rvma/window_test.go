@@ -49,10 +49,13 @@ func (f *fixture) flush() {
 			}
 			continue
 		}
-		for _, b := range bind {
+		for _, a := range bind {
 			f.rkey++
 			f.binds++
-			f.w.bound(b, Desc{Addr: b.addr, RKey: f.rkey})
+			if a.from != nil {
+				f.w.unbound(a.from)
+			}
+			f.w.bound(a.b, Desc{Addr: a.b.addr, RKey: f.rkey})
 		}
 		for _, b := range unbind {
 			f.w.unbound(b)
@@ -397,6 +400,58 @@ func TestWindowRandomOrder(t *testing.T) {
 			if r.Epoch != uint64(i) || r.Len != puts*10 || r.Ops != puts || r.Flags != 0 {
 				t.Fatalf("seed %d: record %d %+v", seed, i, r)
 			}
+		}
+	}
+}
+
+// With more buffers posted than senders see, only the first MaxDescs are
+// bound; at each epoch's end the completed buffer's window is lent to the
+// buffer that moves up, so an epoch costs one bind and no unbind, and a
+// released buffer at the tail needs none until it moves up.
+func TestWindowLendsWindows(t *testing.T) {
+	f := newFixture(t, WindowOptions{Threshold: 10})
+	var bs []*buffer
+	for i := 0; i < MaxDescs+2; i++ {
+		bs = append(bs, f.post(10, PostOptions{}))
+	}
+	bind, unbind, _ := f.w.takeActions()
+	if len(bind) != MaxDescs || len(unbind) != 0 {
+		t.Fatalf("posting %d buffers: %d binds, %d unbinds; want %d, 0", len(bs), len(bind), len(unbind), MaxDescs)
+	}
+	for _, a := range bind {
+		f.rkey++
+		f.w.bound(a.b, Desc{Addr: a.b.addr, RKey: f.rkey})
+	}
+	for gen := uint64(0); gen < 12; gen++ {
+		f.arrive(gen, 10, arriveCounted)
+		bind, unbind, _ := f.w.takeActions()
+		if len(bind) != 1 || len(unbind) != 0 || bind[0].from == nil || bind[0].from.gen != gen {
+			t.Fatalf("epoch %d: binds %+v, unbinds %d; want one bind lent from the completed buffer", gen, bind, len(unbind))
+		}
+		f.rkey++
+		f.w.unbound(bind[0].from)
+		f.w.bound(bind[0].b, Desc{Addr: bind[0].b.addr, RKey: f.rkey})
+		if e := f.w.entry(1); e.Head != gen+1 || e.NDesc != MaxDescs {
+			t.Fatalf("epoch %d: entry %+v", gen, e)
+		}
+		done := bs[gen%uint64(len(bs))]
+		if done.state != bufDone || done.rec.Epoch != gen {
+			t.Fatalf("epoch %d not handed over: state %v record %+v", gen, done.state, done.rec)
+		}
+		if err := f.w.release(done); err != nil {
+			t.Fatal(err)
+		}
+		if bind, unbind, _ := f.w.takeActions(); len(bind) != 0 || len(unbind) != 0 {
+			t.Fatalf("release after epoch %d: %d binds, %d unbinds; want none (the buffer is at the tail)", gen, len(bind), len(unbind))
+		}
+	}
+	// Close unbinds what is bound and what is being bound; the buffers at
+	// the tail were never bound.
+	f.w.close()
+	f.flush()
+	for _, b := range bs {
+		if b.state != bufDone {
+			t.Fatalf("after close: buffer of epoch %d in state %v", b.gen, b.state)
 		}
 	}
 }
