@@ -59,6 +59,12 @@ type engine struct {
 	spinners int
 	spinIdle chan struct{} // closed when spinners drops to 0
 	lastSpin time.Time     // when the last spinner ended
+	// While the progress loop is parked (parked), entry pushes are
+	// deferred to the next idle poll (pushes), so that a notice does not
+	// go out between an arrival and the application's answer to it.
+	parked atomic.Bool
+	pushMu sync.Mutex
+	pushes map[uint32]*Window
 
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
@@ -122,7 +128,7 @@ const (
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
-		ops: map[uint64]bindOp{}, errs: make(chan error, 16)}
+		ops: map[uint64]bindOp{}, errs: make(chan error, 16), pushes: map[uint32]*Window{}}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -375,8 +381,43 @@ func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 	mem[0] |= 1 // odd: being written
 	copy(mem[8:], tmp[8:])
 	copy(mem[:8], tmp[:8])
-	if push && e.links != nil {
-		e.links.pushEntry(w.slot, mem)
+	if !push || e.links == nil {
+		return
+	}
+	if en.State == StateOpen {
+		e.pushMu.Lock()
+		e.pushes[w.slot] = w
+		e.pushMu.Unlock()
+		if e.parked.Load() {
+			return // the spinner's next idle poll, or the loop when it wakes, pushes it
+		}
+		e.pushMu.Lock()
+		if e.pushes[w.slot] == w {
+			delete(e.pushes, w.slot)
+		}
+		e.pushMu.Unlock()
+	}
+	e.links.pushEntry(w.slot, mem)
+}
+
+// flushPushes pushes the deferred entries. The caller holds no window's
+// dispatch lock.
+func (e *engine) flushPushes() {
+	e.pushMu.Lock()
+	if len(e.pushes) == 0 {
+		e.pushMu.Unlock()
+		return
+	}
+	pending := e.pushes
+	e.pushes = make(map[uint32]*Window, len(pending))
+	e.pushMu.Unlock()
+	for slot, w := range pending {
+		w.dispatch.Lock()
+		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w {
+			off := int(slot) * EntrySize
+			e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize])
+		}
+		w.dispatch.Unlock()
 	}
 }
 
@@ -407,6 +448,7 @@ func (e *engine) progress(ctx context.Context) {
 		if !e.waitNoSpinner(ctx) {
 			return
 		}
+		e.flushPushes()
 		n, err := e.poll(ctx, e.cq, wcs)
 		if err != nil {
 			return
@@ -462,6 +504,8 @@ const spinGrace = 2 * time.Millisecond
 // waitNoSpinner parks the progress loop while a goroutine spins and for
 // spinGrace after; false when ctx ended.
 func (e *engine) waitNoSpinner(ctx context.Context) bool {
+	e.parked.Store(true)
+	defer e.parked.Store(false)
 	for {
 		e.spinMu.Lock()
 		idle, n, last := e.spinIdle, e.spinners, e.lastSpin
@@ -498,6 +542,7 @@ func (e *engine) pollOnce() bool {
 	var wcs [16]verbs.WC
 	n, err := e.cq.Poll(wcs[:])
 	if err != nil || n == 0 {
+		e.flushPushes()
 		return false
 	}
 	e.handle(wcs[:n])
