@@ -19,12 +19,19 @@ import (
 // WRITE's); true posts it only after the WRITE's own completion arrived,
 // the variant that stays correct when the WRITE and the SEND take
 // different paths.
-func (b *bench) notifyLat(ctx context.Context, size int, wait bool) ([]time.Duration, error) {
+//
+// writeImmLat (imm) is RDMA's own one-operation notification, the
+// transport RVMA's puts ride on: an RDMA WRITE WITH IMMEDIATE, whose
+// receive completion says that its own data is placed.
+func (b *bench) notifyLat(ctx context.Context, size int, wait, imm bool) ([]time.Duration, error) {
 	iters := b.cfg.Iters
 	stamps := make([]uint64, iters)
 	write := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey}
 	send := verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(2*b.max, 1)}}
 	chain := []verbs.SendWR{write, send}
+	if imm {
+		chain = []verbs.SendWR{{Op: verbs.OpWriteImm, SGL: write.SGL, RemoteAddr: write.RemoteAddr, RKey: write.RKey, Imm: 1}}
+	}
 	consumed := 0
 	recv := func() error {
 		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
@@ -64,11 +71,11 @@ func (b *bench) notifyLat(ctx context.Context, size int, wait bool) ([]time.Dura
 			}
 		} else {
 			chain[0].Flags = 0
-			chain[1].Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
+			chain[len(chain)-1].Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
 			if err := b.qp.PostSend(chain...); err != nil {
 				return nil, err
 			}
-			if chain[1].Flags&verbs.SendSignaled != 0 {
+			if chain[len(chain)-1].Flags&verbs.SendSignaled != 0 {
 				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
 					return nil, err
 				}

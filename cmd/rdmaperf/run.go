@@ -105,7 +105,7 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 		if err := b.postRecvs(rxDepth, 0); err != nil {
 			return err
 		}
-	case "write_send_lat", "write_wait_send_lat":
+	case "write_send_lat", "write_wait_send_lat", "write_imm_lat":
 		if err := b.postNotifyRecvs(rxDepth); err != nil {
 			return err
 		}
@@ -134,6 +134,7 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 	title := map[string]string{"write_lat": "RDMA_Write Latency Test", "read_lat": "RDMA_Read Latency Test",
 		"write_send_lat":      "RDMA_Write + Send completion Latency Test (Send behind the Write)",
 		"write_wait_send_lat": "RDMA_Write + Send completion Latency Test (Send after the Write's completion)",
+		"write_imm_lat":       "RDMA_Write_with_Immediate Latency Test (receive completion)",
 		"send_lat":            "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 	loop := "Go loop over the pkg/verbs API"
@@ -201,9 +202,9 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		if err == nil {
 			err = b.checkPeerData(size, size)
 		}
-	case "write_send_lat", "write_wait_send_lat":
+	case "write_send_lat", "write_wait_send_lat", "write_imm_lat":
 		var samples []time.Duration
-		samples, err = b.notifyLat(ctx, size, b.cfg.Test == "write_wait_send_lat")
+		samples, err = b.notifyLat(ctx, size, b.cfg.Test == "write_wait_send_lat", b.cfg.Test == "write_imm_lat")
 		if err == nil && b.client {
 			printLat(out, size, latStats(samples, 2))
 		}

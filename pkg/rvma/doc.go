@@ -25,8 +25,14 @@
 // is unbound before it is handed over, so bytes arriving late for a
 // completed epoch are refused by the NIC and never change it (the sender
 // gets ErrStale or, by default, its put is re-issued into the next epoch).
+// A window binds only the buffers senders are shown (the head and the two
+// after it), so an epoch costs one bind and one notice to its senders.
 // The design, the wire protocol and the reasons for them are in
 // docs/rvma.md, with what is not built yet (the eager path, Get).
+//
+// NewCollector exports an endpoint's and its windows' counters as
+// Prometheus metrics. cmd/rvmacat is a small program built on this package
+// (a receiver printing completed epochs, a sender putting its input).
 //
 // Every error this package returns wraps one of the sentinel errors
 // (ErrClosed, ErrNoBuffer, ErrTooLarge, ErrStale, ErrMailboxClosed,

@@ -6,6 +6,7 @@
 // Usage:
 //
 //	go run ./cmd/rdmaperf/benchtable build/lab/runs/verbs-bench/guest1/console.log
+//	go run ./cmd/rdmaperf/benchtable -rvma build/lab/runs/rvma-bench/guest1/console.log
 package main
 
 import (
@@ -20,11 +21,16 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtable CONSOLE_LOG")
+	args := os.Args[1:]
+	rvmaTables := len(args) > 0 && args[0] == "-rvma"
+	if rvmaTables {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: benchtable [-rvma] CONSOLE_LOG")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	f, err := os.Open(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchtable:", err)
 		os.Exit(1)
@@ -36,8 +42,12 @@ func main() {
 		os.Exit(1)
 	}
 	if len(res) == 0 {
-		fmt.Fprintln(os.Stderr, "benchtable: no BENCH lines in", os.Args[1])
+		fmt.Fprintln(os.Stderr, "benchtable: no BENCH lines in", args[0])
 		os.Exit(1)
+	}
+	if rvmaTables {
+		writeRVMA(os.Stdout, res)
+		return
 	}
 	write(os.Stdout, res)
 }

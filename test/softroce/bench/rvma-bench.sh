@@ -10,6 +10,8 @@
 #   write_send_lat       (b1) RDMA WRITE + a 1-byte SEND posted right behind it
 #   write_wait_send_lat  (b2) RDMA WRITE, the SEND posted after the WRITE's completion
 #   write_lat            (c)  RDMA WRITE, the receiver spinning on the last byte
+#   write_imm_lat        RDMA WRITE WITH IMMEDIATE, the receiver spinning on its CQ: the
+#                        transport under RVMA's puts, with none of RVMA's work
 # all through cmd/rdmaperf's Go loops, with perftest's ib_write_lat beside
 # them; then streaming bandwidth, 64 KiB to 1 MiB: rvma_bw against
 # write_bw and ib_write_bw.
@@ -70,6 +72,7 @@ for rep in $(seq "$REPS"); do
 		rdmaperf rdmaperf write_send_lat "$s"
 		rdmaperf rdmaperf write_wait_send_lat "$s"
 		rdmaperf rdmaperf write_lat "$s"
+		rdmaperf rdmaperf write_imm_lat "$s"
 	done
 	for s in $BW_SIZES; do
 		perftest write_bw "$s"

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+)
+
+// writeRVMA prints the tables of an rvma-bench run: the paper's Figure 4
+// (t_typical of an RVMA put against the RDMA ways of learning that a
+// WRITE completed) and streaming bandwidth. Columns with no result print
+// "–".
+func writeRVMA(w io.Writer, res map[key]map[string]float64) {
+	get := func(test string, size int, tool string) (float64, bool) {
+		v, ok := res[key{test, size}][tool]
+		return v, ok && v > 0
+	}
+	num := func(v float64, ok bool) string {
+		if !ok {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", v)
+	}
+	ratio := func(a float64, aok bool, b float64, bok bool) string {
+		if !aok || !bok {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", a/b)
+	}
+	reduction := func(a float64, aok bool, b float64, bok bool) string {
+		if !aok || !bok {
+			return "–"
+		}
+		return fmt.Sprintf("%+.0f%%", (a/b-1)*100)
+	}
+	sizesOf := func(test string) []int {
+		var s []int
+		for k := range res {
+			if k.test == test {
+				s = append(s, k.size)
+			}
+		}
+		sort.Ints(s)
+		return s
+	}
+	fmt.Fprintln(w, "\n### Figure 4: put to completion seen by the receiver (t_typical [µs])")
+	fmt.Fprintln(w, "\n| bytes | (a) RVMA | (a') RVMA, GuardNone | (b1) WRITE+SEND behind | (b2) WRITE, SEND after its completion | (c) WRITE, last byte polled | WRITE_WITH_IMM | perftest ib_write_lat | (a)/(c) | (a) vs (b1) | (a) vs (b2) |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, s := range sizesOf("rvma_lat") {
+		a, aok := get("rvma_lat", s, "rdmaperf")
+		an, anok := get("rvma_lat", s, "rdmaperf-guardnone")
+		b1, b1ok := get("write_send_lat", s, "rdmaperf")
+		b2, b2ok := get("write_wait_send_lat", s, "rdmaperf")
+		c, cok := get("write_lat", s, "rdmaperf")
+		im, imok := get("write_imm_lat", s, "rdmaperf")
+		pt, ptok := get("write_lat", s, "perftest")
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s,
+			num(a, aok), num(an, anok), num(b1, b1ok), num(b2, b2ok), num(c, cok), num(im, imok), num(pt, ptok),
+			ratio(a, aok, c, cok), reduction(a, aok, b1, b1ok), reduction(a, aok, b2, b2ok))
+	}
+	fmt.Fprintln(w, "\n### Streaming bandwidth (BW average [MB/s])")
+	fmt.Fprintln(w, "\n| bytes | RVMA puts | rdmaperf write_bw | perftest ib_write_bw | RVMA/rdmaperf | RVMA/perftest |")
+	fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
+	for _, s := range sizesOf("rvma_bw") {
+		r, rok := get("rvma_bw", s, "rdmaperf")
+		g, gok := get("write_bw", s, "rdmaperf")
+		p, pok := get("write_bw", s, "perftest")
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", s, num(r, rok), num(g, gok), num(p, pok), ratio(r, rok, g, gok), ratio(r, rok, p, pok))
+	}
+}
