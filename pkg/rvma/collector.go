@@ -29,7 +29,7 @@ var (
 	descRefused      = prometheus.NewDesc("rvma_endpoint_refused_writes_total", "Puts the NIC refused into this endpoint's windows (keys of buffers already handed over).", epLabels, nil)
 	descUnknown      = prometheus.NewDesc("rvma_endpoint_unknown_arrivals_total", "Arrivals for no window, or malformed.", epLabels, nil)
 	descStalePuts    = prometheus.NewDesc("rvma_endpoint_stale_puts_total", "This endpoint's puts refused because their epoch had completed.", epLabels, nil)
-	descLinkFailures = prometheus.NewDesc("rvma_endpoint_link_failures_total", "Links torn down after an error.", epLabels, nil)
+	descLinkFailures = prometheus.NewDesc("rvma_endpoint_links_lost_total", "Links that ended other than by this endpoint's Close: the peer disconnected or died, or an error.", epLabels, nil)
 	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
 	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
 	descWindows      = prometheus.NewDesc("rvma_endpoint_windows", "Windows whose mailbox is reserved (open, or closed and lingering).", epLabels, nil)

@@ -203,7 +203,7 @@ type EndpointStats struct {
 	RefusedWrites uint64 // puts the NIC refused into this endpoint's windows (stale keys)
 	UnknownRecv   uint64 // arrivals for no window, or malformed
 	StalePuts     uint64 // this endpoint's puts refused as stale
-	LinkFailures  uint64 // links torn down after an error
+	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
 	LostNotices   uint64 // entry updates that could not be pushed to a subscriber
 }

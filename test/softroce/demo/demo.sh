@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=2 timeout=300 gobuild=./cmd/rvmad,./cmd/aa-dht
+# lab: guests=2 timeout=300 gobuild=./cmd/rvmad,./cmd/aa-dht,./cmd/rvmacat
 #
 # `make demo`: two SoftRoCE hosts. Each shows its rxe device and our kernel
 # module and starts rvmad; then they move data between them over RDMA and
@@ -55,6 +55,26 @@ else
 	say "guest 2 -> guest 1: 500 inserts as active puts, then 3 lookups as plain gets"
 	"$LAB_BIN/aa-dht" insert -table aa -addr "$server:7790" -n 500 -collisions 0.05 -lookups 3
 	lab_signal dht-done
+fi
+
+# RVMA: guest 1 opens a window on mailbox 0x11FF0011 (epochs of 32 bytes)
+# and posts buffers; guest 2 knows only guest 1's address and the mailbox.
+# It puts 32 bytes in four 8-byte puts issued last piece first, twice; the
+# NIC writes each piece straight into guest 1's buffer, and guest 1 learns
+# of each full epoch from its completion pointer.
+if [ "$LAB_ROLE" = server ]; then
+	say "guest 1: an RVMA window on mailbox 0x11FF0011, 4 buffers, epochs of 32 bytes"
+	"$LAB_BIN/rvmacat" -l "$LAB_ADDR:7471" -mailbox 0x11FF0011 -size 64 -threshold 32 -epochs 2 -metrics >/tmp/rvma.log 2>&1 &
+	rv=$!
+	for _ in $(seq 200); do grep -qs listening /tmp/rvma.log && break; sleep 0.05; done
+	lab_signal rvma-ready
+	wait $rv || { cat /tmp/rvma.log; lab_fail "the RVMA receiver failed"; }
+	grep -v '^#' /tmp/rvma.log | grep -E 'listening|epoch|"|rvma_window_(puts|bytes|epochs_completed)_total|rvma_window_buffers_posted'
+else
+	lab_wait rvma-ready
+	say "guest 2 -> guest 1: 2 x 32 bytes to the mailbox, in 8-byte puts issued in reverse order"
+	printf 'RVMA: no buffer addresses here! ' | "$LAB_BIN/rvmacat" -local "$LAB_ADDR:7472" -mailbox 0x11FF0011 -piece 8 -reverse "$server:7471"
+	printf 'epoch 1, same mailbox, new buffer' | head -c 32 | "$LAB_BIN/rvmacat" -local "$LAB_ADDR:7472" -mailbox 0x11FF0011 -piece 8 -reverse "$server:7471"
 fi
 
 rvmad_demo_end
