@@ -15,7 +15,9 @@
 // write_send_lat and write_wait_send_lat (an RDMA WRITE whose completion
 // the receiver learns from a 1-byte SEND, posted right behind the WRITE or
 // after its completion); write_imm_lat (an RDMA WRITE WITH IMMEDIATE, the
-// receiver waiting for its receive completion); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
+// receiver waiting for its receive completion); setup_lat (registering a
+// fresh buffer and sending its address and key to the writer: what RDMA
+// pays per new buffer and RVMA does not); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
 // measures windows without the late-write guard). See rvma.go and
 // notify.go.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
@@ -76,7 +78,7 @@ func main() {
 		dev     = flag.String("d", "", "RDMA device (default: the first)")
 		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
 		port    = flag.Int("p", 18516, "TCP port of the side channel")
-		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, rvma_lat, rvma_bw (client only)")
+		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, setup_lat, rvma_lat, rvma_bw (client only)")
 		size    = flag.Int("s", 2, "message size in bytes (client only)")
 		all     = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
 		maxSize = flag.Int("max-size", 65536, "largest size with -a")
@@ -191,7 +193,7 @@ func isRVMA(test string) bool { return test == "rvma_lat" || test == "rvma_bw" }
 
 func (c config) check() error {
 	switch c.Test {
-	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "write_send_lat", "write_wait_send_lat", "write_imm_lat":
+	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
 	case "rvma_lat", "rvma_bw":
 	default:
 		return fmt.Errorf("unknown test %q", c.Test)

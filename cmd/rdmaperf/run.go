@@ -105,7 +105,7 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 		if err := b.postRecvs(rxDepth, 0); err != nil {
 			return err
 		}
-	case "write_send_lat", "write_wait_send_lat", "write_imm_lat":
+	case "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
 		if err := b.postNotifyRecvs(rxDepth); err != nil {
 			return err
 		}
@@ -135,6 +135,7 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 		"write_send_lat":      "RDMA_Write + Send completion Latency Test (Send behind the Write)",
 		"write_wait_send_lat": "RDMA_Write + Send completion Latency Test (Send after the Write's completion)",
 		"write_imm_lat":       "RDMA_Write_with_Immediate Latency Test (receive completion)",
+		"setup_lat":           "RDMA buffer setup Latency Test (register, send address and key, answer)",
 		"send_lat":            "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 	loop := "Go loop over the pkg/verbs API"
@@ -210,6 +211,11 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		}
 		if err == nil {
 			err = b.checkPeerData(size-1, size)
+		}
+	case "setup_lat":
+		var samples []time.Duration
+		if samples, err = b.setupLat(ctx, size); err == nil && b.client {
+			printLat(out, size, latStats(samples, 1))
 		}
 	case "read_lat":
 		if b.client {

@@ -52,6 +52,7 @@ BENCH rdmaperf write_lat 8 50
 BENCH rdmaperf write_send_lat 8 100
 BENCH rdmaperf write_wait_send_lat 8 500
 BENCH rdmaperf rvma_bw 65536 9
+BENCH rdmaperf setup_lat 8 30
 BENCH perftest write_bw 65536 10
 `
 	res, err := parse(strings.NewReader(in))
@@ -60,7 +61,7 @@ BENCH perftest write_bw 65536 10
 	}
 	var b strings.Builder
 	writeRVMA(&b, res)
-	for _, want := range []string{"| 8 | 250.00 | – | 100.00 | 500.00 | 50.00 | – | – | 5.00 | +150% | -50% |", "| 65536 | 9.00 | – | 10.00 | – | 0.90 |"} {
+	for _, want := range []string{"| 8 | 250.00 | – | 100.00 | 500.00 | 50.00 | – | – | 5.00 | +150% | -50% |", "| 65536 | 9.00 | – | 10.00 | – | 0.90 |", "| 8 | 30.00 | 50.00 | 20 | 500.00 | 2 | 0 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}

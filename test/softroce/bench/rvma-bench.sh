@@ -12,6 +12,9 @@
 #   write_lat            (c)  RDMA WRITE, the receiver spinning on the last byte
 #   write_imm_lat        RDMA WRITE WITH IMMEDIATE, the receiver spinning on its CQ: the
 #                        transport under RVMA's puts, with none of RVMA's work
+# then the paper's Figure 6: setup_lat, what RDMA pays per new buffer before
+# the first WRITE (register it, send its address and key, get the answer),
+# against which (c) and (b2) give the exchanges needed to amortise it
 # all through cmd/rdmaperf's Go loops, with perftest's ib_write_lat beside
 # them; then streaming bandwidth, 64 KiB to 1 MiB: rvma_bw against
 # write_bw and ib_write_bw.
@@ -73,6 +76,7 @@ for rep in $(seq "$REPS"); do
 		rdmaperf rdmaperf write_wait_send_lat "$s"
 		rdmaperf rdmaperf write_lat "$s"
 		rdmaperf rdmaperf write_imm_lat "$s"
+		rdmaperf rdmaperf setup_lat "$s"
 	done
 	for s in $BW_SIZES; do
 		perftest write_bw "$s"

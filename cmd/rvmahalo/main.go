@@ -1,0 +1,160 @@
+// Command rvmahalo is the halo-exchange benchmark of docs/rvma.md: the
+// guests of a lab boot form a ring; every step each guest sends a face of
+// -face bytes to both neighbours and waits for both of theirs, then moves
+// to the next step. It runs the exchange twice in the same boot and prints
+// steps per second for each:
+//
+//   - rvma: each guest opens two windows (mailboxes by step parity) whose
+//     epochs complete at two faces' worth of bytes, and puts its faces to
+//     its neighbours' mailboxes; it never learns a buffer address.
+//   - rdma: the same exchange on plain verbs, written the way an RDMA
+//     program must: buffers registered and their addresses and keys sent
+//     to the neighbours first (the setup, timed on its own), then per step
+//     an RDMA WRITE of the face into the neighbour's buffer for that parity
+//     and a 1-byte SEND behind it on the same QP, which tells the
+//     neighbour the face is complete.
+//
+// Every received face is checked (first and last bytes every step, every
+// byte every 16th step). It runs only inside the lab (test/softroce),
+// which gives it its index, the ring's addresses and the barriers:
+//
+//	rvmahalo -mode rvma -face 4096 -steps 300 -run 1
+//
+// Output, one line per mode on every guest:
+//
+//	HALO <mode> <guests> <face bytes> <steps> <steps/s> <setup µs>
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+// ring is this guest's place in the ring.
+type ring struct {
+	index, n    int // 1-based index, number of guests
+	left, right int
+	run         string // prefixes barrier names
+	self        netip.Addr
+	addrs       []netip.Addr // by index-1
+}
+
+func main() {
+	var (
+		mode    = flag.String("mode", "rvma", "rvma or rdma")
+		face    = flag.Int("face", 4096, "bytes sent to each neighbour per step")
+		steps   = flag.Int("steps", 300, "steps to run")
+		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
+		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
+	)
+	flag.Parse()
+	log.SetFlags(0)
+	log.SetPrefix("rvmahalo: ")
+	if !labenv.InLab() {
+		log.Fatal(labenv.ErrNotInLab)
+	}
+	if *face < 16 || *steps < 2 {
+		log.Fatal("-face must be at least 16 bytes and -steps at least 2")
+	}
+	r, err := newRing()
+	if err != nil {
+		log.Fatal(err)
+	}
+	r.run = *runID
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var res result
+	switch *mode {
+	case "rvma":
+		res, err = runRVMA(ctx, r, *face, *steps)
+	case "rdma":
+		res, err = runRDMA(ctx, r, *face, *steps)
+	default:
+		err = fmt.Errorf("unknown -mode %q", *mode)
+	}
+	if err != nil {
+		log.Fatalf("%s: %v", *mode, err)
+	}
+	fmt.Printf("HALO %s %d %d %d %.1f %.0f\n", *mode, r.n, *face, *steps, float64(*steps)/res.run.Seconds(), float64(res.setup)/float64(time.Microsecond))
+	os.Stdout.Sync()
+}
+
+// result is what one run measured: the setup before the first step and
+// the steps themselves.
+type result struct {
+	setup, run time.Duration
+}
+
+func newRing() (*ring, error) {
+	i, err := labenv.Index()
+	if err != nil {
+		return nil, err
+	}
+	n, err := labenv.Guests()
+	if err != nil {
+		return nil, err
+	}
+	if n < 2 {
+		return nil, fmt.Errorf("a ring needs at least 2 guests, the lab has %d", n)
+	}
+	r := &ring{index: i, n: n, left: (i+n-2)%n + 1, right: i%n + 1}
+	for k := 1; k <= n; k++ {
+		a, err := labenv.AddrOf(k)
+		if err != nil {
+			return nil, err
+		}
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return nil, err
+		}
+		r.addrs = append(r.addrs, ip)
+	}
+	r.self = r.addrs[i-1]
+	return r, nil
+}
+
+// barrier waits until every guest of the ring reached point name.
+func (r *ring) barrier(ctx context.Context, name string) error {
+	if err := labenv.Signal(fmt.Sprintf("%s-%s-%d", r.run, name, r.index)); err != nil {
+		return err
+	}
+	for k := 1; k <= r.n; k++ {
+		if err := labenv.Wait(ctx, fmt.Sprintf("%s-%s-%d", r.run, name, k)); err != nil {
+			return fmt.Errorf("barrier %s, guest %d: %w", name, k, err)
+		}
+	}
+	return nil
+}
+
+// fill writes the face guest from sends at step into b.
+func fill(b []byte, from, step int) {
+	for i := range b {
+		b[i] = pattern(from, step, i)
+	}
+}
+
+func pattern(from, step, i int) byte { return byte(from*31+step*7) + byte(i*13) }
+
+// check verifies a face received from guest from at step.
+func check(b []byte, from, step int) error {
+	idx := []int{0, len(b) - 1}
+	if step%16 == 0 {
+		idx = nil
+		for i := range b {
+			idx = append(idx, i)
+		}
+	}
+	for _, i := range idx {
+		if b[i] != pattern(from, step, i) {
+			return fmt.Errorf("step %d: byte %d of guest %d's face is %#x, want %#x", step, i, from, b[i], pattern(from, step, i))
+		}
+	}
+	return nil
+}
