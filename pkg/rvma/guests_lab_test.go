@@ -7,7 +7,7 @@ package rvma
 // independent of arrival order (recorded at the receiver over four
 // stripes), several senders filling one epoch, stale puts refused without
 // touching a buffer already handed over (and retried into the next epoch),
-// a sender leaving mid-epoch, a receiver leaving under pending puts.
+// a sender killed mid-epoch, a receiver killed under pending puts.
 //
 // Run: go run ./test/softroce gotest -guests 3 ./pkg/rvma -test.run TestLabGuests -test.v
 
@@ -287,8 +287,8 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	t.Logf("stale puts: refused by the NIC, the handed-over buffer unchanged, %d refusals counted, the retried put landed in epoch 1; endpoint %+v",
 		ep.e.refused.Load()-refused, ep.Stats())
 
-	// A sender that leaves mid-epoch: the receiver takes the partial
-	// buffer with IncEpoch.
+	// A sender killed mid-epoch: the receiver takes the partial buffer
+	// with IncEpoch.
 	wd, _ := ep.InitWindow(mbDies, WindowOptions{Threshold: 8192})
 	dieMem, _ := ep.Alloc(8192)
 	pd, _ := wd.Post(dieMem, nil)
@@ -304,12 +304,12 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	}
 	rec, err := wd.IncEpoch(ctx)
 	if err != nil || rec.Len != 3000 || rec.Flags&FlagPartial == 0 || !bytes.Equal(dieMem[:3000], patterned(3000, 5)) {
-		t.Fatalf("partial epoch of a sender that left: %+v %v", rec, err)
+		t.Fatalf("partial epoch of a sender that was killed: %+v %v", rec, err)
 	}
 	if r, ok := pd.Load(); !ok || r != rec {
 		t.Fatalf("completion pointer %+v", r)
 	}
-	t.Logf("sender left mid-epoch: link failure seen, IncEpoch handed over %d bytes (partial)", rec.Len)
+	t.Logf("sender killed mid-epoch (SIGKILL): link loss seen, IncEpoch handed over %d bytes (partial)", rec.Len)
 
 	// A receiver that dies: a child process with an endpoint and a window
 	// without buffers; the sender's put waits for a buffer, then the child
@@ -345,6 +345,22 @@ func TestLabChildReceiver(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("child-ready")
+	select {}
+}
+
+// TestLabChildSender is the sender TestLabGuests kills mid-epoch; it runs
+// only as that child.
+func TestLabChildSender(t *testing.T) {
+	if os.Getenv("RVMA_CHILD_SENDER") != "1" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ep := guestListen(t, guestPort+4, nil)
+	if err := ep.Put(ctx, guestAddr(t, 1, guestPort), mbDies, 0, patterned(3000, 5)); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("child-put-done")
 	select {}
 }
 
@@ -414,13 +430,24 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	}
 	signal("rvma-stale-put")
 
-	// Leave mid-epoch: 3000 of 8192 bytes, then close.
+	// Die mid-epoch: a child process puts 3000 of 8192 bytes and is
+	// killed with SIGKILL (no Close: the kernel tears its verbs down).
 	wait("rvma-dies-ready")
-	dying := guestListen(t, guestPort+4, nil)
-	if err := dying.Put(ctx, dst, mbDies, 0, patterned(3000, 5)); err != nil {
+	child := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestLabChildSender$", "-test.v")
+	child.Env = append(os.Environ(), "RVMA_CHILD_SENDER=1")
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	if err != nil {
 		t.Fatal(err)
 	}
-	dying.Close()
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && sc.Text() != "child-put-done" {
+	}
+	child.Process.Kill()
+	child.Wait()
 	signal("rvma-dies-gone")
 
 	// The receiver dies while a put waits for a buffer.
