@@ -57,8 +57,14 @@ func insert(args []string) error {
 	}
 	d := time.Since(start)
 	stop()
-	fmt.Printf("inserts=%d seconds=%.4f rate=%.1f table=%s collisions=%.2f\n", len(share), d.Seconds(),
+	fmt.Printf("inserts=%d seconds=%.4f rate=%.1f table=%s collisions=%.2f", len(share), d.Seconds(),
 		float64(len(share))/d.Seconds(), c.table, c.collisions)
+	if aa, ok := tb.(*dht.AATable); ok {
+		// How the Source posted: chains (system calls) and completions asked for.
+		st := aa.Source().Stats()
+		fmt.Printf(" posts=%d signaled=%d unsignaled=%d markers=%d", st.Posts, st.Signaled, st.Unsignaled, st.Markers)
+	}
+	fmt.Println()
 	for _, p := range share[:min(*lookups, len(share))] {
 		v, ok, err := tb.Lookup(ctx, p.Key)
 		if err != nil {

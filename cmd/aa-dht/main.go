@@ -15,7 +15,9 @@
 // exists (or, without it, until SIGINT/SIGTERM), then checks that the
 // volume holds the workload (-n, -collisions, -seed) exactly, and exits 1
 // if not. insert prints one line: the inserts, the seconds from the first
-// insert to the end of the Flush that covers the last, and their rate.
+// insert to the end of the Flush that covers the last, and their rate
+// (for aa also how its Source posted: chains, that is system calls, and
+// work requests with and without a completion).
 // Both sides must agree on -n, -collisions, -seed, -buckets and -heap.
 package main
 

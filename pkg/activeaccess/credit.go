@@ -177,7 +177,8 @@ func (s *staging) alloc(n int) (off int, h int, ok bool) {
 	return pos, start + n, true
 }
 
-// free releases the span alloc returned h for.
+// free releases the span alloc returned h for. Frees in allocation order
+// (the usual case) take constant time.
 func (s *staging) free(h int) {
 	for i := range s.spans {
 		if s.spans[i].end == h && !s.spans[i].freed {
@@ -189,7 +190,10 @@ func (s *staging) free(h int) {
 	for ; i < len(s.spans) && s.spans[i].freed; i++ {
 		s.tail = s.spans[i].end
 	}
-	s.spans = append(s.spans[:0], s.spans[i:]...)
+	// Drop the reclaimed spans from the front without copying the rest;
+	// alloc's append moves the live ones to the start of a new array
+	// once the slice reaches its capacity.
+	s.spans = s.spans[i:]
 	if len(s.spans) == 0 {
 		// Empty: start again at 0, so any size up to the whole area
 		// fits (a span never wraps).

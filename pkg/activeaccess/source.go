@@ -61,11 +61,12 @@ type Source struct {
 	closed     bool
 	released   bool // the verbs objects are gone
 	broken     error
-	sqFree     int
+	sqFree     int // send queue slots neither queued nor in flight
+	sq         sendQueue
 	st         *staging
 	led        *ledger
-	seq        uint64 // last operation issued
-	ops        map[uint64]*Op
+	seq        uint64         // last operation issued
+	answers    map[uint64]*Op // ModeMediated gets waiting for their answer
 	doneSet    map[uint64]bool
 	doneThru   uint64 // every operation up to this one completed
 	lastActive uint64 // last active operation issued
@@ -88,6 +89,10 @@ type SourceStats struct {
 	Markers     uint64 // markers sent (credit returns and flushes)
 	Acked       uint64 // markers the target acknowledged
 	Replies     uint64 // replies received
+	// Posts counts chains posted (one ibv_post_send, one system call on
+	// rxe, each); Signaled and Unsignaled the work requests posted with
+	// and without a completion requested.
+	Posts, Signaled, Unsignaled uint64
 }
 
 // Stats returns the source's counters.
@@ -96,6 +101,7 @@ func (s *Source) Stats() SourceStats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Acked = s.led.acked
+	st.Posts, st.Signaled, st.Unsignaled = s.sq.posts, s.sq.signaled, s.sq.unsignaled
 	return st
 }
 
@@ -125,7 +131,7 @@ func Dial(ctx context.Context, addr netip.AddrPort, cfg *SourceConfig) (*Source,
 		return nil, fmt.Errorf("%w: target address %v", ErrInvalid, addr)
 	}
 	c.Staging = (c.Staging + pageSize - 1) &^ (pageSize - 1)
-	s := &Source{cfg: c, changed: make(chan struct{}), ops: map[uint64]*Op{}, doneSet: map[uint64]bool{}}
+	s := &Source{cfg: c, changed: make(chan struct{}), answers: map[uint64]*Op{}, doneSet: map[uint64]bool{}}
 	if err := s.dial(ctx, addr); err != nil {
 		s.release()
 		return nil, err
@@ -164,7 +170,7 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	if s.cq, err = vc.NewCQ(depth+s.nrecv, &verbs.CQOptions{Channel: s.ch}); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
-	if s.qp, err = s.id.NewQP(s.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq, SignalAll: true,
+	if s.qp, err = s.id.NewQP(s.pd, &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
 		Cap: verbs.QPCap{MaxSendWR: depth, MaxRecvWR: s.nrecv, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: maxInline}}); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
@@ -213,6 +219,9 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	}
 	s.window = min(int(s.g.Window), sMarkerSlots)
 	s.sqFree = s.cfg.Depth
+	// A completion every quarter of the queue (at most every 32 requests)
+	// frees slots while the rest is in flight.
+	s.sq = newSendQueue(depth, min(32, s.cfg.Depth/4))
 	s.st = newStaging(s.cfg.Staging)
 	s.led = newLedger(int64(s.g.Credits))
 	if s.g.Mode == ModeMediated {
@@ -317,21 +326,31 @@ func (s *Source) breakLocked(err error) {
 // its memory effect is done and it is logged, in ModeMediated it is in
 // the target's inbox; in neither is it handled yet (use Flush for that).
 type Op struct {
-	s      *Source
-	seq    uint64
-	get    bool
-	dst    []byte
-	stOff  int // where the data is in staging
-	stH    int
-	done   chan struct{}
-	err    error
-	active bool
+	s        *Source
+	seq      uint64
+	get      bool
+	dst      []byte
+	stOff    int // where the data is in staging
+	stH      int
+	done     chan struct{}
+	err      error
+	active   bool
+	finished bool // done is closed
 	// ModeMediated gets complete when the target's answer arrived too.
 	needAnswer, sent, answered bool
 }
 
-// Done is closed when the operation completed, successfully or not.
-func (o *Op) Done() <-chan struct{} { return o.done }
+// Done is closed when the operation completed, successfully or not. An
+// operation the Source still holds back to post together with later ones
+// (see Put) is posted now.
+func (o *Op) Done() <-chan struct{} {
+	select {
+	case <-o.done:
+	default:
+		o.s.kick(o)
+	}
+	return o.done
+}
 
 // Err returns nil while the operation is pending or after it succeeded,
 // and its error once it failed: ErrRefused when the target refused it,
@@ -352,6 +371,12 @@ func (o *Op) Wait(ctx context.Context) error {
 	select {
 	case <-o.done:
 		return o.err
+	default:
+	}
+	o.s.kick(o)
+	select {
+	case <-o.done:
+		return o.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -361,7 +386,11 @@ func (o *Op) Wait(ctx context.Context) error {
 // offset off (or, on pages without W, only into its log) and the
 // handler of the pages' domain sees it. src may be reused when Put
 // returns. Put blocks while the connection has no credits, queue slots
-// or staging memory for it. Errors: ErrInvalid (empty src), ErrRange,
+// or staging memory for it. While earlier operations are in flight, Put
+// may queue the access and post it with the ones that follow (one system
+// call for the lot), when the next completion arrives or when a caller
+// waits for one of them (Op.Wait, Op.Done, Flush); a failure to post it
+// then fails the Op with ErrDisconnected. Errors: ErrInvalid (empty src), ErrRange,
 // ErrTooLarge (more than the staging memory or the credit grant, or a
 // mediated get over 256 KiB), ErrClosed, ErrDisconnected, ctx's error.
 func (s *Source) Put(ctx context.Context, off int, src []byte) (*Op, error) {
@@ -473,7 +502,8 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 			if s.led.open > 0 && s.led.outstanding() < s.window && s.sqFree > 0 {
 				// Credits come back with the acknowledgement of a
 				// marker sent after the accesses that spent them.
-				if err := s.markerLocked(false); err != nil {
+				s.markerLocked(false)
+				if err := s.postLocked(); err != nil {
 					return nil, err
 				}
 				continue
@@ -514,36 +544,33 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 	if wr.Op != verbs.OpRead && wr.SGL[0].Length <= uint32(min(maxInline, s.qp.Cap().MaxInlineData)) {
 		wr.Flags |= verbs.SendInline
 	}
-	if err := s.qp.PostSend(wr); err != nil {
-		s.seq--
-		s.st.free(stH) // charged credits stay in the open epoch
-		err = fmt.Errorf("%w: posting: %w", ErrDisconnected, err)
-		s.breakLocked(err)
-		return nil, err
-	}
 	if mediated {
 		s.ibOpen = append(s.ibOpen, ibH)
 	}
+	if o.needAnswer {
+		s.answers[o.seq] = o
+	}
 	s.sqFree--
-	s.ops[o.seq] = o
+	s.queueLocked(wr, o)
 	if active {
 		s.stats.Active++
 		s.lastActive = o.seq
 		if s.led.open >= int64(s.g.Credits)/4 && s.led.outstanding() < s.window && s.sqFree > 0 {
-			if err := s.markerLocked(false); err != nil {
-				return o, nil // o is posted; the failure shows on the connection
-			}
+			s.markerLocked(false)
 		}
 	} else {
 		s.stats.Plain++
 		s.lastPlain = o.seq
 	}
+	if err := s.maybePostLocked(); err != nil {
+		return nil, err // o failed with it
+	}
 	return o, nil
 }
 
-// markerLocked closes the open credit epoch and sends its marker; s.mu
+// markerLocked closes the open credit epoch and queues its marker; s.mu
 // held, a queue slot and a marker window slot free.
-func (s *Source) markerLocked(flush bool) error {
+func (s *Source) markerLocked(flush bool) {
 	ep := s.led.closeEpoch()
 	if s.ib != nil {
 		s.ibEpochs[ep] = s.ibOpen
@@ -552,14 +579,9 @@ func (s *Source) markerLocked(flush bool) error {
 	slot := int(ep % uint64(s.window))
 	o := s.nrecv*msgSize + slot*markerSlotLen
 	l := marker{Epoch: ep, Flush: flush}.put(s.mr.Bytes()[o:])
-	if err := s.qp.PostSend(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, Flags: verbs.SendInline, SGL: []verbs.SGE{s.mr.SGE(o, l)}}); err != nil {
-		err = fmt.Errorf("%w: posting a marker: %w", ErrDisconnected, err)
-		s.breakLocked(err)
-		return err
-	}
 	s.sqFree--
+	s.queueLocked(verbs.SendWR{ID: wrMarker | ep, Op: verbs.OpSend, Flags: verbs.SendInline, SGL: []verbs.SGE{s.mr.SGE(o, l)}}, nil)
 	s.stats.Markers++
-	return nil
 }
 
 // Flush returns when every active Put and Get this source issued before
@@ -583,7 +605,8 @@ func (s *Source) Flush(ctx context.Context) error {
 		}
 	}
 	last := s.lastActive
-	if err := s.markerLocked(true); err != nil {
+	s.markerLocked(true)
+	if err := s.postLocked(); err != nil {
 		return err
 	}
 	ep := s.led.last
@@ -611,6 +634,11 @@ func (s *Source) FlushPlain(ctx context.Context) error {
 		}
 		if s.doneThru >= last {
 			return nil
+		}
+		if s.sq.postedSeq < last {
+			if err := s.postLocked(); err != nil {
+				return err
+			}
 		}
 		if err := s.wait(ctx); err != nil {
 			return err
@@ -664,6 +692,9 @@ func (s *Source) cqLoop() {
 		for _, wc := range wcs[:n] {
 			s.completeLocked(wc)
 		}
+		if len(s.sq.wrs) > 0 && !s.closed && s.broken == nil {
+			s.postLocked() // what queued while those were in flight; a failure fails it
+		}
 		s.broadcast()
 		s.mu.Unlock()
 	}
@@ -691,27 +722,8 @@ func (s *Source) completeLocked(wc verbs.WC) {
 			s.breakLocked(fmt.Errorf("%w: %w", ErrDisconnected, err))
 			s.qp.ToError()
 		}
-	case wc.ID&wrMarker != 0:
-		s.sqFree++
-		if werr != nil {
-			s.breakLocked(wcError(werr, s.broken))
-		}
-	default:
-		o := s.ops[wc.ID]
-		if o == nil {
-			return
-		}
-		s.sqFree++
-		o.sent = true
-		if werr != nil {
-			err := wcError(werr, s.broken)
-			if s.broken == nil {
-				s.breakLocked(fmt.Errorf("%w: the connection failed after: %w", ErrDisconnected, err))
-			}
-			s.finish(o, err)
-		} else if !o.needAnswer || o.answered {
-			s.finish(o, nil)
-		}
+	default: // an operation or a marker, and every request posted before it
+		s.sendCompletedLocked(wc)
 	}
 }
 
@@ -749,8 +761,8 @@ func (s *Source) answered(imm uint32) error {
 	if seq > s.seq {
 		seq -= 1 << 32
 	}
-	o := s.ops[seq]
-	if o == nil || !o.needAnswer || o.answered {
+	o := s.answers[seq]
+	if o == nil || o.answered {
 		return fmt.Errorf("%w: an answer for op %d, which waits for none", ErrProtocol, imm)
 	}
 	o.answered = true
@@ -760,9 +772,15 @@ func (s *Source) answered(imm uint32) error {
 	return nil
 }
 
-// finish completes an operation; s.mu held.
+// finish completes an operation unless it is complete; s.mu held.
 func (s *Source) finish(o *Op, err error) {
-	delete(s.ops, o.seq)
+	if o.finished {
+		return
+	}
+	o.finished = true
+	if o.needAnswer {
+		delete(s.answers, o.seq)
+	}
 	s.markDone(o.seq)
 	if err != nil {
 		o.err = err
@@ -773,27 +791,45 @@ func (s *Source) finish(o *Op, err error) {
 	close(o.done)
 }
 
+// markDone records that operation seq completed; doneThru moves past
+// every operation up to the first incomplete one (operations complete in
+// order, but for mediated gets waiting for their answer).
 func (s *Source) markDone(seq uint64) {
-	s.doneSet[seq] = true
-	for s.doneSet[s.doneThru+1] {
+	if seq != s.doneThru+1 {
+		s.doneSet[seq] = true
+		return
+	}
+	s.doneThru++
+	for len(s.doneSet) > 0 && s.doneSet[s.doneThru+1] {
 		delete(s.doneSet, s.doneThru+1)
 		s.doneThru++
 	}
 }
 
-// failAllLocked completes every pending operation with err (the QP is
-// gone, so no completion will come); s.mu held.
+// failAllLocked completes every operation not yet complete, queued or in
+// flight, with err (or the connection's first error), as no completion
+// will come for them; s.mu held.
 func (s *Source) failAllLocked(err error) {
 	if s.broken != nil {
 		err = s.broken
 	}
-	for seq, o := range s.ops {
-		delete(s.ops, seq)
-		s.markDone(seq)
-		o.err = err
-		close(o.done)
-	}
 	s.breakLocked(err)
+	q := &s.sq
+	for q.n > 0 {
+		if e := q.pop(); e.op != nil {
+			s.finish(e.op, err)
+		}
+	}
+	for _, o := range q.ops {
+		if o != nil {
+			s.finish(o, err)
+		}
+	}
+	clear(q.ops)
+	q.wrs, q.sge, q.ops = q.wrs[:0], q.sge[:0], q.ops[:0]
+	for _, o := range s.answers {
+		s.finish(o, err)
+	}
 }
 
 // cmLoop watches the connection: a disconnect (the target closed or its
