@@ -32,17 +32,8 @@ func (b *bench) notifyLat(ctx context.Context, size int, wait, imm bool) ([]time
 	if imm {
 		chain = []verbs.SendWR{{Op: verbs.OpWriteImm, SGL: write.SGL, RemoteAddr: write.RemoteAddr, RKey: write.RKey, Imm: 1}}
 	}
-	consumed := 0
-	recv := func() error {
-		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
-			return err
-		}
-		if consumed++; consumed == 16 {
-			consumed = 0
-			return b.postNotifyRecvs(16)
-		}
-		return nil
-	}
+	rx := &refiller{b: b, post: b.postNotifyRecvs}
+	recv := func() error { return rx.recv(ctx) }
 	mem := b.mr.Bytes()
 	for i := 0; i < iters; i++ {
 		if !b.client {
@@ -87,10 +78,8 @@ func (b *bench) notifyLat(ctx context.Context, size int, wait, imm bool) ([]time
 			}
 		}
 	}
-	if consumed > 0 {
-		if err := b.postNotifyRecvs(consumed); err != nil {
-			return nil, err
-		}
+	if err := rx.flush(); err != nil {
+		return nil, err
 	}
 	return cyclesToDurations(stamps), nil
 }
@@ -104,4 +93,33 @@ func (b *bench) postNotifyRecvs(n int) error {
 		wrs[i] = verbs.RecvWR{ID: uint64(i), SGL: []verbs.SGE{b.mr.SGE(2*b.max+64, 64)}}
 	}
 	return b.qp.PostRecv(wrs...)
+}
+
+// refiller waits for one receive completion at a time and re-posts the
+// consumed receives 16 at a time, as perftest does.
+type refiller struct {
+	b        *bench
+	post     func(n int) error
+	consumed int
+}
+
+func (r *refiller) recv(ctx context.Context) error {
+	if err := r.b.spinCQ(ctx, r.b.rcq, 1); err != nil {
+		return err
+	}
+	if r.consumed++; r.consumed == 16 {
+		r.consumed = 0
+		return r.post(16)
+	}
+	return nil
+}
+
+// flush re-posts what was consumed since the last refill.
+func (r *refiller) flush() error {
+	if r.consumed == 0 {
+		return nil
+	}
+	n := r.consumed
+	r.consumed = 0
+	return r.post(n)
 }

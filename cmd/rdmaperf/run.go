@@ -381,17 +381,8 @@ func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) 
 	iters := b.cfg.Iters
 	stamps := make([]uint64, iters)
 	wr := []verbs.SendWR{{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(0, size)}}}
-	consumed := 0
-	recv := func() error {
-		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
-			return err
-		}
-		if consumed++; consumed == 16 {
-			consumed = 0
-			return b.postRecvs(16, 0)
-		}
-		return nil
-	}
+	rx := &refiller{b: b, post: func(n int) error { return b.postRecvs(n, 0) }}
+	recv := func() error { return rx.recv(ctx) }
 	for i := 0; i < iters; i++ {
 		if !b.client {
 			if err := recv(); err != nil {
@@ -415,10 +406,8 @@ func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) 
 		}
 	}
 	// Top the receive queue up again for the next size.
-	if consumed > 0 {
-		if err := b.postRecvs(consumed, 0); err != nil {
-			return nil, err
-		}
+	if err := rx.flush(); err != nil {
+		return nil, err
 	}
 	return cyclesToDurations(stamps), nil
 }

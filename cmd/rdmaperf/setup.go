@@ -29,17 +29,8 @@ func (b *bench) setupLat(ctx context.Context, size int) ([]time.Duration, error)
 	pd := b.mr.PD()
 	msg := b.mr.Bytes()[:16]
 	send := verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(0, 16)}}
-	consumed := 0
-	recv := func() error {
-		if err := b.spinCQ(ctx, b.rcq, 1); err != nil {
-			return err
-		}
-		if consumed++; consumed == 16 {
-			consumed = 0
-			return b.postNotifyRecvs(16)
-		}
-		return nil
-	}
+	rx := &refiller{b: b, post: b.postNotifyRecvs}
+	recv := func() error { return rx.recv(ctx) }
 	samples := make([]time.Duration, 0, iters)
 	for i := 0; i < iters; i++ {
 		send.Flags = b.flags(16, i+1, iters) &^ verbs.SendInline
@@ -76,10 +67,8 @@ func (b *bench) setupLat(ctx context.Context, size int) ([]time.Duration, error)
 			}
 		}
 	}
-	if consumed > 0 {
-		if err := b.postNotifyRecvs(consumed); err != nil {
-			return nil, err
-		}
+	if err := rx.flush(); err != nil {
+		return nil, err
 	}
 	return samples, nil
 }

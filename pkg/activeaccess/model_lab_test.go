@@ -479,6 +479,9 @@ func floodData(name string, i int) []byte {
 
 const childEnv = "AA_LAB_CHILD_TARGET"
 
+// childReadyEnv names the barrier the child target raises once it serves.
+const childReadyEnv = "AA_LAB_CHILD_READY"
+
 // childTarget runs in a child process of the target guest's test: a
 // target whose handler never returns from an access starting with 0xff.
 func childTarget() int {
@@ -505,7 +508,7 @@ func childTarget() int {
 		os.Stderr.WriteString("child target: " + err.Error() + "\n")
 		return 2
 	}
-	labenv.Signal("dies-ready-" + mode.String())
+	labenv.Signal(os.Getenv(childReadyEnv)) // the test's barrier b("dies-ready")
 	select {}
 }
 
@@ -518,7 +521,7 @@ func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	port := 7530 + uint16(mode)
 	if server(t) {
 		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(int(mode)))
+		cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(int(mode)), childReadyEnv+"="+b("dies-ready"))
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -314,8 +314,20 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	// A receiver that dies: a child process with an endpoint and a window
 	// without buffers; the sender's put waits for a buffer, then the child
 	// is killed (SIGKILL: no Close, the kernel tears its verbs down).
-	child := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestLabChildReceiver$", "-test.v")
-	child.Env = append(os.Environ(), "RVMA_CHILD_RECEIVER=1")
+	child := startChild(t, ctx, "TestLabChildReceiver", "RVMA_CHILD_RECEIVER", "child-ready")
+	signal("rvma-gone-ready")
+	wait("rvma-gone-waiting")
+	child.Process.Kill()
+	child.Wait()
+	wait("rvma-done")
+}
+
+// startChild runs test name of this binary as a child process with
+// env=1 set, and returns once the child printed the line ready.
+func startChild(t *testing.T, ctx context.Context, name, env, ready string) *exec.Cmd {
+	t.Helper()
+	child := exec.CommandContext(ctx, os.Args[0], "-test.run", "^"+name+"$", "-test.v")
+	child.Env = append(os.Environ(), env+"=1")
 	child.Stderr = os.Stderr
 	out, err := child.StdoutPipe()
 	if err != nil {
@@ -325,13 +337,9 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 		t.Fatal(err)
 	}
 	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "child-ready" {
+	for sc.Scan() && sc.Text() != ready {
 	}
-	signal("rvma-gone-ready")
-	wait("rvma-gone-waiting")
-	child.Process.Kill()
-	child.Wait()
-	wait("rvma-done")
+	return child
 }
 
 // TestLabChildReceiver is the receiver TestLabGuests kills; it runs only
@@ -433,19 +441,7 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	// Die mid-epoch: a child process puts 3000 of 8192 bytes and is
 	// killed with SIGKILL (no Close: the kernel tears its verbs down).
 	wait("rvma-dies-ready")
-	child := exec.CommandContext(ctx, os.Args[0], "-test.run", "^TestLabChildSender$", "-test.v")
-	child.Env = append(os.Environ(), "RVMA_CHILD_SENDER=1")
-	child.Stderr = os.Stderr
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(out)
-	for sc.Scan() && sc.Text() != "child-put-done" {
-	}
+	child := startChild(t, ctx, "TestLabChildSender", "RVMA_CHILD_SENDER", "child-put-done")
 	child.Process.Kill()
 	child.Wait()
 	signal("rvma-dies-gone")

@@ -3,7 +3,6 @@
 package dht_test
 
 import (
-	"context"
 	"net/netip"
 	"os"
 	"testing"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/internal/aalab"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -38,36 +38,14 @@ func guest(t *testing.T) int {
 	return i
 }
 
-func targetAddr(t *testing.T, p uint16) netip.AddrPort {
-	t.Helper()
-	a, err := labenv.AddrOf(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return netip.AddrPortFrom(netip.MustParseAddr(a), p)
-}
-
-func signal(t *testing.T, name string) {
-	t.Helper()
-	if err := labenv.Signal(name); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func await(t *testing.T, name string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	if err := labenv.Wait(ctx, name); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func timeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
+// Barriers and addresses, as the other Active Access lab tests have them
+// (pkg/activeaccess/internal/aalab).
+var (
+	targetAddr = aalab.TargetAddr
+	signal     = aalab.Signal
+	await      = aalab.Await
+	timeout    = aalab.Timeout
+)
 
 // design is one table design and configuration under test.
 type design struct {

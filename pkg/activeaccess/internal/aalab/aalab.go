@@ -1,7 +1,7 @@
-// Package aalab holds what the lab tests of the Active Access use cases
-// (pkg/activeaccess/counter, getlog, checkpoint) share: the two-guest
-// layout (guest 1 the target, guest 2 the sources), barriers that fail the
-// test instead of hanging, targets and sources closed by t.Cleanup, and
+// Package aalab holds what the Active Access lab tests (pkg/activeaccess
+// and its use cases counter, getlog, checkpoint; dht uses its barriers)
+// share: the two-guest layout (guest 1 the target, guest 2 the sources),
+// barriers that fail the test instead of hanging, targets and sources closed by t.Cleanup, and
 // both modes as subtests. It is only used from *_lab_test.go files; outside
 // the lab every helper fails the test (labenv reports ErrNotInLab).
 package aalab
