@@ -59,6 +59,10 @@ type config struct {
 	MTU     int
 	CLoop   bool
 	NoGuard bool // rvma tests: windows with rvma.GuardNone
+	// PostList caps the work requests one PostSend posts in the
+	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
+	// to the server.
+	PostList int
 }
 
 func main() {
@@ -85,6 +89,7 @@ func main() {
 		iters   = flag.Int("n", 0, "iterations (default 1000 for latency, 5000 for bandwidth)")
 		txDepth = flag.Int("tx-depth", 128, "outstanding work requests in bandwidth tests")
 		cqMod   = flag.Int("cq-mod", 100, "request a completion every N posts")
+		postLst = flag.Int("l", 0, "bandwidth tests: at most N work requests per PostSend call, like perftest's --post_list (0: the free slots up to the next signaled one, in one call)")
 		inline  = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
 		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
 		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
@@ -105,7 +110,7 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c", NoGuard: *guard == "none"}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c", NoGuard: *guard == "none", PostList: *postLst}
 		if *guard != "none" && *guard != "invalidate" {
 			log.Fatalf("-guard must be invalidate or none, not %q", *guard)
 		}
@@ -114,6 +119,9 @@ func main() {
 			if isBW(cfg.Test) {
 				cfg.Iters = 5000
 			}
+		}
+		if cfg.PostList < 0 {
+			log.Fatalf("-l must not be negative, not %d", cfg.PostList)
 		}
 		if !cfg.All {
 			cfg.MaxSize = cfg.Size

@@ -431,9 +431,21 @@ func (b *bench) readLat(ctx context.Context, size int) ([]time.Duration, error) 
 	return samples, nil
 }
 
+// postList is the longest chain bw posts in one call.
+func (b *bench) postList(mod int) int {
+	if b.cfg.PostList > 0 {
+		return b.cfg.PostList
+	}
+	return mod
+}
+
 // bw keeps up to TxDepth work requests in flight, as perftest does, with
-// every CQMod-th one signaled; the free slots are filled with one chained
-// post per call. It measures from the first post to the last completion.
+// every CQMod-th one signaled; the free slots are filled with chains cut
+// at the signaled work requests and at PostList (perftest posts one per
+// call unless told otherwise; on rxe, whose post system call does the
+// whole transfer, chains are what lets the Go loop keep up: see
+// docs/benchmarks.md). It measures from the first post to the last
+// completion.
 func (b *bench) bw(ctx context.Context, size int, read bool) (BWStats, error) {
 	iters, depth, mod := b.cfg.Iters, b.cfg.TxDepth, min(b.cfg.CQMod, b.cfg.TxDepth)
 	op := verbs.OpWrite
@@ -456,7 +468,7 @@ func (b *bench) bw(ctx context.Context, size int, read bool) (BWStats, error) {
 	for completed < iters {
 		for posted < iters {
 			// Fill the free slots, cutting chains at the signaled WRs.
-			n := min(mod-posted%mod, iters-posted, depth-(posted-completed))
+			n := min(mod-posted%mod, iters-posted, depth-(posted-completed), b.postList(mod))
 			if n <= 0 {
 				break
 			}
