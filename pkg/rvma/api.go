@@ -59,9 +59,6 @@ func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv win
 	return w, nil
 }
 
-// guard is the window's late-write protection (immutable).
-func (w *Window) guard() Guard { return w.st.opts.Guard }
-
 // Mailbox returns the window's mailbox address.
 func (w *Window) Mailbox() Mailbox { return w.mailbox }
 

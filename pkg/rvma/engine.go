@@ -65,10 +65,6 @@ type engine struct {
 	parked atomic.Bool
 	pushMu sync.Mutex
 	pushes map[uint32]*Window
-	// Binds of GuardNone windows wait there too (binds): such a bind
-	// only moves a memory window to a buffer senders will target later,
-	// and it costs a post, which on rxe is a system call doing the work.
-	binds []deferredBind
 
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
@@ -98,15 +94,6 @@ type bindOp struct {
 	// BindMW has returned and recorded the new key (reading MW.RKey() at
 	// completion published the previous key, which rxe then refused).
 	key chan uint32
-}
-
-// deferredBind is a bind waiting for the spinner's next idle poll.
-type deferredBind struct {
-	id     uint64
-	op     bindOp
-	mw     *verbs.MW
-	mr     *verbs.MR
-	length uint64
 }
 
 // linkHandler is the endpoint's side of the engine: the completions of
@@ -226,9 +213,6 @@ func (e *engine) Close() error {
 	e.mu.Unlock()
 	e.stop() // the loops wait with this context
 	e.wg.Wait()
-	e.pushMu.Lock()
-	e.binds = nil // binds only: nothing waits for them
-	e.pushMu.Unlock()
 	err := e.release()
 	e.mu.Lock()
 	ops := e.ops
@@ -367,27 +351,7 @@ func (e *engine) bind(w *Window, b, from *buffer) {
 	e.mu.Lock()
 	e.bound[b] = mw
 	e.mu.Unlock()
-	op := bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}
-	if w.guard() == GuardNone && e.parked.Load() {
-		// The completion that caused it is already published (GuardNone
-		// does not wait for binds): let the spinner return first.
-		e.pushMu.Lock()
-		e.binds = append(e.binds, deferredBind{id: id, op: op, mw: mw, mr: mr, length: b.cap})
-		e.pushMu.Unlock()
-		return
-	}
-	e.post(id, op, mw, mr, b.cap)
-}
-
-// flushBinds posts the deferred binds, in the order they were made.
-func (e *engine) flushBinds() {
-	e.pushMu.Lock()
-	binds := e.binds
-	e.binds = nil
-	e.pushMu.Unlock()
-	for _, d := range binds {
-		e.post(d.id, d.op, d.mw, d.mr, d.length)
-	}
+	e.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
@@ -484,7 +448,6 @@ func (e *engine) progress(ctx context.Context) {
 		if !e.waitNoSpinner(ctx) {
 			return
 		}
-		e.flushBinds()
 		e.flushPushes()
 		n, err := e.poll(ctx, e.cq, wcs)
 		if err != nil {
@@ -579,7 +542,6 @@ func (e *engine) pollOnce() bool {
 	var wcs [16]verbs.WC
 	n, err := e.cq.Poll(wcs[:])
 	if err != nil || n == 0 {
-		e.flushBinds()
 		e.flushPushes()
 		return false
 	}
