@@ -23,6 +23,9 @@ type windowDriver interface {
 	// entryChanged publishes e in the descriptor table and, when push is
 	// set, to the senders that hold a view of it.
 	entryChanged(w *Window, e Entry, push bool)
+	// subscribers is the number of senders that hold a view of the
+	// window in slot.
+	subscribers(slot uint32) int
 	// pollOnce runs one non-blocking progress step (completions handled
 	// on the caller's goroutine) and reports whether it found any.
 	pollOnce() bool
@@ -112,6 +115,7 @@ func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
 func (w *Window) flush() {
 	w.dispatch.Lock()
 	defer w.dispatch.Unlock()
+	subs := w.drv.subscribers(w.slot) // under dispatch: answerResolve cannot add one meanwhile
 	w.mu.Lock()
 	bind, unbind, _ := w.st.takeActions()
 	var e Entry
@@ -126,8 +130,15 @@ func (w *Window) flush() {
 		// was, and each notice costs a post on the wire. While a buffer
 		// they will see is being bound, the push waits for its completion
 		// (one notice per epoch instead of two).
-		if push = !sameForSenders(e, w.pushed) && !w.st.settling(); push {
+		// Nor when the only sender filled the epochs that completed
+		// since the last push by itself: it has moved on by its own
+		// count (senderView.commit) and still holds the descriptors it
+		// needs next (senderKeepsUp).
+		push = !sameForSenders(e, w.pushed) && !w.st.settling() &&
+			(subs != 1 || w.st.mustPush || !senderKeepsUp(w.pushed, e))
+		if push {
 			w.pushed = e
+			w.st.mustPush = false
 		}
 	}
 	w.mu.Unlock()
@@ -147,6 +158,29 @@ func (w *Window) flush() {
 func sameForSenders(a, b Entry) bool {
 	a.Seq, b.Seq = 0, 0
 	return a == b
+}
+
+// senderKeepsUp reports whether a sender holding entry p, whose own puts
+// alone completed every epoch from p.Head up to e.Head, can go on without
+// being shown e: the window is open in both, and p still describes the new
+// head and the generation after it exactly as e does (a sender left with
+// one descriptor is pushed the entry, so it never waits for one).
+func senderKeepsUp(p, e Entry) bool {
+	if p.Seq == 0 || p.Mailbox != e.Mailbox || p.Incarnation != e.Incarnation ||
+		p.State != StateOpen || e.State != StateOpen || p.Kind != e.Kind || e.Head < p.Head {
+		return false
+	}
+	end := p.Head + uint64(p.NDesc)
+	if e.Head+1 >= end {
+		return false
+	}
+	for g := e.Head; g < end; g++ {
+		pd, _ := p.Desc(g)
+		if ed, ok := e.Desc(g); !ok || ed != pd {
+			return false
+		}
+	}
+	return true
 }
 
 // bound is the driver's report that b's memory window was bound.

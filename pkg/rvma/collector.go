@@ -32,6 +32,7 @@ var (
 	descLinkFailures = prometheus.NewDesc("rvma_endpoint_links_lost_total", "Links that ended other than by this endpoint's Close: the peer disconnected or died, or an error.", epLabels, nil)
 	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
 	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
+	descNotices      = prometheus.NewDesc("rvma_endpoint_notices_total", "Descriptor updates pushed to senders (one post each).", epLabels, nil)
 	descWindows      = prometheus.NewDesc("rvma_endpoint_windows", "Windows whose mailbox is reserved (open, or closed and lingering).", epLabels, nil)
 	descPuts         = prometheus.NewDesc("rvma_window_puts_total", "Puts counted into the window's epochs.", winLabels, nil)
 	descBytes        = prometheus.NewDesc("rvma_window_bytes_total", "Bytes counted into the window's epochs.", winLabels, nil)
@@ -42,7 +43,7 @@ var (
 	descStale        = prometheus.NewDesc("rvma_window_stale_puts_total", "Puts that arrived for an epoch already handed over, or after Close.", winLabels, nil)
 	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
 	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
-	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLinkFailures, descRejected, descLostNotices, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
 )
 
 // Describe sends the descriptions of every metric the collector exports.
@@ -75,6 +76,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descLinkFailures, st.LinkFailures, addr)
 	counter(descRejected, st.Rejected, addr)
 	counter(descLostNotices, st.LostNotices, addr)
+	counter(descNotices, st.Notices, addr)
 	gauge(descWindows, float64(len(ws)), addr)
 	for _, w := range ws {
 		mb := w.Mailbox().String()

@@ -82,6 +82,7 @@ type Endpoint struct {
 	stalePuts    atomic.Uint64
 	rejected     atomic.Uint64
 	lostNotices  atomic.Uint64
+	notices      atomic.Uint64
 }
 
 // subscriber is a link whose peer mirrors a window in a view slot.
@@ -206,6 +207,7 @@ type EndpointStats struct {
 	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
 	LostNotices   uint64 // entry updates that could not be pushed to a subscriber
+	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
 }
 
 // Stats returns the endpoint's counters.
@@ -215,7 +217,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.mu.Unlock()
 	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
 		StalePuts: ep.stalePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
-		LostNotices: ep.lostNotices.Load()}
+		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load()}
 }
 
 // Windows returns the endpoint's windows, in slot order: the open ones

@@ -508,3 +508,113 @@ func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[str
 		}
 	}
 }
+
+// TestLabEndpointNotices streams epochs from the one sender of a window:
+// it moves on by its own count, so the receiver pushes its entry only when
+// the sender is about to run out of descriptors (about every second epoch),
+// and always after an IncEpoch, which the sender cannot count.
+func TestLabEndpointNotices(t *testing.T) {
+	ep := labListen(t, 7478, &rvma.Options{Stripes: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const mb, size, epochs = rvma.Mailbox(0xABCD0077), 64, 40
+	w, err := ep.InitWindow(mb, rvma.WindowOptions{Threshold: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena, err := ep.Alloc(4 * size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < 4; i++ {
+		p, err := w.Post(arena[i*size:(i+1)*size], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	src, err := ep.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func(gen int, want []byte) {
+		t.Helper()
+		p := posted[gen%len(posted)]
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			t.Fatalf("epoch %d: %v", gen, err)
+		}
+		if rec.Epoch != uint64(gen) || rec.Len != uint64(len(want)) || !bytes.Equal(p.Bytes()[:len(want)], want) {
+			t.Fatalf("epoch %d: record %+v, bytes %x; want %d bytes %x", gen, rec, p.Bytes()[:len(want)], len(want), want)
+		}
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var total uint64 // bytes put so far
+	counted := func() { // the receiver has counted every byte put (IncEpoch takes what is counted)
+		t.Helper()
+		for w.Stats().Bytes != total {
+			if ctx.Err() != nil {
+				t.Fatalf("window stats %+v: not all of %d bytes counted", w.Stats(), total)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	gen := 0
+	if err := ep.Put(ctx, ep.Addr(), mb, 0, src[:1]); err != nil { // resolves: the first notice
+		t.Fatal(err)
+	}
+	total++
+	counted()
+	if _, err := w.IncEpoch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := posted[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	gen++
+	before := ep.Stats().Notices
+	for ; gen <= epochs; gen++ {
+		want := pattern(size, byte(gen))
+		copy(src, want)
+		if err := ep.Put(ctx, ep.Addr(), mb, 0, src); err != nil {
+			t.Fatalf("put %d: %v", gen, err)
+		}
+		total += size
+		recv(gen, want)
+	}
+	sent := ep.Stats().Notices - before
+	t.Logf("%d epochs from one sender: %d notices", epochs, sent)
+	if sent > epochs*3/4 {
+		t.Errorf("%d notices for %d epochs of one sender; want about one every second epoch", sent, epochs)
+	}
+	// An epoch ended by IncEpoch: the sender learns it from a notice and
+	// puts its next bytes into the next epoch.
+	for i := 0; i < 3; i++ {
+		copy(src, pattern(size/2, byte(gen)))
+		if err := ep.Put(ctx, ep.Addr(), mb, 0, src[:size/2]); err != nil {
+			t.Fatal(err)
+		}
+		total += size / 2
+		counted()
+		rec, err := w.IncEpoch(ctx)
+		if err != nil || rec.Epoch != uint64(gen) || rec.Len != size/2 {
+			t.Fatalf("IncEpoch: %+v, %v; want epoch %d with %d bytes", rec, err, gen, size/2)
+		}
+		recv(gen, pattern(size/2, byte(gen)))
+		gen++
+		want := pattern(size, byte(gen))
+		copy(src, want)
+		if err := ep.Put(ctx, ep.Addr(), mb, 0, src); err != nil {
+			t.Fatalf("put after IncEpoch: %v", err)
+		}
+		total += size
+		recv(gen, want)
+		gen++
+	}
+	if st := w.Stats(); st.Late != 0 {
+		t.Errorf("window stats %+v: late bytes", st)
+	}
+}

@@ -105,6 +105,7 @@ type linkHandler interface {
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
 	pushEntry(slot uint32, entry []byte)
+	subscribers(slot uint32) int
 }
 
 const (
@@ -398,6 +399,14 @@ func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 		e.pushMu.Unlock()
 	}
 	e.links.pushEntry(w.slot, mem)
+}
+
+// subscribers is the number of senders holding a view of slot.
+func (e *engine) subscribers(slot uint32) int {
+	if e.links == nil {
+		return 0
+	}
+	return e.links.subscribers(slot)
 }
 
 // flushPushes pushes the deferred entries. The caller holds no window's

@@ -598,8 +598,17 @@ func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
 	for _, s := range subs {
 		if err := s.l.notify(s.viewSlot, entry); err != nil {
 			ep.lostNotices.Add(1)
+		} else {
+			ep.notices.Add(1)
 		}
 	}
+}
+
+// subscribers is the number of links whose peers mirror slot.
+func (ep *Endpoint) subscribers(slot uint32) int {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return len(ep.subs[slot])
 }
 
 func (l *link) notify(viewSlot uint32, entry []byte) error {

@@ -583,14 +583,26 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 	defer w.dispatch.Unlock()
 	ep.mu.Lock()
 	ep.subs[slot] = append(ep.subs[slot], subscriber{l: l, viewSlot: m.ViewSlot})
+	only := len(ep.subs[slot]) == 1
 	ep.mu.Unlock()
 	if err := l.sendCtrl(Ctrl{Type: CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {
 		ep.lostNotices.Add(1)
 		return
 	}
 	off := int(slot) * EntrySize
-	if err := l.notify(m.ViewSlot, ep.e.descMR.Bytes()[off:off+EntrySize]); err != nil {
+	cur := ep.e.descMR.Bytes()[off : off+EntrySize]
+	if err := l.notify(m.ViewSlot, cur); err != nil {
 		ep.lostNotices.Add(1)
+		return
+	}
+	ep.notices.Add(1)
+	if en, err := UnmarshalEntry(cur); err == nil && only {
+		// The one subscriber holds this entry: later pushes are judged
+		// against it (Window.flush). With more, pushed stays the entry
+		// the others were last sent.
+		w.mu.Lock()
+		w.pushed = en
+		w.mu.Unlock()
 	}
 }
 

@@ -187,6 +187,9 @@ type windowState struct {
 	waiting map[*buffer]struct{} // released, waiting to leave the rewind ring to be re-posted
 	seq     uint64               // entry sequence
 	stats   Stats
+	// mustPush: an epoch ended other than by senders' bytes reaching the
+	// threshold (IncEpoch, close) since the entry was last pushed.
+	mustPush bool
 
 	toBind              []bindAction
 	toUnbind, published []*buffer
@@ -383,6 +386,9 @@ func (w *windowState) end(b *buffer, f Flags) {
 		return
 	}
 	b.flags |= f
+	if f != 0 {
+		w.mustPush = true // senders cannot count an epoch ended early
+	}
 	if w.opts.Guard == GuardNone {
 		// Handed over at once; its window goes to the next buffer that
 		// needs one (late writes fail from then on), or stays bound.

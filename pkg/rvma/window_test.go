@@ -455,3 +455,41 @@ func TestWindowLendsWindows(t *testing.T) {
 		}
 	}
 }
+
+func TestSenderKeepsUp(t *testing.T) {
+	d := func(k uint32) Desc { return Desc{Addr: uint64(k) << 12, RKey: k, Len: 64, Threshold: 64} }
+	p := Entry{Seq: 10, Mailbox: 7, Incarnation: 1, State: StateOpen, Kind: EpochBytes, NDesc: 3, Head: 5,
+		Descs: [MaxDescs]Desc{d(5), d(6), d(7)}}
+	next := func(head uint64, descs ...Desc) Entry {
+		e := p
+		e.Seq, e.Head, e.NDesc = p.Seq+2, head, uint16(len(descs))
+		e.Descs = [MaxDescs]Desc{}
+		copy(e.Descs[:], descs)
+		return e
+	}
+	for _, c := range []struct {
+		name string
+		e    Entry
+		want bool
+	}{
+		{"one epoch on, two descriptors left", next(6, d(6), d(7), d(8)), true},
+		{"two epochs on, one descriptor left", next(7, d(7), d(8), d(9)), false},
+		{"head unchanged, a descriptor re-keyed", next(5, d(5), d(60), d(7)), false},
+		{"one epoch on, the next descriptor re-keyed", next(6, d(6), d(70), d(8)), false},
+		{"one epoch on, the next one not bound yet", next(6, d(6)), false},
+		{"closed", func() Entry { e := next(6, d(6), d(7), d(8)); e.State = StateClosedNack; return e }(), false},
+		{"another incarnation", func() Entry { e := next(6, d(6), d(7), d(8)); e.Incarnation++; return e }(), false},
+	} {
+		if got := senderKeepsUp(p, c.e); got != c.want {
+			t.Errorf("%s: senderKeepsUp = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if senderKeepsUp(Entry{}, next(6, d(6), d(7), d(8))) {
+		t.Error("nothing pushed yet: the entry must be pushed")
+	}
+	f := newFixture(t, WindowOptions{Threshold: 10})
+	f.post(10, PostOptions{})
+	if _, err := f.w.incEpoch(); err != nil || !f.w.mustPush {
+		t.Fatalf("IncEpoch: err %v, mustPush %v; want the next entry pushed", err, f.w.mustPush)
+	}
+}
