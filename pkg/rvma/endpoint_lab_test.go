@@ -552,7 +552,7 @@ func TestLabEndpointNotices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var total uint64 // bytes put so far
+	var total uint64    // bytes put so far
 	counted := func() { // the receiver has counted every byte put (IncEpoch takes what is counted)
 		t.Helper()
 		for w.Stats().Bytes != total {
