@@ -294,6 +294,45 @@ func sockaddr(ap netip.AddrPort) *C.struct_sockaddr {
 	return (*C.struct_sockaddr)(C.CBytes(b))
 }
 
+// addrPort reads a sockaddr_in or sockaddr_in6 in C memory; the zero
+// AddrPort for any other family (not bound, not resolved).
+func addrPort(sa *C.struct_sockaddr) netip.AddrPort {
+	if sa == nil {
+		return netip.AddrPort{}
+	}
+	b := unsafe.Slice((*byte)(unsafe.Pointer(sa)), 28)
+	port := binary.BigEndian.Uint16(b[2:])
+	switch binary.NativeEndian.Uint16(b[0:]) {
+	case C.AF_INET:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(b[4:8])), port)
+	case C.AF_INET6:
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(b[8:24])), port)
+	}
+	return netip.AddrPort{}
+}
+
+// LocalAddr is the address the identifier is bound to (after Listen,
+// ResolveAddr or, for one from GetRequest, the address the peer
+// connected to); the zero AddrPort before. Errors wrap ErrClosed.
+func (id *CMID) LocalAddr() (netip.AddrPort, error) {
+	if err := id.n.use(); err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer id.n.unuse()
+	return addrPort(C.rdma_get_local_addr(id.c)), nil
+}
+
+// PeerAddr is the remote address: the destination after ResolveAddr, the
+// connecting peer for an identifier from GetRequest; the zero AddrPort
+// before (and on a listener). Errors wrap ErrClosed.
+func (id *CMID) PeerAddr() (netip.AddrPort, error) {
+	if err := id.n.use(); err != nil {
+		return netip.AddrPort{}, err
+	}
+	defer id.n.unuse()
+	return addrPort(C.rdma_get_peer_addr(id.c)), nil
+}
+
 // ResolveAddr resolves dst (and binds to src if valid) to an RDMA device
 // and waits for CMAddrResolved. Errors: a *CMEventError for
 // CMAddrError, ctx's error, ErrClosed, or the errno of rdma_resolve_addr.

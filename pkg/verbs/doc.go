@@ -64,13 +64,26 @@
 // the queue, or ENOMEM from the provider when the queue is full). A
 // *PostError tells which work request of a chain failed.
 //
+// # Performance
+//
+// Every post and every poll is one cgo call, so post chains (one call for
+// many work requests) and poll in batches. A post that runs long in the
+// kernel (on rxe every post does the whole transfer inside the system
+// call) lets the Go runtime hand the goroutine's P to another thread;
+// with an idle P (GOMAXPROCS of 2 or more) it does not. A process pinned
+// to one CPU with taskset gets GOMAXPROCS 1 and pays that hand-off on
+// every long post: measured on rxe, one work request per post ran at 0.4x
+// of perftest pinned and 0.8x unpinned, chained posts at 0.93x to 1.2x
+// (docs/benchmarks.md).
+//
 // # Connection management
 //
 // A CMID wraps an rdma_cm identifier with its own event channel, also on
 // the netpoller. The active side calls NewCMID, ResolveAddr, ResolveRoute,
 // NewQP and Connect; the passive side calls NewCMID, Listen and GetRequest,
 // then NewQP and Accept (or Reject) on the identifier GetRequest returned.
-// Disconnect and WaitEvent end a connection. Every blocking call takes a
+// Disconnect and WaitEvent end a connection; LocalAddr and PeerAddr tell
+// the two ends' IP addresses and ports. Every blocking call takes a
 // context.Context.
 //
 // # Errors

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -478,6 +479,9 @@ func TestLoopbackMemoryWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := b.qp.UnbindMW(mw1, 49, 0); !errors.Is(err, verbs.ErrInvalid) {
+		t.Fatalf("unbind of a window never bound: %v, want ErrInvalid", err)
+	}
 	rkey, err := b.qp.BindMW(mw1, mrBind, mrBind.Addr()+1024, 2048, verbs.AccessRemoteWrite, 50, verbs.SendSignaled)
 	if err != nil {
 		t.Fatal(err)
@@ -489,7 +493,19 @@ func TestLoopbackMemoryWindows(t *testing.T) {
 		t.Fatal(w.Err())
 	}
 	checkBytes(t, "write through type 1 window", mrBind.Bytes()[1024:1152], a.mr.Bytes()[:128])
+	if _, err := b.qp.UnbindMW(mw1, 51, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	if w := b.ok(51); w.Opcode != verbs.WCBindMW {
+		t.Fatalf("unbind completion %+v", w)
+	}
+	before := append([]byte(nil), mrBind.Bytes()[1024:1152]...)
+	isErr(t, "write after unbind", write(4, rkey, mrBind.Addr()+1024).Err(), verbs.WCRemAccessErr)
+	checkBytes(t, "memory after the refused write", mrBind.Bytes()[1024:1152], before)
 	mw1.Close()
+	if _, err := b.qp.UnbindMW(mw1, 52, 0); !errors.Is(err, verbs.ErrClosed) {
+		t.Fatalf("unbind of a closed window: %v, want ErrClosed", err)
+	}
 
 	// Type 2: bind by work request, write, invalidate, write again.
 	a2, b2 := pair(t, ctx, endOpts{}, nil)
@@ -948,6 +964,21 @@ func cmServer(t *testing.T, ctx context.Context, l *verbs.CMID) error {
 	if string(ev.PrivateData[:6]) != "second" {
 		return errors.New("server: bad private data in the second request")
 	}
+	// The request's identifier knows both ends: the listener's port, the
+	// client's address.
+	lap, err := l.LocalAddr()
+	if err != nil {
+		return err
+	}
+	if local, err := id.LocalAddr(); err != nil || local.Port() != lap.Port() || !local.Addr().IsValid() {
+		return fmt.Errorf("server: local address %v (%v), want port %d", local, err, lap.Port())
+	}
+	if peer, err := id.PeerAddr(); err != nil || !peer.Addr().IsValid() || peer.Port() == 0 {
+		return fmt.Errorf("server: peer address %v (%v)", peer, err)
+	}
+	if _, err := l.PeerAddr(); err != nil {
+		return err
+	}
 	e, err := cmSetup(id)
 	if err != nil {
 		return err
@@ -1025,6 +1056,13 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	defer e.close()
 	if e.qp.State() != verbs.QPStateRTS {
 		return errors.New("client: QP not in RTS after Connect: " + e.qp.State().String())
+	}
+	peer, err := e.id.PeerAddr()
+	if err != nil || peer.Addr().Unmap() != ap.Addr() || peer.Port() != ap.Port() {
+		return fmt.Errorf("client: peer address %v (%v), want %v", peer, err, ap)
+	}
+	if local, err := e.id.LocalAddr(); err != nil || !local.Addr().IsValid() || local.Port() == 0 {
+		return fmt.Errorf("client: local address %v (%v)", local, err)
 	}
 	fill(e.mr.Bytes()[:1000], 33)
 	want := make([]byte, 1000)

@@ -219,6 +219,9 @@ type MW struct {
 	pd   *PD
 	typ  MWType
 	rkey atomic.Uint32
+	// mr is the region of the last type 1 bind (QP.BindMW): rdma-core's
+	// rxe provider needs one for an unbind too (QP.UnbindMW).
+	mr atomic.Pointer[MR]
 }
 
 // AllocMW allocates a memory window. Errors wrap ErrNotSupported when the

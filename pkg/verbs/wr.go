@@ -383,5 +383,37 @@ func (qp *QP) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, id uint
 		return 0, &OpError{Op: "ibv_bind_mw", Err: errnoOf(int(rc))}
 	}
 	mw.rkey.Store(uint32(rkey))
+	mw.mr.Store(mr)
+	return uint32(rkey), nil
+}
+
+// UnbindMW unbinds a type 1 memory window through the QP's send queue
+// (ibv_bind_mw with length 0, over the region of the window's last bind,
+// which rdma-core's rxe provider requires): once it completes, every
+// remote access with the window's old rkey fails at the requester with
+// WCRemAccessErr. It returns the window's rkey (it names no memory now).
+// Errors wrap ErrInvalid (type 2 window, or never bound), ErrClosed (the
+// QP, the window or that region closed) or the errno of ibv_bind_mw.
+func (qp *QP) UnbindMW(mw *MW, id uint64, flags SendFlags) (uint32, error) {
+	if mw.typ != MWType1 {
+		return 0, invalid("QP.UnbindMW unbinds type 1 windows; post OpLocalInv for type 2")
+	}
+	mr := mw.mr.Load()
+	if mr == nil {
+		return 0, invalid("QP.UnbindMW: the window was never bound")
+	}
+	for _, n := range []*node{&qp.n, &mw.n, &mr.n} {
+		if err := n.use(); err != nil {
+			return 0, err
+		}
+		defer n.unuse()
+	}
+	qp.sendMu.Lock()
+	defer qp.sendMu.Unlock()
+	var rkey C.uint32_t
+	if rc := C.shim_bind_mw(qp.c, mw.c, mr.c, C.uint64_t(id), C.uint32_t(flags), 0, 0, 0, &rkey); rc != 0 {
+		return 0, &OpError{Op: "ibv_bind_mw (unbind)", Err: errnoOf(int(rc))}
+	}
+	mw.rkey.Store(uint32(rkey))
 	return uint32(rkey), nil
 }
