@@ -92,7 +92,21 @@ func probeLocked() error {
 	return softDirty.probeErr
 }
 
+// probe tries a few times: a page reads as soft-dirty after a clear also
+// when another thread's new mapping was merged with its VMA in between
+// (the merged VMA is marked soft-dirty as a whole), which the Go runtime,
+// growing its heap, can do at any moment. Seen once in the lab.
 func probe() error {
+	var err error
+	for range 5 {
+		if err = probeOnce(); err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+func probeOnce() error {
 	mem, err := unix.Mmap(-1, 0, Page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
