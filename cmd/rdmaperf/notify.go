@@ -52,24 +52,14 @@ func (b *bench) notifyLat(ctx context.Context, size int, wait, imm bool) ([]time
 				return nil, err
 			}
 			send.Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
-			if err := b.qp.PostSend(send); err != nil {
+			if err := b.post(ctx, send); err != nil {
 				return nil, err
-			}
-			if send.Flags&verbs.SendSignaled != 0 {
-				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
-					return nil, err
-				}
 			}
 		} else {
 			chain[0].Flags = 0
 			chain[len(chain)-1].Flags = b.flags(1, i+1, iters) &^ verbs.SendInline
-			if err := b.qp.PostSend(chain...); err != nil {
+			if err := b.post(ctx, chain...); err != nil {
 				return nil, err
-			}
-			if chain[len(chain)-1].Flags&verbs.SendSignaled != 0 {
-				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
-					return nil, err
-				}
 			}
 		}
 		if b.client {

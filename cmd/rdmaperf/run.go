@@ -314,6 +314,18 @@ func (b *bench) spinCQ(ctx context.Context, cq *verbs.CQ, n int) error {
 	return nil
 }
 
+// post posts a chain and, when its last work request is signaled, waits
+// for that completion.
+func (b *bench) post(ctx context.Context, wrs ...verbs.SendWR) error {
+	if err := b.qp.PostSend(wrs...); err != nil {
+		return err
+	}
+	if wrs[len(wrs)-1].Flags&verbs.SendSignaled == 0 {
+		return nil
+	}
+	return b.spinCQ(ctx, b.scq, 1)
+}
+
 func (b *bench) flags(size, scnt, iters int) verbs.SendFlags {
 	var f verbs.SendFlags
 	if size <= b.qp.Cap().MaxInlineData && size <= b.cfg.Inline {
@@ -348,13 +360,8 @@ func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration,
 			scnt++
 			mem[size-1] = byte(scnt)
 			wr[0].Flags = b.flags(size, scnt, iters)
-			if err := b.qp.PostSend(wr...); err != nil {
+			if err := b.post(ctx, wr...); err != nil {
 				return nil, err
-			}
-			if wr[0].Flags&verbs.SendSignaled != 0 {
-				if err := b.spinCQ(ctx, b.scq, 1); err != nil {
-					return nil, err
-				}
 			}
 		}
 	}
@@ -391,13 +398,8 @@ func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) 
 		}
 		stamps[i] = rdtsc()
 		wr[0].Flags = b.flags(size, i+1, iters)
-		if err := b.qp.PostSend(wr...); err != nil {
+		if err := b.post(ctx, wr...); err != nil {
 			return nil, err
-		}
-		if wr[0].Flags&verbs.SendSignaled != 0 {
-			if err := b.spinCQ(ctx, b.scq, 1); err != nil {
-				return nil, err
-			}
 		}
 		if b.client {
 			if err := recv(); err != nil {

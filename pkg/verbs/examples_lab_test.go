@@ -3,9 +3,6 @@
 package verbs_test
 
 import (
-	"bytes"
-	"io"
-	"os"
 	"strings"
 	"testing"
 
@@ -16,21 +13,9 @@ import (
 // device and checks what it printed.
 func TestExamplesPingPong(t *testing.T) {
 	labenv.Device(t)
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout := os.Stdout
-	os.Stdout = w
-	done := make(chan []byte)
-	go func() { b, _ := io.ReadAll(r); done <- b }()
-	func() {
-		defer func() { os.Stdout = stdout; w.Close() }()
-		Example_pingPong()
-	}()
-	out := <-done
+	out := labenv.CaptureStdout(t, Example_pingPong)
 	t.Logf("example printed:\n%s", out)
-	if want := "ping\npong 42\n"; !bytes.Equal(out, []byte(want)) {
+	if want := "ping\npong 42\n"; out != want {
 		t.Fatalf("example printed %q, want %q", out, strings.TrimSpace(want))
 	}
 }

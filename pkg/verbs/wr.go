@@ -369,22 +369,7 @@ func (qp *QP) BindMW(mw *MW, mr *MR, addr, length uint64, access Access, id uint
 	if mw.typ != MWType1 {
 		return 0, invalid("QP.BindMW binds type 1 windows; post OpBindMW for type 2")
 	}
-	for _, n := range []*node{&qp.n, &mw.n, &mr.n} {
-		if err := n.use(); err != nil {
-			return 0, err
-		}
-		defer n.unuse()
-	}
-	qp.sendMu.Lock()
-	defer qp.sendMu.Unlock()
-	var rkey C.uint32_t
-	if rc := C.shim_bind_mw(qp.c, mw.c, mr.c, C.uint64_t(id), C.uint32_t(flags), C.uint64_t(addr),
-		C.uint64_t(length), C.uint32_t(access), &rkey); rc != 0 {
-		return 0, &OpError{Op: "ibv_bind_mw", Err: errnoOf(int(rc))}
-	}
-	mw.rkey.Store(uint32(rkey))
-	mw.mr.Store(mr)
-	return uint32(rkey), nil
+	return qp.bindMW(mw, mr, addr, length, access, id, flags)
 }
 
 // UnbindMW unbinds a type 1 memory window through the QP's send queue
@@ -402,6 +387,11 @@ func (qp *QP) UnbindMW(mw *MW, id uint64, flags SendFlags) (uint32, error) {
 	if mr == nil {
 		return 0, invalid("QP.UnbindMW: the window was never bound")
 	}
+	return qp.bindMW(mw, mr, 0, 0, 0, id, flags)
+}
+
+// bindMW posts ibv_bind_mw for a type 1 window (length 0: an unbind).
+func (qp *QP) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, id uint64, flags SendFlags) (uint32, error) {
 	for _, n := range []*node{&qp.n, &mw.n, &mr.n} {
 		if err := n.use(); err != nil {
 			return 0, err
@@ -411,9 +401,11 @@ func (qp *QP) UnbindMW(mw *MW, id uint64, flags SendFlags) (uint32, error) {
 	qp.sendMu.Lock()
 	defer qp.sendMu.Unlock()
 	var rkey C.uint32_t
-	if rc := C.shim_bind_mw(qp.c, mw.c, mr.c, C.uint64_t(id), C.uint32_t(flags), 0, 0, 0, &rkey); rc != 0 {
-		return 0, &OpError{Op: "ibv_bind_mw (unbind)", Err: errnoOf(int(rc))}
+	if rc := C.shim_bind_mw(qp.c, mw.c, mr.c, C.uint64_t(id), C.uint32_t(flags), C.uint64_t(addr),
+		C.uint64_t(length), C.uint32_t(access), &rkey); rc != 0 {
+		return 0, &OpError{Op: "ibv_bind_mw", Err: errnoOf(int(rc))}
 	}
 	mw.rkey.Store(uint32(rkey))
+	mw.mr.Store(mr)
 	return uint32(rkey), nil
 }

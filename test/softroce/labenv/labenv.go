@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -145,4 +146,24 @@ func barrierPath(name string) (string, error) {
 		return "", fmt.Errorf("labenv: bad barrier name %q", name)
 	}
 	return filepath.Join(dir, "barrier."+name), nil
+}
+
+// CaptureStdout runs f and returns what it printed on standard output: a
+// lab test runs a package's runnable examples on the guest's device and
+// checks their output with it.
+func CaptureStdout(t TB, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatalf("capturing standard output: %v", err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(r); done <- b }()
+	func() {
+		defer func() { os.Stdout = stdout; w.Close() }()
+		f()
+	}()
+	return string(<-done)
 }
