@@ -4,14 +4,17 @@
  *
  * A process creates domains (the paper's IUIDs), each with an access log
  * (a ring mapped into the process), and arms 4 KiB pages of its own rxe
- * memory regions with control bits W, R, WL, WLD, RL, RLD. Three probes,
- * registered only while some page is armed, enforce them:
+ * memory regions with control bits W, R, WL, WLD, RL, RLD. Four hooks
+ * (ftrace callbacks, see struct aa_hook), registered only while some page
+ * is armed, enforce them:
  *
  *  - rxe_mr_copy(mr, iova, addr, length, dir): every packet of an incoming
  *    RDMA WRITE (dir 0) and of an RDMA READ response (dir 1). Calls that
  *    come from copy_data() are local transfers (SGEs of the process's own
  *    work requests, incoming SENDs) and are left alone.
  *  - iova_to_vaddr(mr, iova, length): incoming atomics.
+ *  - rxe_responder(qp): remembers which QP this context is serving, so
+ *    that an entry can name the source.
  *  - ib_dereg_mr_user(ibmr, udata): forget a region being deregistered.
  *
  * Hooks run in softirq context or inline from a poster's system call, with
@@ -21,6 +24,7 @@
 
 #include <linux/eventfd.h>
 #include <linux/fdtable.h>
+#include <linux/ftrace.h>
 #include <linux/file.h>
 #include <linux/hashtable.h>
 #include <linux/idr.h>
@@ -128,7 +132,7 @@ static bool aa_ok;
 static struct {
 	atomic64_t entries, bytes, data_bytes, writes, reads, atomics;
 	atomic64_t hidden_writes, zeroed_reads, refused_writes;
-	atomic64_t refused_atomics, lost_reads, self_calls, pages;
+	atomic64_t refused_atomics, lost_reads, missed, pages;
 } aa_st;
 
 /*
@@ -268,7 +272,7 @@ static struct aa_cur *aa_cur_slot(void)
 	return &aa_cur_task[hash_ptr(current, AA_TASK_BITS)];
 }
 
-static int aa_resp_pre(struct kprobe *p, struct pt_regs *regs)
+static int notrace aa_resp_pre(struct pt_regs *regs)
 {
 	struct aa_cur *c = aa_cur_slot();
 	unsigned long flags;
@@ -287,7 +291,6 @@ static int aa_resp_pre(struct kprobe *p, struct pt_regs *regs)
 	raw_spin_unlock_irqrestore(&c->lock, flags);
 	return 0;
 }
-NOKPROBE_SYMBOL(aa_resp_pre);
 
 /* struct rxe_qp starts with struct ib_qp, then struct rxe_pool_elem
  * {pool; obj; ...} whose obj points at the rxe_qp, then struct ib_qp_attr.
@@ -583,7 +586,6 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 
 	if (want_data && any) {
 		/* Fill the packet now so the log sees what the reader gets. */
-		atomic64_inc(&aa_st.self_calls);
 		if (aa_rxe_mr_copy((void *)regs->di, regs->si, payload,
 				   (int)regs->cx, 1)) {
 			aa_unlock_domains(s, n, flags);
@@ -611,7 +613,7 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		aa_narrow(regs, from, to);
 }
 
-static int aa_copy_pre(struct kprobe *p, struct pt_regs *regs)
+static int notrace aa_copy_pre(struct pt_regs *regs)
 {
 	unsigned long ret = *(unsigned long *)regs->sp;
 	int len = (int)regs->cx;
@@ -643,9 +645,8 @@ out:
 	rcu_read_unlock();
 	return 0;
 }
-NOKPROBE_SYMBOL(aa_copy_pre);
 
-static int aa_atomic_pre(struct kprobe *p, struct pt_regs *regs)
+static int notrace aa_atomic_pre(struct pt_regs *regs)
 {
 	u32 want = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
 	struct aa_seg s[AA_MAX_SEGS];
@@ -674,8 +675,7 @@ static int aa_atomic_pre(struct kprobe *p, struct pt_regs *regs)
 		if (data) {
 			u64 *va;
 
-			atomic64_inc(&aa_st.self_calls);
-			va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
+				va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
 			if (va)
 				value = READ_ONCE(*va);
 		}
@@ -706,7 +706,6 @@ out:
 	regs->ip = (unsigned long)rdmaplus_aa_skip;
 	return 1;
 }
-NOKPROBE_SYMBOL(aa_atomic_pre);
 
 static void aa_mr_free_rcu(struct rcu_head *r)
 {
@@ -726,7 +725,7 @@ static void aa_mr_unlink(struct aa_mr *m)
 	aa_nr_mrs--;
 }
 
-static int aa_dereg_pre(struct kprobe *p, struct pt_regs *regs)
+static int notrace aa_dereg_pre(struct pt_regs *regs)
 {
 	struct ib_mr *ibmr = (struct ib_mr *)regs->di;
 	struct aa_mr *m, *found = NULL;
@@ -749,32 +748,87 @@ static int aa_dereg_pre(struct kprobe *p, struct pt_regs *regs)
 	}
 	return 0;
 }
-NOKPROBE_SYMBOL(aa_dereg_pre);
 
-static struct kprobe aa_kp_copy = { .pre_handler = aa_copy_pre };
-static struct kprobe aa_kp_atomic = { .pre_handler = aa_atomic_pre };
-static struct kprobe aa_kp_dereg = { .pre_handler = aa_dereg_pre };
-static struct kprobe aa_kp_resp = { .pre_handler = aa_resp_pre };
-static struct kprobe *aa_kps[] = {
-	&aa_kp_dereg, &aa_kp_resp, &aa_kp_copy, &aa_kp_atomic
+/*
+ * The hooks are ftrace callbacks at the entry of four functions, with the
+ * caller's registers (a hook may change the arguments, or make the function
+ * return at once). Not kprobes: the kprobe framework lets one probe handler
+ * run per CPU and skips a hit while another is running, so an incoming
+ * packet handled in a softirq that interrupts a hook running inline in a
+ * poster's system call would reach memory unseen. ftrace only refuses
+ * recursion within one context (task, softirq, hardirq, NMI), and a hook
+ * never calls a hooked function except through the module itself, which
+ * the callback recognises by the return address.
+ */
+struct aa_hook {
+	int (*pre)(struct pt_regs *regs);
+	unsigned long addr;
+	struct ftrace_ops ops;
 };
 
-/* Register the probes and pin rdma_rxe; aa_mutex held. */
+static void notrace aa_hook_cb(unsigned long ip, unsigned long parent_ip,
+			       struct ftrace_ops *op, struct ftrace_regs *fregs)
+{
+	struct aa_hook *h = container_of(op, struct aa_hook, ops);
+	struct pt_regs *regs = ftrace_get_regs(fregs);
+	int bit;
+
+	if (within_module(parent_ip, THIS_MODULE))
+		return;		/* our own call into rxe */
+	bit = ftrace_test_recursion_trylock(ip, parent_ip);
+	if (bit < 0 || !regs) {
+		atomic64_inc(&aa_st.missed);
+		if (bit >= 0)
+			ftrace_test_recursion_unlock(bit);
+		return;
+	}
+	h->pre(regs);
+	ftrace_test_recursion_unlock(bit);
+}
+
+#define AA_HOOK(fn) { .pre = fn, .ops = { .func = aa_hook_cb, \
+	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY | \
+		 FTRACE_OPS_FL_RECURSION } }
+enum { AA_HOOK_DEREG, AA_HOOK_RESP, AA_HOOK_COPY, AA_HOOK_ATOMIC, AA_NHOOKS };
+static struct aa_hook aa_hooks[AA_NHOOKS] = {
+	[AA_HOOK_DEREG] = AA_HOOK(aa_dereg_pre),
+	[AA_HOOK_RESP] = AA_HOOK(aa_resp_pre),
+	[AA_HOOK_COPY] = AA_HOOK(aa_copy_pre),
+	[AA_HOOK_ATOMIC] = AA_HOOK(aa_atomic_pre),
+};
+
+static void aa_unregister(int n)
+{
+	while (n-- > 0) {
+		unregister_ftrace_function(&aa_hooks[n].ops);
+		ftrace_set_filter_ip(&aa_hooks[n].ops, aa_hooks[n].addr, 1, 0);
+	}
+}
+
+/* Register the hooks and pin rdma_rxe; aa_mutex held. */
 static int aa_hook(struct module *owner)
 {
-	int ret, i;
+	int ret = 0, i;
 
 	if (aa_hooked)
 		return 0;
 	if (!try_module_get(owner))
 		return -ENODEV;
-	for (i = 0; i < ARRAY_SIZE(aa_kps); i++) {
-		aa_kps[i]->flags = 0;
-		aa_kps[i]->nmissed = 0;
+	for (i = 0; i < AA_NHOOKS; i++) {
+		struct aa_hook *h = &aa_hooks[i];
+
+		ret = ftrace_set_filter_ip(&h->ops, h->addr, 0, 0);
+		if (ret)
+			break;
+		ret = register_ftrace_function(&h->ops);
+		if (ret) {
+			ftrace_set_filter_ip(&h->ops, h->addr, 1, 0);
+			break;
+		}
 	}
-	ret = register_kprobes(aa_kps, ARRAY_SIZE(aa_kps));
 	if (ret) {
-		pr_err("cannot register the rxe probes: %d\n", ret);
+		pr_err("cannot hook %ps: %d\n", (void *)aa_hooks[i].addr, ret);
+		aa_unregister(i);
 		module_put(owner);
 		return ret;
 	}
@@ -783,35 +837,18 @@ static int aa_hook(struct module *owner)
 	return 0;
 }
 
-static u64 aa_missed(void)
-{
-	u64 missed = 0;
-	int i;
-
-	if (!aa_hooked)
-		return 0;
-	for (i = 0; i < ARRAY_SIZE(aa_kps); i++)
-		missed += aa_kps[i]->nmissed;
-	return missed;
-}
-
-static u64 aa_missed_total;	/* of earlier hook periods */
-
-/* Unregister the probes when no page is armed; aa_mutex held. */
+/* Unregister the hooks when no page is armed; aa_mutex held. */
 static void aa_maybe_unhook(void)
 {
 	unsigned long flags, n;
-	u64 missed;
 
 	spin_lock_irqsave(&aa_lock, flags);
 	n = aa_nr_mrs;
 	spin_unlock_irqrestore(&aa_lock, flags);
 	if (!aa_hooked || n)
 		return;
-	unregister_kprobes(aa_kps, ARRAY_SIZE(aa_kps));
-	missed = aa_missed();
+	aa_unregister(AA_NHOOKS);
 	aa_hooked = false;
-	aa_missed_total += missed;
 	module_put(aa_rxe_owner);
 	aa_rxe_owner = NULL;
 }
@@ -1339,7 +1376,6 @@ static long aa_disarm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 {
 	unsigned long flags;
-	u64 missed, selfc;
 	int i;
 
 	memset(s, 0, sizeof(*s));
@@ -1349,7 +1385,6 @@ static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 	for (i = 1; i <= RDMAPLUS_AA_MAX_DOMAINS; i++)
 		if (rcu_access_pointer(aa_domains[i]))
 			s->domains++;
-	missed = aa_missed_total + aa_missed();
 	mutex_unlock(&aa_mutex);
 	spin_lock_irqsave(&aa_lock, flags);
 	s->mrs = aa_nr_mrs;
@@ -1366,9 +1401,7 @@ static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 	s->refused_writes = atomic64_read(&aa_st.refused_writes);
 	s->refused_atomics = atomic64_read(&aa_st.refused_atomics);
 	s->lost_reads = atomic64_read(&aa_st.lost_reads);
-	/* our own nested calls into probed functions count as misses */
-	selfc = atomic64_read(&aa_st.self_calls);
-	s->missed = missed > selfc ? missed - selfc : 0;
+	s->missed = atomic64_read(&aa_st.missed);
 }
 
 static long aa_stats(void __user *arg)
@@ -1599,10 +1632,10 @@ int rdmaplus_aa_init(void)
 	}
 	aa_rxe_mr_copy = (void *)copy;
 	aa_iova_to_vaddr = (void *)iova;
-	aa_kp_copy.addr = (kprobe_opcode_t *)copy;
-	aa_kp_atomic.addr = (kprobe_opcode_t *)iova;
-	aa_kp_dereg.addr = (kprobe_opcode_t *)dereg;
-	aa_kp_resp.addr = (kprobe_opcode_t *)resp;
+	aa_hooks[AA_HOOK_COPY].addr = copy;
+	aa_hooks[AA_HOOK_ATOMIC].addr = iova;
+	aa_hooks[AA_HOOK_DEREG].addr = dereg;
+	aa_hooks[AA_HOOK_RESP].addr = resp;
 	for (i = 0; i < ARRAY_SIZE(aa_cur_task); i++)
 		raw_spin_lock_init(&aa_cur_task[i].lock);
 	for_each_possible_cpu(i)

@@ -15,7 +15,7 @@
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
 
-#define RDMAPLUS_RELEASE "0.2.0"
+#define RDMAPLUS_RELEASE "0.2.1"
 
 static long rdmaplus_ioctl_version(void __user *arg)
 {

@@ -147,7 +147,7 @@ struct rdmaplus_aa_arm {
  *		log was full
  * @refused_atomics: atomics refused (W=0, R=0 or log full)
  * @lost_reads:	read chunks served as zeros because the log was full
- * @missed:	probe hits the kernel skipped (reentrancy); an access that
+ * @missed:	hook hits skipped (recursion within one context); an access that
  *		escaped the module. Stays 0 in a healthy system.
  */
 struct rdmaplus_aa_stats {

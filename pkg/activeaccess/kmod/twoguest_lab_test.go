@@ -64,37 +64,73 @@ func fetch(t *testing.T, name string, v any) {
 	}
 }
 
-// Guest 2 issues plain RDMA WRITEs, READs and an atomic to guest 1's
-// memory; guest 1's module makes them active (the transparent mode, over a
-// real link: the responder runs in NET_RX softirq).
-func TestTwoGuestsTransparent(t *testing.T) {
+// link is one guest's end of an RC connection to the other guest.
+type link struct {
+	qp   *verbs.QP
+	cq   *verbs.CQ
+	mr   *verbs.MR
+	me   peerInfo
+	opts *verbs.ConnectOptions
+}
+
+func newLink(t *testing.T, pages, sendWR int) *link {
+	t.Helper()
 	name := labenv.Device(t)
 	ctx, err := verbs.Open(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctx.Close()
+	t.Cleanup(func() { ctx.Close() })
 	gid, err := ctx.RoCEv2GID(1, net.ParseIP(labenv.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd, _ := ctx.AllocPD()
-	ch, _ := ctx.NewCompChannel()
-	cq, err := ctx.NewCQ(256, &verbs.CQOptions{Channel: ch})
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.NewCQ(4*sendWR, &verbs.CQOptions{Channel: ch})
 	if err != nil {
 		t.Fatal(err)
 	}
 	qp, err := pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		Cap: verbs.QPCap{MaxSendWR: sendWR, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := pd.AllocMR(4*page, verbs.AccessAll)
+	mr, err := pd.AllocMR(pages*page, verbs.AccessAll)
 	if err != nil {
 		t.Fatal(err)
 	}
-	me := peerInfo{QPN: qp.QPN(), GID: gid.GID, Addr: mr.Addr(), RKey: mr.RKey()}
-	opts := &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}
+	return &link{qp: qp, cq: cq, mr: mr,
+		me:   peerInfo{QPN: qp.QPN(), GID: gid.GID, Addr: mr.Addr(), RKey: mr.RKey()},
+		opts: &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}}
+}
+
+// connect brings the QP to RTS towards peer; the server starts at PSN 1,
+// the client at PSN 2.
+func (l *link) connect(t *testing.T, peer peerInfo) {
+	t.Helper()
+	mine, theirs := uint32(1), uint32(2)
+	if labenv.Role() != "server" {
+		mine, theirs = 2, 1
+	}
+	if err := l.qp.Connect(verbs.QPInfo{QPN: l.me.QPN, PSN: mine, GID: l.me.GID},
+		verbs.QPInfo{QPN: peer.QPN, PSN: theirs, GID: peer.GID}, l.opts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Guest 2 issues plain RDMA WRITEs, READs and an atomic to guest 1's
+// memory; guest 1's module makes them active (the transparent mode, over a
+// real link: the responder runs in NET_RX softirq).
+func TestTwoGuestsTransparent(t *testing.T) {
+	l := newLink(t, 4, 64)
+	qp, cq, mr, me := l.qp, l.cq, l.mr, l.me
 	mem := pattern(4*page, 42)
 	write := pattern(3000, 99)
 
@@ -123,9 +159,7 @@ func TestTwoGuestsTransparent(t *testing.T) {
 		publish(t, "aa-server", me)
 		var peer peerInfo
 		fetch(t, "aa-client", &peer)
-		if err := qp.Connect(verbs.QPInfo{QPN: me.QPN, PSN: 1, GID: me.GID}, verbs.QPInfo{QPN: peer.QPN, PSN: 2, GID: peer.GID}, opts); err != nil {
-			t.Fatal(err)
-		}
+		l.connect(t, peer)
 		labenv.Signal("aa-server-rtr")
 		waitFor(t, "aa-client-done")
 
@@ -186,9 +220,7 @@ func TestTwoGuestsTransparent(t *testing.T) {
 
 	var srv peerInfo
 	fetch(t, "aa-server", &srv)
-	if err := qp.Connect(verbs.QPInfo{QPN: me.QPN, PSN: 2, GID: me.GID}, verbs.QPInfo{QPN: srv.QPN, PSN: 1, GID: srv.GID}, opts); err != nil {
-		t.Fatal(err)
-	}
+	l.connect(t, srv)
 	publish(t, "aa-client", me)
 	waitFor(t, "aa-server-rtr")
 	wait := func() error {
@@ -224,4 +256,162 @@ func TestTwoGuestsTransparent(t *testing.T) {
 	}
 	labenv.Signal("aa-client-done")
 	waitFor(t, "aa-server-done")
+}
+
+// Guest 2 floods plain WRITEs at guest 1's logged pages while guest 1's
+// process keeps the module's hooks busy in process context: it writes 4 KiB
+// at a time, in loopback, into a page of its own that logs the data, so
+// rxe runs the hooked copy inline in its system calls for most of the
+// test. Incoming packets are handled in NET_RX softirq, which can
+// interrupt that process-context hook on the same CPU. Every remote write
+// must still be logged exactly once and no hook hit may be skipped.
+func TestTwoGuestsNestedHooks(t *testing.T) {
+	const n, size, pages = 6000, 64, 4
+	l := newLink(t, pages, 128)
+	off := func(k int) int { return (k * size) % (pages * page) }
+
+	if labenv.Role() != "server" {
+		var srv peerInfo
+		fetch(t, "nest-server", &srv)
+		l.connect(t, srv)
+		publish(t, "nest-client", l.me)
+		waitFor(t, "nest-server-rtr")
+		wcs := make([]verbs.WC, 64)
+		for k := 0; k < n; k += 64 {
+			for i := k; i < k+64 && i < n; i++ {
+				if err := l.qp.PostSend(verbs.SendWR{ID: uint64(i), Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+					SGL: []verbs.SGE{l.mr.SGE(off(i), size)}, RemoteAddr: srv.Addr + uint64(off(i)), RKey: srv.RKey}); err != nil {
+					t.Fatalf("PostSend %d: %v", i, err)
+				}
+			}
+			for got := 0; got < min(64, n-k); {
+				c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				m, err := l.cq.Wait(c, wcs)
+				cancel()
+				if err != nil {
+					t.Fatalf("write completions: %v", err)
+				}
+				for _, wc := range wcs[:m] {
+					if err := wc.Err(); err != nil {
+						t.Fatalf("write %d: %v", wc.ID, err)
+					}
+				}
+				got += m
+			}
+		}
+		labenv.Signal("nest-client-done")
+		waitFor(t, "nest-server-done")
+		return
+	}
+
+	d := openDev(t)
+	remote := newDomain(t, d, 1<<20)
+	if err := remote.Arm(l.mr.RKey(), l.mr.Addr(), pages*page, kmod.W|kmod.R|kmod.WL); err != nil {
+		t.Fatal(err)
+	}
+	// The noise: loopback 4 KiB writes into a WLD page, its log drained.
+	p := newPair(t, 1)
+	local := newDomain(t, d, 1<<20)
+	if err := local.Arm(p.key(), p.addr(0), page, kmod.W|kmod.R|kmod.WL|kmod.WLD); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	noise := make(chan int, 1)
+	go func() {
+		k := 0
+		defer func() { noise <- k }()
+		wcs := make([]verbs.WC, 1)
+		for ; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := p.src.qp.PostSend(verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+				SGL: []verbs.SGE{p.src.mr.SGE(0, page)}, RemoteAddr: p.addr(0), RKey: p.key()}); err != nil {
+				t.Errorf("noise PostSend: %v", err)
+				return
+			}
+			c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, err := p.src.cq.Wait(c, wcs)
+			cancel()
+			if err == nil {
+				err = wcs[0].Err()
+			}
+			if err != nil {
+				t.Errorf("noise write %d: %v", k, err)
+				return
+			}
+			if _, err := local.Read(nil, 0); err != nil {
+				t.Errorf("noise log: %v", err)
+				return
+			}
+		}
+	}()
+
+	publish(t, "nest-server", l.me)
+	var peer peerInfo
+	fetch(t, "nest-client", &peer)
+	l.connect(t, peer)
+	labenv.Signal("nest-server-rtr")
+	done := make(chan struct{})
+	go func() {
+		c, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+		defer cancel()
+		labenv.Wait(c, "nest-client-done")
+		close(done)
+	}()
+
+	var es []kmod.Entry
+	var err error
+	quiet := time.Time{}
+	for len(es) < n {
+		before := len(es)
+		if es, err = remote.Read(es, 0); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+			if len(es) > before || quiet.IsZero() {
+				quiet = time.Now()
+			} else if time.Since(quiet) > 3*time.Second {
+				close(stop)
+				t.Fatalf("%d of %d remote writes logged (noise: %d local writes); stats %+v", len(es), n, <-noise, stats(t, d))
+			}
+		default:
+		}
+		c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		remote.Wait(c)
+		cancel()
+	}
+	close(stop)
+	nn := <-noise
+	<-done
+	per := make(map[uint64]int)
+	for i, e := range es {
+		if e.Seq != uint64(i+1) || e.Op != kmod.OpWrite || e.Length != size || e.SrcQPN != peer.QPN {
+			t.Fatalf("entry %d: %+v", i, e)
+		}
+		per[e.IOVA]++
+	}
+	for k := 0; k < pages*page/size; k++ {
+		if want := (n - k + pages*page/size - 1) / (pages * page / size); per[l.mr.Addr()+uint64(off(k))] != want {
+			t.Fatalf("offset %d logged %d times, want %d", off(k), per[l.mr.Addr()+uint64(off(k))], want)
+		}
+	}
+	st := stats(t, d)
+	if st.Missed != 0 {
+		t.Fatalf("the kernel skipped %d hook hits", st.Missed)
+	}
+	t.Logf("%d remote writes logged once each while %d local 4 KiB writes ran the hooks in process context; missed %d", n, nn, st.Missed)
+	labenv.Signal("nest-server-done")
+}
+
+func stats(t *testing.T, d *kmod.Device) kmod.Stats {
+	t.Helper()
+	st, err := d.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -11,18 +11,20 @@
 # $LAB_OUT/aa-idle-cost.txt.
 #
 # The requirement is the idle case: at most 5% below the unloaded module.
-# With nothing armed the module registers no probe at all (checked here in
-# the kernel's kprobe list), so rxe runs exactly the code it runs without
+# With nothing armed the module registers no hook at all (checked here in
+# the kernel's list of traced functions), so rxe runs exactly the code it runs without
 # us; what the numbers show beyond that is the noise of TCG guests sharing
 # two cores (single runs vary by a factor of two). The suite therefore
-# fails on any idle probe, and only on a gross idle slowdown: a median of
+# fails on any idle hook, and only on a gross idle slowdown: a median of
 # the per-round ratios idle/unloaded below 0.6.
 set -euo pipefail
 
 ko=$LAB_KMODS
 rounds=${AA_ROUNDS:-9}
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-probes() { grep -c "rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder" /sys/kernel/debug/kprobes/list || true; }
+# the module's hooks are ftrace callbacks: enabled_functions lists them
+hooks=/sys/kernel/debug/tracing/enabled_functions
+probes() { grep -c "^\(rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder\) " $hooks || true; }
 
 bw() {
 	ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 65536 -n 400 >/tmp/bw.srv 2>&1 &
@@ -54,14 +56,14 @@ armed_off() {
 
 : >/tmp/idle; : >/tmp/none; : >/tmp/armed; : >/tmp/ratio
 for r in $(seq "$rounds"); do
-	[ "$(probes)" = 0 ] || lab_fail "probes registered with nothing armed: $(cat /sys/kernel/debug/kprobes/list)"
+	[ "$(probes)" = 0 ] || lab_fail "hooks registered with nothing armed: $(cat $hooks)"
 	i=$(bw); echo "idle $i"; echo "$i" >>/tmp/idle
 	rmmod rdmaplus
 	n=$(bw); echo "none $n"; echo "$n" >>/tmp/none
 	awk -v i="$i" -v n="$n" 'BEGIN { print i / n }' >>/tmp/ratio
 	insmod "$ko"
 	armed_on
-	[ "$(probes)" = 4 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
+	[ "$(probes)" = 4 ] || lab_fail "armed, but enabled_functions has: $(cat $hooks)"
 	echo "armed $(bw | tee -a /tmp/armed)"
 	armed_off
 done

@@ -7,4 +7,4 @@
 # data logged, reads logged with the data served, a plain page untouched by
 # the hooks); every log entry names guest 1's QP and guest 2's QP.
 set -euo pipefail
-lab_gotest kmod -test.v -test.run '^TestTwoGuestsTransparent$' -test.timeout 150s
+lab_gotest kmod -test.v -test.run '^TestTwoGuests(Transparent|NestedHooks)$' -test.timeout 150s

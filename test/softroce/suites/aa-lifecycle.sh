@@ -3,7 +3,7 @@
 # lab: gotest=./pkg/activeaccess/kmod
 #
 # Active Access module life cycle on one guest: with nothing armed the
-# module registers no probe (its idle cost is nil; the figures are in the
+# module registers no hook (its idle cost is nil; the figures are in the
 # aa-idle-cost benchmark); while a process has armed
 # pages, neither rdma_rxe nor our module can be unloaded; once it is
 # killed (kill -9) both could be and ours is; without rdma_rxe our module
@@ -26,14 +26,16 @@ armed() {
 }
 
 mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
-probes() { grep -c "rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder" /sys/kernel/debug/kprobes/list || true; }
+# the module's hooks are ftrace callbacks: enabled_functions lists them
+hooks=/sys/kernel/debug/tracing/enabled_functions
+probes() { grep -c "^\(rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder\) " $hooks || true; }
 
-echo "== idle: the module is loaded and registers no probe (rxe runs its own code only)"
-[ "$(probes)" = 0 ] || lab_fail "probes registered with nothing armed: $(cat /sys/kernel/debug/kprobes/list)"
+echo "== idle: the module is loaded and registers no hook (rxe runs its own code only)"
+[ "$(probes)" = 0 ] || lab_fail "hooks registered with nothing armed: $(cat $hooks)"
 
 echo "== armed: rdma_rxe and rdmaplus are pinned"
 armed 1
-[ "$(probes)" = 4 ] || lab_fail "armed, but the kprobe list has: $(cat /sys/kernel/debug/kprobes/list)"
+[ "$(probes)" = 4 ] || lab_fail "armed, but enabled_functions has: $(cat $hooks)"
 child=$(awk '/^READY/ {print $4}' /tmp/child.1)
 [ -n "$child" ] || lab_fail "no child pid"
 grep -q rdma_rxe /proc/modules
