@@ -13,16 +13,21 @@
 //	    polling and with the eventfd (two domains, drained chunk by chunk,
 //	    alternating)
 //
+// Either command takes -cpuprofile FILE: each guest writes a CPU profile
+// of its run to FILE.<role> (server or client).
+//
 // Figures are printed as "FIGURE <name> <value> <unit>" lines. Exit status
 // 1 on any failure (a failed access, a lost entry), 2 on bad usage.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"time"
 
@@ -34,25 +39,45 @@ func main() {
 		usage()
 	}
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
-	var err error
+	prof := fs.String("cpuprofile", "", "write a CPU profile to this file, suffixed with the guest's role")
+	var run func() error
 	switch os.Args[1] {
 	case "getlog":
 		rounds := fs.Int("rounds", 25, "rounds of logged and unlogged gets (which goes first alternates)")
 		gets := fs.Int("gets", 400, "gets per round and kind")
 		size := fs.Int("size", 8, "bytes per get")
-		fs.Parse(os.Args[2:])
-		err = benchGetLog(*rounds, *gets, *size)
+		run = func() error { return benchGetLog(*rounds, *gets, *size) }
 	case "drain":
 		entries := fs.Int("entries", 30000, "entries in the log before the handler starts")
-		fs.Parse(os.Args[2:])
-		err = benchDrain(*entries)
+		run = func() error { return benchDrain(*entries) }
 	default:
 		usage()
 	}
+	fs.Parse(os.Args[2:])
+	err := profiled(*prof, run)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "aa-usecase-bench:", err)
 		os.Exit(1)
 	}
+}
+
+// profiled runs f, under a CPU profile written to file.<role> if file is
+// not empty.
+func profiled(file string, f func() error) error {
+	if file == "" {
+		return f()
+	}
+	out, err := os.Create(file + "." + labenv.Role())
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		out.Close()
+		return err
+	}
+	err = f()
+	pprof.StopCPUProfile()
+	return errors.Join(err, out.Close())
 }
 
 func usage() {

@@ -28,6 +28,14 @@
 // runtime.asyncPreempt (a signal every 10 ms to the spinning goroutine, each
 // saving every vector register of -cpu max). The spin loops still reach
 // cooperative preemption points.
+//
+// A process pinned to one CPU (taskset, as perftest is run) gets
+// GOMAXPROCS 1 from Go, and the runtime then hands the poster's P to
+// another thread during every long post and must get it back through the
+// scheduler: on rxe, where every post does its transfer inside the
+// system call, that alone made the Go loop's read_lat 2-3x slower.
+// rdmaperf therefore raises GOMAXPROCS to 2 unless the environment sets
+// it (pkg/verbs, "Performance").
 package main
 
 import (
@@ -39,6 +47,7 @@ import (
 	"log"
 	"net"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
@@ -77,6 +86,9 @@ func main() {
 			err = syscall.Exec(self, os.Args, env)
 			log.Printf("re-exec with asyncpreemptoff failed: %v", err)
 		}
+	}
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
 	}
 	var (
 		dev     = flag.String("d", "", "RDMA device (default: the first)")

@@ -5,7 +5,8 @@
 # ib_write_bw with one work request per call (its default) and with
 # --post_list 100; rdmaperf's Go loop with its default chains (-l 0) and
 # with one work request per call (-l 1), each pinned (server CPU 0, client
-# CPU 1, GOMAXPROCS therefore 1) and free (no taskset). Interleaved size by
+# CPU 1, GOMAXPROCS 1 as Go derives it for a pinned process; rdmaperf's
+# own default is 2 since) and free (no taskset). Interleaved size by
 # size, three repetitions, every result printed as
 #   BENCH <tool> write_bw <bytes> <BW average MB/s>
 # (docs/benchmarks.md, "Small-write bandwidth"). About 12 minutes.
@@ -23,7 +24,7 @@ pt() { # name size args
 rp() { # name pin size args
 	local name=$1 pin=$2 s=$3; shift 3
 	local ts0="" ts1=""
-	if [ "$pin" = pin ]; then ts0="taskset -c 0"; ts1="taskset -c 1"; fi
+	if [ "$pin" = pin ]; then ts0="env GOMAXPROCS=1 taskset -c 0"; ts1="env GOMAXPROCS=1 taskset -c 1"; fi
 	$ts0 "$P" -d "$LAB_DEVICE" -timeout 10m >/tmp/rp.srv 2>&1 &
 	local srv=$!
 	lab_wait_listen 18516
