@@ -43,31 +43,7 @@ func newPair(t *testing.T, dstPages int) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk := func(size int) *side {
-		pd, err := ctx.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch, err := ctx.NewCompChannel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cq, err := ctx.NewCQ(1024, &verbs.CQOptions{Channel: ch})
-		if err != nil {
-			t.Fatal(err)
-		}
-		qp, err := pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-			Cap: verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mr, err := pd.AllocMR(size, verbs.AccessAll)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &side{pd: pd, cq: cq, qp: qp, mr: mr}
-	}
-	p := &pair{t: t, ctx: ctx, src: mk(dstPages * page), dst: mk(dstPages * page)}
+	p := &pair{t: t, ctx: ctx, src: newSide(t, ctx, dstPages*page, 512), dst: newSide(t, ctx, dstPages*page, 512)}
 	ia := verbs.QPInfo{QPN: p.src.qp.QPN(), PSN: 100, GID: gid.GID}
 	ib := verbs.QPInfo{QPN: p.dst.qp.QPN(), PSN: 200, GID: gid.GID}
 	opts := &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}
@@ -78,6 +54,34 @@ func newPair(t *testing.T, dstPages int) *pair {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// newSide creates a PD, a CQ on a completion channel, an RC QP with
+// sendWR send slots and a region of size bytes.
+func newSide(t *testing.T, ctx *verbs.Context, size, sendWR int) *side {
+	t.Helper()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cq, err := ctx.NewCQ(2*sendWR, &verbs.CQOptions{Channel: ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
+		Cap: verbs.QPCap{MaxSendWR: sendWR, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := pd.AllocMR(size, verbs.AccessAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &side{pd: pd, cq: cq, qp: qp, mr: mr}
 }
 
 // key is the target region's key as the module knows it.

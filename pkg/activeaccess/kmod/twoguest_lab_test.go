@@ -66,9 +66,7 @@ func fetch(t *testing.T, name string, v any) {
 
 // link is one guest's end of an RC connection to the other guest.
 type link struct {
-	qp   *verbs.QP
-	cq   *verbs.CQ
-	mr   *verbs.MR
+	*side
 	me   peerInfo
 	opts *verbs.ConnectOptions
 }
@@ -85,29 +83,9 @@ func newLink(t *testing.T, pages, sendWR int) *link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch, err := ctx.NewCompChannel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cq, err := ctx.NewCQ(4*sendWR, &verbs.CQOptions{Channel: ch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	qp, err := pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: cq, RecvCQ: cq,
-		Cap: verbs.QPCap{MaxSendWR: sendWR, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mr, err := pd.AllocMR(pages*page, verbs.AccessAll)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &link{qp: qp, cq: cq, mr: mr,
-		me:   peerInfo{QPN: qp.QPN(), GID: gid.GID, Addr: mr.Addr(), RKey: mr.RKey()},
+	s := newSide(t, ctx, pages*page, sendWR)
+	return &link{side: s,
+		me:   peerInfo{QPN: s.qp.QPN(), GID: gid.GID, Addr: s.mr.Addr(), RKey: s.mr.RKey()},
 		opts: &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}}
 }
 
