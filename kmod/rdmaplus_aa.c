@@ -105,7 +105,7 @@ struct aa_mr {
 	struct rcu_head rcu;
 };
 
-static DEFINE_MUTEX(aa_mutex);		/* configuration, probe (un)registration */
+static DEFINE_MUTEX(aa_mutex);		/* configuration, hook (un)registration */
 static DEFINE_SPINLOCK(aa_lock);	/* aa_mrs, ctx->mrs, aa_dereg_gen */
 static DEFINE_HASHTABLE(aa_mrs, 8);
 static unsigned long aa_dereg_gen;
@@ -136,8 +136,8 @@ static struct {
 } aa_st;
 
 /*
- * A body that only returns: a pre-handler that sets regs->ax and points
- * regs->ip here makes the probed function return regs->ax at once.
+ * A body that only returns: a hook that sets regs->ax and points
+ * regs->ip here makes the hooked function return regs->ax at once.
  */
 asm(".pushsection .text, \"ax\"\n"
 	".type rdmaplus_aa_skip, @function\n"
@@ -241,7 +241,7 @@ static void aa_timer_fn(struct timer_list *t)
 
 /* ---- source identity ---------------------------------------------------
  *
- * rxe_mr_copy and iova_to_vaddr do not see the QP. A probe on
+ * rxe_mr_copy and iova_to_vaddr do not see the QP. A hook on
  * rxe_responder(qp) records which QP this context is serving; within one
  * responder call nothing else runs a responder in the same context before
  * the packet's data is copied, so the copy hook can read the record back.
@@ -272,7 +272,7 @@ static struct aa_cur *aa_cur_slot(void)
 	return &aa_cur_task[hash_ptr(current, AA_TASK_BITS)];
 }
 
-static int notrace aa_resp_pre(struct pt_regs *regs)
+static void notrace aa_resp_pre(struct pt_regs *regs)
 {
 	struct aa_cur *c = aa_cur_slot();
 	unsigned long flags;
@@ -289,7 +289,6 @@ static int notrace aa_resp_pre(struct pt_regs *regs)
 	c->task[i] = current;
 	c->qp[i] = (void *)regs->di;
 	raw_spin_unlock_irqrestore(&c->lock, flags);
-	return 0;
 }
 
 /* struct rxe_qp starts with struct ib_qp, then struct rxe_pool_elem
@@ -475,7 +474,7 @@ static void aa_commit_segs(struct aa_seg *s, int n)
 		aa_commit(s[1].d, 1);
 }
 
-/* Make the probed rxe_mr_copy touch only [from, to) of the packet. */
+/* Make the hooked rxe_mr_copy touch only [from, to) of the packet. */
 static void aa_narrow(struct pt_regs *regs, u32 from, u32 to)
 {
 	regs->si += from;
@@ -613,7 +612,7 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		aa_narrow(regs, from, to);
 }
 
-static int notrace aa_copy_pre(struct pt_regs *regs)
+static void notrace aa_copy_pre(struct pt_regs *regs)
 {
 	unsigned long ret = *(unsigned long *)regs->sp;
 	int len = (int)regs->cx;
@@ -622,7 +621,7 @@ static int notrace aa_copy_pre(struct pt_regs *regs)
 	int n;
 
 	if (len <= 0 || ret - aa_copy_data_start < aa_copy_data_size)
-		return 0;
+		return;
 	rcu_read_lock();
 	m = aa_find((void *)regs->di);
 	if (!m)
@@ -643,10 +642,9 @@ static int notrace aa_copy_pre(struct pt_regs *regs)
 		aa_write(regs, m, s, n);
 out:
 	rcu_read_unlock();
-	return 0;
 }
 
-static int notrace aa_atomic_pre(struct pt_regs *regs)
+static void notrace aa_atomic_pre(struct pt_regs *regs)
 {
 	u32 want = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
 	struct aa_seg s[AA_MAX_SEGS];
@@ -675,7 +673,7 @@ static int notrace aa_atomic_pre(struct pt_regs *regs)
 		if (data) {
 			u64 *va;
 
-				va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
+			va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
 			if (va)
 				value = READ_ONCE(*va);
 		}
@@ -697,14 +695,13 @@ static int notrace aa_atomic_pre(struct pt_regs *regs)
 out:
 	rcu_read_unlock();
 	if (!refuse)
-		return 0;
+		return;
 	/* NULL from iova_to_vaddr: the requester gets a NAK (remote invalid
 	 * request); nothing is printed and memory is untouched.
 	 */
 	atomic64_inc(&aa_st.refused_atomics);
 	regs->ax = 0;
 	regs->ip = (unsigned long)rdmaplus_aa_skip;
-	return 1;
 }
 
 static void aa_mr_free_rcu(struct rcu_head *r)
@@ -725,14 +722,14 @@ static void aa_mr_unlink(struct aa_mr *m)
 	aa_nr_mrs--;
 }
 
-static int notrace aa_dereg_pre(struct pt_regs *regs)
+static void notrace aa_dereg_pre(struct pt_regs *regs)
 {
 	struct ib_mr *ibmr = (struct ib_mr *)regs->di;
 	struct aa_mr *m, *found = NULL;
 	unsigned long flags;
 
 	if (aa_ibmr_off < 0)
-		return 0;
+		return;
 	spin_lock_irqsave(&aa_lock, flags);
 	aa_dereg_gen++;
 	hash_for_each_possible(aa_mrs, m, hnode,
@@ -746,7 +743,6 @@ static int notrace aa_dereg_pre(struct pt_regs *regs)
 		call_rcu(&found->rcu, aa_mr_free_rcu);
 		schedule_work(&aa_gc_work);
 	}
-	return 0;
 }
 
 /*
@@ -761,7 +757,7 @@ static int notrace aa_dereg_pre(struct pt_regs *regs)
  * the callback recognises by the return address.
  */
 struct aa_hook {
-	int (*pre)(struct pt_regs *regs);
+	void (*pre)(struct pt_regs *regs);
 	unsigned long addr;
 	struct ftrace_ops ops;
 };
@@ -776,10 +772,8 @@ static void notrace aa_hook_cb(unsigned long ip, unsigned long parent_ip,
 	if (within_module(parent_ip, THIS_MODULE))
 		return;		/* our own call into rxe */
 	bit = ftrace_test_recursion_trylock(ip, parent_ip);
-	if (bit < 0 || !regs) {
+	if (bit < 0) {
 		atomic64_inc(&aa_st.missed);
-		if (bit >= 0)
-			ftrace_test_recursion_unlock(bit);
 		return;
 	}
 	h->pre(regs);
@@ -1674,7 +1668,7 @@ err_kobj:
 
 void rdmaplus_aa_exit(void)
 {
-	/* Every file is closed: nothing is armed, the probes are gone. */
+	/* Every file is closed: nothing is armed, the hooks are gone. */
 	flush_work(&aa_gc_work);
 	mutex_lock(&aa_mutex);
 	aa_maybe_unhook();

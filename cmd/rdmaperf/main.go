@@ -33,7 +33,7 @@
 // GOMAXPROCS 1 from Go, and the runtime then hands the poster's P to
 // another thread during every long post and must get it back through the
 // scheduler: on rxe, where every post does its transfer inside the
-// system call, that alone made the Go loop's read_lat 2-3x slower.
+// system call, that alone made the Go loop's read_lat up to 2.5x slower.
 // rdmaperf therefore raises GOMAXPROCS to 2 unless the environment sets
 // it (pkg/verbs, "Performance").
 package main
