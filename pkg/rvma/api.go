@@ -20,6 +20,9 @@ type windowDriver interface {
 	// from nil, one of the driver's.
 	bind(w *Window, b, from *buffer)
 	unbind(w *Window, b *buffer)
+	// windowClosed is told once, after the window's first Close, to start its
+	// linger (WindowOptions.Linger).
+	windowClosed(w *Window)
 	// entryChanged publishes e in the descriptor table and, when push is
 	// set, to the senders that hold a view of it.
 	entryChanged(w *Window, e Entry, push bool)
@@ -264,13 +267,19 @@ func (w *Window) Rewind(n int) []Record {
 // Close ends the window: every buffer not yet handed over is handed over
 // with FlagClosed once its memory window is unbound, later puts fail with
 // ErrMailboxClosed at their senders (or are dropped silently with
-// CloseSilent) and are counted. Close is idempotent and does not wait for
-// the unbinds; Posted.Wait does.
+// CloseSilent) and are counted. The mailbox stays reserved for
+// WindowOptions.Linger (so that late senders learn it closed rather than
+// that it never existed); then, or when InitWindow takes the mailbox
+// again, puts to it resolve anew. Close is idempotent and does not wait
+// for the unbinds; Posted.Wait does.
 func (w *Window) Close() error {
 	w.mu.Lock()
-	w.st.close()
+	first := w.st.close()
 	w.mu.Unlock()
 	w.flush()
+	if first {
+		w.drv.windowClosed(w)
+	}
 	return nil
 }
 

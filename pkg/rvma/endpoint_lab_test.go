@@ -269,6 +269,127 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 	t.Logf("no buffer, IncEpoch, NACK and silent close right; endpoint %+v", ep.Stats())
 }
 
+// TestLabEndpointReopenAndLinger: a closed window's mailbox lingers
+// (late puts get the NACK), is taken again at once by InitWindow (puts
+// find the new window, the old buffer is untouched), and is freed when its
+// linger ends (puts then fail with ErrNoMailbox); opening and closing one
+// mailbox many times leaves no slot behind.
+func TestLabEndpointReopenAndLinger(t *testing.T) {
+	ep := labListen(t, 7475, nil)
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// putUntil puts until the outcome satisfies ok: a sender learns of a
+	// close or a free by a notice that may still be on its way.
+	putUntil := func(mb rvma.Mailbox, data []byte, what string, ok func(error) bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			err := ep.Put(ctx, self, mb, 0, data)
+			if ok(err) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: put: %v", what, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	isClosed := func(err error) bool { return errors.Is(err, rvma.ErrMailboxClosed) }
+
+	const mb = rvma.Mailbox(0x5)
+	w1, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem1, _ := ep.Alloc(4096)
+	p1, _ := w1.Post(mem1, nil)
+	if err := ep.Put(ctx, self, mb, 0, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p1.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w1.Close()
+	putUntil(mb, []byte("late"), "closed window", isClosed)
+
+	// Reopened while lingering: puts reach the new window.
+	w2, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	if err != nil {
+		t.Fatalf("init on a lingering mailbox: %v", err)
+	}
+	mem2, _ := ep.Alloc(4096)
+	p2, _ := w2.Post(mem2, nil)
+	// Until the old window's last notice arrives, the sender may still
+	// see it closed.
+	isNil := func(err error) bool { return err == nil }
+	putUntil(mb, []byte("second"), "reopened mailbox", isNil)
+	rec, err := p2.Wait(ctx)
+	if err != nil || rec.Ops != 1 || string(mem2[:6]) != "second" {
+		t.Fatalf("reopened window: record %+v %v, bytes %q", rec, err, mem2[:6])
+	}
+	if string(mem1[:5]) != "first" {
+		t.Fatalf("the closed window's buffer changed: %q", mem1[:5])
+	}
+	if n := len(ep.Windows()); n != 1 {
+		t.Fatalf("%d windows after reopening one mailbox, want 1", n)
+	}
+
+	// Many cycles on one mailbox: every put lands in the window of its
+	// cycle, and no slot stays behind.
+	w2.Close()
+	for i := 0; i < 40; i++ {
+		w, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+		if err != nil {
+			t.Fatalf("cycle %d: %v", i, err)
+		}
+		m, _ := ep.Alloc(64)
+		p, _ := w.Post(m, nil)
+		want := []byte{'c', byte(i)}
+		putUntil(mb, want, "cycle", isNil)
+		if rec, err := p.Wait(ctx); err != nil || !bytes.Equal(m[:2], want) || rec.Ops != 1 {
+			t.Fatalf("cycle %d: record %+v %v, bytes %q", i, rec, err, m[:2])
+		}
+		w.Close()
+	}
+	if n := len(ep.Windows()); n != 1 {
+		t.Fatalf("%d windows after 40 cycles on one mailbox, want 1 (lingering)", n)
+	}
+
+	// The linger ends: the mailbox is gone, puts fail with ErrNoMailbox;
+	// a window without linger (negative) is freed at once. A GuardNone
+	// window's buffers, handed over bound, are unbound when it is freed.
+	for _, o := range []rvma.WindowOptions{
+		{Kind: rvma.EpochOps, Threshold: 1, Linger: 300 * time.Millisecond},
+		{Kind: rvma.EpochOps, Threshold: 1, Linger: -1, Guard: rvma.GuardNone},
+	} {
+		mbL := rvma.Mailbox(0x6)
+		w, err := ep.InitWindow(mbL, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := ep.Alloc(64)
+		p, _ := w.Post(m, nil)
+		if err := ep.Put(ctx, self, mbL, 0, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		putUntil(mbL, []byte("y"), "freed window", func(err error) bool { return errors.Is(err, rvma.ErrNoMailbox) })
+		if m[0] != 'x' {
+			t.Fatalf("linger %v: buffer changed after close: %q", o.Linger, m[:1])
+		}
+		for _, w := range ep.Windows() {
+			if w.Mailbox() == mbL {
+				t.Fatalf("linger %v: mailbox still listed after its linger", o.Linger)
+			}
+		}
+	}
+	t.Logf("reopen, 40 cycles and linger right; endpoint %+v", ep.Stats())
+}
+
 func TestLabEndpointMisuse(t *testing.T) {
 	labenv.Device(t)
 	ctx := context.Background()

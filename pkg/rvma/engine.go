@@ -50,6 +50,9 @@ type engine struct {
 	ops    map[uint64]bindOp         // bind work request id -> what it was
 	nextID uint64
 	closed bool
+	// lingering holds the closed windows whose mailbox is still reserved,
+	// each with the timer that frees it (WindowOptions.Linger).
+	lingering map[*Window]*time.Timer
 
 	// While an application goroutine spins (Posted.Spin) it runs the
 	// progress step itself, and the progress loop stays parked: a second
@@ -88,6 +91,7 @@ type bindOp struct {
 	b      *buffer
 	from   *buffer // the buffer whose window this bind took over (its key is now invalid)
 	unbind bool
+	retire bool // an unbind after the window was freed: the window is not told
 	// key receives the rkey QP.BindMW returned. The bind loop must take
 	// the key from here, not from MW.RKey(): on rxe the bind executes in
 	// the ibv_bind_mw call itself, so its completion can be polled before
@@ -105,6 +109,7 @@ type linkHandler interface {
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
 	pushEntry(slot uint32, entry []byte)
+	dropSubscribers(slot uint32, entry []byte)
 	subscribers(slot uint32) int
 }
 
@@ -211,6 +216,10 @@ func (e *engine) Close() error {
 		return nil
 	}
 	e.closed = true
+	for w, t := range e.lingering {
+		t.Stop()
+		delete(e.lingering, w)
+	}
 	e.mu.Unlock()
 	e.stop() // the loops wait with this context
 	e.wg.Wait()
@@ -220,7 +229,7 @@ func (e *engine) Close() error {
 	e.ops = map[uint64]bindOp{}
 	e.mu.Unlock()
 	for _, op := range ops {
-		if op.unbind {
+		if op.unbind && !op.retire {
 			op.w.unbound(op.b)
 		}
 	}
@@ -278,8 +287,17 @@ func (e *engine) addrOf(mem []byte) (uint64, error) {
 	return heapAddr(mem), nil
 }
 
-// initWindow opens a window on mailbox mb.
+// initWindow opens a window on mailbox mb. A closed window still
+// lingering on mb is freed first.
 func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
+	if _, _, old, ok := e.table.Lookup(mb); ok && old != nil {
+		old.mu.Lock()
+		closed := old.st.closed()
+		old.mu.Unlock()
+		if closed {
+			e.free(old)
+		}
+	}
 	slot, inc, err := e.table.Add(mb, nil)
 	if err != nil {
 		return nil, err
@@ -369,20 +387,15 @@ func (e *engine) unbind(w *Window, b *buffer) {
 	e.post(id, bindOp{w: w, b: b, unbind: true, key: make(chan uint32, 1)}, mw, mr, 0)
 }
 
-// entryChanged writes the window's entry into the descriptor table under
-// the entry's own checksum (readers retry on a torn read).
+// entryChanged writes the window's entry into the descriptor table and,
+// if push, to the window's subscribers. A window already freed
+// (engine.free) publishes nothing: its slot may belong to another one.
 func (e *engine) entryChanged(w *Window, en Entry, push bool) {
-	off := int(w.slot) * EntrySize
-	mem := e.descMR.Bytes()[off : off+EntrySize]
-	var tmp [EntrySize]byte
-	if err := MarshalEntry(tmp[:], &en); err != nil {
-		e.fail(err)
+	if _, inc, cur, ok := e.table.Slot(w.slot); !ok || cur != w || inc != w.incarnation {
 		return
 	}
-	mem[0] |= 1 // odd: being written
-	copy(mem[8:], tmp[8:])
-	copy(mem[:8], tmp[:8])
-	if !push || e.links == nil {
+	mem := e.writeEntry(w.slot, &en)
+	if mem == nil || !push || e.links == nil {
 		return
 	}
 	if en.State == StateOpen {
@@ -399,6 +412,91 @@ func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 		e.pushMu.Unlock()
 	}
 	e.links.pushEntry(w.slot, mem)
+}
+
+// writeEntry writes en into slot of the descriptor table under the
+// entry's own checksum (readers retry on a torn read) and returns the
+// table's bytes of the slot (nil if en does not encode). The caller holds
+// the window's dispatch lock.
+func (e *engine) writeEntry(slot uint32, en *Entry) []byte {
+	off := int(slot) * EntrySize
+	mem := e.descMR.Bytes()[off : off+EntrySize]
+	var tmp [EntrySize]byte
+	if err := MarshalEntry(tmp[:], en); err != nil {
+		e.fail(err)
+		return nil
+	}
+	mem[0] |= 1 // odd: being written
+	copy(mem[8:], tmp[8:])
+	copy(mem[:8], tmp[:8])
+	return mem
+}
+
+// windowClosed starts the linger of a window that was just closed: its mailbox
+// stays reserved, so that late senders learn it closed, until
+// WindowOptions.Linger has passed; then free releases it.
+func (e *engine) windowClosed(w *Window) {
+	d := w.st.opts.Linger // options do not change after InitWindow
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return // everything goes with the engine
+	}
+	if e.lingering == nil {
+		e.lingering = map[*Window]*time.Timer{}
+	}
+	e.lingering[w] = time.AfterFunc(max(d, 0), func() { e.free(w) })
+}
+
+// free ends a closed window's linger: the window's subscribers get its
+// last entry (StateGone, so they resolve the mailbox again), its slot is
+// freed (a later InitWindow may take the mailbox), and memory windows
+// still bound over its buffers (GuardNone hands buffers over bound) are
+// unbound and return to the pool. It does nothing for a window not
+// lingering, or once the engine is closed.
+func (e *engine) free(w *Window) {
+	w.dispatch.Lock()
+	defer w.dispatch.Unlock()
+	e.mu.Lock()
+	t, ok := e.lingering[w]
+	delete(e.lingering, w)
+	done := e.closed
+	e.mu.Unlock()
+	if !ok || done {
+		return
+	}
+	t.Stop()
+	w.mu.Lock()
+	w.st.seq += 2
+	en := w.st.entry(w.incarnation)
+	en.State, en.NDesc, en.Descs, en.Last = StateGone, 0, [MaxDescs]Desc{}, Desc{}
+	bufs := w.st.buffers()
+	w.mu.Unlock()
+	if mem := e.writeEntry(w.slot, &en); mem != nil && e.links != nil {
+		e.links.dropSubscribers(w.slot, mem)
+	}
+	e.table.Free(w.slot, w.incarnation)
+
+	e.mu.Lock()
+	busy := make(map[*buffer]bool, len(e.ops))
+	for _, op := range e.ops {
+		busy[op.b] = true
+	}
+	var left []*buffer
+	for _, b := range bufs {
+		if e.bound[b] != nil && !busy[b] {
+			left = append(left, b)
+		}
+	}
+	e.mu.Unlock()
+	for _, b := range left {
+		e.mu.Lock()
+		mw := e.bound[b]
+		e.nextID++
+		id := e.nextID
+		e.mu.Unlock()
+		e.post(id, bindOp{w: w, b: b, unbind: true, retire: true, key: make(chan uint32, 1)}, mw, e.arenaOf(b.addr, b.cap), 0)
+	}
 }
 
 // subscribers is the number of senders holding a view of slot.
@@ -625,7 +723,9 @@ func (e *engine) bindDone(wc verbs.WC) {
 			e.mws[mr] = append(e.mws[mr], mw)
 		}
 		e.mu.Unlock()
-		op.w.unbound(op.b)
+		if !op.retire {
+			op.w.unbound(op.b)
+		}
 		return
 	}
 	key := <-op.key

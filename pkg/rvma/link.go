@@ -604,6 +604,27 @@ func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
 	}
 }
 
+// dropSubscribers forgets every subscriber of slot after pushing them
+// entry, the window's last (StateGone), so that they resolve the mailbox
+// again. The engine calls it under the window's dispatch lock, before
+// the slot is freed.
+func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
+	ep.mu.Lock()
+	subs := ep.subs[slot]
+	delete(ep.subs, slot)
+	ep.mu.Unlock()
+	if ep.holdNotices.Load() {
+		return
+	}
+	for _, s := range subs {
+		if err := s.l.notify(s.viewSlot, entry); err != nil {
+			ep.lostNotices.Add(1)
+		} else {
+			ep.notices.Add(1)
+		}
+	}
+}
+
 // subscribers is the number of links whose peers mirror slot.
 func (ep *Endpoint) subscribers(slot uint32) int {
 	ep.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
@@ -387,6 +388,13 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		v.mu.Unlock()
 		<-st.credits
 		return false, wait, nil
+	case errors.Is(err, errGone):
+		// The receiver freed the mailbox: the next round resolves it
+		// again and finds its new window, or ErrNoMailbox.
+		v.mu.Unlock()
+		<-st.credits
+		ep.dropView(l, v)
+		return false, closedChan, nil
 	case errors.Is(err, errDropped), errors.Is(err, ErrMailboxClosed):
 		slot := v.slot
 		v.mu.Unlock()
@@ -572,17 +580,33 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 // answerResolve subscribes l to the window of m.Mailbox and answers with
 // RESOLVED and the current entry, or NACK.
 func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
-	slot, inc, w, ok := ep.e.table.Lookup(m.Mailbox)
-	if !ok || w == nil {
-		l.sendCtrl(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: NackNoMailbox})
-		return
+	var (
+		slot, inc uint32
+		w         *Window
+	)
+	for {
+		var ok bool
+		slot, inc, w, ok = ep.e.table.Lookup(m.Mailbox)
+		if !ok || w == nil {
+			l.sendCtrl(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: NackNoMailbox})
+			return
+		}
+		// Under the dispatch lock no entry change is pushed meanwhile, so
+		// the subscriber sees RESOLVED, then this entry, then every later
+		// one. The window may have been freed (engine.free, under the
+		// same lock) since the lookup: then look again.
+		w.dispatch.Lock()
+		if _, cur, v, ok := ep.e.table.Slot(slot); ok && cur == inc && v == w {
+			break
+		}
+		w.dispatch.Unlock()
 	}
-	// Under the dispatch lock no entry change is pushed meanwhile, so the
-	// subscriber sees RESOLVED, then this entry, then every later one.
-	w.dispatch.Lock()
 	defer w.dispatch.Unlock()
 	ep.mu.Lock()
-	ep.subs[slot] = append(ep.subs[slot], subscriber{l: l, viewSlot: m.ViewSlot})
+	sub := subscriber{l: l, viewSlot: m.ViewSlot}
+	if !slices.Contains(ep.subs[slot], sub) { // a sender resolving again (after a stale view) is one subscriber
+		ep.subs[slot] = append(ep.subs[slot], sub)
+	}
 	only := len(ep.subs[slot]) == 1
 	ep.mu.Unlock()
 	if err := l.sendCtrl(Ctrl{Type: CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {

@@ -7,6 +7,11 @@ import "fmt"
 // knocked (KnockDrop) so that the receiver counts it.
 var errDropped = fmt.Errorf("rvma: put dropped by a silently closed mailbox")
 
+// errGone is returned by senderView.target once the receiver freed the
+// window's mailbox: the view is dead and the mailbox must be resolved
+// again (it may have a new window, or none).
+var errGone = fmt.Errorf("rvma: the window behind the view is gone")
+
 // senderView is a sender's cached view of one remote window: the last
 // entry the receiver pushed (or the sender read), and the sender's own
 // contributions to each generation. It chooses the generation a put
@@ -77,7 +82,7 @@ func (v *senderView) next() uint64 {
 
 // target returns the generation and descriptor a put of n bytes at offset
 // off must use. Errors: ErrMailboxClosed (closed with NACK), errDropped
-// (closed silently), ErrNoBuffer (no descriptor yet for the generation:
+// (closed silently), errGone (freed: resolve again), ErrNoBuffer (no descriptor yet for the generation:
 // wait for an update), ErrTooLarge (the put does not fit the buffer).
 func (v *senderView) target(off, n uint64) (uint64, Desc, error) {
 	if !v.valid {
@@ -88,6 +93,8 @@ func (v *senderView) target(off, n uint64) (uint64, Desc, error) {
 		return 0, Desc{}, ErrMailboxClosed
 	case StateClosedSilent:
 		return 0, Desc{}, errDropped
+	case StateGone:
+		return 0, Desc{}, errGone
 	}
 	g := v.next()
 	d, ok := v.entry.Desc(g)

@@ -117,4 +117,17 @@ func TestViewErrors(t *testing.T) {
 	if _, _, err := v.target(0, 1); err != errDropped {
 		t.Fatal(err)
 	}
+	gone := closed
+	gone.Seq, gone.State = 8, StateGone
+	var raw [EntrySize]byte
+	if err := MarshalEntry(raw[:], &gone); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := UnmarshalEntry(raw[:]); err != nil || got != gone {
+		t.Fatalf("gone entry round trip: %+v %v", got, err)
+	}
+	v.update(gone)
+	if _, _, err := v.target(0, 1); err != errGone {
+		t.Fatal(err)
+	}
 }

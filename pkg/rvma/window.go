@@ -2,6 +2,7 @@ package rvma
 
 import (
 	"fmt"
+	"time"
 )
 
 // CloseMode says what senders see when they put to a closed window.
@@ -59,7 +60,16 @@ type WindowOptions struct {
 	// MaxPosted limits the buffers posted and not yet completed
 	// (DefaultMaxPosted if 0).
 	MaxPosted int
+	// Linger is how long the mailbox stays reserved after Close, so that
+	// late senders get ErrMailboxClosed (or a counted silent drop) rather
+	// than ErrNoMailbox: DefaultLinger if 0, none if negative. InitWindow
+	// on the same mailbox ends it at once.
+	Linger time.Duration
 }
+
+// DefaultLinger is how long a closed window's mailbox stays reserved when
+// WindowOptions.Linger is 0.
+const DefaultLinger = time.Minute
 
 func (o WindowOptions) normalize() (WindowOptions, error) {
 	if o.Kind == 0 {
@@ -85,6 +95,9 @@ func (o WindowOptions) normalize() (WindowOptions, error) {
 	}
 	if o.MaxPosted == 0 {
 		o.MaxPosted = DefaultMaxPosted
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultLinger
 	}
 	return o, nil
 }
@@ -503,6 +516,32 @@ func (w *windowState) close() bool {
 	w.handOver()
 	w.changed()
 	return true
+}
+
+// buffers returns every buffer the window knows: posted, kept for rewind,
+// held by the application or waiting to be re-posted.
+func (w *windowState) buffers() []*buffer {
+	seen := make(map[*buffer]bool)
+	var all []*buffer
+	add := func(b *buffer) {
+		if !seen[b] {
+			seen[b] = true
+			all = append(all, b)
+		}
+	}
+	for _, b := range w.pending {
+		add(b)
+	}
+	for _, b := range w.kept {
+		add(b)
+	}
+	for b := range w.held {
+		add(b)
+	}
+	for b := range w.waiting {
+		add(b)
+	}
+	return all
 }
 
 // release gives a handed-over buffer back to the window. Errors: ErrInvalid

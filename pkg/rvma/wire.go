@@ -136,6 +136,10 @@ const (
 	StateOpen         EntryState = 1
 	StateClosedNack   EntryState = 2 // closed; puts fail with ErrMailboxClosed
 	StateClosedSilent EntryState = 3 // closed; puts are dropped and counted
+	// StateGone is the last entry of a window whose mailbox was freed
+	// (its linger after Close ended, or a new window took the mailbox):
+	// the sender must resolve the mailbox again.
+	StateGone EntryState = 4
 )
 
 // String names the state.
@@ -147,6 +151,8 @@ func (s EntryState) String() string {
 		return "closed (nack)"
 	case StateClosedSilent:
 		return "closed (silent)"
+	case StateGone:
+		return "gone"
 	}
 	return fmt.Sprintf("EntryState(%d)", uint8(s))
 }
@@ -286,7 +292,7 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	if e.Seq == 0 {
 		return e, invalidf("entry never written")
 	}
-	if e.State < StateOpen || e.State > StateClosedSilent {
+	if e.State < StateOpen || e.State > StateGone {
 		return e, invalidf("entry state %d", e.State)
 	}
 	if e.Kind != EpochBytes && e.Kind != EpochOps {
