@@ -80,8 +80,12 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 		// what happens before the serial driver is up. no_timer_check skips
 		// the boot-time IO-APIC timer check, which a vCPU starved by a
 		// loaded host fails ("IO-APIC + timer doesn't work!", a panic seen
-		// in the lab); virtual machines do not need it.
-		"-append", fmt.Sprintf("console=ttyS0 earlyprintk=serial,ttyS0 loglevel=7 no_timer_check panic=-1 mitigations=off 8250.nr_uarts=2 %s lab.index=%d lab.token=%s", l.Append, i, token),
+		// in the lab); virtual machines do not need it. tsc=reliable: with
+		// two vCPUs the kernel's TSC sync check fails under TCG and falls
+		// back to the HPET, whose reads qemu emulates (20 to 45 µs each, and
+		// a system call: no vDSO), so every clock read of a Go runtime cost
+		// that; TCG's TSC is the host's, one clock for every vCPU.
+		"-append", fmt.Sprintf("console=ttyS0 earlyprintk=serial,ttyS0 loglevel=7 no_timer_check tsc=reliable panic=-1 mitigations=off 8250.nr_uarts=2 %s lab.index=%d lab.token=%s", l.Append, i, token),
 		"-chardev", con, "-serial", "chardev:con",
 		// fd 3 is the pipe the lab reads the kernel log from.
 		"-chardev", "file,id=kmsg,path=/dev/fd/3", "-serial", "chardev:kmsg",
