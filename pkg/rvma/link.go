@@ -48,6 +48,7 @@ type stripe struct {
 	// use the rest (ctrlReserve), counted in ctrlOut.
 	credits chan struct{}
 	ctrlOut atomic.Int32
+	sq      sendQueue
 }
 
 const (
@@ -568,14 +569,13 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 		return fmt.Errorf("link to %v: %w", l.peer, verbs.ErrQueueFull)
 	}
 	ep := l.ep
-	wr.ID = sendTag | ctrlTag
-	wr.Flags |= verbs.SendSignaled | verbs.SendInline
+	wr.Flags |= verbs.SendInline
 	ep.ctrlMu.Lock()
 	if len(data) > 0 {
 		copy(ep.ctrlMR.Bytes(), data)
 		wr.SGL = []verbs.SGE{{Addr: ep.ctrlMR.Addr(), Length: uint32(len(data)), LKey: ep.ctrlMR.LKey()}}
 	}
-	err := st.qp.PostSend(wr)
+	err := st.sq.postSignaled(st.qp.PostSend, wr)
 	ep.ctrlMu.Unlock()
 	if err != nil {
 		st.ctrlOut.Add(-1)
