@@ -58,13 +58,6 @@ type engine struct {
 	// progress step itself, and the progress loop stays parked: a second
 	// thread woken on every completion would only contend with the spinner
 	// for the CPU (on one CPU, for a scheduler time slice).
-	// handleMu makes completions be handled in the order the CQ returned
-	// them (sendQueue relies on it): the progress loop polls (inside
-	// CQ.Wait) and handles with inWait set, and a spinner polls only
-	// under handleMu with inWait clear.
-	handleMu sync.Mutex
-	inWait   bool
-
 	spinMu   sync.Mutex
 	spinners int
 	spinIdle chan struct{} // closed when spinners drops to 0
@@ -563,25 +556,21 @@ func (e *engine) progress(ctx context.Context) {
 			return
 		}
 		e.flushPushes()
-		e.handleMu.Lock()
-		e.inWait = true
-		e.handleMu.Unlock()
 		n, err := e.poll(ctx, e.cq, wcs)
-		e.handleMu.Lock()
-		for err == nil && n > 0 {
+		if err != nil {
+			return
+		}
+		for n > 0 {
 			e.handle(wcs[:n])
 			n = 0
 			if !e.bindsPending() || e.spinning() {
 				break
 			}
-			for deadline := time.Now().Add(bindSpin); err == nil && n == 0 && time.Now().Before(deadline); {
-				n, err = e.cq.Poll(wcs)
+			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
+				if n, err = e.cq.Poll(wcs); err != nil {
+					return
+				}
 			}
-		}
-		e.inWait = false
-		e.handleMu.Unlock()
-		if err != nil {
-			return
 		}
 	}
 }
@@ -654,24 +643,16 @@ func (e *engine) waitNoSpinner(ctx context.Context) bool {
 }
 
 // pollOnce runs one non-blocking progress step on the caller's goroutine
-// (Posted.Spin): the same handling as the progress loop. It finds nothing
-// while the progress loop waits or handles (handleMu), which keeps the
-// completions in order.
+// (Posted.Spin): the same handling as the progress loop, which may run
+// concurrently (the window state is locked; arrivals count in any order).
 func (e *engine) pollOnce() bool {
 	var wcs [16]verbs.WC
-	n, err := 0, error(nil)
-	if e.handleMu.TryLock() {
-		if !e.inWait {
-			if n, err = e.cq.Poll(wcs[:]); err == nil && n > 0 {
-				e.handle(wcs[:n])
-			}
-		}
-		e.handleMu.Unlock()
-	}
+	n, err := e.cq.Poll(wcs[:])
 	if err != nil || n == 0 {
 		e.flushPushes()
 		return false
 	}
+	e.handle(wcs[:n])
 	return true
 }
 

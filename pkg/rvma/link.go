@@ -48,7 +48,6 @@ type stripe struct {
 	// use the rest (ctrlReserve), counted in ctrlOut.
 	credits chan struct{}
 	ctrlOut atomic.Int32
-	sq      sendQueue
 }
 
 const (
@@ -569,13 +568,14 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 		return fmt.Errorf("link to %v: %w", l.peer, verbs.ErrQueueFull)
 	}
 	ep := l.ep
-	wr.Flags |= verbs.SendInline
+	wr.ID = sendTag | ctrlTag
+	wr.Flags |= verbs.SendSignaled | verbs.SendInline
 	ep.ctrlMu.Lock()
 	if len(data) > 0 {
 		copy(ep.ctrlMR.Bytes(), data)
 		wr.SGL = []verbs.SGE{{Addr: ep.ctrlMR.Addr(), Length: uint32(len(data)), LKey: ep.ctrlMR.LKey()}}
 	}
-	err := st.sq.postSignaled(st.qp.PostSend, wr)
+	err := st.qp.PostSend(wr)
 	ep.ctrlMu.Unlock()
 	if err != nil {
 		st.ctrlOut.Add(-1)

@@ -128,7 +128,6 @@ type PutOp struct {
 
 	// set while the put is in flight (under ep.mu)
 	st       *stripe
-	seq      uint64 // on st's send queue
 	view     *remoteView
 	gen      uint64
 	attempts int
@@ -423,15 +422,12 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 	ep.mu.Lock()
 	ep.nextID++
 	id := ep.nextID &^ (sendTag | ctrlTag)
+	op.st, op.view, op.gen = st, v, gen
+	op.attempts++
+	ep.puts[id] = op
 	ep.mu.Unlock()
-	err = st.sq.postPut(st.qp.PostSend, verbs.SendWR{ID: sendTag | id, Op: verbs.OpWriteImm,
-		SGL: op.sgl, Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey}, id, op, func(seq uint64) {
-		ep.mu.Lock()
-		op.st, op.seq, op.view, op.gen = st, seq, v, gen
-		op.attempts++
-		ep.puts[id] = op
-		ep.mu.Unlock()
-	})
+	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled,
+		SGL: op.sgl, Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey})
 	if err != nil {
 		ep.mu.Lock()
 		delete(ep.puts, id)
@@ -458,34 +454,26 @@ const maxAttempts = 8
 // sendDone handles the completion of a link send (engine callback).
 func (ep *Endpoint) sendDone(wc verbs.WC) {
 	id := wc.ID &^ sendTag
-	ep.mu.Lock()
-	st := ep.byQPN[wc.QPN]
-	ep.mu.Unlock()
 	if id&ctrlTag != 0 {
+		ep.mu.Lock()
+		st := ep.byQPN[wc.QPN]
+		ep.mu.Unlock()
 		if st != nil {
 			st.ctrlOut.Add(-1)
-			ep.placed(st, st.sq.completed(id&^ctrlTag, false))
 			if err := wc.Err(); err != nil {
 				st.broken(err)
 			}
-			ep.tail(st)
 		}
 		return
 	}
 	ep.mu.Lock()
 	op := ep.puts[id]
 	delete(ep.puts, id)
-	var seq uint64
-	if op != nil {
-		st, seq = op.st, op.seq
-	}
 	ep.mu.Unlock()
 	if op == nil {
 		return // its link failed first
 	}
-	ep.placed(st, st.sq.completed(seq, true))
-	defer ep.tail(st)
-	v, gen := op.view, op.gen
+	st, v, gen := op.st, op.view, op.gen
 	<-st.credits
 	err := wc.Err()
 	if err == nil {
@@ -520,41 +508,6 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		return
 	}
 	go ep.run(op)
-}
-
-// placed finishes the puts a completion on st reported as placed (those
-// posted before it, unsignaled).
-func (ep *Endpoint) placed(st *stripe, done []sqPut) {
-	for _, p := range done {
-		ep.mu.Lock()
-		mine := ep.puts[p.id] == p.op
-		if mine {
-			delete(ep.puts, p.id)
-		}
-		ep.mu.Unlock()
-		if mine {
-			<-st.credits
-			p.op.finish(nil)
-		}
-	}
-}
-
-// tail posts the zero-length signaled WRITE that reports the unsignaled
-// puts left on st's send queue when no signaled work request follows
-// them. It uses the control share of the queue; when that is used up, a
-// control completion to come calls tail again.
-func (ep *Endpoint) tail(st *stripe) {
-	if st.dead.Load() || !st.sq.needsTail() {
-		return
-	}
-	if st.ctrlOut.Add(1) > ctrlReserve {
-		st.ctrlOut.Add(-1)
-		return
-	}
-	if err := st.sq.postSignaled(st.qp.PostSend, verbs.SendWR{Op: verbs.OpWrite}); err != nil {
-		st.ctrlOut.Add(-1)
-		st.broken(err)
-	}
 }
 
 // ctrl handles a control message received on a link (engine callback).
