@@ -374,6 +374,15 @@ func (e *engine) bind(w *Window, b, from *buffer) {
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
+	if !e.postUnbind(w, b, false) {
+		go w.unbound(b) // never bound
+	}
+}
+
+// postUnbind posts the unbind of the memory window bound over b (retire:
+// the window is not told when it completes) and reports whether there was
+// one.
+func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	mw := e.bound[b]
@@ -381,10 +390,10 @@ func (e *engine) unbind(w *Window, b *buffer) {
 	id := e.nextID
 	e.mu.Unlock()
 	if mw == nil {
-		go w.unbound(b) // never bound
-		return
+		return false
 	}
-	e.post(id, bindOp{w: w, b: b, unbind: true, key: make(chan uint32, 1)}, mw, mr, 0)
+	e.post(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
+	return true
 }
 
 // entryChanged writes the window's entry into the descriptor table and,
@@ -468,8 +477,8 @@ func (e *engine) free(w *Window) {
 	t.Stop()
 	w.mu.Lock()
 	w.st.seq += 2
-	en := w.st.entry(w.incarnation)
-	en.State, en.NDesc, en.Descs, en.Last = StateGone, 0, [MaxDescs]Desc{}, Desc{}
+	en := w.st.entry(w.incarnation) // closed: no descriptors
+	en.State = StateGone
 	bufs := w.st.buffers()
 	w.mu.Unlock()
 	if mem := e.writeEntry(w.slot, &en); mem != nil && e.links != nil {
@@ -477,25 +486,17 @@ func (e *engine) free(w *Window) {
 	}
 	e.table.Free(w.slot, w.incarnation)
 
+	// Buffers with a bind or unbind in flight are left to it.
 	e.mu.Lock()
 	busy := make(map[*buffer]bool, len(e.ops))
 	for _, op := range e.ops {
 		busy[op.b] = true
 	}
-	var left []*buffer
-	for _, b := range bufs {
-		if e.bound[b] != nil && !busy[b] {
-			left = append(left, b)
-		}
-	}
 	e.mu.Unlock()
-	for _, b := range left {
-		e.mu.Lock()
-		mw := e.bound[b]
-		e.nextID++
-		id := e.nextID
-		e.mu.Unlock()
-		e.post(id, bindOp{w: w, b: b, unbind: true, retire: true, key: make(chan uint32, 1)}, mw, e.arenaOf(b.addr, b.cap), 0)
+	for _, b := range bufs {
+		if !busy[b] {
+			e.postUnbind(w, b, true)
+		}
 	}
 }
 

@@ -595,6 +595,12 @@ func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
 	ep.mu.Lock()
 	subs := append([]subscriber(nil), ep.subs[slot]...)
 	ep.mu.Unlock()
+	ep.notifyAll(subs, entry)
+}
+
+// notifyAll writes entry into every subscriber's view slot, counting the
+// notices sent and lost.
+func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) {
 	for _, s := range subs {
 		if err := s.l.notify(s.viewSlot, entry); err != nil {
 			ep.lostNotices.Add(1)
@@ -613,15 +619,8 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 	subs := ep.subs[slot]
 	delete(ep.subs, slot)
 	ep.mu.Unlock()
-	if ep.holdNotices.Load() {
-		return
-	}
-	for _, s := range subs {
-		if err := s.l.notify(s.viewSlot, entry); err != nil {
-			ep.lostNotices.Add(1)
-		} else {
-			ep.notices.Add(1)
-		}
+	if !ep.holdNotices.Load() {
+		ep.notifyAll(subs, entry)
 	}
 }
 
