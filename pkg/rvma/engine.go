@@ -773,7 +773,7 @@ func (e *engine) recvDone(wc verbs.WC) {
 	if e.trace != nil && imm.Kind == KindData {
 		e.trace(imm, wc.ByteLen)
 	}
-	_, _, w, ok := e.table.Slot(imm.Slot)
+	_, inc, w, ok := e.table.Slot(imm.Slot)
 	if !ok || w == nil {
 		e.unknown.Add(1)
 		return
@@ -782,7 +782,12 @@ func (e *engine) recvDone(wc verbs.WC) {
 	case KindData:
 		w.arrive(imm.Gen, uint64(wc.ByteLen))
 	case KindCtrl:
-		w.knock(KnockReason(imm.Gen))
+		r, kinc := ParseKnock(imm.Gen)
+		if kinc != uint8(inc) {
+			e.unknown.Add(1) // for a freed window whose slot was reused
+			return
+		}
+		w.knock(r)
 	}
 }
 

@@ -54,7 +54,7 @@ func TestHelloRefused(t *testing.T) {
 	for name, mut := range map[string]func([]byte) []byte{
 		"short":    func(b []byte) []byte { return b[:helloSize-1] },
 		"magic":    func(b []byte) []byte { b[0] = 'X'; return b },
-		"version":  func(b []byte) []byte { b[4] = 2; return b },
+		"version":  func(b []byte) []byte { b[4] = 1; return b },
 		"reserved": func(b []byte) []byte { b[7] = 1; return b },
 		"stripe":   func(b []byte) []byte { b[5] = 9; return b },
 		"empty":    func(b []byte) []byte { return nil },

@@ -546,9 +546,10 @@ func (l *link) sendCtrl(m Ctrl) error {
 }
 
 // knock posts a zero-length WRITE WITH IMMEDIATE that makes the receiver
-// count a put refused against its closed window slot.
-func (l *link) knock(slot uint32, r KnockReason) error {
-	imm, err := Imm{Kind: KindCtrl, Slot: slot, Gen: uint16(r)}.Encode()
+// count a put refused against its closed window slot, if the slot still
+// holds that incarnation of the window.
+func (l *link) knock(slot, incarnation uint32, r KnockReason) error {
+	imm, err := Imm{Kind: KindCtrl, Slot: slot, Gen: KnockGen(r, incarnation)}.Encode()
 	if err != nil {
 		return err
 	}

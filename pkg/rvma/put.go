@@ -396,14 +396,14 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		ep.dropView(l, v)
 		return false, closedChan, nil
 	case errors.Is(err, errDropped), errors.Is(err, ErrMailboxClosed):
-		slot := v.slot
+		slot, inc := v.slot, v.sv.incarnation
 		v.mu.Unlock()
 		<-st.credits
 		r := KnockNack
 		if errors.Is(err, errDropped) {
 			r, err = KnockDrop, nil
 		}
-		l.knock(slot, r) // counted at the receiver; a lost knock loses only the count
+		l.knock(slot, inc, r) // counted at the receiver; a lost knock loses only the count
 		if err != nil {
 			return false, nil, err
 		}

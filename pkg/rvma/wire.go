@@ -29,7 +29,7 @@ const (
 	// KindCtrl: a SEND WITH IMMEDIATE of a control message (Slot and Gen
 	// are 0), or a zero-length RDMA WRITE WITH IMMEDIATE, a knock, that
 	// reports a put refused by the sender's library against window Slot,
-	// with the KnockReason in Gen.
+	// with the KnockReason and the window's incarnation in Gen (KnockGen).
 	KindCtrl ImmKind = 3
 )
 
@@ -107,6 +107,23 @@ const (
 	KnockNack KnockReason = 1 // the window is closed with NACK: the put failed with ErrMailboxClosed
 	KnockDrop KnockReason = 2 // the window is closed silently: the put was dropped
 )
+
+// knockReasonBits is how many of a knock's generation bits hold the
+// reason; the rest hold the window's incarnation modulo 256, so that a
+// knock that arrives after its slot was freed and reused is not counted
+// against the new window.
+const knockReasonBits = 2
+
+// KnockGen packs a knock's reason and the incarnation of the window the
+// sender saw into an immediate's generation bits.
+func KnockGen(r KnockReason, incarnation uint32) uint16 {
+	return uint16(r)&(1<<knockReasonBits-1) | uint16(incarnation)<<knockReasonBits&genMask
+}
+
+// ParseKnock unpacks KnockGen: the reason and the incarnation's low bits.
+func ParseKnock(gen uint16) (KnockReason, uint8) {
+	return KnockReason(gen & (1<<knockReasonBits - 1)), uint8(gen >> knockReasonBits)
+}
 
 // EpochKind says whether a window's threshold counts bytes or operations.
 type EpochKind uint8

@@ -30,6 +30,24 @@ func TestImmRoundTrip(t *testing.T) {
 	}
 }
 
+func TestKnockGen(t *testing.T) {
+	for _, r := range []KnockReason{KnockNack, KnockDrop} {
+		for _, inc := range []uint32{0, 1, 255, 256, 257, 1<<32 - 1} {
+			g := KnockGen(r, inc)
+			if g > genMask {
+				t.Fatalf("KnockGen(%d, %d) = %#x: more than the generation bits", r, inc, g)
+			}
+			gr, ginc := ParseKnock(g)
+			if gr != r || ginc != uint8(inc) {
+				t.Fatalf("KnockGen(%d, %d) = %#x parses as %d, %d", r, inc, g, gr, ginc)
+			}
+		}
+	}
+	if KnockGen(KnockDrop, 3) != KnockGen(KnockDrop, 3+256) {
+		t.Fatal("the incarnation is carried modulo 256")
+	}
+}
+
 func TestExpandGen(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 100000; i++ {
