@@ -20,9 +20,9 @@
 # write_bw and ib_write_bw.
 #
 # Loopback on rxe0, server pinned to CPU 0 and client to CPU 1, as in
-# verbs-bench.sh: between two TCG guests on a two-core host every
-# ping-pong lands in the "milliseconds" mode (measured: 3 to 18 ms for
-# 8 B), which says more about qemu's scheduling than about the protocols.
+# verbs-bench.sh: between two TCG guests a one-way trip costs 0.6 to
+# 1.1 ms of virtio and network stack under TCG, which hides the
+# protocols' own costs; guests-bench.sh runs the same comparisons there.
 # The tools run interleaved, size by size, REPS times; every result is
 # printed as
 #   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>

@@ -1,0 +1,93 @@
+#!/bin/bash
+# lab: guests=2 smp=1 timeout=3600 gobuild=./cmd/rdmaperf
+#
+# The RVMA and pkg/verbs comparisons between two guests (one vCPU each)
+# instead of loopback: the server tool on guest 1, the client on guest 2,
+# so rxe's responder and the receive completions run on the receiver's
+# CPU, as on two hosts. In one boot, interleaved size by size, REPS times:
+#   latency (t_typical, half a round trip): perftest ib_write_lat,
+#     rdmaperf write_lat (c), rvma_lat (a), write_send_lat (b1),
+#     write_wait_send_lat (b2), read_lat and ib_read_lat, send_lat and
+#     ib_send_lat
+#   bandwidth (BW average): ib_write_bw, rdmaperf write_bw, rvma_bw
+# Every result is printed as
+#   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>
+# on guest 2, which cmd/rdmaperf/benchtable turns into tables (medians).
+# A one-way trip between two TCG guests costs about 0.6 to 1.1 ms (the
+# guests' network stacks and virtio under TCG; ICMP ping: 1.4 ms round
+# trip at best), so small-message latency is dominated by it.
+set -euo pipefail
+P="$LAB_BIN/rdmaperf"
+REPS=${REPS:-3}
+LAT_SIZES=${LAT_SIZES:-"8 512 4096 32768 262144"}
+BW_SIZES=${BW_SIZES:-"65536 262144 1048576"}
+server=$(lab_peer 1)
+step=0
+
+iters() { # size test
+	if [ "${2%_bw}" != "$2" ]; then
+		echo $(( $1 >= 1048576 ? 160 : $1 >= 262144 ? 320 : 640 ))
+	else
+		echo $(( $1 >= 262144 ? 60 : $1 >= 32768 ? 200 : 500 ))
+	fi
+}
+
+col() { case $1 in *_bw) echo 4 ;; *) echo 5 ;; esac; }
+
+# pair NAME PORT TEST SIZE SERVER-COMMAND... -- CLIENT-COMMAND...: runs the
+# server on guest 1 and the client on guest 2, one step at a time.
+pair() {
+	local name=$1 port=$2 t=$3 s=$4
+	shift 4
+	local srv=() cli=()
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	step=$((step + 1))
+	if [ "$LAB_ROLE" = server ]; then
+		"${srv[@]}" >/tmp/srv.out 2>&1 &
+		local pid=$!
+		lab_wait_listen "$port"
+		lab_signal "ready-$step"
+		wait $pid || { cat /tmp/srv.out; lab_fail "$name $t -s $s server failed"; }
+		lab_wait "done-$step" 600
+	else
+		lab_wait "ready-$step" 600
+		"${cli[@]}" >/tmp/cli.out 2>&1 || { cat /tmp/cli.out; lab_fail "$name $t -s $s failed"; }
+		awk -v n="$name" -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' /tmp/cli.out
+		lab_signal "done-$step"
+	fi
+}
+
+perftest() { # test size
+	local t=$1 s=$2 n
+	n=$(iters "$s" "$t")
+	pair perftest 18515 "$t" "$s" ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" -- ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" "$server"
+}
+
+rdmaperf() { # test size [flags]
+	local t=$1 s=$2 n
+	shift 2
+	n=$(iters "$s" "$t")
+	pair rdmaperf 18516 "$t" "$s" "$P" -d "$LAB_DEVICE" -timeout 10m -- "$P" -d "$LAB_DEVICE" -t "$t" -s "$s" -n "$n" -timeout 10m "$@" "$server"
+}
+
+for rep in $(seq "$REPS"); do
+	for s in $LAT_SIZES; do
+		perftest write_lat "$s"
+		rdmaperf write_lat "$s"
+		rdmaperf rvma_lat "$s"
+		rdmaperf write_send_lat "$s"
+		rdmaperf write_wait_send_lat "$s"
+		perftest read_lat "$s"
+		rdmaperf read_lat "$s"
+		perftest send_lat "$s"
+		rdmaperf send_lat "$s"
+	done
+	for s in $BW_SIZES; do
+		perftest write_bw "$s"
+		rdmaperf write_bw "$s"
+		rdmaperf rvma_bw "$s"
+	done
+	[ "$LAB_ROLE" = server ] || echo "== repetition $rep done"
+done
