@@ -32,8 +32,6 @@ iters() { # size test
 	fi
 }
 
-col() { case $1 in *_bw) echo 4 ;; *) echo 5 ;; esac; }
-
 # pair NAME PORT TEST SIZE SERVER-COMMAND... -- CLIENT-COMMAND...: runs the
 # server on guest 1 and the client on guest 2, one step at a time.
 pair() {
@@ -54,7 +52,7 @@ pair() {
 	else
 		lab_wait "ready-$step" 600
 		"${cli[@]}" >/tmp/cli.out 2>&1 || { cat /tmp/cli.out; lab_fail "$name $t -s $s failed"; }
-		awk -v n="$name" -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' /tmp/cli.out
+		lab_bench "$name" "$t" "$s" /tmp/cli.out
 		lab_signal "done-$step"
 	fi
 }

@@ -41,8 +41,6 @@ iters() { # size test: fewer iterations for large messages (TCG moves ~30 MB/s)
 	fi
 }
 
-col() { case $1 in *_bw) echo 4 ;; *) echo 5 ;; esac; }
-
 perftest() { # test size
 	local t=$1 s=$2 n
 	n=$(iters "$s" "$t")
@@ -51,7 +49,7 @@ perftest() { # test size
 	lab_wait_listen 18515
 	taskset -c 1 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_$t -s $s failed"; }
 	wait $srv || { cat /tmp/pt.srv; lab_fail "ib_$t server -s $s failed"; }
-	awk -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH perftest", t, s, $c }' /tmp/pt.cli
+	lab_bench perftest "$t" "$s" /tmp/pt.cli
 }
 
 rdmaperf() { # name test size [flags]
@@ -63,7 +61,7 @@ rdmaperf() { # name test size [flags]
 	lab_wait_listen 18516
 	taskset -c 1 "$P" -d "$LAB_DEVICE" -t "$t" -s "$s" -n "$n" -timeout 10m "$@" 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf $t -s $s $* failed"; }
 	wait $srv || { cat /tmp/rp.srv; lab_fail "rdmaperf $t server failed"; }
-	awk -v n="$name" -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' /tmp/rp.cli
+	lab_bench "$name" "$t" "$s" /tmp/rp.cli
 }
 
 nproc

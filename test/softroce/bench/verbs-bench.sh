@@ -21,8 +21,6 @@ N=${BENCH_ITERS:-1000}
 REPS=${BENCH_REPS:-3}
 SIZES=${BENCH_SIZES:-"2 16 128 1024 4096 16384 65536"}
 
-col() { case $1 in *_bw) echo 4 ;; *) echo 5 ;; esac; }
-
 perftest() { # test size
 	local t=$1 s=$2
 	taskset -c 0 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" >/tmp/pt.srv 2>&1 &
@@ -30,7 +28,7 @@ perftest() { # test size
 	lab_wait_listen 18515
 	taskset -c 1 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_$t -s $s failed"; }
 	wait $srv || { cat /tmp/pt.srv; lab_fail "ib_$t server -s $s failed"; }
-	awk -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH perftest", t, s, $c }' /tmp/pt.cli
+	lab_bench perftest "$t" "$s" /tmp/pt.cli
 }
 
 rdmaperf() { # test size loop
@@ -40,7 +38,7 @@ rdmaperf() { # test size loop
 	lab_wait_listen 18516
 	taskset -c 1 "$P" -d "$LAB_DEVICE" -t "$t" -loop "$loop" -s "$s" -n "$N" -timeout 5m 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf $t -s $s -loop $loop failed"; }
 	wait $srv || { cat /tmp/rp.srv; lab_fail "rdmaperf $t server failed"; }
-	awk -v n="rdmaperf-$loop" -v t="$t" -v s="$s" -v c="$(col "$t")" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' /tmp/rp.cli
+	lab_bench "rdmaperf-$loop" "$t" "$s" /tmp/rp.cli
 }
 
 nproc

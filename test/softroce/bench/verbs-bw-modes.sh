@@ -19,7 +19,7 @@ pt() { # name size args
 	lab_wait_listen 18515
 	taskset -c 1 ib_write_bw -d "$LAB_DEVICE" -x 1 -s "$s" -n 5000 "$@" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_write_bw -s $s $* failed"; }
 	wait $srv || { cat /tmp/pt.srv; lab_fail "ib_write_bw server -s $s $* failed"; }
-	awk -v n="$name" -v s="$s" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, "write_bw", s, $4 }' /tmp/pt.cli
+	lab_bench "$name" write_bw "$s" /tmp/pt.cli
 }
 rp() { # name pin size args
 	local name=$1 pin=$2 s=$3; shift 3
@@ -30,7 +30,7 @@ rp() { # name pin size args
 	lab_wait_listen 18516
 	$ts1 "$P" -d "$LAB_DEVICE" -t write_bw -s "$s" -n 5000 -timeout 10m "$@" 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf failed"; }
 	wait $srv
-	awk -v n="$name" -v s="$s" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, "write_bw", s, $4 }' /tmp/rp.cli
+	lab_bench "$name" write_bw "$s" /tmp/rp.cli
 }
 for rep in 1 2 3; do
   for s in 128 1024 4096; do

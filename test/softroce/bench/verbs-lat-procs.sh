@@ -18,7 +18,7 @@ perftest() { local t=$1 s=$2
 	lab_wait_listen 18515
 	taskset -c 1 ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$N" 127.0.0.1 >/tmp/pt.cli 2>&1 || { cat /tmp/pt.cli /tmp/pt.srv; lab_fail "ib_$t -s $s failed"; }
 	wait $srv || true
-	awk -v t="$t" -v s="$s" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH perftest", t, s, $5 }' /tmp/pt.cli
+	lab_bench perftest "$t" "$s" /tmp/pt.cli
 }
 rdmaperf() { local t=$1 s=$2 procs=$3
 	GOMAXPROCS=$procs taskset -c 0 "$P" -d "$LAB_DEVICE" >/tmp/rp.srv 2>&1 &
@@ -26,7 +26,7 @@ rdmaperf() { local t=$1 s=$2 procs=$3
 	lab_wait_listen 18516
 	GOMAXPROCS=$procs taskset -c 1 "$P" -d "$LAB_DEVICE" -t "$t" -loop go -s "$s" -n "$N" -timeout 5m 127.0.0.1 >/tmp/rp.cli 2>&1 || { cat /tmp/rp.cli /tmp/rp.srv; lab_fail "rdmaperf failed"; }
 	wait $srv || true
-	awk -v n="rdmaperf-p$procs" -v t="$t" -v s="$s" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $5 }' /tmp/rp.cli
+	lab_bench "rdmaperf-p$procs" "$t" "$s" /tmp/rp.cli
 }
 for rep in 1 2 3; do
 	for t in write_lat read_lat send_lat; do

@@ -8,6 +8,15 @@
 #   lab_rping_server ARGS    serve rping (rping -s -a $LAB_ADDR ARGS) until a
 #                            client signals rping-done; signals rping-ready
 #   lab_peer I               the address of guest I
+#   lab_bench TOOL TEST SIZE FILE  print "BENCH TOOL TEST SIZE VALUE" from the
+#                            perftest-style output in FILE: t_typical [µs]
+#                            for latency tests, BW average [MB/s] for *_bw
+
+lab_bench() {
+	local col=5
+	case $2 in *_bw) col=4 ;; esac
+	awk -v n="$1" -v t="$2" -v s="$3" -v c="$col" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' "$4"
+}
 
 lab_fail() {
 	echo "FAIL: $*" >&2
