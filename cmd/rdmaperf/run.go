@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -166,6 +167,10 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	if err := sync(b.conn); err != nil {
 		return err
 	}
+	var sw map[int][2]int
+	if showSwitches {
+		sw = threadSwitches()
+	}
 	var err error
 	switch b.cfg.Test {
 	case "write_lat":
@@ -244,6 +249,9 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if sw != nil {
+		printSwitches(out, sw, threadSwitches(), b.cfg.Iters)
+	}
 	if err := sync(b.conn); err != nil {
 		return err
 	}
@@ -283,17 +291,28 @@ func (b *bench) checkRead(size int) error {
 	return nil
 }
 
-// spinByte waits until the byte at p holds want, reading the aligned word
-// around it atomically so the compiler cannot hoist the load.
-func spinByte(mem []byte, i int, want byte, deadline time.Time) error {
+// spinByte waits until the byte at mem[i] holds want, reading the aligned
+// word around it atomically so the compiler cannot hoist the load. Like
+// verbs.CQ.Spin it lets the goroutine pass through the scheduler every
+// millisecond (*yielded holds when it last did): a goroutine that is not
+// scheduled for 10 ms has its P retaken during its next long post, which
+// costs the runtime's thread hand-offs (pkg/verbs, "Performance").
+func spinByte(mem []byte, i int, want byte, deadline time.Time, yielded *time.Time) error {
 	w := (*atomic.Uint32)(unsafe.Pointer(&mem[i&^3]))
 	shift := uint(i&3) * 8
-	for n := 0; ; n++ {
+	for n := 1; ; n++ {
 		if byte(w.Load()>>shift) == want {
 			return nil
 		}
-		if n&0xffff == 0xffff && time.Now().After(deadline) {
-			return fmt.Errorf("no data from the peer (waiting for byte %d = %d)", i, want)
+		if n%1024 == 0 {
+			now := time.Now()
+			if now.After(deadline) {
+				return fmt.Errorf("no data from the peer (waiting for byte %d = %d)", i, want)
+			}
+			if now.Sub(*yielded) >= time.Millisecond {
+				*yielded = now
+				runtime.Gosched()
+			}
 		}
 	}
 }
@@ -348,10 +367,11 @@ func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration,
 		deadline = dl
 	}
 	scnt, rcnt := 0, 0
+	yielded := time.Now()
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && b.client) {
 			rcnt++
-			if err := spinByte(mem, b.max+size-1, byte(rcnt), deadline); err != nil {
+			if err := spinByte(mem, b.max+size-1, byte(rcnt), deadline, &yielded); err != nil {
 				return nil, err
 			}
 		}

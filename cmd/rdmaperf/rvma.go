@@ -163,12 +163,19 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 	}
 	switch b.cfg.Test {
 	case "rvma_lat":
+		var sw map[int][2]int
+		if showSwitches {
+			sw = threadSwitches()
+		}
 		samples, err := b.lat(ctx, mb, size, posted)
 		if err != nil {
 			return err
 		}
 		if b.client {
 			printLat(out, size, latStats(samples, 2))
+		}
+		if sw != nil {
+			printSwitches(out, sw, threadSwitches(), b.cfg.Iters)
 		}
 	case "rvma_bw":
 		if b.client {

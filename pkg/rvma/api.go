@@ -369,10 +369,10 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 		if n%256 == 255 {
 			// Now and then let the endpoint's other goroutines run (a put
 			// waiting for its view): with one P, a loop that never yields
-			// holds them off until the scheduler preempts it, 10 ms later.
-			// Not on every round: each pass through the scheduler reads
-			// the clock, which in a TCG guest is an emulated HPET access
-			// that slows every other vCPU.
+			// holds them off until the scheduler preempts it, 10 ms later
+			// (and a goroutine not scheduled for 10 ms loses its P during
+			// its next long cgo call: see verbs.CQ.Spin). Not on every
+			// round: with an idle P, each pass wakes another thread.
 			runtime.Gosched()
 			if err := ctx.Err(); err != nil {
 				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)

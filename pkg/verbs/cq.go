@@ -8,7 +8,10 @@ import "C"
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -202,10 +205,11 @@ type CQ struct {
 	ch  *CompChannel
 	cqe int
 
-	pollMu sync.Mutex
-	batch  int
-	raw    *C.struct_ibv_wc
-	out    *C.struct_shim_wc
+	pollMu  sync.Mutex
+	yielded atomic.Int64 // when a Spin last yielded, in ns since epoch
+	batch   int
+	raw     *C.struct_ibv_wc
+	out     *C.struct_shim_wc
 
 	waitMu sync.Mutex
 	armed  bool
@@ -335,50 +339,55 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 }
 
 // Spin busy-polls until at least one completion arrives, then returns the
-// completions available (up to len(wcs)). The spinning runs in C, checking
-// ctx every few thousand polls, so it costs one CPU but no per-poll cgo
-// crossing. Errors wrap ErrClosed, ctx's error or the errno of ibv_poll_cq.
+// completions available (up to len(wcs)). It costs one CPU while it waits.
+// Errors wrap ErrInvalid (empty wcs), ErrClosed, ctx's error or the errno
+// of ibv_poll_cq.
+//
+// Each poll is its own short cgo call, and a goroutine that has spun for a
+// millisecond passes through the scheduler once (runtime.Gosched). A
+// goroutine that instead spins inside one long C call, or runs 10 ms
+// without being scheduled, has its P taken away by the Go runtime's
+// monitor thread, which then wakes every 20 µs for a while and hands the
+// P back through other threads: measured between two one-CPU guests, 22
+// to 26 context switches per send_lat round trip and 3.1 to 3.3x
+// perftest's latency, against 2 to 3 and 1.15 to 1.40x this way
+// (docs/benchmarks.md).
 func (cq *CQ) Spin(ctx context.Context, wcs []WC) (int, error) {
 	if len(wcs) == 0 {
 		return 0, invalid("empty completion slice")
 	}
-	for {
-		n, err := cq.spin(wcs, 1<<14)
+	for i := 1; ; i++ {
+		n, err := cq.Poll(wcs)
 		if n != 0 || err != nil {
 			return n, err
 		}
-		if err := ctx.Err(); err != nil {
-			return 0, err
+		if i%16 == 0 {
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			cq.yieldIfLong()
 		}
 	}
 }
 
-func (cq *CQ) spin(wcs []WC, spins uint64) (int, error) {
-	if err := cq.n.use(); err != nil {
-		return 0, err
+// yieldEvery is how long Spin spins before it lets the goroutine pass
+// through the scheduler: well under the runtime's 10 ms preemption period,
+// long enough that the yield (which may wake an idle thread) costs little.
+const yieldEvery = time.Millisecond
+
+// yieldIfLong calls runtime.Gosched when the CQ's spinners have not
+// yielded for yieldEvery.
+func (cq *CQ) yieldIfLong() {
+	now := int64(time.Since(epoch))
+	if now-cq.yielded.Load() < int64(yieldEvery) {
+		return
 	}
-	defer cq.n.unuse()
-	cq.pollMu.Lock()
-	defer cq.pollMu.Unlock()
-	got := int(C.shim_spin_cq(cq.c, cq.raw, cq.out, C.uint64_t(spins)))
-	if got < 0 {
-		return 0, opErr("ibv_poll_cq", -got)
-	}
-	if got == 0 {
-		return 0, nil
-	}
-	wcs[0] = *(*WC)(unsafe.Pointer(cq.out))
-	if len(wcs) == 1 {
-		return 1, nil
-	}
-	want := min(len(wcs)-1, cq.batch)
-	more := int(C.shim_poll_cq(cq.c, C.int(want), cq.raw, cq.out))
-	if more < 0 {
-		return 1, nil
-	}
-	copy(wcs[1:1+more], unsafe.Slice((*WC)(unsafe.Pointer(cq.out)), more))
-	return 1 + more, nil
+	cq.yielded.Store(now)
+	runtime.Gosched()
 }
+
+// epoch is the base of CQ.yielded's monotonic clock.
+var epoch = time.Now()
 
 // ReqNotify arms the CQ so that the next completion (the next solicited one
 // if solicitedOnly) raises an event on its channel. Wait does this itself.

@@ -79,6 +79,15 @@
 // 1.1-2.7x, and one work request per post ran at 0.4x of perftest with
 // GOMAXPROCS 1, chained posts at 0.93x to 1.2x.
 //
+// Even with an idle P, the runtime takes the P away from a goroutine that
+// is inside a cgo call when it has not been through the scheduler for
+// 10 ms, and its monitor thread then wakes every 20 µs for a while: on a
+// one-CPU machine that cost the Go ping-pong 22 to 26 context switches per
+// round trip and tripled its latency. CQ.Spin therefore polls once per cgo call and yields
+// (runtime.Gosched) after each millisecond of spinning. A goroutine that
+// spins on memory itself (on the last byte of a buffer, as perftest's
+// ib_write_lat does) should do the same.
+//
 // # Connection management
 //
 // A CMID wraps an rdma_cm identifier with its own event channel, also on

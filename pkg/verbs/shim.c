@@ -147,35 +147,6 @@ int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *raw, struct shim_wc *o
 	return got;
 }
 
-/* Spins in C until one completion arrives or max_spins polls (0: forever).
- * Returns 1, 0 on timeout, or -errno. */
-int shim_spin_cq(struct ibv_cq *cq, struct ibv_wc *raw, struct shim_wc *out, uint64_t max_spins)
-{
-	uint64_t i;
-	int got;
-
-	for (i = 0; max_spins == 0 || i < max_spins; i++) {
-		got = ibv_poll_cq(cq, 1, raw);
-		if (got < 0)
-			return got;
-		if (got) {
-			conv_wc(raw, out);
-			return 1;
-		}
-	}
-	return 0;
-}
-
-int shim_spin_byte(volatile uint8_t *p, uint8_t want, uint64_t max_spins)
-{
-	uint64_t i;
-
-	for (i = 0; max_spins == 0 || i < max_spins; i++)
-		if (*p == want)
-			return 1;
-	return 0;
-}
-
 int shim_req_notify(struct ibv_cq *cq, int solicited)
 {
 	return ibv_req_notify_cq(cq, solicited);

@@ -98,7 +98,5 @@ int shim_cm_connect(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_
 int shim_cm_accept(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t id_, uint8_t rnr);
 int shim_errno(void);
 /* Spin-poll helpers for latency measurement: the whole wait runs in C. */
-int shim_spin_cq(struct ibv_cq *cq, struct ibv_wc *raw, struct shim_wc *out, uint64_t max_spins);
-int shim_spin_byte(volatile uint8_t *p, uint8_t want, uint64_t max_spins);
 
 #endif

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// threadSwitches reads the voluntary and involuntary context switches of
+// every thread of this process from /proc/self/task/*/status, keyed by
+// thread id. It returns nil where /proc is unavailable.
+func threadSwitches() map[int][2]int {
+	dirs, err := filepath.Glob("/proc/self/task/*")
+	if err != nil {
+		return nil
+	}
+	m := make(map[int][2]int, len(dirs))
+	for _, d := range dirs {
+		tid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "status"))
+		if err != nil {
+			continue // the thread exited
+		}
+		var sw [2]int
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			switch k {
+			case "voluntary_ctxt_switches":
+				sw[0] = n
+			case "nonvoluntary_ctxt_switches":
+				sw[1] = n
+			}
+		}
+		m[tid] = sw
+	}
+	return m
+}
+
+// printSwitches prints, per iteration, the context switches each thread
+// made between before and after (-ctxsw): where a Go loop loses time to
+// the runtime's thread hand-offs, they show up here.
+func printSwitches(w io.Writer, before, after map[int][2]int, iters int) {
+	tids := make([]int, 0, len(after))
+	for t := range after {
+		tids = append(tids, t)
+	}
+	sort.Ints(tids)
+	var tv, ti int
+	var per []string
+	for _, t := range tids {
+		v, i := after[t][0]-before[t][0], after[t][1]-before[t][1]
+		tv, ti = tv+v, ti+i
+		if v+i > 0 {
+			per = append(per, fmt.Sprintf("%d:%.2f/%.2f", t, float64(v)/float64(iters), float64(i)/float64(iters)))
+		}
+	}
+	fmt.Fprintf(w, "# context switches per iteration: voluntary %.2f, involuntary %.2f; threads %d; busy tid:vol/invol %s\n",
+		float64(tv)/float64(iters), float64(ti)/float64(iters), len(tids), strings.Join(per, " "))
+}
+
+// showSwitches is -ctxsw.
+var showSwitches bool
