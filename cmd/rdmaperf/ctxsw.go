@@ -10,6 +10,9 @@ import (
 	"strings"
 )
 
+// showSwitches is -ctxsw.
+var showSwitches bool
+
 // threadSwitches reads the voluntary and involuntary context switches of
 // every thread of this process from /proc/self/task/*/status, keyed by
 // thread id. It returns nil where /proc is unavailable.
@@ -68,6 +71,3 @@ func printSwitches(w io.Writer, before, after map[int][2]int, iters int) {
 	fmt.Fprintf(w, "# context switches per iteration: voluntary %.2f, involuntary %.2f; threads %d; busy tid:vol/invol %s\n",
 		float64(tv)/float64(iters), float64(ti)/float64(iters), len(tids), strings.Join(per, " "))
 }
-
-// showSwitches is -ctxsw.
-var showSwitches bool

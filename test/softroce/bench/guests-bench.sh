@@ -22,7 +22,6 @@ REPS=${REPS:-3}
 LAT_SIZES=${LAT_SIZES:-"8 512 4096 32768 262144"}
 BW_SIZES=${BW_SIZES:-"65536 262144 1048576"}
 server=$(lab_peer 1)
-step=0
 
 iters() { # size test
 	if [ "${2%_bw}" != "$2" ]; then
@@ -32,42 +31,17 @@ iters() { # size test
 	fi
 }
 
-# pair NAME PORT TEST SIZE SERVER-COMMAND... -- CLIENT-COMMAND...: runs the
-# server on guest 1 and the client on guest 2, one step at a time.
-pair() {
-	local name=$1 port=$2 t=$3 s=$4
-	shift 4
-	local srv=() cli=()
-	while [ "$1" != -- ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	step=$((step + 1))
-	if [ "$LAB_ROLE" = server ]; then
-		"${srv[@]}" >/tmp/srv.out 2>&1 &
-		local pid=$!
-		lab_wait_listen "$port"
-		lab_signal "ready-$step"
-		wait $pid || { cat /tmp/srv.out; lab_fail "$name $t -s $s server failed"; }
-		lab_wait "done-$step" 600
-	else
-		lab_wait "ready-$step" 600
-		"${cli[@]}" >/tmp/cli.out 2>&1 || { cat /tmp/cli.out; lab_fail "$name $t -s $s failed"; }
-		lab_bench "$name" "$t" "$s" /tmp/cli.out
-		lab_signal "done-$step"
-	fi
-}
-
 perftest() { # test size
 	local t=$1 s=$2 n
 	n=$(iters "$s" "$t")
-	pair perftest 18515 "$t" "$s" ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" -- ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" "$server"
+	lab_pair perftest 18515 "$t" "$s" ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" -- ib_$t -d "$LAB_DEVICE" -x 1 -s "$s" -n "$n" "$server"
 }
 
 rdmaperf() { # test size [flags]
 	local t=$1 s=$2 n
 	shift 2
 	n=$(iters "$s" "$t")
-	pair rdmaperf 18516 "$t" "$s" "$P" -d "$LAB_DEVICE" -timeout 10m -- "$P" -d "$LAB_DEVICE" -t "$t" -s "$s" -n "$n" -timeout 10m "$@" "$server"
+	lab_pair rdmaperf 18516 "$t" "$s" "$P" -d "$LAB_DEVICE" -timeout 10m -- "$P" -d "$LAB_DEVICE" -t "$t" -s "$s" -n "$n" -timeout 10m "$@" "$server"
 }
 
 for rep in $(seq "$REPS"); do

@@ -15,43 +15,15 @@
 set -euo pipefail
 REPS=3
 server=$(lab_peer 1)
-step=0
-
-# pair NAME PORT TEST SERVER-COMMAND... -- CLIENT-COMMAND...: as in
-# guests-bench.sh, and both sides print the '#' lines of their output.
-pair() {
-	local name=$1 port=$2 t=$3
-	shift 3
-	local srv=() cli=()
-	while [ "$1" != -- ]; do srv+=("$1"); shift; done
-	shift
-	cli=("$@")
-	step=$((step + 1))
-	if [ "$LAB_ROLE" = server ]; then
-		"${srv[@]}" >/tmp/srv.out 2>&1 &
-		local pid=$!
-		lab_wait_listen "$port"
-		lab_signal "ready-$step"
-		wait $pid || { cat /tmp/srv.out; lab_fail "$name $t server failed"; }
-		echo "SRV $name $t 8: $(grep '^#' /tmp/srv.out || true)"
-		lab_wait "done-$step" 600
-	else
-		lab_wait "ready-$step" 600
-		"${cli[@]}" >/tmp/cli.out 2>&1 || { cat /tmp/cli.out; lab_fail "$name $t failed"; }
-		lab_bench "$name" "$t" 8 /tmp/cli.out
-		echo "CLI $name $t 8: $(grep '^#' /tmp/cli.out || true)"
-		lab_signal "done-$step"
-	fi
-}
 
 perftest() { # test
-	pair perftest 18515 "$1" ib_$1 -d "$LAB_DEVICE" -x 1 -s 8 -n 500 -- ib_$1 -d "$LAB_DEVICE" -x 1 -s 8 -n 500 "$server"
+	lab_pair perftest 18515 "$1" 8 ib_$1 -d "$LAB_DEVICE" -x 1 -s 8 -n 500 -- ib_$1 -d "$LAB_DEVICE" -x 1 -s 8 -n 500 "$server"
 }
 
 rdmaperf() { # name binary test [client flags]
 	local name=$1 bin=$2 t=$3
 	shift 3
-	pair "$name" 18516 "$t" "$bin" -d "$LAB_DEVICE" -ctxsw -timeout 10m -- "$bin" -d "$LAB_DEVICE" -ctxsw -t "$t" -s 8 -n 500 -timeout 10m "$@" "$server"
+	lab_pair "$name" 18516 "$t" 8 "$bin" -d "$LAB_DEVICE" -ctxsw -timeout 10m -- "$bin" -d "$LAB_DEVICE" -ctxsw -t "$t" -s 8 -n 500 -timeout 10m "$@" "$server"
 }
 
 for rep in $(seq "$REPS"); do

@@ -11,11 +11,47 @@
 #   lab_bench TOOL TEST SIZE FILE  print "BENCH TOOL TEST SIZE VALUE" from the
 #                            perftest-style output in FILE: t_typical [µs]
 #                            for latency tests, BW average [MB/s] for *_bw
+#   lab_pair NAME PORT TEST SIZE SERVER-CMD... -- CLIENT-CMD...
+#                            one step of a two-guest benchmark: the server
+#                            command on guest 1 (LAB_ROLE server, listening
+#                            on PORT), the client on the other guest, which
+#                            prints the step's BENCH line; both print their
+#                            output's '#' lines (rdmaperf -ctxsw)
 
 lab_bench() {
 	local col=5
 	case $2 in *_bw) col=4 ;; esac
 	awk -v n="$1" -v t="$2" -v s="$3" -v c="$col" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' "$4"
+}
+
+LAB_PAIR_STEP=0
+lab_pair() {
+	local name=$1 port=$2 t=$3 s=$4 side out
+	shift 4
+	local srv=() cli=()
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	LAB_PAIR_STEP=$((LAB_PAIR_STEP + 1))
+	if [ "$LAB_ROLE" = server ]; then
+		side=SRV out=/tmp/lab-pair.srv
+		"${srv[@]}" >$out 2>&1 &
+		local pid=$!
+		lab_wait_listen "$port"
+		lab_signal "ready-$LAB_PAIR_STEP"
+		wait $pid || { cat $out; lab_fail "$name $t -s $s server failed"; }
+	else
+		side=CLI out=/tmp/lab-pair.cli
+		lab_wait "ready-$LAB_PAIR_STEP" 600
+		"${cli[@]}" >$out 2>&1 || { cat $out; lab_fail "$name $t -s $s failed"; }
+		lab_bench "$name" "$t" "$s" $out
+	fi
+	! grep -q '^#' $out || echo "$side $name $t $s: $(grep '^#' $out)"
+	if [ "$LAB_ROLE" = server ]; then
+		lab_wait "done-$LAB_PAIR_STEP" 600
+	else
+		lab_signal "done-$LAB_PAIR_STEP"
+	fi
 }
 
 lab_fail() {
