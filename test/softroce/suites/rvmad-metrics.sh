@@ -114,15 +114,18 @@ done
 
 echo "== connection manager: ib_send_lat -R (rdma_cm) to $LAB_ADDR on $dev"
 # An rdma_cm server listens in the RDMA port space, not on a TCP socket:
-# retry the client until the server is up.
+# wait until rdma(8) lists its listening cm_id. (Retrying the client
+# instead failed now and then: a client that starts too early is
+# rejected, ib_send_lat then crashes, and the server is left waiting for
+# it.)
 timeout 60 ib_send_lat -d "$dev" -R -n 100 >/tmp/lat.srv 2>&1 &
 srv=$!
-ok=0
-for i in 1 2 3 4 5 6 7 8 9 10; do
-	sleep 1
-	if timeout 30 ib_send_lat -d "$dev" -R -n 100 "$LAB_ADDR" >/tmp/lat.cli 2>&1; then ok=1; break; fi
+for i in $(seq 60); do
+	rdma resource show cm_id 2>/dev/null | grep -q "LISTEN.*:18515" && break
+	sleep 0.5
 done
-[ $ok = 1 ] || { cat /tmp/lat.cli /tmp/lat.srv; lab_fail "ib_send_lat -R failed"; }
+timeout 30 ib_send_lat -d "$dev" -R -n 100 "$LAB_ADDR" >/tmp/lat.cli 2>&1 ||
+	{ cat /tmp/lat.cli /tmp/lat.srv; rdma resource show cm_id; lab_fail "ib_send_lat -R failed"; }
 wait $srv || { cat /tmp/lat.srv; lab_fail "ib_send_lat server failed"; }
 scrape $base/metrics /tmp/m3
 for m in rvmad_cm_sent_req_messages_total rvmad_cm_received_req_messages_total rvmad_cm_sent_rep_messages_total rvmad_cm_received_rep_messages_total; do
