@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -294,10 +293,10 @@ func (b *bench) checkRead(size int) error {
 // spinByte waits until the byte at mem[i] holds want, reading the aligned
 // word around it atomically so the compiler cannot hoist the load. Like
 // verbs.CQ.Spin it lets the goroutine pass through the scheduler every
-// millisecond (*yielded holds when it last did): a goroutine that is not
-// scheduled for 10 ms has its P retaken during its next long post, which
-// costs the runtime's thread hand-offs (pkg/verbs, "Performance").
-func spinByte(mem []byte, i int, want byte, deadline time.Time, yielded *time.Time) error {
+// verbs.YieldEvery (y, shared across the loop's waits): a goroutine that
+// is not scheduled for 10 ms has its P retaken during its next long post,
+// which costs the runtime's thread hand-offs (pkg/verbs, "Performance").
+func spinByte(mem []byte, i int, want byte, deadline time.Time, y *verbs.Yielder) error {
 	w := (*atomic.Uint32)(unsafe.Pointer(&mem[i&^3]))
 	shift := uint(i&3) * 8
 	for n := 1; ; n++ {
@@ -309,10 +308,7 @@ func spinByte(mem []byte, i int, want byte, deadline time.Time, yielded *time.Ti
 			if now.After(deadline) {
 				return fmt.Errorf("no data from the peer (waiting for byte %d = %d)", i, want)
 			}
-			if now.Sub(*yielded) >= time.Millisecond {
-				*yielded = now
-				runtime.Gosched()
-			}
+			y.Maybe()
 		}
 	}
 }
@@ -367,11 +363,11 @@ func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration,
 		deadline = dl
 	}
 	scnt, rcnt := 0, 0
-	yielded := time.Now()
+	var y verbs.Yielder
 	for scnt < iters || rcnt < iters {
 		if rcnt < iters && !(scnt < 1 && b.client) {
 			rcnt++
-			if err := spinByte(mem, b.max+size-1, byte(rcnt), deadline, &yielded); err != nil {
+			if err := spinByte(mem, b.max+size-1, byte(rcnt), deadline, &y); err != nil {
 				return nil, err
 			}
 		}

@@ -36,6 +36,13 @@ type windowDriver interface {
 	// loop; meanwhile the driver's own loop stays parked.
 	spinBegin()
 	spinEnd()
+	// yield lets a spinner pass through the scheduler as often as the
+	// runtime needs (verbs.Yielder); call it every few polls.
+	yield()
+	// waitBegin and waitEnd bracket a goroutine blocked until the driver's
+	// progress closes a channel: the driver's loop must not stay parked.
+	waitBegin()
+	waitEnd()
 }
 
 // Window is the receiver's side of a mailbox (the paper's RVMA_win): a
@@ -156,6 +163,24 @@ func (w *Window) flush() {
 	}
 }
 
+// await blocks until done is closed or ctx ends (then ctx's error),
+// keeping the driver's progress loop awake while it waits.
+func (w *Window) await(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	w.drv.waitBegin()
+	defer w.drv.waitEnd()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // sameForSenders reports whether two entries differ only in their
 // sequence number.
 func sameForSenders(a, b Entry) bool {
@@ -245,10 +270,8 @@ func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
 		return Record{}, err
 	}
 	w.flush()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ctx.Err())
+	if err := w.await(ctx, done); err != nil {
+		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -326,10 +349,8 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ctx.Err())
+	if err := p.w.await(ctx, done); err != nil {
+		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 	}
 	p.w.mu.Lock()
 	r, retired := p.b.rec, p.b.retired
@@ -351,13 +372,25 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 // arrival that completes the epoch, the unbind and the publication happen
 // without any goroutine hand-off: the lowest latency, for one CPU. Errors
 // as for Wait.
+//
+// While goroutines spin, and for 2 ms after, the endpoint's own progress
+// goroutine stays parked and is not woken when a spin ends; its naps grow
+// to 16 ms while spins follow each other. The blocking calls (Wait,
+// IncEpoch, Put, PutOp.Wait) wake it at once; what nobody blocks on (a
+// PutOp's Done channel in a select, a completion pointer read directly)
+// may wait until its next look, at most 16 ms after the last spin ended.
 func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
 	p.w.drv.spinBegin()
 	defer p.w.drv.spinEnd()
-	for n := 0; ; n++ {
+	// With one P, other goroutines of the endpoint (a put waiting for its
+	// view) run only when this one yields, and a yield is cheap; with more,
+	// they run elsewhere and a yield wakes a thread for an idle P, so it
+	// happens only as often as the runtime needs (verbs.Yielder).
+	oneP := runtime.GOMAXPROCS(0) == 1
+	for n := 1; ; n++ {
 		select {
 		case <-done:
 			return p.Wait(ctx)
@@ -366,17 +399,16 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 		if p.w.drv.pollOnce() {
 			continue
 		}
-		if n%256 == 255 {
-			// Now and then let the endpoint's other goroutines run (a put
-			// waiting for its view): with one P, a loop that never yields
-			// holds them off until the scheduler preempts it, 10 ms later
-			// (and a goroutine not scheduled for 10 ms loses its P during
-			// its next long cgo call: see verbs.CQ.Spin). Not on every
-			// round: with an idle P, each pass wakes another thread.
-			runtime.Gosched()
+		if n%256 == 0 {
 			if err := ctx.Err(); err != nil {
 				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 			}
+			if oneP {
+				runtime.Gosched()
+			}
+		}
+		if n%16 == 0 {
+			p.w.drv.yield()
 		}
 	}
 }

@@ -57,11 +57,16 @@ type engine struct {
 	// While an application goroutine spins (Posted.Spin) it runs the
 	// progress step itself, and the progress loop stays parked: a second
 	// thread woken on every completion would only contend with the spinner
-	// for the CPU (on one CPU, for a scheduler time slice).
-	spinMu   sync.Mutex
-	spinners int
-	spinIdle chan struct{} // closed when spinners drops to 0
-	lastSpin time.Time     // when the last spinner ended
+	// for the CPU (on one CPU, for a scheduler time slice). Nothing wakes
+	// the parked loop when a spin ends (the next spin usually follows
+	// soon); it looks again after a nap (waitNoSpinner), unless a
+	// goroutine that needs its progress blocks (waitBegin) and kicks it.
+	born     time.Time
+	spinners atomic.Int32
+	yielder  verbs.Yielder // shared by the spinners
+	lastSpin atomic.Int64  // when the last spinner ended, since born; 0: never
+	waiters  atomic.Int32  // goroutines blocked on the engine's progress
+	kick     chan struct{}
 	// While the progress loop is parked (parked), entry pushes are
 	// deferred to the next idle poll (pushes), so that a notice does not
 	// go out between an arrival and the application's answer to it.
@@ -134,7 +139,8 @@ const (
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
-		ops: map[uint64]bindOp{}, errs: make(chan error, 16), pushes: map[uint32]*Window{}}
+		ops: map[uint64]bindOp{}, errs: make(chan error, 16), pushes: map[uint32]*Window{},
+		born: time.Now(), kick: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -576,31 +582,35 @@ func (e *engine) progress(ctx context.Context) {
 	}
 }
 
-// spinBegin and spinEnd bracket a goroutine's Posted.Spin.
-func (e *engine) spinBegin() {
-	e.spinMu.Lock()
-	if e.spinners == 0 {
-		e.spinIdle = make(chan struct{})
-	}
-	e.spinners++
-	e.spinMu.Unlock()
-}
+// spinBegin and spinEnd bracket a goroutine's Posted.Spin. Neither wakes
+// anyone: the spinner runs the progress step itself.
+func (e *engine) spinBegin() { e.spinners.Add(1) }
 
 func (e *engine) spinEnd() {
-	now := time.Now()
-	e.spinMu.Lock()
-	e.lastSpin = now
-	if e.spinners--; e.spinners == 0 {
-		close(e.spinIdle)
-	}
-	e.spinMu.Unlock()
+	e.lastSpin.Store(max(int64(time.Since(e.born)), 1))
+	e.spinners.Add(-1)
 }
 
-func (e *engine) spinning() bool {
-	e.spinMu.Lock()
-	defer e.spinMu.Unlock()
-	return e.spinners > 0
+func (e *engine) spinning() bool { return e.spinners.Load() > 0 }
+
+func (e *engine) yield() { e.yielder.Maybe() }
+
+// waitBegin and waitEnd bracket a goroutine blocked on something only the
+// engine's progress produces (a put's completion, an epoch, a view): while
+// one waits, a parked progress loop resumes at once, or, if an application
+// goroutine spins and so makes progress itself, naps no longer than
+// spinGrace.
+func (e *engine) waitBegin() {
+	e.waiters.Add(1)
+	if e.parked.Load() {
+		select {
+		case e.kick <- struct{}{}:
+		default:
+		}
+	}
 }
+
+func (e *engine) waitEnd() { e.waiters.Add(-1) }
 
 // spinGrace is how long the progress loop stays parked after the last
 // Posted.Spin ended: an application that spins usually spins again soon
@@ -609,37 +619,42 @@ func (e *engine) spinning() bool {
 // next Spin or for the end of the grace.
 const spinGrace = 2 * time.Millisecond
 
-// waitNoSpinner parks the progress loop while a goroutine spins and for
-// spinGrace after; false when ctx ended.
+// maxNap bounds the parked loop's naps: while spinning goes on (spins that
+// follow each other, or one long spin) each nap doubles from spinGrace up
+// to maxNap, so a ping-pong of spins costs the loop a wake-up every maxNap
+// instead of one per spin. It is also the longest a completion nobody
+// waits for (a peer's RESOLVE, an arrival on a window nobody spins on)
+// stays unhandled after the last spin ended.
+const maxNap = 16 * time.Millisecond
+
+// waitNoSpinner parks the progress loop while a goroutine spins and until
+// spinGrace after the last spin ended; false when ctx ended. It returns at
+// once when a goroutine blocks on the engine (waitBegin) and nobody spins.
 func (e *engine) waitNoSpinner(ctx context.Context) bool {
 	e.parked.Store(true)
 	defer e.parked.Store(false)
+	nap := spinGrace
 	for {
-		e.spinMu.Lock()
-		idle, n, last := e.spinIdle, e.spinners, e.lastSpin
-		e.spinMu.Unlock()
-		if n > 0 {
-			select {
-			case <-idle:
-				continue
-			case <-ctx.Done():
-				return false
+		spinning := e.spinners.Load() > 0
+		if !spinning {
+			last := e.lastSpin.Load()
+			idle := time.Since(e.born) - time.Duration(last)
+			if last == 0 || idle >= spinGrace || e.waiters.Load() > 0 {
+				return ctx.Err() == nil
 			}
+		} else if e.waiters.Load() > 0 {
+			nap = spinGrace
 		}
-		rest := time.Duration(0)
-		if !last.IsZero() {
-			rest = spinGrace - time.Since(last)
-		}
-		if rest <= 0 {
-			return ctx.Err() == nil
-		}
-		t := time.NewTimer(rest)
+		t := time.NewTimer(nap)
 		select {
 		case <-t.C:
+		case <-e.kick:
+			t.Stop()
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		}
+		nap = min(2*nap, maxNap)
 	}
 }
 

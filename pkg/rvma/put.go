@@ -86,6 +86,8 @@ func (ep *Endpoint) resolve(ctx context.Context, l *link, mb Mailbox) (*remoteVi
 			return nil, err
 		}
 	}
+	ep.e.waitBegin()
+	defer ep.e.waitEnd()
 	select {
 	case <-v.resolved:
 	case <-l.dead:
@@ -154,6 +156,13 @@ func (op *PutOp) Err() error {
 // Wait waits for the put to complete and returns its outcome (a
 // *PutError) or, if ctx ends first, ctx's error; the put itself goes on.
 func (op *PutOp) Wait(ctx context.Context) error {
+	select {
+	case <-op.done:
+		return op.err
+	default:
+	}
+	op.ep.e.waitBegin()
+	defer op.ep.e.waitEnd()
 	select {
 	case <-op.done:
 		return op.err
@@ -329,16 +338,21 @@ func (ep *Endpoint) run(op *PutOp) {
 		if done {
 			return
 		}
+		ep.e.waitBegin()
+		var end error
 		select {
 		case <-wait:
 		case <-l.dead:
 			// The next round dials again, or fails with the link's error.
 			if err := l.failure(); errors.Is(err, ErrClosed) {
-				op.finish(err)
-				return
+				end = err
 			}
 		case <-op.ctx.Done():
-			op.finish(fmt.Errorf("%w: %w", ErrNoBuffer, op.ctx.Err()))
+			end = fmt.Errorf("%w: %w", ErrNoBuffer, op.ctx.Err())
+		}
+		ep.e.waitEnd()
+		if end != nil {
+			op.finish(end)
 			return
 		}
 	}
@@ -360,12 +374,18 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		return false, wait, nil
 	}
 	if block {
+		ep.e.waitBegin()
+		var err error
 		select {
 		case st.credits <- struct{}{}:
 		case <-l.dead:
-			return false, nil, l.failure()
+			err = l.failure()
 		case <-op.ctx.Done():
-			return false, nil, fmt.Errorf("waiting for room in the send queue: %w", op.ctx.Err())
+			err = fmt.Errorf("waiting for room in the send queue: %w", op.ctx.Err())
+		}
+		ep.e.waitEnd()
+		if err != nil {
+			return false, nil, err
 		}
 	} else {
 		select {

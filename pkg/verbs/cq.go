@@ -8,10 +8,7 @@ import "C"
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
-	"sync/atomic"
-	"time"
 	"unsafe"
 )
 
@@ -206,7 +203,7 @@ type CQ struct {
 	cqe int
 
 	pollMu  sync.Mutex
-	yielded atomic.Int64 // when a Spin last yielded, in ns since epoch
+	yielder Yielder // shared by the CQ's spinners
 	batch   int
 	raw     *C.struct_ibv_wc
 	out     *C.struct_shim_wc
@@ -343,8 +340,8 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 // Errors wrap ErrInvalid (empty wcs), ErrClosed, ctx's error or the errno
 // of ibv_poll_cq.
 //
-// Each poll is its own short cgo call, and a goroutine that has spun for a
-// millisecond passes through the scheduler once (runtime.Gosched). A
+// Each poll is its own short cgo call, and the CQ's spinners pass through
+// the scheduler once every YieldEvery (runtime.Gosched; see Yielder). A
 // goroutine that instead spins inside one long C call, or runs 10 ms
 // without being scheduled, has its P taken away by the Go runtime's
 // monitor thread, which then wakes every 20 µs for a while and hands the
@@ -365,29 +362,10 @@ func (cq *CQ) Spin(ctx context.Context, wcs []WC) (int, error) {
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}
-			cq.yieldIfLong()
+			cq.yielder.Maybe()
 		}
 	}
 }
-
-// yieldEvery is how long Spin spins before it lets the goroutine pass
-// through the scheduler: well under the runtime's 10 ms preemption period,
-// long enough that the yield (which may wake an idle thread) costs little.
-const yieldEvery = time.Millisecond
-
-// yieldIfLong calls runtime.Gosched when the CQ's spinners have not
-// yielded for yieldEvery.
-func (cq *CQ) yieldIfLong() {
-	now := int64(time.Since(epoch))
-	if now-cq.yielded.Load() < int64(yieldEvery) {
-		return
-	}
-	cq.yielded.Store(now)
-	runtime.Gosched()
-}
-
-// epoch is the base of CQ.yielded's monotonic clock.
-var epoch = time.Now()
 
 // ReqNotify arms the CQ so that the next completion (the next solicited one
 // if solicitedOnly) raises an event on its channel. Wait does this itself.

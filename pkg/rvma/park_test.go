@@ -1,0 +1,96 @@
+package rvma
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// parkedEngine is an engine with only the state waitNoSpinner uses.
+func parkedEngine() *engine {
+	return &engine{born: time.Now(), kick: make(chan struct{}, 1)}
+}
+
+// park runs waitNoSpinner in a goroutine and returns its result channel.
+func park(ctx context.Context, e *engine) <-chan bool {
+	out := make(chan bool, 1)
+	go func() { out <- e.waitNoSpinner(ctx) }()
+	return out
+}
+
+func expectResume(t *testing.T, res <-chan bool, want bool, what string) {
+	t.Helper()
+	select {
+	case got := <-res:
+		if got != want {
+			t.Fatalf("%s: waitNoSpinner returned %v, want %v", what, got, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: the progress loop stayed parked", what)
+	}
+}
+
+func expectParked(t *testing.T, res <-chan bool, what string) {
+	t.Helper()
+	select {
+	case <-res:
+		t.Fatalf("%s: the progress loop resumed while a goroutine spins", what)
+	case <-time.After(3 * spinGrace):
+	}
+}
+
+func TestParkNeverSpun(t *testing.T) {
+	e := parkedEngine()
+	expectResume(t, park(context.Background(), e), true, "no spin ever")
+}
+
+func TestParkWhileSpinning(t *testing.T) {
+	e := parkedEngine()
+	e.spinBegin()
+	res := park(context.Background(), e)
+	expectParked(t, res, "spinning")
+	// A waiter does not end the park while someone spins (the spinner
+	// makes progress), but the spin's end does, within the grace.
+	e.waitBegin()
+	expectParked(t, res, "spinning with a waiter")
+	e.spinEnd()
+	expectResume(t, res, true, "spin ended with a waiter")
+	e.waitEnd()
+}
+
+func TestParkGraceThenResume(t *testing.T) {
+	e := parkedEngine()
+	e.spinBegin()
+	e.spinEnd()
+	// Within the grace after a spin the loop parks, and resumes by itself
+	// once a nap finds no spin.
+	expectResume(t, park(context.Background(), e), true, "grace over")
+}
+
+func TestParkKickedByWaiter(t *testing.T) {
+	e := parkedEngine()
+	e.spinBegin()
+	res := park(context.Background(), e)
+	expectParked(t, res, "spinning")
+	// A goroutine that blocks on the engine after the last spin ended
+	// kicks the parked loop (waitBegin), which then resumes although the
+	// spin ended less than spinGrace ago.
+	e.spinEnd()
+	for !e.parked.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	e.waitBegin()
+	defer e.waitEnd()
+	expectResume(t, res, true, "kicked")
+}
+
+func TestParkContextEnds(t *testing.T) {
+	e := parkedEngine()
+	e.spinBegin()
+	defer e.spinEnd()
+	ctx, cancel := context.WithCancel(context.Background())
+	res := park(ctx, e)
+	expectParked(t, res, "spinning")
+	cancel()
+	expectResume(t, res, false, "context ended")
+}
