@@ -304,8 +304,7 @@ func spinByte(mem []byte, i int, want byte, deadline time.Time, y *verbs.Yielder
 			return nil
 		}
 		if n%1024 == 0 {
-			now := time.Now()
-			if now.After(deadline) {
+			if time.Now().After(deadline) {
 				return fmt.Errorf("no data from the peer (waiting for byte %d = %d)", i, want)
 			}
 			y.Maybe()

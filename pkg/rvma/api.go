@@ -39,10 +39,33 @@ type windowDriver interface {
 	// yield lets a spinner pass through the scheduler as often as the
 	// runtime needs (verbs.Yielder); call it every few polls.
 	yield()
-	// waitBegin and waitEnd bracket a goroutine blocked until the driver's
-	// progress closes a channel: the driver's loop must not stay parked.
+	progressWaiter
+}
+
+// progressWaiter is told when a goroutine blocks until the driver's
+// progress closes a channel (waitBegin) and when it stops (waitEnd): the
+// driver's loop must not stay parked meanwhile.
+type progressWaiter interface {
 	waitBegin()
 	waitEnd()
+}
+
+// await blocks until done is closed or ctx ends (then ctx's error),
+// keeping pw's progress loop awake while it waits.
+func await(ctx context.Context, pw progressWaiter, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	pw.waitBegin()
+	defer pw.waitEnd()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Window is the receiver's side of a mailbox (the paper's RVMA_win): a
@@ -163,24 +186,6 @@ func (w *Window) flush() {
 	}
 }
 
-// await blocks until done is closed or ctx ends (then ctx's error),
-// keeping the driver's progress loop awake while it waits.
-func (w *Window) await(ctx context.Context, done <-chan struct{}) error {
-	select {
-	case <-done:
-		return nil
-	default:
-	}
-	w.drv.waitBegin()
-	defer w.drv.waitEnd()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // sameForSenders reports whether two entries differ only in their
 // sequence number.
 func sameForSenders(a, b Entry) bool {
@@ -270,7 +275,7 @@ func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
 		return Record{}, err
 	}
 	w.flush()
-	if err := w.await(ctx, done); err != nil {
+	if err := await(ctx, w.drv, done); err != nil {
 		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, err)
 	}
 	w.mu.Lock()
@@ -349,7 +354,7 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
-	if err := p.w.await(ctx, done); err != nil {
+	if err := await(ctx, p.w.drv, done); err != nil {
 		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 	}
 	p.w.mu.Lock()

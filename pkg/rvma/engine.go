@@ -635,8 +635,7 @@ func (e *engine) waitNoSpinner(ctx context.Context) bool {
 	defer e.parked.Store(false)
 	nap := spinGrace
 	for {
-		spinning := e.spinners.Load() > 0
-		if !spinning {
+		if e.spinners.Load() == 0 {
 			last := e.lastSpin.Load()
 			idle := time.Since(e.born) - time.Duration(last)
 			if last == 0 || idle >= spinGrace || e.waiters.Load() > 0 {

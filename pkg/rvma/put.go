@@ -156,19 +156,10 @@ func (op *PutOp) Err() error {
 // Wait waits for the put to complete and returns its outcome (a
 // *PutError) or, if ctx ends first, ctx's error; the put itself goes on.
 func (op *PutOp) Wait(ctx context.Context) error {
-	select {
-	case <-op.done:
-		return op.err
-	default:
+	if err := await(ctx, op.ep.e, op.done); err != nil {
+		return err
 	}
-	op.ep.e.waitBegin()
-	defer op.ep.e.waitEnd()
-	select {
-	case <-op.done:
-		return op.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return op.err
 }
 
 func (op *PutOp) finish(err error) {
