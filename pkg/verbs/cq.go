@@ -322,7 +322,7 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	total := 0
 	for total < len(wcs) {
 		want := min(len(wcs)-total, cq.batch)
-		got := int(C.shim_poll_cq(cq.c, C.int(want), cq.raw, cq.out))
+		got := int(C.shim_poll_cq(handle(cq.c), C.int(want), cq.raw, cq.out))
 		if got < 0 {
 			return total, opErr("ibv_poll_cq", -got)
 		}
@@ -378,7 +378,7 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 	if solicitedOnly {
 		s = 1
 	}
-	if rc := C.shim_req_notify(cq.c, C.int(s)); rc != 0 {
+	if rc := C.shim_req_notify(handle(cq.c), C.int(s)); rc != 0 {
 		return opErr("ibv_req_notify_cq", int(rc))
 	}
 	return nil

@@ -67,7 +67,8 @@
 // # Performance
 //
 // Every post and every poll is one cgo call, so post chains (one call for
-// many work requests) and poll in batches. A post that runs long in the
+// many work requests) and poll in batches. Posts and polls allocate
+// nothing on the Go heap, and cgo makes no pointer checks on them. A post that runs long in the
 // kernel (on rxe every post does the whole transfer inside the system
 // call) lets the Go runtime hand the goroutine's P to another thread, and
 // the goroutine must get it back through the scheduler; with an idle P

@@ -267,6 +267,50 @@ func TestLoopbackPollSpin(t *testing.T) {
 	checkBytes(t, "write", b.mr.Bytes()[:64], a.mr.Bytes()[:64])
 }
 
+// TestLoopbackNoAllocs checks that the data path allocates nothing on the
+// Go heap: a receive, a send and polling both completions (the post's
+// status word stays on the caller's stack, see shim.h).
+func TestLoopbackNoAllocs(t *testing.T) {
+	ctx := openDev(t)
+	a, b := pair(t, ctx, endOpts{}, nil)
+	fill(a.mr.Bytes()[:64], 7)
+	send := []verbs.SendWR{{Op: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{a.mr.SGE(0, 64)}}}
+	recv := []verbs.RecvWR{{SGL: []verbs.SGE{b.mr.SGE(64, 64)}}}
+	wcs := make([]verbs.WC, 4)
+	bg := context.Background()
+	var err error
+	one := func(cq *verbs.CQ) {
+		var n int
+		if n, err = cq.Spin(bg, wcs); err == nil && n != 1 {
+			err = errors.New("more than one completion")
+		}
+		if err == nil {
+			err = wcs[0].Err()
+		}
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err == nil {
+			err = b.qp.PostRecv(recv...)
+		}
+		if err == nil {
+			err = a.qp.PostSend(send...)
+		}
+		if err == nil {
+			one(a.cq)
+		}
+		if err == nil {
+			one(b.cq)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per receive, send and two polls, want 0", allocs)
+	}
+	checkBytes(t, "send", b.mr.Bytes()[64:128], a.mr.Bytes()[:64])
+}
+
 // TestLoopbackAtomicsManyQPs runs fetch-and-adds from several QPs at once
 // on one counter and checks the sum.
 func TestLoopbackAtomicsManyQPs(t *testing.T) {

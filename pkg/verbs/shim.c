@@ -36,16 +36,16 @@ static void fill_send(struct ibv_send_wr *d, const struct shim_swr *s, struct ib
 		d->wr.atomic.swap = s->swap;
 		break;
 	case IBV_WR_BIND_MW:
-		d->bind_mw.mw = s->mw;
+		d->bind_mw.mw = (struct ibv_mw *)s->mw;
 		d->bind_mw.rkey = s->rkey;
-		d->bind_mw.bind_info.mr = s->bind_mr;
+		d->bind_mw.bind_info.mr = (struct ibv_mr *)s->bind_mr;
 		d->bind_mw.bind_info.addr = s->bind_addr;
 		d->bind_mw.bind_info.length = s->bind_len;
 		d->bind_mw.bind_info.mw_access_flags = s->bind_access;
 		break;
 	}
 	if (s->ah) {
-		d->wr.ud.ah = s->ah;
+		d->wr.ud.ah = (struct ibv_ah *)s->ah;
 		d->wr.ud.remote_qpn = s->remote_qpn;
 		d->wr.ud.remote_qkey = s->remote_qkey;
 	}
@@ -68,9 +68,11 @@ static int post_result(int rc, int bad_index, int *bad)
 
 /* Posts n send WRs as one chain; on failure *bad is the index of the first
  * WR not posted and the return value is the errno. */
-int shim_post_send(struct ibv_qp *qp, struct shim_swr *w, int n, struct ibv_sge *sges,
-		   struct ibv_send_wr *scratch, int *bad)
+int shim_post_send(uintptr_t qph, struct shim_swr *w, int n, struct ibv_sge *sges,
+		   uintptr_t scratchh, int *bad)
 {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct ibv_send_wr *scratch = (struct ibv_send_wr *)scratchh;
 	struct ibv_send_wr *badwr = NULL;
 	int i, rc;
 
@@ -94,9 +96,11 @@ static void fill_recv(struct ibv_recv_wr *scratch, struct shim_rwr *w, int n, st
 	}
 }
 
-int shim_post_recv(struct ibv_qp *qp, struct shim_rwr *w, int n, struct ibv_sge *sges,
-		   struct ibv_recv_wr *scratch, int *bad)
+int shim_post_recv(uintptr_t qph, struct shim_rwr *w, int n, struct ibv_sge *sges,
+		   uintptr_t scratchh, int *bad)
 {
+	struct ibv_qp *qp = (struct ibv_qp *)qph;
+	struct ibv_recv_wr *scratch = (struct ibv_recv_wr *)scratchh;
 	struct ibv_recv_wr *badwr = NULL;
 	int rc;
 
@@ -105,9 +109,11 @@ int shim_post_recv(struct ibv_qp *qp, struct shim_rwr *w, int n, struct ibv_sge 
 	return post_result(rc, badwr ? (int)(badwr - scratch) : 0, bad);
 }
 
-int shim_post_srq_recv(struct ibv_srq *srq, struct shim_rwr *w, int n, struct ibv_sge *sges,
-		       struct ibv_recv_wr *scratch, int *bad)
+int shim_post_srq_recv(uintptr_t srqh, struct shim_rwr *w, int n, struct ibv_sge *sges,
+		       uintptr_t scratchh, int *bad)
 {
+	struct ibv_srq *srq = (struct ibv_srq *)srqh;
+	struct ibv_recv_wr *scratch = (struct ibv_recv_wr *)scratchh;
 	struct ibv_recv_wr *badwr = NULL;
 	int rc;
 
@@ -136,9 +142,9 @@ static void conv_wc(const struct ibv_wc *r, struct shim_wc *o)
 
 /* Polls up to n completions into raw and converts them into out. Returns
  * the count, or -errno. */
-int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *raw, struct shim_wc *out)
+int shim_poll_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out)
 {
-	int i, got = ibv_poll_cq(cq, n, raw);
+	int i, got = ibv_poll_cq((struct ibv_cq *)cq, n, raw);
 
 	if (got < 0)
 		return got;
@@ -147,9 +153,9 @@ int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *raw, struct shim_wc *o
 	return got;
 }
 
-int shim_req_notify(struct ibv_cq *cq, int solicited)
+int shim_req_notify(uintptr_t cq, int solicited)
 {
-	return ibv_req_notify_cq(cq, solicited);
+	return ibv_req_notify_cq((struct ibv_cq *)cq, solicited);
 }
 
 int shim_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr)

@@ -20,9 +20,9 @@ struct shim_swr {
 	uint64_t swap;
 	uint64_t bind_addr;
 	uint64_t bind_len;
-	struct ibv_ah *ah;
-	struct ibv_mw *mw;
-	struct ibv_mr *bind_mr;
+	uintptr_t ah;       /* struct ibv_ah * */
+	uintptr_t mw;       /* struct ibv_mw * */
+	uintptr_t bind_mr;  /* struct ibv_mr * */
 	uint32_t opcode;
 	uint32_t flags;
 	uint32_t num_sge;
@@ -79,11 +79,17 @@ struct shim_cm_event {
 	uint32_t qp_num;
 };
 
-int shim_post_send(struct ibv_qp *qp, struct shim_swr *w, int n, struct ibv_sge *sges, struct ibv_send_wr *scratch, int *bad);
-int shim_post_recv(struct ibv_qp *qp, struct shim_rwr *w, int n, struct ibv_sge *sges, struct ibv_recv_wr *scratch, int *bad);
-int shim_post_srq_recv(struct ibv_srq *srq, struct shim_rwr *w, int n, struct ibv_sge *sges, struct ibv_recv_wr *scratch, int *bad);
-int shim_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *raw, struct shim_wc *out);
-int shim_req_notify(struct ibv_cq *cq, int solicited);
+/* The data-path helpers take the verbs objects and the work request scratch
+ * (structures that hold pointers) as uintptr_t: cgo then has no Go-pointer
+ * check to run on every call (the objects live in C memory anyway). The
+ * noescape and nocallback directives in cgo.go (noescape takes effect only
+ * with nocallback) keep the Go int behind "bad" on the caller's stack:
+ * none of these helpers keeps it or calls into Go. */
+int shim_post_send(uintptr_t qp, struct shim_swr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
+int shim_post_recv(uintptr_t qp, struct shim_rwr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
+int shim_post_srq_recv(uintptr_t srq, struct shim_rwr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
+int shim_poll_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out);
+int shim_req_notify(uintptr_t cq, int solicited);
 int shim_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
 int shim_query_device_ex(struct ibv_context *ctx, struct ibv_device_attr_ex *attr);
 ssize_t shim_query_gid_table(struct ibv_context *ctx, struct ibv_gid_entry *e, size_t n);

@@ -132,7 +132,7 @@ func (srq *SRQ) PostRecv(wrs ...RecvWR) error {
 		return err
 	}
 	var bad C.int
-	rc := C.shim_post_srq_recv(srq.c, s.rwr, C.int(len(wrs)), s.sge, (*C.struct_ibv_recv_wr)(s.wrs), &bad)
+	rc := C.shim_post_srq_recv(handle(srq.c), s.rwr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
 	if rc != 0 {
 		return &PostError{Op: "ibv_post_srq_recv", Index: int(bad), Err: errnoOf(int(rc))}
 	}

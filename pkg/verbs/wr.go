@@ -270,24 +270,24 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		d.rkey = C.uint32_t(w.RKey)
 		d.compare_add = C.uint64_t(w.CompareAdd)
 		d.swap = C.uint64_t(w.Swap)
-		d.ah = nil
+		d.ah = 0
 		if w.AH != nil {
-			d.ah = w.AH.c
+			d.ah = handle(w.AH.c)
 			d.remote_qpn = C.uint32_t(w.RemoteQPN)
 			d.remote_qkey = C.uint32_t(w.RemoteQKey)
 		}
 		d.invalidate_rkey = C.uint32_t(w.InvalidateRKey)
-		d.mw, d.bind_mr = nil, nil
+		d.mw, d.bind_mr = 0, 0
 		if w.Op == OpBindMW {
-			d.mw = w.MW.c
-			d.bind_mr = w.BindMR.c
+			d.mw = handle(w.MW.c)
+			d.bind_mr = handle(w.BindMR.c)
 			d.bind_addr = C.uint64_t(w.BindAddr)
 			d.bind_len = C.uint64_t(w.BindLen)
 			d.bind_access = C.uint32_t(w.BindAccess)
 		}
 	}
 	var bad C.int
-	rc := C.shim_post_send(qp.c, s.swr, C.int(len(wrs)), s.sge, (*C.struct_ibv_send_wr)(s.wrs), &bad)
+	rc := C.shim_post_send(handle(qp.c), s.swr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
 	if rc != 0 {
 		return &PostError{Op: "ibv_post_send", Index: int(bad), Err: errnoOf(int(rc))}
 	}
@@ -353,7 +353,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 		return err
 	}
 	var bad C.int
-	rc := C.shim_post_recv(qp.c, s.rwr, C.int(len(wrs)), s.sge, (*C.struct_ibv_recv_wr)(s.wrs), &bad)
+	rc := C.shim_post_recv(handle(qp.c), s.rwr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
 	if rc != 0 {
 		return &PostError{Op: "ibv_post_recv", Index: int(bad), Err: errnoOf(int(rc))}
 	}

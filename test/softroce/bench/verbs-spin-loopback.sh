@@ -5,12 +5,14 @@
 # (and an older build at build/lab/bin/rdmaperf-old, seen here as
 # $LAB_BIN/rdmaperf-old, as "old") on rxe0 of one two-vCPU guest, servers
 # pinned to CPU 0 and clients to CPU 1, write_lat and send_lat at 2 B,
-# REPS times interleaved. rdmaperf runs with -ctxsw. Results:
+# REPS times interleaved; the new and the old build swap places every
+# repetition, so that neither always runs right after perftest. rdmaperf
+# runs with -ctxsw. Results:
 #   BENCH <tool> <test> 2 <t_typical usec>
 #   CLI <tool> <test>: # context switches per iteration: ...
 set -euo pipefail
-REPS=3
-N=2000
+REPS=6
+N=5000
 
 perftest() { # test
 	taskset -c 0 ib_$1 -d "$LAB_DEVICE" -x 1 -s 2 -n "$N" >/tmp/pt.srv 2>&1 &
@@ -36,8 +38,13 @@ rdmaperf() { # name binary test [client flags]
 for rep in $(seq "$REPS"); do
 	for t in write_lat send_lat; do
 		perftest "$t"
-		rdmaperf go "$LAB_BIN/rdmaperf" "$t"
-		[ ! -x "$LAB_BIN/rdmaperf-old" ] || rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
+		if [ -x "$LAB_BIN/rdmaperf-old" ] && [ $((rep % 2)) = 1 ]; then
+			rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
+			rdmaperf go "$LAB_BIN/rdmaperf" "$t"
+		else
+			rdmaperf go "$LAB_BIN/rdmaperf" "$t"
+			[ ! -x "$LAB_BIN/rdmaperf-old" ] || rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
+		fi
 		rdmaperf c "$LAB_BIN/rdmaperf" "$t" -loop c
 	done
 	echo "== repetition $rep done"
