@@ -1,7 +1,8 @@
-// Command benchtable turns the "BENCH <tool> <test> <bytes> <value>" lines
-// of a verbs-bench lab run into the Markdown tables of docs/benchmarks.md:
-// for each test and size, the median over the repetitions of each tool and
-// its ratio to perftest.
+// Command benchtable turns the "BENCH <tool> <test> <bytes> <value> [rate]"
+// lines of a verbs-bench lab run into the Markdown tables of
+// docs/benchmarks.md: for each test and size, the median over the
+// repetitions of each tool and its ratio to perftest (for bandwidth tests
+// the ratio of the message rates, when the lines carry them).
 //
 // Usage:
 //
@@ -57,6 +58,11 @@ type key struct {
 	size int
 }
 
+// rateKey holds a bandwidth test's message rate (the sixth field of its
+// BENCH lines). Bandwidth ratios are taken from the rates, which keep
+// their digits where perftest's MB/s rounds to 0.02 or 0.03.
+func rateKey(test string, size int) key { return key{test + " msgrate", size} }
+
 // parse collects the finite values of every BENCH line (the lab prefixes
 // console lines with "[suite] ", which is skipped) and returns the median
 // per test, size and tool.
@@ -70,19 +76,27 @@ func parse(r io.Reader) (map[key]map[string]float64, error) {
 			continue
 		}
 		f := strings.Fields(line[i:])
-		if len(f) != 5 {
+		if len(f) != 5 && len(f) != 6 {
 			continue
 		}
-		size, err1 := strconv.Atoi(f[3])
-		v, err2 := strconv.ParseFloat(f[4], 64)
-		if err1 != nil || err2 != nil || math.IsInf(v, 0) || math.IsNaN(v) {
-			continue // perftest sometimes prints inf under TCG
+		size, err := strconv.Atoi(f[3])
+		if err != nil {
+			continue
 		}
-		k := key{f[2], size}
-		if runs[k] == nil {
-			runs[k] = map[string][]float64{}
+		add := func(k key, field string) {
+			v, err := strconv.ParseFloat(field, 64)
+			if err != nil || math.IsInf(v, 0) || math.IsNaN(v) {
+				return // perftest sometimes prints inf under TCG
+			}
+			if runs[k] == nil {
+				runs[k] = map[string][]float64{}
+			}
+			runs[k][f[1]] = append(runs[k][f[1]], v)
 		}
-		runs[k][f[1]] = append(runs[k][f[1]], v)
+		add(key{f[2], size}, f[4])
+		if len(f) == 6 {
+			add(rateKey(f[2], size), f[5])
+		}
 	}
 	res := map[key]map[string]float64{}
 	for k, tools := range runs {
@@ -122,22 +136,28 @@ func write(w io.Writer, res map[key]map[string]float64) {
 			fmt.Fprintln(w, "| bytes | perftest | rdmaperf C loop | ratio C/perftest | rdmaperf Go loop | ratio Go/perftest |")
 			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
 		} else {
-			fmt.Fprintf(w, "\n### %s (BW average [MB/s])\n\n", test)
+			fmt.Fprintf(w, "\n### %s (BW average [MB/s]; ratio of the message rates)\n\n", test)
 			fmt.Fprintln(w, "| bytes | perftest | rdmaperf | ratio rdmaperf/perftest |")
 			fmt.Fprintln(w, "|---:|---:|---:|---:|")
 		}
 		for _, s := range sizes {
 			r := res[key{test, s}]
+			rates := res[rateKey(test, s)]
 			p, hasP := r["perftest"]
 			cell := func(tool string) string {
-				v, ok := r[tool]
+				name := tool
+				v, ok := r[name]
 				if !ok && tool == "rdmaperf-go" {
 					// guests-bench.sh names its Go-loop runs
 					// "rdmaperf", as -rvma mode expects.
-					v, ok = r["rdmaperf"]
+					name = "rdmaperf"
+					v, ok = r[name]
 				}
 				if !ok {
 					return "– | –"
+				}
+				if pr, tr := rates["perftest"], rates[name]; pr > 0 && tr > 0 {
+					return fmt.Sprintf("%.2f | %.2f", v, tr/pr)
 				}
 				if !hasP || p == 0 {
 					return fmt.Sprintf("%.2f | –", v)

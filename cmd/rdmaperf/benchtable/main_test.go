@@ -13,6 +13,8 @@ func TestTable(t *testing.T) {
 [verbs-bench] BENCH rdmaperf-c write_lat 2 22.0
 [verbs-bench] BENCH perftest write_bw 65536 40
 [verbs-bench] BENCH rdmaperf-go write_bw 65536 36
+[verbs-bench] BENCH perftest write_bw 2 0.03 0.015000
+[verbs-bench] BENCH rdmaperf-go write_bw 2 0.02 0.012000
 [verbs-bench] BENCH perftest send_lat 8 20
 [verbs-bench] BENCH rdmaperf send_lat 8 30
 [verbs-bench] some other line
@@ -31,6 +33,7 @@ BENCH broken line
 	for _, want := range []string{
 		"| 2 | 11.00 | 22.00 | 2.00 | 11.00 | 1.00 |",
 		"| 65536 | 40.00 | 36.00 | 0.90 |",
+		"| 2 | 0.03 | 0.02 | 0.80 |",           // the ratio of the message rates
 		"| 8 | 20.00 | – | – | 30.00 | 1.50 |", // "rdmaperf" counts as the Go loop
 	} {
 		if !strings.Contains(out, want) {

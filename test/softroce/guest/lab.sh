@@ -10,7 +10,8 @@
 #   lab_peer I               the address of guest I
 #   lab_bench TOOL TEST SIZE FILE  print "BENCH TOOL TEST SIZE VALUE" from the
 #                            perftest-style output in FILE: t_typical [µs]
-#                            for latency tests, BW average [MB/s] for *_bw
+#                            for latency tests, BW average [MB/s] followed
+#                            by MsgRate [Mpps] for *_bw
 #   lab_pair NAME PORT TEST SIZE SERVER-CMD... -- CLIENT-CMD...
 #                            one step of a two-guest benchmark: the server
 #                            command on guest 1 (LAB_ROLE server, listening
@@ -19,9 +20,12 @@
 #                            output's '#' lines (rdmaperf -ctxsw)
 
 lab_bench() {
-	local col=5
-	case $2 in *_bw) col=4 ;; esac
-	awk -v n="$1" -v t="$2" -v s="$3" -v c="$col" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $c }' "$4"
+	case $2 in
+	*_bw) # BW average [MB/s] and MsgRate [Mpps] (more digits for small sizes)
+		awk -v n="$1" -v t="$2" -v s="$3" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $4, $5 }' "$4" ;;
+	*) # t_typical [usec]
+		awk -v n="$1" -v t="$2" -v s="$3" '$1 == s && $2 ~ /^[0-9]+$/ { print "BENCH", n, t, s, $5 }' "$4" ;;
+	esac
 }
 
 LAB_PAIR_STEP=0
