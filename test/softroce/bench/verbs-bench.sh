@@ -10,7 +10,7 @@
 # into milliseconds). The tools run interleaved, size by size, BENCH_REPS
 # times, so a noisy host hits them alike; every result
 # is printed as a line
-#   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>
+#   BENCH <tool> <test> <bytes> <t_typical usec | MB/s Mpps>
 # which cmd/rdmaperf/benchtable turns into tables (medians).
 #
 # The defaults are the run docs/benchmarks.md records (about 28 minutes
