@@ -103,6 +103,5 @@ int shim_get_cm_event(struct rdma_event_channel *ch, struct shim_cm_event *out);
 int shim_cm_connect(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t id_, uint8_t retry, uint8_t rnr);
 int shim_cm_accept(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t id_, uint8_t rnr);
 int shim_errno(void);
-/* Spin-poll helpers for latency measurement: the whole wait runs in C. */
 
 #endif
