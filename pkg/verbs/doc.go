@@ -67,14 +67,14 @@
 // # Performance
 //
 // Every post and every poll is one cgo call, so post chains (one call for
-// many work requests) and poll in batches. Posts and polls allocate
-// nothing on the Go heap, and cgo makes no pointer checks on them. A post
-// that runs long in the kernel (on rxe every post does the whole transfer
-// inside the system call) lets the Go runtime hand the goroutine's P to
-// another thread, and the goroutine must get it back through the
-// scheduler; with an idle P (GOMAXPROCS of 2 or more) that does not happen. A process pinned to one
-// CPU with taskset gets GOMAXPROCS 1 from Go and pays the hand-off on
-// every long post, so run pinned processes with GOMAXPROCS=2 (or call
+// many work requests) and poll in batches. Posts and polls allocate nothing
+// on the Go heap, and cgo makes no pointer checks on them. A post that runs
+// long in the kernel (on rxe every post does the whole transfer inside the
+// system call) lets the Go runtime hand the goroutine's P to another
+// thread, and the goroutine must get it back through the scheduler; with an
+// idle P (GOMAXPROCS of 2 or more) that does not happen. A process pinned
+// to one CPU with taskset gets GOMAXPROCS 1 from Go and pays the hand-off
+// on every long post, so run pinned processes with GOMAXPROCS=2 (or call
 // runtime.GOMAXPROCS(2)). Measured on rxe (docs/benchmarks.md): pinned,
 // GOMAXPROCS 2 instead of 1 took read_lat from 2.0-6.7x of perftest to
 // 1.1-2.7x, and one work request per post ran at 0.4x of perftest with
