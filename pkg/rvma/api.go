@@ -20,6 +20,9 @@ type windowDriver interface {
 	// from nil, one of the driver's.
 	bind(w *Window, b, from *buffer)
 	unbind(w *Window, b *buffer)
+	// hide unbinds the read-only window a Get was served through over b,
+	// if there is one, before any later bind over b.
+	hide(w *Window, b *buffer)
 	// windowClosed is told once, after the window's first Close, to start its
 	// linger (WindowOptions.Linger).
 	windowClosed(w *Window)
@@ -151,6 +154,7 @@ func (w *Window) flush() {
 	subs := w.drv.subscribers(w.slot) // under dispatch: answerResolve cannot add one meanwhile
 	w.mu.Lock()
 	bind, unbind, _ := w.st.takeActions()
+	hides := w.st.takeHides()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
 	push := false
@@ -175,6 +179,9 @@ func (w *Window) flush() {
 		}
 	}
 	w.mu.Unlock()
+	for _, b := range hides { // before a recycled buffer's bind for its next epoch
+		w.drv.hide(w, b)
+	}
 	for _, a := range bind {
 		w.drv.bind(w, a.b, a.from)
 	}

@@ -27,8 +27,12 @@
 // gets ErrStale or, by default, its put is re-issued into the next epoch).
 // A window binds only the buffers senders are shown (the head and the two
 // after it), so an epoch costs one bind and one notice to its senders.
+// Get reads back bytes of a completed epoch that the receiving window
+// still keeps for rewind (WindowOptions.Keep), through a read-only memory
+// window the receiver binds on request and unbinds before the buffer is
+// re-posted: an epoch's bytes or ErrStale, never a mixture.
 // The design, the wire protocol and the reasons for them are in
-// docs/rvma.md, with what is not built yet (the eager path, Get).
+// docs/rvma.md, with what is not built yet (the eager path).
 //
 // NewCollector exports an endpoint's and its windows' counters as
 // Prometheus metrics. cmd/rvmacat is a small program built on this package

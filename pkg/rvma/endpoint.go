@@ -66,7 +66,9 @@ type Endpoint struct {
 	byQPN     map[uint32]*stripe
 	views     []*remoteView // by view slot; nil when free
 	freeViews []uint32
-	puts      map[uint64]*PutOp   // in flight, by work request ID
+	puts      map[uint64]*PutOp // in flight, by work request ID
+	gets      map[uint32]*getOp // waiting for an answer or a READ, by Seq
+	getSeq    uint32
 	queues    map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
 	nextID    uint64
 	subs      map[uint32][]subscriber // window slot -> links whose view slots mirror it
@@ -83,6 +85,8 @@ type Endpoint struct {
 	rejected     atomic.Uint64
 	lostNotices  atomic.Uint64
 	notices      atomic.Uint64
+	getsServed   atomic.Uint64
+	getsRefused  atomic.Uint64
 }
 
 // subscriber is a link whose peer mirrors a window in a view slot.
@@ -113,7 +117,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}}
+		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
@@ -208,6 +212,8 @@ type EndpointStats struct {
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
 	LostNotices   uint64 // entry updates that could not be pushed to a subscriber
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
+	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window
+	GetsRefused   uint64 // peers' Gets refused (epoch not completed or no longer kept, no such window)
 }
 
 // Stats returns the endpoint's counters.
@@ -217,7 +223,8 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.mu.Unlock()
 	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
 		StalePuts: ep.stalePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
-		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load()}
+		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(),
+		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load()}
 }
 
 // Windows returns the endpoint's windows, in slot order: the open ones

@@ -47,9 +47,12 @@ type engine struct {
 	arenas []*verbs.MR
 	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
 	bound  map[*buffer]*verbs.MW     // windows bound over posted buffers
-	ops    map[uint64]bindOp         // bind work request id -> what it was
-	nextID uint64
-	closed bool
+	// exposed holds the read-only windows over kept buffers that Get
+	// reads through (get.go).
+	exposed map[*buffer]*exposure
+	ops     map[uint64]bindOp // bind work request id -> what it was
+	nextID  uint64
+	closed  bool
 	// lingering holds the closed windows whose mailbox is still reserved,
 	// each with the timer that frees it (WindowOptions.Linger).
 	lingering map[*Window]*time.Timer
@@ -97,6 +100,8 @@ type bindOp struct {
 	from   *buffer // the buffer whose window this bind took over (its key is now invalid)
 	unbind bool
 	retire bool // an unbind after the window was freed: the window is not told
+	// ex is set for the binds and unbinds of a read-only window for Get.
+	ex *exposure
 	// key receives the rkey QP.BindMW returned. The bind loop must take
 	// the key from here, not from MW.RKey(): on rxe the bind executes in
 	// the ibv_bind_mw call itself, so its completion can be polled before
@@ -113,7 +118,7 @@ type linkHandler interface {
 	ctrl(wc verbs.WC, imm Imm, msg []byte)
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
-	pushEntry(slot uint32, entry []byte)
+	pushEntry(slot uint32, entry []byte) bool // false: push it again later
 	dropSubscribers(slot uint32, entry []byte)
 	subscribers(slot uint32) int
 }
@@ -138,7 +143,7 @@ const (
 // first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, mws: map[*verbs.MR][]*verbs.MW{},
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, errs: make(chan error, 16), pushes: map[uint32]*Window{},
 		born: time.Now(), kick: make(chan struct{}, 1)}
 	defer func() {
@@ -235,7 +240,12 @@ func (e *engine) Close() error {
 	e.ops = map[uint64]bindOp{}
 	e.mu.Unlock()
 	for _, op := range ops {
-		if op.unbind && !op.retire {
+		switch {
+		case op.ex != nil:
+			if !op.unbind {
+				e.settle(op.ex, Desc{}, fmt.Errorf("rvma: endpoint closed: %w", ErrClosed))
+			}
+		case op.unbind && !op.retire:
 			op.w.unbound(op.b)
 		}
 	}
@@ -320,17 +330,28 @@ func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 	return w, nil
 }
 
+// post binds mw over length bytes of op's buffer (0: unbinds it) with
+// remote write access, or remote read for a Get's window.
 func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length uint64) {
 	e.mu.Lock()
 	e.ops[id] = op
 	e.mu.Unlock()
-	key, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, verbs.AccessRemoteWrite, id, verbs.SendSignaled)
+	access := verbs.AccessRemoteWrite
+	if op.ex != nil {
+		access = verbs.AccessRemoteRead
+	}
+	key, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, access, id, verbs.SendSignaled)
 	op.key <- key // the completion may already be in the bind loop, waiting for it
 	if err != nil {
 		e.mu.Lock()
 		delete(e.ops, id)
 		e.mu.Unlock()
-		e.fail(fmt.Errorf("rvma: bind for window %v: %w", op.w.mailbox, err))
+		err = fmt.Errorf("rvma: bind for window %v: %w", op.w.mailbox, err)
+		if op.ex != nil && !op.unbind {
+			e.exposeFailed(op, err)
+			return
+		}
+		e.fail(err)
 	}
 }
 
@@ -426,7 +447,16 @@ func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 		}
 		e.pushMu.Unlock()
 	}
-	e.links.pushEntry(w.slot, mem)
+	if !e.links.pushEntry(w.slot, mem) {
+		e.deferPush(w)
+	}
+}
+
+// deferPush makes the next idle poll (flushPushes) push w's entry.
+func (e *engine) deferPush(w *Window) {
+	e.pushMu.Lock()
+	e.pushes[w.slot] = w
+	e.pushMu.Unlock()
 }
 
 // writeEntry writes en into slot of the descriptor table under the
@@ -500,6 +530,7 @@ func (e *engine) free(w *Window) {
 	}
 	e.mu.Unlock()
 	for _, b := range bufs {
+		e.hide(w, b)
 		if !busy[b] {
 			e.postUnbind(w, b, true)
 		}
@@ -529,7 +560,9 @@ func (e *engine) flushPushes() {
 		w.dispatch.Lock()
 		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w {
 			off := int(slot) * EntrySize
-			e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize])
+			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize]) {
+				e.deferPush(w)
+			}
 		}
 		w.dispatch.Unlock()
 	}
@@ -727,7 +760,16 @@ func (e *engine) bindDone(wc verbs.WC) {
 		return
 	}
 	if err := wc.Err(); err != nil {
-		e.fail(fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err))
+		err = fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err)
+		if op.ex != nil && !op.unbind {
+			e.exposeFailed(op, err)
+			return
+		}
+		e.fail(err)
+		return
+	}
+	if op.ex != nil {
+		e.exposeDone(op)
 		return
 	}
 	if op.unbind {

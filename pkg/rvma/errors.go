@@ -12,15 +12,18 @@ var (
 	// and by waits that were pending when the window closed.
 	ErrClosed = errors.New("rvma: use of closed window or endpoint")
 	// ErrNoBuffer is returned when a window has no posted buffer for an
-	// epoch: by a put that waited for one until its deadline, and by
-	// IncEpoch on a window with nothing posted.
+	// epoch: by a put that waited for one until its deadline, by IncEpoch
+	// on a window with nothing posted, and by Get of an epoch that has not
+	// completed.
 	ErrNoBuffer = errors.New("rvma: no buffer posted to the mailbox")
 	// ErrTooLarge is returned by a put whose offset plus length exceeds the
-	// target buffer, and by Post when a threshold exceeds the buffer.
+	// target buffer, by Post when a threshold exceeds the buffer, and by
+	// Get at an offset beyond the epoch's length.
 	ErrTooLarge = errors.New("rvma: put does not fit the posted buffer")
 	// ErrStale is returned by a put that targeted an epoch that completed
 	// before the put landed: its bytes were refused and changed no buffer
-	// already handed to the receiving application.
+	// already handed to the receiving application. Get returns it for an
+	// epoch the window no longer keeps.
 	ErrStale = errors.New("rvma: put targeted an epoch that already completed")
 	// ErrMailboxClosed is the NACK of a put to a closed mailbox.
 	ErrMailboxClosed = errors.New("rvma: mailbox closed (NACK)")

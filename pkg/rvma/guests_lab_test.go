@@ -7,7 +7,8 @@ package rvma
 // independent of arrival order (recorded at the receiver over four
 // stripes), several senders filling one epoch, stale puts refused without
 // touching a buffer already handed over (and retried into the next epoch),
-// a sender killed mid-epoch, a receiver killed under pending puts.
+// a sender killed mid-epoch, a receiver killed under pending puts, and a
+// Get of a kept epoch.
 //
 // Run: go run ./test/softroce gotest -guests 3 ./pkg/rvma -test.run TestLabGuests -test.v
 
@@ -437,6 +438,25 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 		t.Fatalf("retrying endpoint: %+v", s)
 	}
 	signal("rvma-stale-put")
+
+	// Get between guests: the receiver keeps epoch 1 (the retried put's
+	// bytes) in its ring; read it back.
+	into := make([]byte, 8192)
+	for {
+		res, err := ep.Get(ctx, dst, mbStale, 1, 0, into)
+		if errors.Is(err, ErrNoBuffer) { // not handed over yet
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err != nil || res.Epoch != 1 || res.N != 4096 || !bytes.Equal(into[:4096], patterned(4096, 77)) {
+			t.Fatalf("get of epoch 1 between guests: %+v %v", res, err)
+		}
+		break
+	}
+	if _, err := ep.Get(ctx, dst, mbStale, 2, 0, into); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("get of an epoch not completed: %v", err)
+	}
+	t.Logf("get of a kept epoch between guests: 4096 bytes right")
 
 	// Die mid-epoch: a child process puts 3000 of 8192 bytes and is
 	// killed with SIGKILL (no Close: the kernel tears its verbs down).

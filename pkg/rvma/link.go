@@ -48,6 +48,7 @@ type stripe struct {
 	// use the rest (ctrlReserve), counted in ctrlOut.
 	credits chan struct{}
 	ctrlOut atomic.Int32
+	mtu     atomic.Uint32 // path MTU in bytes, once queried (Get)
 }
 
 const (
@@ -216,6 +217,7 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	}
 	if old := l.stripes[st.idx]; old != nil {
 		ep.retireStripe(old)
+		ep.spawnLocked(func() { ep.repush(l) })
 	} else {
 		l.connected++
 	}
@@ -229,10 +231,17 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 
 // retireStripe takes a replaced stripe out of service: the puts still
 // recorded on it (flushed by its error, never executed) are issued again,
-// and it is disconnected and destroyed. The caller holds ep.mu and l.mu.
+// Gets reading on it read again elsewhere, and it is disconnected and
+// destroyed. The caller holds ep.mu and l.mu.
 func (ep *Endpoint) retireStripe(old *stripe) {
 	old.dead.Store(true)
 	delete(ep.byQPN, old.qp.QPN())
+	for _, g := range ep.gets {
+		if g.st == old {
+			g.st = nil
+			g.finish(verbs.WCWRFlushErr)
+		}
+	}
 	var again []*PutOp
 	for id, op := range ep.puts {
 		if op.st == old {
@@ -545,6 +554,60 @@ func (l *link) sendCtrl(m Ctrl) error {
 	return l.postCtrl(verbs.SendWR{Op: verbs.OpSendImm, Imm: imm}, b)
 }
 
+// errNoStripe is wrapped by postCtrl when every stripe of a link that has
+// not failed is being replaced.
+var errNoStripe = errors.New("no live stripe")
+
+// sendCtrlWait sends m like sendCtrl, but while every stripe is being
+// replaced, or the control share of the send queue is full, it waits and
+// tries again, until ctx ends or the link fails.
+func (l *link) sendCtrlWait(ctx context.Context, m Ctrl) error {
+	for {
+		err := l.sendCtrl(m)
+		if err == nil || !errors.Is(err, errNoStripe) && !errors.Is(err, verbs.ErrQueueFull) {
+			return err
+		}
+		l.mu.Lock()
+		wait := l.stripeCh
+		l.mu.Unlock()
+		t := time.NewTimer(time.Millisecond) // the queue drains, or a stripe came up before wait was read
+		select {
+		case <-wait:
+		case <-t.C:
+		case <-l.dead:
+			t.Stop()
+			return l.failure()
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sending %v: %w", m.Type, ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// awaitStripe returns a live stripe of l, waiting while every one is being
+// replaced, until ctx ends or the link fails.
+func (l *link) awaitStripe(ctx context.Context) (*stripe, error) {
+	for {
+		if st := l.pick(); st != nil {
+			return st, nil
+		}
+		l.mu.Lock()
+		wait := l.stripeCh
+		l.mu.Unlock()
+		if st := l.pick(); st != nil {
+			return st, nil
+		}
+		select {
+		case <-wait:
+		case <-l.dead:
+			return nil, l.failure()
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a live stripe: %w", ctx.Err())
+		}
+	}
+}
+
 // knock posts a zero-length WRITE WITH IMMEDIATE that makes the receiver
 // count a put refused against its closed window slot, if the slot still
 // holds that incarnation of the window.
@@ -562,7 +625,7 @@ func (l *link) knock(slot, incarnation uint32, r KnockReason) error {
 func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 	st := l.ctrlStripe()
 	if st == nil {
-		return errPeer(l.peer, errors.New("no live stripe"))
+		return errPeer(l.peer, errNoStripe)
 	}
 	if st.ctrlOut.Add(1) > ctrlReserve {
 		st.ctrlOut.Add(-1)
@@ -588,27 +651,40 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 // pushEntry mirrors a changed descriptor entry into every subscriber's
 // view slot (WRITE WITH IMMEDIATE, inline from the table). The engine
 // calls it under the window's dispatch lock, so the entry does not change
-// while it is copied.
-func (ep *Endpoint) pushEntry(slot uint32, entry []byte) {
+// while it is copied. It reports false when a subscriber could not be sent
+// the entry for now (every stripe of its link is being replaced, or the
+// control share of the send queue is full): the engine pushes it again
+// later, since a sender that moves on by its own count may be waiting for
+// exactly this entry.
+func (ep *Endpoint) pushEntry(slot uint32, entry []byte) bool {
 	if ep.holdNotices.Load() {
-		return
+		return true
 	}
 	ep.mu.Lock()
 	subs := append([]subscriber(nil), ep.subs[slot]...)
 	ep.mu.Unlock()
-	ep.notifyAll(subs, entry)
+	return ep.notifyAll(subs, entry)
 }
 
 // notifyAll writes entry into every subscriber's view slot, counting the
-// notices sent and lost.
-func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) {
+// notices sent and lost, and reports false if one could not be sent for
+// now (see pushEntry).
+func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) bool {
+	ok := true
 	for _, s := range subs {
-		if err := s.l.notify(s.viewSlot, entry); err != nil {
-			ep.lostNotices.Add(1)
-		} else {
+		switch err := s.l.notify(s.viewSlot, entry); {
+		case err == nil:
 			ep.notices.Add(1)
+		case errors.Is(err, ErrInvalid):
+			ep.lostNotices.Add(1)
+		default:
+			// No live stripe, the control share of the send queue full,
+			// or a stripe that failed under the post (it is being
+			// replaced; a failed link drops its subscribers).
+			ok = false
 		}
 	}
+	return ok
 }
 
 // dropSubscribers forgets every subscriber of slot after pushing them
@@ -622,6 +698,40 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 	ep.mu.Unlock()
 	if !ep.holdNotices.Load() {
 		ep.notifyAll(subs, entry)
+	}
+}
+
+// repush pushes the current entry of every window l's peer mirrors once
+// more: the notices in flight on a stripe that failed were lost with it,
+// and a sender that moves on by its own count may wait for exactly one of
+// them. A repeated entry changes nothing at the sender (views take only
+// newer entries).
+func (ep *Endpoint) repush(l *link) {
+	ep.mu.Lock()
+	var subs []struct {
+		slot uint32
+		s    subscriber
+	}
+	for slot, ss := range ep.subs {
+		for _, s := range ss {
+			if s.l == l {
+				subs = append(subs, struct {
+					slot uint32
+					s    subscriber
+				}{slot, s})
+			}
+		}
+	}
+	ep.mu.Unlock()
+	for _, x := range subs {
+		_, _, w, ok := ep.e.table.Slot(x.slot)
+		if !ok || w == nil {
+			continue
+		}
+		w.dispatch.Lock() // the entry does not change while it is copied
+		off := int(x.slot) * EntrySize
+		ep.notifyAll([]subscriber{x.s}, ep.e.descMR.Bytes()[off:off+EntrySize])
+		w.dispatch.Unlock()
 	}
 }
 

@@ -432,7 +432,7 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 	imm, _ := Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
 	ep.mu.Lock()
 	ep.nextID++
-	id := ep.nextID &^ (sendTag | ctrlTag)
+	id := ep.nextID &^ (sendTag | ctrlTag | readTag)
 	op.st, op.view, op.gen = st, v, gen
 	op.attempts++
 	ep.puts[id] = op
@@ -465,6 +465,10 @@ const maxAttempts = 8
 // sendDone handles the completion of a link send (engine callback).
 func (ep *Endpoint) sendDone(wc verbs.WC) {
 	id := wc.ID &^ sendTag
+	if id&readTag != 0 {
+		ep.readDone(wc)
+		return
+	}
 	if id&ctrlTag != 0 {
 		ep.mu.Lock()
 		st := ep.byQPN[wc.QPN]
@@ -556,7 +560,19 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 			})
 			ep.mu.Unlock()
 		}
-	case CtrlResolved, CtrlNack:
+	case CtrlGet:
+		if m.Seq&GetSeqBit == 0 {
+			ep.e.unknown.Add(1)
+			return
+		}
+		ep.serveGet(l, m)
+	case CtrlGetReply:
+		ep.getAnswer(l, m)
+	case CtrlNack, CtrlResolved:
+		if m.Seq&GetSeqBit != 0 {
+			ep.getAnswer(l, m)
+			return
+		}
 		ep.mu.Lock()
 		var v *remoteView
 		if m.Seq < uint32(len(ep.views)) {

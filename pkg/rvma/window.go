@@ -206,6 +206,10 @@ type windowState struct {
 
 	toBind              []bindAction
 	toUnbind, published []*buffer
+	// toHide: kept buffers that stopped being readable by Get (they left
+	// the rewind ring, or a one-time buffer was released): whatever
+	// read-only window exposes one must be unbound before it is re-posted.
+	toHide []*buffer
 }
 
 // bindAction asks the driver to bind a memory window over b. When from is
@@ -453,6 +457,7 @@ func (w *windowState) handOver() {
 				w.kept[0] = nil
 				w.kept = w.kept[1:]
 				old.inKept = false
+				w.toHide = append(w.toHide, old)
 				w.recycle(old)
 			}
 		}
@@ -553,7 +558,10 @@ func (w *windowState) release(b *buffer) error {
 	b.released = true
 	delete(w.held, b)
 	if b.oneTime {
-		b.retired = true
+		b.retired = true // the application's for good: no longer readable by Get
+		if b.inKept {
+			w.toHide = append(w.toHide, b)
+		}
 		return nil
 	}
 	// Waiters now wait for the next epoch of this buffer.
@@ -575,6 +583,37 @@ func (w *windowState) rewind(n int) []Record {
 		out = append(out, w.kept[i].rec)
 	}
 	return out
+}
+
+// LastEpoch asks Get for the newest epoch the window keeps.
+const LastEpoch = ^uint64(0)
+
+// keptBuffer returns the kept buffer of epoch (LastEpoch: the newest) for Get.
+// Errors: ErrNoBuffer when the epoch has not been handed over yet (or
+// none has), ErrStale when it is no longer kept (it left the rewind ring,
+// or it was a one-time buffer the application released).
+func (w *windowState) keptBuffer(epoch uint64) (*buffer, error) {
+	if epoch == LastEpoch {
+		if len(w.kept) == 0 {
+			if w.head == 0 {
+				return nil, fmt.Errorf("window %v has completed no epoch: %w", w.mailbox, ErrNoBuffer)
+			}
+			return nil, fmt.Errorf("window %v keeps no epoch (Keep %d): %w", w.mailbox, w.opts.Keep, ErrStale)
+		}
+		epoch = w.kept[len(w.kept)-1].rec.Epoch
+	}
+	if epoch >= w.head {
+		return nil, fmt.Errorf("epoch %d of window %v has not completed: %w", epoch, w.mailbox, ErrNoBuffer)
+	}
+	for _, b := range w.kept {
+		if b.rec.Epoch == epoch {
+			if b.oneTime && b.released {
+				break
+			}
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("epoch %d of window %v is no longer kept: %w", epoch, w.mailbox, ErrStale)
 }
 
 // knock counts a put a sender's library refused against the closed window.
@@ -599,8 +638,7 @@ func (w *windowState) Stats() Stats {
 
 // entry builds the descriptor entry senders see: Head is the first
 // generation still accepting puts, followed by up to MaxDescs bound
-// buffers that accept puts. (Entry.Last, for Get, is the endpoint's to fill
-// once kept buffers are exposed read-only.)
+// buffers that accept puts.
 func (w *windowState) entry(incarnation uint32) Entry {
 	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind}
 	i := 0
@@ -627,4 +665,11 @@ func (w *windowState) takeActions() (bind []bindAction, unbind, published []*buf
 	bind, unbind, published = w.toBind, w.toUnbind, w.published
 	w.toBind, w.toUnbind, w.published = nil, nil, nil
 	return
+}
+
+// takeHides returns and clears the buffers to hide from Get.
+func (w *windowState) takeHides() []*buffer {
+	h := w.toHide
+	w.toHide = nil
+	return h
 }

@@ -493,3 +493,55 @@ func TestSenderKeepsUp(t *testing.T) {
 		t.Fatalf("IncEpoch: err %v, mustPush %v; want the next entry pushed", err, f.w.mustPush)
 	}
 }
+
+// Get serves only kept epochs, and every buffer that stops being kept is
+// hidden (its read-only window unbound) in the same flush that re-posts
+// it, before its bind.
+func TestWindowKeptForGet(t *testing.T) {
+	f := newFixture(t, WindowOptions{Keep: 2})
+	if _, err := f.w.keptBuffer(LastEpoch); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("no epoch yet: %v", err)
+	}
+	bufs := []*buffer{f.post(8, PostOptions{}), f.post(8, PostOptions{}), f.post(8, PostOptions{OneTime: true})}
+	f.flush()
+	if _, err := f.w.keptBuffer(0); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("epoch 0 before it completed: %v", err)
+	}
+	for g := uint64(0); g < 3; g++ {
+		f.arrive(g, 8, arriveCounted)
+	}
+	f.flush()
+	if b, err := f.w.keptBuffer(LastEpoch); err != nil || b != bufs[2] {
+		t.Fatalf("last: %v %v", b, err)
+	}
+	if b, err := f.w.keptBuffer(1); err != nil || b != bufs[1] {
+		t.Fatalf("epoch 1: %v %v", b, err)
+	}
+	if _, err := f.w.keptBuffer(0); !errors.Is(err, ErrStale) {
+		t.Fatalf("epoch 0 out of the ring: %v", err)
+	}
+	if _, err := f.w.keptBuffer(3); !errors.Is(err, ErrNoBuffer) {
+		t.Fatalf("epoch 3: %v", err)
+	}
+	if h := f.w.takeHides(); len(h) != 1 || h[0] != bufs[0] {
+		t.Fatalf("hides %v", h)
+	}
+	// A released one-time buffer is the application's: hidden at once.
+	if err := f.w.release(bufs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.w.keptBuffer(2); !errors.Is(err, ErrStale) {
+		t.Fatalf("released one-time epoch: %v", err)
+	}
+	if h := f.w.takeHides(); len(h) != 1 || h[0] != bufs[2] {
+		t.Fatalf("hides %v", h)
+	}
+	f2 := newFixture(t, WindowOptions{})
+	f2.post(8, PostOptions{})
+	f2.flush()
+	f2.arrive(0, 8, arriveCounted)
+	f2.flush()
+	if _, err := f2.w.keptBuffer(LastEpoch); !errors.Is(err, ErrStale) {
+		t.Fatalf("Keep 0: %v", err)
+	}
+}

@@ -203,7 +203,6 @@ type Entry struct {
 	NDesc       uint16 // valid descriptors in Descs, 0..MaxDescs
 	Head        uint64 // the generation of Descs[0]
 	Descs       [MaxDescs]Desc
-	Last        Desc // the newest completed buffer still kept (for Get); zero if none
 }
 
 // Desc returns the descriptor of generation gen and whether the entry has
@@ -226,8 +225,8 @@ const (
 	entKind  = 21
 	entNDesc = 22
 	entHead  = 24
-	entDescs = 32 // MaxDescs × 24 bytes
-	entLast  = 104
+	entDescs = 32  // MaxDescs × 24 bytes
+	entRsvd  = 104 // 16 reserved bytes, zero
 	entCRC   = 120
 	entSeqLo = 124
 	descSize = 24
@@ -258,9 +257,7 @@ func MarshalEntry(b []byte, e *Entry) error {
 	for i := 0; i < MaxDescs; i++ {
 		putDesc(b[entDescs+i*descSize:], e.Descs[i])
 	}
-	le.PutUint64(b[entLast:], e.Last.Addr)
-	le.PutUint32(b[entLast+8:], e.Last.RKey)
-	le.PutUint32(b[entLast+12:], e.Last.Len)
+	clear(b[entRsvd:entCRC])
 	le.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
 	le.PutUint32(b[entSeqLo:], uint32(e.Seq))
 	return nil
@@ -321,7 +318,11 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	for i := 0; i < MaxDescs; i++ {
 		e.Descs[i] = getDesc(b[entDescs+i*descSize:])
 	}
-	e.Last = Desc{Addr: le.Uint64(b[entLast:]), RKey: le.Uint32(b[entLast+8:]), Len: le.Uint32(b[entLast+12:])}
+	for _, c := range b[entRsvd:entCRC] {
+		if c != 0 {
+			return e, invalidf("entry with reserved bytes set")
+		}
+	}
 	return e, nil
 }
 
@@ -375,7 +376,14 @@ const (
 	CtrlResolved CtrlType = 2 // receiver → sender: Slot, Incarnation (Seq echoes the request)
 	CtrlNack     CtrlType = 3 // receiver → sender: Reason (Seq echoes a resolve or an eager put)
 	CtrlEagerAck CtrlType = 4 // receiver → sender: every eager put up to Seq is placed
+	CtrlGet      CtrlType = 5 // sender → receiver: Slot, Incarnation, Epoch (Seq has GetSeqBit)
+	CtrlGetReply CtrlType = 6 // receiver → sender: Epoch, Addr, RKey, Len of a kept buffer, read-only (Seq echoes the request)
 )
+
+// GetSeqBit marks the Seq of a GET and of the NACK answering it, so that a
+// sender tells them from the answers to its RESOLVEs (whose Seq is a view
+// slot, below 2^20).
+const GetSeqBit = 1 << 31
 
 // String names the type.
 func (t CtrlType) String() string {
@@ -388,6 +396,10 @@ func (t CtrlType) String() string {
 		return "NACK"
 	case CtrlEagerAck:
 		return "EAGERACK"
+	case CtrlGet:
+		return "GET"
+	case CtrlGetReply:
+		return "GETREPLY"
 	}
 	return fmt.Sprintf("CtrlType(%d)", uint8(t))
 }
@@ -428,9 +440,13 @@ type Ctrl struct {
 	Seq         uint32
 	Mailbox     Mailbox    // RESOLVE
 	ViewSlot    uint32     // RESOLVE
-	Slot        uint32     // RESOLVED
-	Incarnation uint32     // RESOLVED
+	Slot        uint32     // RESOLVED, GET
+	Incarnation uint32     // RESOLVED, GET
 	Reason      NackReason // NACK
+	Epoch       uint64     // GET (LastEpoch: the newest kept), GETREPLY
+	Addr        uint64     // GETREPLY: the read-only memory window's address
+	RKey        uint32     // GETREPLY: its key
+	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length)
 }
 
 const ctrlHeader = 8
@@ -445,12 +461,16 @@ func ctrlLen(t CtrlType) int {
 		return ctrlHeader + 4
 	case CtrlEagerAck:
 		return ctrlHeader
+	case CtrlGet:
+		return ctrlHeader + 16
+	case CtrlGetReply:
+		return ctrlHeader + 24
 	}
 	return -1
 }
 
 // MaxCtrlSize is the length of the longest control message.
-const MaxCtrlSize = ctrlHeader + 12
+const MaxCtrlSize = ctrlHeader + 24
 
 // AppendCtrl appends the encoding of m to b. It fails with ErrInvalid for
 // an unknown type or a field out of range.
@@ -462,7 +482,7 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 	if m.Type == CtrlResolve && m.ViewSlot > slotMask {
 		return b, invalidf("view slot %d out of range", m.ViewSlot)
 	}
-	if m.Type == CtrlResolved && m.Slot > slotMask {
+	if (m.Type == CtrlResolved || m.Type == CtrlGet) && m.Slot > slotMask {
 		return b, invalidf("slot %d out of range", m.Slot)
 	}
 	if m.Type == CtrlNack {
@@ -483,6 +503,15 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 		le.PutUint32(out[12:], m.Incarnation)
 	case CtrlNack:
 		out[8] = byte(m.Reason)
+	case CtrlGet:
+		le.PutUint32(out[8:], m.Slot)
+		le.PutUint32(out[12:], m.Incarnation)
+		le.PutUint64(out[16:], m.Epoch)
+	case CtrlGetReply:
+		le.PutUint64(out[8:], m.Epoch)
+		le.PutUint64(out[16:], m.Addr)
+		le.PutUint32(out[24:], m.RKey)
+		le.PutUint32(out[28:], m.Len)
 	}
 	return append(b, out...), nil
 }
@@ -525,6 +554,18 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		if m.Reason < NackNoMailbox || m.Reason > NackNoBuffer || b[9]|b[10]|b[11] != 0 {
 			return Ctrl{}, invalidf("NACK reason %d", b[8])
 		}
+	case CtrlGet:
+		m.Slot = le.Uint32(b[8:])
+		m.Incarnation = le.Uint32(b[12:])
+		m.Epoch = le.Uint64(b[16:])
+		if m.Slot > slotMask {
+			return Ctrl{}, invalidf("GET slot %d out of range", m.Slot)
+		}
+	case CtrlGetReply:
+		m.Epoch = le.Uint64(b[8:])
+		m.Addr = le.Uint64(b[16:])
+		m.RKey = le.Uint32(b[24:])
+		m.Len = le.Uint32(b[28:])
 	}
 	return m, nil
 }

@@ -69,7 +69,7 @@ func TestExpandGen(t *testing.T) {
 func sampleEntry() Entry {
 	return Entry{Seq: 42, Mailbox: 0x11FF0011, Incarnation: 3, State: StateOpen, Kind: EpochOps, NDesc: 2, Head: 1 << 33,
 		Descs: [MaxDescs]Desc{{0x7f0000001000, 0xabcd01, 4096, 4}, {0x7f0000002000, 0xabcd02, 8192, 4}},
-		Last:  Desc{Addr: 0x7f0000000000, RKey: 0x99, Len: 4096}}
+	}
 }
 
 func TestEntryRoundTrip(t *testing.T) {
@@ -170,6 +170,8 @@ func TestCtrl(t *testing.T) {
 		{Type: CtrlResolved, Seq: 2, Slot: 17, Incarnation: 9},
 		{Type: CtrlNack, Seq: 3, Reason: NackStale},
 		{Type: CtrlEagerAck, Seq: 4},
+		{Type: CtrlGet, Seq: GetSeqBit | 5, Slot: slotMask, Incarnation: 3, Epoch: LastEpoch},
+		{Type: CtrlGetReply, Seq: GetSeqBit | 6, Epoch: 41, Addr: 0x7f0000001000, RKey: 0x1234, Len: 4096},
 	} {
 		b, err := AppendCtrl(nil, m)
 		if err != nil {
@@ -186,7 +188,7 @@ func TestCtrl(t *testing.T) {
 			t.Fatalf("%v with a trailing byte accepted", m.Type)
 		}
 	}
-	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
+	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlGet, Slot: slotMask + 1}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
 		{Type: CtrlResolve, ViewSlot: slotMask + 1}, {Type: CtrlResolved, Slot: slotMask + 1}} {
 		if _, err := AppendCtrl(nil, m); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%+v encoded", m)
@@ -240,7 +242,8 @@ func FuzzUnmarshalEntry(f *testing.F) {
 }
 
 func FuzzParseCtrl(f *testing.F) {
-	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed}, {Type: CtrlEagerAck, Seq: 9}} {
+	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed}, {Type: CtrlEagerAck, Seq: 9},
+		{Type: CtrlGet, Slot: 3, Epoch: 7}, {Type: CtrlGetReply, Epoch: 7, Addr: 1, RKey: 2, Len: 3}} {
 		b, _ := AppendCtrl(nil, m)
 		f.Add(b)
 	}

@@ -1,0 +1,492 @@
+package rvma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// Get reads bytes of a completed epoch whose buffer the receiving window
+// still keeps (WindowOptions.Keep, the rewind ring): the sender asks for
+// the epoch (GET), the receiver binds a read-only type 1 memory window
+// over the bytes placed in that buffer and answers with it (GETREPLY), and
+// the sender reads them with one RDMA READ. The receiver unbinds that
+// window before the buffer leaves the ring and can be posted again, so a
+// get returns the epoch's bytes or fails with ErrStale, never a mixture of
+// two epochs. docs/rvma.md, section 9.
+
+// GetResult says what a Get read.
+type GetResult struct {
+	Epoch uint64 // the epoch read (the newest kept one for LastEpoch)
+	Len   uint64 // the epoch's length: the bytes placed into its buffer
+	N     int    // the bytes read into the destination
+}
+
+// Get reads min(len(into), Len-off) bytes at offset off of epoch epoch
+// (LastEpoch: the newest one kept) of the window behind mailbox mb at the
+// endpoint listening on dst, where Len is the bytes the epoch placed into
+// its buffer (the record's Len), and reports what it read. It dials and
+// resolves like a put. Only epochs the receiving window still keeps for
+// rewind can be read: their buffers do not change until they leave the
+// ring. into may be endpoint memory (Alloc), which the NIC writes
+// directly, or any other slice (read through a registered copy).
+//
+// ctx bounds dialling, resolving, the receiver's answer and waiting for
+// room in the send queue; once the READ is posted Get waits for its
+// completion, which the link's retry timeout bounds. Errors wrap
+// ErrNoBuffer (the epoch has not completed, or none has), ErrStale (the
+// epoch is no longer kept, or left the ring while it was read), ErrTooLarge
+// (off beyond the epoch's length), ErrNoMailbox, ErrPeerGone, ErrClosed,
+// ErrInvalid or ctx's error. After an error the contents of into are
+// undefined.
+func (ep *Endpoint) Get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epoch, off uint64, into []byte) (GetResult, error) {
+	res, err := ep.get(ctx, dst, mb, epoch, off, into)
+	if err != nil {
+		e := "last"
+		if epoch != LastEpoch {
+			e = fmt.Sprint(epoch)
+		}
+		return res, fmt.Errorf("rvma: get of %d bytes at offset %d of epoch %s of %v on %v: %w", len(into), off, e, mb, dst, err)
+	}
+	return res, nil
+}
+
+// getOp is a Get waiting for its answer and then for its READ.
+type getOp struct {
+	seq   uint32
+	l     *link
+	reply chan Ctrl  // GETREPLY or NACK
+	done  chan error // the READ's completion
+	st    *stripe    // the stripe of the READ in flight
+}
+
+// readTag marks the work request IDs of a Get's READ among link sends; the
+// low 32 bits are the get's Seq.
+const readTag = 1 << 61
+
+func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epoch, off uint64, into []byte) (GetResult, error) {
+	if err := ep.use(); err != nil {
+		return GetResult{}, err
+	}
+	if uint64(len(into)) > 1<<31 {
+		return GetResult{}, invalidf("a get of %d bytes", len(into))
+	}
+	op := &getOp{reply: make(chan Ctrl, 1), done: make(chan error, 1)}
+	ep.mu.Lock()
+	ep.getSeq++
+	op.seq = GetSeqBit | ep.getSeq&(GetSeqBit-1)
+	ep.gets[op.seq] = op
+	ep.mu.Unlock()
+	defer func() {
+		ep.mu.Lock()
+		delete(ep.gets, op.seq)
+		ep.mu.Unlock()
+	}()
+
+	var m Ctrl
+	for attempt := 0; ; attempt++ {
+		l, err := ep.link(ctx, dst)
+		if err != nil {
+			return GetResult{}, err
+		}
+		v, err := ep.resolve(ctx, l, mb)
+		if err != nil {
+			return GetResult{}, err
+		}
+		v.mu.Lock()
+		slot, sv, verr := v.slot, v.sv, v.err
+		v.mu.Unlock()
+		if sv == nil {
+			return GetResult{}, verr
+		}
+		ep.mu.Lock()
+		op.l = l
+		ep.mu.Unlock()
+		if m, err = ep.ask(ctx, op, l, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: sv.incarnation, Epoch: epoch}); err != nil {
+			return GetResult{}, err
+		}
+		if m.Type == CtrlGetReply {
+			break
+		}
+		err = m.Reason.Err()
+		if !errors.Is(err, ErrNoMailbox) || attempt > 0 {
+			return GetResult{}, err
+		}
+		// The window this view named was freed: resolve the mailbox
+		// again, once (it may have been opened anew).
+		ep.dropView(l, v)
+	}
+	res := GetResult{Epoch: m.Epoch, Len: uint64(m.Len)}
+	if off > res.Len {
+		return res, fmt.Errorf("offset %d beyond the epoch's %d bytes: %w", off, res.Len, ErrTooLarge)
+	}
+	n := min(uint64(len(into)), res.Len-off)
+	if n == 0 {
+		return res, nil
+	}
+	sge := verbs.SGE{Addr: heapAddr(into), Length: uint32(n)}
+	var temp *verbs.MR
+	if mr := ep.e.arenaOf(sge.Addr, n); mr != nil {
+		sge.LKey = mr.LKey()
+	} else {
+		var err error
+		if temp, err = ep.e.pd.AllocMR(int(n), verbs.AccessLocalWrite); err != nil {
+			return res, err
+		}
+		defer temp.Close()
+		sge.Addr, sge.LKey = temp.Addr(), temp.LKey()
+	}
+	for attempt := 1; ; attempt++ {
+		err := ep.read(ctx, op, sge, m.Addr+off, m.RKey)
+		switch {
+		case err == nil:
+			if temp != nil {
+				copy(into, temp.Bytes()[:n])
+			}
+			res.N = int(n)
+			return res, nil
+		case errors.Is(err, verbs.WCRemAccessErr):
+			return res, fmt.Errorf("%w: the epoch's buffer left the rewind ring while it was read: %w", ErrStale, err)
+		case (errors.Is(err, verbs.WCWRFlushErr) || errors.Is(err, verbs.ErrWrongState)) && attempt < maxAttempts:
+			// Flushed behind another failure on its stripe, or posted on
+			// a stripe that had just failed: read again on a live one.
+		case errors.Is(err, verbs.WCWRFlushErr), errors.Is(err, verbs.ErrWrongState):
+			return res, errPeer(dst, err)
+		default:
+			return res, err
+		}
+	}
+}
+
+// ask sends op's GET on l and waits for the receiver's answer. A stripe
+// that fails loses the control messages in flight on it, the GET or its
+// answer, so the GET is sent again whenever a stripe of l is replaced,
+// and after a timeout that doubles from 50 ms to a second (the two ends
+// of a link replace a stripe at different moments: the answer can be
+// lost on the receiver's old stripe after this end already replaced it).
+// A second answer is dropped.
+func (ep *Endpoint) ask(ctx context.Context, op *getOp, l *link, m Ctrl) (Ctrl, error) {
+	ep.e.waitBegin()
+	defer ep.e.waitEnd()
+	for rto := 50 * time.Millisecond; ; rto = min(2*rto, time.Second) {
+		l.mu.Lock()
+		replaced := l.stripeCh
+		l.mu.Unlock()
+		if err := l.sendCtrlWait(ctx, m); err != nil {
+			return Ctrl{}, err
+		}
+		t := time.NewTimer(rto)
+		select {
+		case a := <-op.reply:
+			t.Stop()
+			return a, nil
+		case <-replaced:
+		case <-t.C:
+		case <-l.dead:
+			t.Stop()
+			return Ctrl{}, l.failure()
+		case <-ctx.Done():
+			t.Stop()
+			return Ctrl{}, fmt.Errorf("waiting for the answer: %w", ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// read reads sge.Length bytes at addr/rkey into sge on a live stripe of
+// op's link and waits for the READs to complete (an error is the status
+// of the READ that failed), or for the link to fail.
+//
+// It reads one path MTU per READ, one READ at a time: each READ is then a
+// single response packet, whose key rxe checks as it serves it. A READ of
+// several packets whose memory window is unbound between two of them
+// never completed on rxe (Linux 6.1) in the lab: the requester waited
+// forever. Small Gets lose nothing; a large one pays a round trip per
+// packet.
+func (ep *Endpoint) read(ctx context.Context, op *getOp, sge verbs.SGE, addr uint64, rkey uint32) error {
+	l := op.l
+	st, err := l.awaitStripe(ctx)
+	if err != nil {
+		return err
+	}
+	mtu, err := st.pathMTU()
+	if err != nil {
+		return err
+	}
+	ep.e.waitBegin()
+	defer ep.e.waitEnd()
+	for done := uint32(0); done < sge.Length; {
+		n := min(sge.Length-done, mtu)
+		select {
+		case st.credits <- struct{}{}:
+		case <-l.dead:
+			return l.failure()
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for room in the send queue: %w", ctx.Err())
+		}
+		ep.mu.Lock()
+		op.st = st
+		ep.mu.Unlock()
+		err = st.qp.PostSend(verbs.SendWR{ID: sendTag | readTag | uint64(op.seq), Op: verbs.OpRead, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{{Addr: sge.Addr + uint64(done), Length: n, LKey: sge.LKey}}, RemoteAddr: addr + uint64(done), RKey: rkey})
+		if err != nil {
+			<-st.credits
+			if errors.Is(err, verbs.ErrWrongState) {
+				st.broken(err) // being replaced: get reads again on another stripe
+			}
+			return fmt.Errorf("posting the READ: %w", err)
+		}
+		select {
+		case err := <-op.done:
+			if err != nil {
+				return err
+			}
+		case <-l.dead:
+			return l.failure()
+		}
+		done += n
+	}
+	return nil
+}
+
+// pathMTU returns the stripe's path MTU in bytes (queried once).
+func (st *stripe) pathMTU() (uint32, error) {
+	if m := st.mtu.Load(); m != 0 {
+		return m, nil
+	}
+	a, err := st.qp.Query()
+	if err != nil {
+		return 0, err
+	}
+	m := uint32(a.PathMTU.Bytes())
+	st.mtu.Store(m)
+	return m, nil
+}
+
+// readDone handles the completion of a Get's READ (engine callback, from
+// sendDone).
+func (ep *Endpoint) readDone(wc verbs.WC) {
+	ep.mu.Lock()
+	op := ep.gets[uint32(wc.ID)]
+	var st *stripe
+	if op != nil && op.st != nil && op.st.qp.QPN() == wc.QPN {
+		st, op.st = op.st, nil
+	}
+	ep.mu.Unlock()
+	if st == nil {
+		return // the Get gave up with its link, or reads again on another stripe
+	}
+	<-st.credits
+	err := wc.Err()
+	if err != nil {
+		st.broken(err)
+	}
+	op.finish(err)
+}
+
+// finish reports the outcome of op's READ.
+func (op *getOp) finish(err error) {
+	select {
+	case op.done <- err:
+	default: // cannot happen: one READ in flight at a time
+	}
+}
+
+// getAnswer hands a GETREPLY, or the NACK of a GET, to the Get waiting for
+// it (engine callback, from ctrl).
+func (ep *Endpoint) getAnswer(l *link, m Ctrl) {
+	ep.mu.Lock()
+	op := ep.gets[m.Seq]
+	ok := op != nil && op.l == l
+	ep.mu.Unlock()
+	if !ok {
+		ep.e.unknown.Add(1)
+		return
+	}
+	select {
+	case op.reply <- m:
+	default: // a duplicate
+	}
+}
+
+// serveGet answers a peer's GET: the read-only window over the kept
+// buffer of the epoch asked for, or a NACK.
+func (ep *Endpoint) serveGet(l *link, m Ctrl) {
+	answer := func(a Ctrl) {
+		err := l.sendCtrl(a)
+		if !errors.Is(err, errNoStripe) && !errors.Is(err, verbs.ErrQueueFull) {
+			return // sent, or the link failed: the Get fails with it
+		}
+		// Every stripe is being replaced, or the control share of the
+		// send queue is full: answer once it can be sent.
+		ep.mu.Lock()
+		defer ep.mu.Unlock()
+		ep.spawnLocked(func() {
+			ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+			defer cancel()
+			l.sendCtrlWait(ctx, a)
+		})
+	}
+	nack := func(r NackReason) {
+		ep.getsRefused.Add(1)
+		answer(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: r})
+	}
+	_, inc, w, ok := ep.e.table.Slot(m.Slot)
+	if !ok || w == nil || inc != m.Incarnation {
+		nack(NackNoMailbox)
+		return
+	}
+	ep.e.expose(w, m.Epoch, func(rec Record, d Desc, err error) {
+		switch {
+		case errors.Is(err, ErrNoBuffer):
+			nack(NackNoBuffer)
+		case err != nil:
+			nack(NackStale)
+		default:
+			ep.getsServed.Add(1)
+			answer(Ctrl{Type: CtrlGetReply, Seq: m.Seq, Epoch: rec.Epoch, Addr: d.Addr, RKey: d.RKey, Len: d.Len})
+		}
+	})
+}
+
+// exposure is a read-only type 1 memory window over a kept buffer's
+// placed bytes, bound for Gets; its fields are under engine.mu.
+type exposure struct {
+	mw      *verbs.MW
+	mr      *verbs.MR
+	desc    Desc // Addr and Len at once, RKey when ready
+	ready   bool
+	hidden  bool                // hide was dispatched: answer no more Gets with it
+	waiters []func(Desc, error) // Gets waiting for the bind
+}
+
+// expose finds the kept buffer of epoch in w, binds a read-only window
+// over its placed bytes unless one is bound already, and calls reply with
+// the epoch's record and the window (from the bind's completion, or at
+// once), or with an error wrapping ErrNoBuffer or ErrStale (window.go,
+// keptBuffer) or the bind's.
+func (e *engine) expose(w *Window, epoch uint64, reply func(Record, Desc, error)) {
+	// Under the dispatch lock no hide of the buffer is dispatched between
+	// finding it kept and posting its bind: the unbind comes after.
+	w.dispatch.Lock()
+	defer w.dispatch.Unlock()
+	w.mu.Lock()
+	b, err := w.st.keptBuffer(epoch)
+	var rec Record
+	if b != nil {
+		rec = b.rec
+	}
+	w.mu.Unlock()
+	if err != nil {
+		reply(rec, Desc{}, err)
+		return
+	}
+	n := min(rec.Len, rec.Cap) // overlapping puts count more bytes than they cover
+	if n == 0 {
+		reply(rec, Desc{Addr: rec.Addr}, nil) // nothing to read, nothing to bind
+		return
+	}
+	f := func(d Desc, err error) { reply(rec, d, err) }
+	mr := e.arenaOf(b.addr, b.cap)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		f(Desc{}, ErrClosed)
+		return
+	}
+	if ex := e.exposed[b]; ex != nil {
+		if ex.ready {
+			d := ex.desc
+			e.mu.Unlock()
+			f(d, nil)
+			return
+		}
+		ex.waiters = append(ex.waiters, f)
+		e.mu.Unlock()
+		return
+	}
+	ex := &exposure{mr: mr, desc: Desc{Addr: b.addr, Len: uint32(n)}, waiters: []func(Desc, error){f}}
+	if k := len(e.mws[mr]); k > 0 {
+		ex.mw = e.mws[mr][k-1]
+		e.mws[mr] = e.mws[mr][:k-1]
+	}
+	e.exposed[b] = ex
+	e.nextID++
+	id := e.nextID
+	e.mu.Unlock()
+	if ex.mw == nil {
+		mw, err := e.pd.AllocMW(verbs.MWType1)
+		if err != nil {
+			e.exposeFailed(bindOp{b: b, ex: ex}, fmt.Errorf("rvma: memory window for window %v: %w", w.mailbox, err))
+			return
+		}
+		ex.mw = mw // hide reads it under the dispatch lock, held here
+	}
+	e.post(id, bindOp{w: w, b: b, ex: ex, key: make(chan uint32, 1)}, ex.mw, mr, n)
+}
+
+// hide unbinds the read-only window over b, if one was bound for a Get.
+// Called under w's dispatch lock.
+func (e *engine) hide(w *Window, b *buffer) {
+	e.mu.Lock()
+	ex := e.exposed[b]
+	if ex == nil || ex.mw == nil {
+		e.mu.Unlock()
+		return
+	}
+	delete(e.exposed, b)
+	ex.hidden = true
+	e.nextID++
+	id := e.nextID
+	e.mu.Unlock()
+	e.post(id, bindOp{w: w, b: b, ex: ex, unbind: true, key: make(chan uint32, 1)}, ex.mw, ex.mr, 0)
+}
+
+// exposeDone handles the completion of a read-only window's bind or
+// unbind.
+func (e *engine) exposeDone(op bindOp) {
+	ex := op.ex
+	if op.unbind {
+		e.mu.Lock()
+		e.mws[ex.mr] = append(e.mws[ex.mr], ex.mw)
+		e.mu.Unlock()
+		return
+	}
+	key := <-op.key
+	e.mu.Lock()
+	ex.desc.RKey = key
+	d, hidden := ex.desc, ex.hidden
+	e.mu.Unlock()
+	if hidden {
+		e.settle(ex, Desc{}, fmt.Errorf("the epoch left the rewind ring: %w", ErrStale))
+		return
+	}
+	e.settle(ex, d, nil)
+}
+
+// exposeFailed answers the Gets waiting for a read-only window whose
+// bind failed; the window is not used again.
+func (e *engine) exposeFailed(op bindOp, err error) {
+	e.mu.Lock()
+	if e.exposed[op.b] == op.ex {
+		delete(e.exposed, op.b)
+	}
+	e.mu.Unlock()
+	e.settle(op.ex, Desc{}, err)
+}
+
+// settle calls the Gets waiting for ex with d, or err.
+func (e *engine) settle(ex *exposure, d Desc, err error) {
+	e.mu.Lock()
+	ws := ex.waiters
+	ex.waiters = nil
+	ex.ready = ex.ready || err == nil
+	e.mu.Unlock()
+	for _, f := range ws {
+		f(d, err)
+	}
+}

@@ -1,0 +1,245 @@
+//go:build lab
+
+package rvma_test
+
+// Get through the public API on one guest (the endpoint reads from its own
+// windows over a link of two stripes): kept epochs read byte for byte,
+// the errors of everything else, and Gets racing with the buffers'
+// recycling that return either an epoch's bytes or ErrStale, never a
+// mixture.
+//
+// Run: go run ./test/softroce gotest ./pkg/rvma -test.run TestLabEndpointGet -test.v
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+)
+
+func TestLabEndpointGet(t *testing.T) {
+	ep := labListen(t, 7481, &rvma.Options{Stripes: 2})
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	const mb = rvma.Mailbox(0x6E70001)
+	const bufLen = 4096
+	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena, err := ep.Alloc(5 * bufLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < 4; i++ {
+		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	into := make([]byte, 2*bufLen)
+	if _, err := ep.Get(ctx, self, mb, rvma.LastEpoch, 0, into); !errors.Is(err, rvma.ErrNoBuffer) {
+		t.Fatalf("get before any epoch: %v", err)
+	}
+	for e := 0; e < 3; e++ {
+		if err := ep.Put(ctx, self, mb, 0, pattern(bufLen, byte(e))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := posted[e].Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The newest kept epoch, into Go memory (read through a copy).
+	res, err := ep.Get(ctx, self, mb, rvma.LastEpoch, 0, into)
+	if err != nil || res.Epoch != 2 || res.Len != bufLen || res.N != bufLen || !bytes.Equal(into[:bufLen], pattern(bufLen, 2)) {
+		t.Fatalf("get last: %+v %v", res, err)
+	}
+	// An older kept epoch, part of it, into endpoint memory (zero copy).
+	direct := arena[4*bufLen : 4*bufLen+100]
+	res, err = ep.Get(ctx, self, mb, 1, 1000, direct)
+	if err != nil || res.Epoch != 1 || res.N != 100 || !bytes.Equal(direct, pattern(bufLen, 1)[1000:1100]) {
+		t.Fatalf("get epoch 1: %+v %v", res, err)
+	}
+	// Reading past the epoch's length reads what is there.
+	res, err = ep.Get(ctx, self, mb, 2, bufLen-96, into)
+	if err != nil || res.N != 96 || !bytes.Equal(into[:96], pattern(bufLen, 2)[bufLen-96:]) {
+		t.Fatalf("get the tail: %+v %v", res, err)
+	}
+	if res, err = ep.Get(ctx, self, mb, 2, bufLen, into); err != nil || res.N != 0 {
+		t.Fatalf("get at the end: %+v %v", res, err)
+	}
+	for _, c := range []struct {
+		epoch, off uint64
+		want       error
+	}{
+		{0, 0, rvma.ErrStale},             // out of the ring (Keep 2)
+		{3, 0, rvma.ErrNoBuffer},          // not completed
+		{2, bufLen + 1, rvma.ErrTooLarge}, // beyond the epoch
+		{1 << 40, 0, rvma.ErrNoBuffer},    // far ahead
+		{rvma.LastEpoch, 0, nil},          // still fine
+		{1, 0, nil},                       // served again by the same read-only window
+		{2, bufLen - 1, nil},              // one byte
+		{rvma.LastEpoch - 1, 0, rvma.ErrNoBuffer},
+	} {
+		if _, err := ep.Get(ctx, self, mb, c.epoch, c.off, into); !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Fatalf("get epoch %d offset %d: %v, want %v", c.epoch, c.off, err, c.want)
+		}
+	}
+	if _, err := ep.Get(ctx, self, 0xDEAD, rvma.LastEpoch, 0, into); !errors.Is(err, rvma.ErrNoMailbox) {
+		t.Fatalf("get from no mailbox: %v", err)
+	}
+
+	// A partial epoch reads with its true length.
+	if err := ep.Put(ctx, self, mb, 0, pattern(1000, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.IncEpoch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res, err = ep.Get(ctx, self, mb, rvma.LastEpoch, 0, into)
+	if err != nil || res.Epoch != 3 || res.Len != 1000 || res.N != 1000 || !bytes.Equal(into[:1000], pattern(1000, 3)) {
+		t.Fatalf("get partial: %+v %v", res, err)
+	}
+	// Epoch 1 left the ring with epoch 3.
+	if _, err := ep.Get(ctx, self, mb, 1, 0, into); !errors.Is(err, rvma.ErrStale) {
+		t.Fatalf("get epoch 1 after it left the ring: %v", err)
+	}
+	st := ep.Stats()
+	if st.GetsServed < 8 || st.GetsRefused < 6 {
+		t.Fatalf("stats %+v", st)
+	}
+	checkMetrics(t, ep, mb, map[string]float64{
+		"rvma_endpoint_gets_served_total":  float64(st.GetsServed),
+		"rvma_endpoint_gets_refused_total": float64(st.GetsRefused),
+	})
+
+	// A closed window's kept epochs stay readable while it lingers.
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = ep.Get(ctx, self, mb, 2, 0, into); err != nil || !bytes.Equal(into[:bufLen], pattern(bufLen, 2)) {
+		t.Fatalf("get from a closed window: %+v %v", res, err)
+	}
+}
+
+// Gets of the newest epoch while a sender streams epochs and the receiver
+// releases every buffer at once, so that each leaves the one-deep ring and
+// is posted again within an epoch: every Get returns exactly one epoch's
+// bytes or fails with ErrStale, and nothing hangs (the Gets' refused READs
+// put stripes in the error state under the sender's puts, which are
+// issued again on the replacements).
+func TestLabEndpointGetRacesRecycling(t *testing.T) {
+	ep := labListen(t, 7482, &rvma.Options{Stripes: 2})
+	self := ep.Addr()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	const mb = rvma.Mailbox(0x6E70002)
+	const bufLen, epochs = 16 << 10, 60
+	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena, err := ep.Alloc(3 * bufLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < 3; i++ {
+		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	dump := time.AfterFunc(40*time.Second, func() {
+		buf := make([]byte, 1<<20)
+		t.Logf("stuck after 40 s (window %+v, endpoint %+v); goroutines:\n%s", w.Stats(), ep.Stats(), buf[:runtime.Stack(buf, true)])
+	})
+	defer dump.Stop()
+	var wg sync.WaitGroup
+	errc := make(chan error, 3)
+	stop := make(chan struct{})
+	wg.Add(3)
+	go func() { // receiver
+		defer wg.Done()
+		for e := 0; e < epochs; e++ {
+			p := posted[e%3]
+			rec, err := p.Wait(ctx)
+			if err == nil && (rec.Epoch != uint64(e) || !bytes.Equal(p.Bytes(), pattern(bufLen, byte(e)))) {
+				err = errors.New("epoch handed over with the wrong bytes")
+			}
+			if err == nil {
+				err = p.Release()
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	go func() { // sender
+		defer wg.Done()
+		defer close(stop)
+		for e := 0; e < epochs; e++ {
+			if err := ep.Put(ctx, self, mb, 0, pattern(bufLen, byte(e))); err != nil {
+				errc <- err
+				return
+			}
+			if e%2 == 1 {
+				// Every second epoch lives long enough for a Get of its
+				// 16 packets; the others are recycled under the Gets.
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	var ok, stale int
+	go func() { // getter
+		defer wg.Done()
+		into := make([]byte, bufLen)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			res, err := ep.Get(ctx, self, mb, rvma.LastEpoch, 0, into)
+			switch {
+			case err == nil:
+				if res.N != bufLen || !bytes.Equal(into, pattern(bufLen, byte(res.Epoch))) {
+					errc <- errors.New("a get returned bytes that are not its epoch's")
+					return
+				}
+				ok++
+			case errors.Is(err, rvma.ErrStale), errors.Is(err, rvma.ErrNoBuffer):
+				stale++
+			default:
+				errc <- err
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Errorf("%v (window %+v, endpoint %+v)", err, w.Stats(), ep.Stats())
+	}
+	if t.Failed() {
+		return
+	}
+	if ok == 0 {
+		t.Fatalf("no get succeeded (%d refused)", stale)
+	}
+	st := ep.Stats()
+	t.Logf("%d gets read an epoch, %d refused or stale; endpoint %+v", ok, stale, st)
+}
