@@ -47,6 +47,29 @@ func labListen(t *testing.T, port uint16, opts *rvma.Options) *rvma.Endpoint {
 	return ep
 }
 
+// openPosted opens a window on mb and posts n buffers of bufLen bytes,
+// the first n of an arena of size buffers that it also returns.
+func openPosted(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, o rvma.WindowOptions, n, size, bufLen int) (*rvma.Window, []byte, []*rvma.Posted) {
+	t.Helper()
+	w, err := ep.InitWindow(mb, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arena, err := ep.Alloc(size * bufLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < n; i++ {
+		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	return w, arena, posted
+}
+
 func pattern(n int, seed byte) []byte {
 	b := make([]byte, n)
 	for i := range b {
@@ -63,22 +86,7 @@ func TestLabEndpointLoopback(t *testing.T) {
 
 	const mb = rvma.Mailbox(0xABCD0001)
 	const bufLen, piece = 16 << 10, 1 << 10
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arena, err := ep.Alloc(3 * bufLen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var posted []*rvma.Posted
-	for i := 0; i < 3; i++ {
-		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		posted = append(posted, p)
-	}
+	w, _, posted := openPosted(t, ep, mb, rvma.WindowOptions{Keep: 2}, 3, 3, bufLen)
 	src, err := ep.Alloc(bufLen) // zero-copy sources
 	if err != nil {
 		t.Fatal(err)

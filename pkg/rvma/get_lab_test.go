@@ -30,22 +30,7 @@ func TestLabEndpointGet(t *testing.T) {
 
 	const mb = rvma.Mailbox(0x6E70001)
 	const bufLen = 4096
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arena, err := ep.Alloc(5 * bufLen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var posted []*rvma.Posted
-	for i := 0; i < 4; i++ {
-		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		posted = append(posted, p)
-	}
+	w, arena, posted := openPosted(t, ep, mb, rvma.WindowOptions{Keep: 2}, 4, 5, bufLen)
 	into := make([]byte, 2*bufLen)
 	if _, err := ep.Get(ctx, self, mb, rvma.LastEpoch, 0, into); !errors.Is(err, rvma.ErrNoBuffer) {
 		t.Fatalf("get before any epoch: %v", err)
@@ -146,22 +131,7 @@ func TestLabEndpointGetRacesRecycling(t *testing.T) {
 
 	const mb = rvma.Mailbox(0x6E70002)
 	const bufLen, epochs = 16 << 10, 60
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Keep: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arena, err := ep.Alloc(3 * bufLen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var posted []*rvma.Posted
-	for i := 0; i < 3; i++ {
-		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		posted = append(posted, p)
-	}
+	w, _, posted := openPosted(t, ep, mb, rvma.WindowOptions{Keep: 1}, 3, 3, bufLen)
 	dump := time.AfterFunc(40*time.Second, func() {
 		buf := make([]byte, 1<<20)
 		t.Logf("stuck after 40 s (window %+v, endpoint %+v); goroutines:\n%s", w.Stats(), ep.Stats(), buf[:runtime.Stack(buf, true)])
