@@ -99,6 +99,10 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		}
 		v.mu.Lock()
 		slot, sv, verr := v.slot, v.sv, v.err
+		var inc uint32
+		if sv != nil {
+			inc = sv.incarnation
+		}
 		v.mu.Unlock()
 		if sv == nil {
 			return GetResult{}, verr
@@ -106,7 +110,7 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		ep.mu.Lock()
 		op.l = l
 		ep.mu.Unlock()
-		if m, err = ep.ask(ctx, op, l, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: sv.incarnation, Epoch: epoch}); err != nil {
+		if m, err = ep.ask(ctx, op, l, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: inc, Epoch: epoch}); err != nil {
 			return GetResult{}, err
 		}
 		if m.Type == CtrlGetReply {

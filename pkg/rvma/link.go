@@ -704,35 +704,23 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 // repush pushes the current entry of every window l's peer mirrors once
 // more: the notices in flight on a stripe that failed were lost with it,
 // and a sender that moves on by its own count may wait for exactly one of
-// them. A repeated entry changes nothing at the sender (views take only
+// them. A repeated entry changes nothing at a sender (views take only
 // newer entries).
 func (ep *Endpoint) repush(l *link) {
 	ep.mu.Lock()
-	var subs []struct {
-		slot uint32
-		s    subscriber
-	}
-	for slot, ss := range ep.subs {
-		for _, s := range ss {
-			if s.l == l {
-				subs = append(subs, struct {
-					slot uint32
-					s    subscriber
-				}{slot, s})
+	for slot, subs := range ep.subs {
+		for _, s := range subs {
+			if s.l != l {
+				continue
 			}
+			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
+				ep.e.deferPush(w)
+			}
+			break
 		}
 	}
 	ep.mu.Unlock()
-	for _, x := range subs {
-		_, _, w, ok := ep.e.table.Slot(x.slot)
-		if !ok || w == nil {
-			continue
-		}
-		w.dispatch.Lock() // the entry does not change while it is copied
-		off := int(x.slot) * EntrySize
-		ep.notifyAll([]subscriber{x.s}, ep.e.descMR.Bytes()[off:off+EntrySize])
-		w.dispatch.Unlock()
-	}
+	ep.e.flushPushes()
 }
 
 // subscribers is the number of links whose peers mirror slot.
