@@ -69,6 +69,10 @@ type Endpoint struct {
 	puts      map[uint64]*PutOp // in flight, by work request ID
 	gets      map[uint32]*getOp // waiting for an answer or a READ, by Seq
 	getSeq    uint32
+	viewGen   uint32              // numbers the views' RESOLVE Seqs
+	// loseCtrl is a test hook: a control message it returns true for is
+	// not sent (as if lost with a failed stripe). Set before any traffic.
+	loseCtrl func(Ctrl) bool
 	queues    map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
 	nextID    uint64
 	subs      map[uint32][]subscriber // window slot -> links whose view slots mirror it
@@ -95,7 +99,12 @@ type subscriber struct {
 	viewSlot uint32
 }
 
-const viewSlots = 4096
+// viewSlots is the number of view slots; a RESOLVE's Seq carries the
+// view slot in its low viewSlotBits bits.
+const (
+	viewSlotBits = 12
+	viewSlots    = 1 << viewSlotBits
+)
 
 // Listen creates an endpoint listening on addr, which must be an address
 // of an RDMA device (RoCE: an IP address of the netdev under it) with a

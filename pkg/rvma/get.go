@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
@@ -57,11 +56,14 @@ func (ep *Endpoint) Get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 
 // getOp is a Get waiting for its answer and then for its READ.
 type getOp struct {
-	seq   uint32
-	l     *link
-	reply chan Ctrl  // GETREPLY or NACK
-	done  chan error // the READ's completion
-	st    *stripe    // the stripe of the READ in flight
+	seq uint32
+	l   *link
+	// answered is closed when answer holds the GETREPLY or NACK of the
+	// GET in flight (both under ep.mu).
+	answered chan struct{}
+	answer   Ctrl
+	done     chan error // the READ's completion
+	st       *stripe    // the stripe of the READ in flight
 }
 
 // readTag marks the work request IDs of a Get's READ among link sends; the
@@ -75,12 +77,7 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 	if uint64(len(into)) > 1<<31 {
 		return GetResult{}, invalidf("a get of %d bytes", len(into))
 	}
-	op := &getOp{reply: make(chan Ctrl, 1), done: make(chan error, 1)}
-	ep.mu.Lock()
-	ep.getSeq++
-	op.seq = GetSeqBit | ep.getSeq&(GetSeqBit-1)
-	ep.gets[op.seq] = op
-	ep.mu.Unlock()
+	op := &getOp{done: make(chan error, 1)}
 	defer func() {
 		ep.mu.Lock()
 		delete(ep.gets, op.seq)
@@ -107,12 +104,25 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		if sv == nil {
 			return GetResult{}, verr
 		}
+		// Each attempt has its own Seq: a late answer to an earlier one
+		// is then not taken for this one's.
 		ep.mu.Lock()
+		delete(ep.gets, op.seq)
+		ep.getSeq++
+		op.seq = GetSeqBit | ep.getSeq&(GetSeqBit-1)
+		ep.gets[op.seq] = op
 		op.l = l
+		op.answered = make(chan struct{})
 		ep.mu.Unlock()
-		if m, err = ep.ask(ctx, op, l, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: inc, Epoch: epoch}); err != nil {
+		ep.e.waitBegin()
+		err = l.exchange(ctx, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: inc, Epoch: epoch}, op.answered, true)
+		ep.e.waitEnd()
+		if err != nil {
 			return GetResult{}, err
 		}
+		ep.mu.Lock()
+		m = op.answer
+		ep.mu.Unlock()
 		if m.Type == CtrlGetReply {
 			break
 		}
@@ -163,41 +173,6 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		default:
 			return res, err
 		}
-	}
-}
-
-// ask sends op's GET on l and waits for the receiver's answer. A stripe
-// that fails loses the control messages in flight on it, the GET or its
-// answer, so the GET is sent again whenever a stripe of l is replaced,
-// and after a timeout that doubles from 50 ms to a second (the two ends
-// of a link replace a stripe at different moments: the answer can be
-// lost on the receiver's old stripe after this end already replaced it).
-// A second answer is dropped.
-func (ep *Endpoint) ask(ctx context.Context, op *getOp, l *link, m Ctrl) (Ctrl, error) {
-	ep.e.waitBegin()
-	defer ep.e.waitEnd()
-	for rto := 50 * time.Millisecond; ; rto = min(2*rto, time.Second) {
-		l.mu.Lock()
-		replaced := l.stripeCh
-		l.mu.Unlock()
-		if err := l.sendCtrlWait(ctx, m); err != nil {
-			return Ctrl{}, err
-		}
-		t := time.NewTimer(rto)
-		select {
-		case a := <-op.reply:
-			t.Stop()
-			return a, nil
-		case <-replaced:
-		case <-t.C:
-		case <-l.dead:
-			t.Stop()
-			return Ctrl{}, l.failure()
-		case <-ctx.Done():
-			t.Stop()
-			return Ctrl{}, fmt.Errorf("waiting for the answer: %w", ctx.Err())
-		}
-		t.Stop()
 	}
 }
 
@@ -304,16 +279,17 @@ func (op *getOp) finish(err error) {
 // it (engine callback, from ctrl).
 func (ep *Endpoint) getAnswer(l *link, m Ctrl) {
 	ep.mu.Lock()
+	defer ep.mu.Unlock()
 	op := ep.gets[m.Seq]
-	ok := op != nil && op.l == l
-	ep.mu.Unlock()
-	if !ok {
+	if op == nil || op.l != l {
 		ep.e.unknown.Add(1)
 		return
 	}
 	select {
-	case op.reply <- m:
-	default: // a duplicate
+	case <-op.answered: // a duplicate
+	default:
+		op.answer = m
+		close(op.answered)
 	}
 }
 

@@ -550,6 +550,9 @@ func (l *link) sendCtrl(m Ctrl) error {
 	if err != nil {
 		return err
 	}
+	if l.ep.loseCtrl != nil && l.ep.loseCtrl(m) {
+		return nil
+	}
 	imm, _ := Imm{Kind: KindCtrl}.Encode()
 	return l.postCtrl(verbs.SendWR{Op: verbs.OpSendImm, Imm: imm}, b)
 }
@@ -580,6 +583,44 @@ func (l *link) sendCtrlWait(ctx context.Context, m Ctrl) error {
 		case <-ctx.Done():
 			t.Stop()
 			return fmt.Errorf("sending %v: %w", m.Type, ctx.Err())
+		}
+		t.Stop()
+	}
+}
+
+// exchange sends m on l and waits until answered is closed. A stripe
+// that fails loses the control messages in flight on it, m or its answer,
+// so m is sent again whenever a stripe of l is replaced, and after a
+// timeout that doubles from 50 ms to a second (the two ends of a link
+// replace a stripe at different moments: the answer can be lost on the
+// peer's old stripe after this end already replaced it). With first
+// false the first send is skipped (another goroutine made it). The
+// receiver must treat a repeated m as one, and the caller must drop a
+// repeated answer. Errors wrap ctx's error or the link's failure.
+func (l *link) exchange(ctx context.Context, m Ctrl, answered <-chan struct{}, first bool) error {
+	for rto := 50 * time.Millisecond; ; rto = min(2*rto, time.Second) {
+		l.mu.Lock()
+		replaced := l.stripeCh
+		l.mu.Unlock()
+		if first {
+			if err := l.sendCtrlWait(ctx, m); err != nil {
+				return err
+			}
+		}
+		first = true
+		t := time.NewTimer(rto)
+		select {
+		case <-answered:
+			t.Stop()
+			return nil
+		case <-replaced:
+		case <-t.C:
+		case <-l.dead:
+			t.Stop()
+			return l.failure()
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for the answer to %v: %w", m.Type, ctx.Err())
 		}
 		t.Stop()
 	}

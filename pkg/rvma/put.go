@@ -18,6 +18,7 @@ type remoteView struct {
 	l        *link
 	mb       Mailbox
 	viewSlot uint32
+	seq      uint32 // the Seq of its RESOLVEs: the view slot and a generation (resolveSeq)
 
 	mu       sync.Mutex
 	resolved chan struct{} // closed on RESOLVED or NACK
@@ -43,9 +44,19 @@ func (ep *Endpoint) newView(l *link, mb Mailbox) (*remoteView, error) {
 	}
 	s := ep.freeViews[len(ep.freeViews)-1]
 	ep.freeViews = ep.freeViews[:len(ep.freeViews)-1]
-	v := &remoteView{l: l, mb: mb, viewSlot: s, resolved: make(chan struct{}), changed: make(chan struct{})}
+	ep.viewGen++
+	v := &remoteView{l: l, mb: mb, viewSlot: s, seq: resolveSeq(s, ep.viewGen), resolved: make(chan struct{}), changed: make(chan struct{})}
 	ep.views[s] = v
 	return v, nil
+}
+
+// resolveSeq is the Seq of the RESOLVEs of the view in slot s, taken as
+// the gen-th view of its endpoint: the slot in the low bits, gen above it,
+// bit 31 clear (GetSeqBit). A late answer to a RESOLVE of an earlier view
+// in the same slot (resent, then answered twice) then matches no view
+// instead of the slot's next one.
+func resolveSeq(s, gen uint32) uint32 {
+	return (gen<<viewSlotBits | s) &^ GetSeqBit
 }
 
 // freeView returns a view's slot. The caller holds ep.mu.
@@ -80,20 +91,18 @@ func (ep *Endpoint) resolve(ctx context.Context, l *link, mb Mailbox) (*remoteVi
 	if v == nil {
 		return nil, lerr
 	}
-	if fresh {
-		if err := l.sendCtrl(Ctrl{Type: CtrlResolve, Seq: v.viewSlot, Mailbox: mb, ViewSlot: v.viewSlot}); err != nil {
-			ep.dropView(l, v)
-			return nil, err
-		}
-	}
+	// Every goroutine waiting for the view keeps asking (the first one
+	// sends at once): if the first gives up, the others still re-send a
+	// RESOLVE lost with a failed stripe. The receiver subscribes a view
+	// slot once however often it asks.
 	ep.e.waitBegin()
-	defer ep.e.waitEnd()
-	select {
-	case <-v.resolved:
-	case <-l.dead:
-		return nil, l.failure()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("resolving mailbox %v: %w", mb, ctx.Err())
+	err = l.exchange(ctx, Ctrl{Type: CtrlResolve, Seq: v.seq, Mailbox: mb, ViewSlot: v.viewSlot}, v.resolved, fresh)
+	ep.e.waitEnd()
+	if err != nil {
+		if fresh && !errors.Is(err, ctx.Err()) {
+			ep.dropView(l, v)
+		}
+		return nil, fmt.Errorf("resolving mailbox %v: %w", mb, err)
 	}
 	v.mu.Lock()
 	err = v.err
@@ -574,12 +583,9 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 			return
 		}
 		ep.mu.Lock()
-		var v *remoteView
-		if m.Seq < uint32(len(ep.views)) {
-			v = ep.views[m.Seq]
-		}
+		v := ep.views[m.Seq%viewSlots]
 		ep.mu.Unlock()
-		if v == nil || v.l != l {
+		if v == nil || v.l != l || v.seq != m.Seq {
 			ep.e.unknown.Add(1)
 			return
 		}

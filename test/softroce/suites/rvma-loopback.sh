@@ -10,7 +10,8 @@
 # refused without touching any buffer; then the endpoint through its public
 # API, putting to its own address over four rdma_cm stripes: epochs filled
 # in forward, reverse and random order, ErrTooLarge, ErrNoMailbox,
-# ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse.
+# ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
+# Get, and control messages lost on the way (sent again by the asker).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples' -test.timeout 150s
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl' -test.timeout 150s
