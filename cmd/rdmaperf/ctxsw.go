@@ -13,6 +13,48 @@ import (
 // showSwitches is -ctxsw.
 var showSwitches bool
 
+// procStat is what -ctxsw compares before and after a test: the context
+// switches of every thread (threadSwitches) and the process's read and
+// write system calls (/proc/self/io; on rxe every doorbell, a post or a
+// bind, is a write to the uverbs device).
+type procStat struct {
+	sw         map[int][2]int
+	sysr, sysw int
+}
+
+// readProcStat returns nil where /proc is unavailable.
+func readProcStat() *procStat {
+	sw := threadSwitches()
+	if sw == nil {
+		return nil
+	}
+	ps := &procStat{sw: sw}
+	if b, err := os.ReadFile("/proc/self/io"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			k, v, _ := strings.Cut(line, ":")
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			switch k {
+			case "syscr":
+				ps.sysr = n
+			case "syscw":
+				ps.sysw = n
+			}
+		}
+	}
+	return ps
+}
+
+// printProcStat prints printSwitches' line and the read and write system
+// calls per iteration.
+func printProcStat(w io.Writer, before, after *procStat, iters int) {
+	if before == nil || after == nil {
+		return
+	}
+	printSwitches(w, before.sw, after.sw, iters)
+	fmt.Fprintf(w, "# system calls per iteration: read %.2f, write %.2f\n",
+		float64(after.sysr-before.sysr)/float64(iters), float64(after.sysw-before.sysw)/float64(iters))
+}
+
 // threadSwitches reads the voluntary and involuntary context switches of
 // every thread of this process from /proc/self/task/*/status, keyed by
 // thread id. It returns nil where /proc is unavailable.

@@ -166,9 +166,9 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	if err := sync(b.conn); err != nil {
 		return err
 	}
-	var sw map[int][2]int
+	var sw *procStat
 	if showSwitches {
-		sw = threadSwitches()
+		sw = readProcStat()
 	}
 	var err error
 	switch b.cfg.Test {
@@ -249,7 +249,7 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		return err
 	}
 	if sw != nil {
-		printSwitches(out, sw, threadSwitches(), b.cfg.Iters)
+		printProcStat(out, sw, readProcStat(), b.cfg.Iters)
 	}
 	if err := sync(b.conn); err != nil {
 		return err

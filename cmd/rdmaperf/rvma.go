@@ -163,9 +163,9 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 	}
 	switch b.cfg.Test {
 	case "rvma_lat":
-		var sw map[int][2]int
+		var sw *procStat
 		if showSwitches {
-			sw = threadSwitches()
+			sw = readProcStat()
 		}
 		samples, err := b.lat(ctx, mb, size, posted)
 		if err != nil {
@@ -175,7 +175,7 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 			printLat(out, size, latStats(samples, 2))
 		}
 		if sw != nil {
-			printSwitches(out, sw, threadSwitches(), b.cfg.Iters)
+			printProcStat(out, sw, readProcStat(), b.cfg.Iters)
 		}
 	case "rvma_bw":
 		if b.client {
