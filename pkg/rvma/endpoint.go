@@ -69,13 +69,13 @@ type Endpoint struct {
 	puts      map[uint64]*PutOp // in flight, by work request ID
 	gets      map[uint32]*getOp // waiting for an answer or a READ, by Seq
 	getSeq    uint32
-	viewGen   uint32              // numbers the views' RESOLVE Seqs
+	viewGen   uint32 // numbers the views' RESOLVE Seqs
 	// loseCtrl is a test hook: a control message it returns true for is
 	// not sent (as if lost with a failed stripe). Set before any traffic.
 	loseCtrl func(Ctrl) bool
-	queues    map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
-	nextID    uint64
-	subs      map[uint32][]subscriber // window slot -> links whose view slots mirror it
+	queues   map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
+	nextID   uint64
+	subs     map[uint32][]subscriber // window slot -> links whose view slots mirror it
 
 	ctrlMu sync.Mutex // serialises control sends through ctrlBuf
 	ctrlMR *verbs.MR  // staging for control messages (sent inline)

@@ -570,22 +570,38 @@ func (l *link) sendCtrlWait(ctx context.Context, m Ctrl) error {
 		if err == nil || !errors.Is(err, errNoStripe) && !errors.Is(err, verbs.ErrQueueFull) {
 			return err
 		}
-		l.mu.Lock()
-		wait := l.stripeCh
-		l.mu.Unlock()
-		t := time.NewTimer(time.Millisecond) // the queue drains, or a stripe came up before wait was read
-		select {
-		case <-wait:
-		case <-t.C:
-		case <-l.dead:
-			t.Stop()
-			return l.failure()
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("sending %v: %w", m.Type, ctx.Err())
+		// Retry after a millisecond too: the queue drains, or a stripe
+		// came up before stripeCh was read.
+		if _, err := l.pause(ctx, l.replaced(), nil, time.Millisecond); err != nil {
+			return fmt.Errorf("sending %v: %w", m.Type, err)
 		}
-		t.Stop()
 	}
+}
+
+// replaced returns the channel closed when a stripe of l is next
+// (re)connected.
+func (l *link) replaced() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stripeCh
+}
+
+// pause waits until done is closed (it reports true), replaced is closed,
+// or d passes. Errors are ctx's error or the link's failure.
+func (l *link) pause(ctx context.Context, replaced, done <-chan struct{}, d time.Duration) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+		return true, nil
+	case <-replaced:
+	case <-t.C:
+	case <-l.dead:
+		return false, l.failure()
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return false, nil
 }
 
 // exchange sends m on l and waits until answered is closed. A stripe
@@ -599,30 +615,20 @@ func (l *link) sendCtrlWait(ctx context.Context, m Ctrl) error {
 // repeated answer. Errors wrap ctx's error or the link's failure.
 func (l *link) exchange(ctx context.Context, m Ctrl, answered <-chan struct{}, first bool) error {
 	for rto := 50 * time.Millisecond; ; rto = min(2*rto, time.Second) {
-		l.mu.Lock()
-		replaced := l.stripeCh
-		l.mu.Unlock()
+		replaced := l.replaced()
 		if first {
 			if err := l.sendCtrlWait(ctx, m); err != nil {
 				return err
 			}
 		}
 		first = true
-		t := time.NewTimer(rto)
-		select {
-		case <-answered:
-			t.Stop()
-			return nil
-		case <-replaced:
-		case <-t.C:
-		case <-l.dead:
-			t.Stop()
-			return l.failure()
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("waiting for the answer to %v: %w", m.Type, ctx.Err())
+		done, err := l.pause(ctx, replaced, answered, rto)
+		if err != nil {
+			return fmt.Errorf("waiting for the answer to %v: %w", m.Type, err)
 		}
-		t.Stop()
+		if done {
+			return nil
+		}
 	}
 }
 
@@ -633,9 +639,7 @@ func (l *link) awaitStripe(ctx context.Context) (*stripe, error) {
 		if st := l.pick(); st != nil {
 			return st, nil
 		}
-		l.mu.Lock()
-		wait := l.stripeCh
-		l.mu.Unlock()
+		wait := l.replaced()
 		if st := l.pick(); st != nil {
 			return st, nil
 		}

@@ -365,9 +365,7 @@ func (ep *Endpoint) run(op *PutOp) {
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
 	st := l.pick()
 	if st == nil { // every stripe is being replaced
-		l.mu.Lock()
-		wait = l.stripeCh
-		l.mu.Unlock()
+		wait = l.replaced()
 		if l.pick() != nil {
 			return false, closedChan, nil
 		}

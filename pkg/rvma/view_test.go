@@ -131,3 +131,21 @@ func TestViewErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A RESOLVE's Seq names its view slot and tells apart the views that took
+// the slot one after another, and never looks like a Get's.
+func TestResolveSeq(t *testing.T) {
+	for _, s := range []uint32{0, 1, viewSlots - 1} {
+		seen := map[uint32]bool{}
+		for gen := uint32(0); gen < 1<<12; gen++ {
+			q := resolveSeq(s, gen)
+			if q%viewSlots != s || q&GetSeqBit != 0 || seen[q] {
+				t.Fatalf("slot %d gen %d: seq %#x", s, gen, q)
+			}
+			seen[q] = true
+		}
+		if q := resolveSeq(s, 1<<31-1); q%viewSlots != s || q&GetSeqBit != 0 {
+			t.Fatalf("slot %d, a wrapped generation: seq %#x", s, q)
+		}
+	}
+}
