@@ -110,7 +110,7 @@ func main() {
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
-		ctxsw   = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process")
+		ctxsw   = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
 	)
 	flag.Parse()
 	showSwitches = *ctxsw
