@@ -18,8 +18,9 @@
 // receiver waiting for its receive completion); setup_lat (registering a
 // fresh buffer and sending its address and key to the writer: what RDMA
 // pays per new buffer and RVMA does not); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
-// measures windows without the late-write guard). See rvma.go and
-// notify.go.
+// measures windows without the late-write guard); rvma_get_lat (an
+// Endpoint.Get of a kept epoch, one at a time, against read_lat). See
+// rvma.go and notify.go.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
 //
@@ -94,7 +95,7 @@ func main() {
 		dev     = flag.String("d", "", "RDMA device (default: the first)")
 		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
 		port    = flag.Int("p", 18516, "TCP port of the side channel")
-		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, setup_lat, rvma_lat, rvma_bw (client only)")
+		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, setup_lat, rvma_lat, rvma_bw, rvma_get_lat (client only)")
 		size    = flag.Int("s", 2, "message size in bytes (client only)")
 		all     = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
 		maxSize = flag.Int("max-size", 65536, "largest size with -a")
@@ -211,12 +212,14 @@ func main() {
 
 func isBW(test string) bool { return test == "write_bw" || test == "read_bw" || test == "rvma_bw" }
 
-func isRVMA(test string) bool { return test == "rvma_lat" || test == "rvma_bw" }
+func isRVMA(test string) bool {
+	return test == "rvma_lat" || test == "rvma_bw" || test == "rvma_get_lat"
+}
 
 func (c config) check() error {
 	switch c.Test {
 	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
-	case "rvma_lat", "rvma_bw":
+	case "rvma_lat", "rvma_bw", "rvma_get_lat":
 	default:
 		return fmt.Errorf("unknown test %q", c.Test)
 	}

@@ -25,7 +25,15 @@ import (
 //     released and re-posted by the server as they complete. Bandwidth runs
 //     from the first put to the completion of the last one at the sender,
 //     as in write_bw; the server checks that every epoch completed with
-//     every byte.
+//     every byte. Both sides wait parked (PutOp.Wait, Posted.Wait): with
+//     both busy-polling instead (a PutOp.Spin like Posted.Spin) rvma_bw
+//     ran at a third of this in loopback (docs/benchmarks.md).
+//   - rvma_get_lat: the client puts one epoch of size bytes into the
+//     server's window, which keeps it (WindowOptions.Keep), then reads it
+//     back with Endpoint.Get, one Get at a time, and times each: post of
+//     the GET to the last READ's completion, the time read_lat gives for
+//     one RDMA READ of the same size. The bytes of the first and the
+//     last Get are checked.
 const (
 	rvmaPort    = 7491 // the endpoint's port; the client's is rvmaPort+1
 	rvmaBuffers = 4    // buffers posted per window
@@ -86,7 +94,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		b.bufs = append(b.bufs, m)
 	}
 	if client {
-		title := map[string]string{"rvma_lat": "RVMA Put Latency Test", "rvma_bw": "RVMA Put BW Test"}[cfg.Test]
+		title := map[string]string{"rvma_lat": "RVMA Put Latency Test", "rvma_bw": "RVMA Put BW Test", "rvma_get_lat": "RVMA Get Latency Test"}[cfg.Test]
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
 		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n", devName, ep.Addr(), b.peer, rvmaBuffers, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard])
@@ -144,6 +152,9 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 		threshold = uint64(size) * rvmaBatch
 	}
 	opts := rvma.WindowOptions{Threshold: threshold}
+	if b.cfg.Test == "rvma_get_lat" {
+		opts.Keep = 1
+	}
 	if b.cfg.NoGuard {
 		opts.Guard = rvma.GuardNone
 	}
@@ -176,6 +187,10 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 		}
 		if sw != nil {
 			printProcStat(out, sw, readProcStat(), b.cfg.Iters)
+		}
+	case "rvma_get_lat":
+		if err := b.getLat(ctx, mb, size, posted[0], out); err != nil {
+			return err
 		}
 	case "rvma_bw":
 		if b.client {
@@ -235,6 +250,65 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 		return nil, err
 	}
 	return cyclesToDurations(stamps), nil
+}
+
+// getLat is rvma_get_lat: the client puts one epoch into the server's
+// window and times Iters Gets of it; the server waits for that epoch and
+// keeps it until the client is done.
+func (b *rvmaBench) getLat(ctx context.Context, mb rvma.Mailbox, size int, p *rvma.Posted, out io.Writer) error {
+	if !b.client {
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			return err
+		}
+		if rec.Len != uint64(size) {
+			return fmt.Errorf("epoch %d completed with %d bytes, want %d", rec.Epoch, rec.Len, size)
+		}
+		return sync(b.conn) // the epoch is kept: the client may read it
+	}
+	if err := b.ep.Put(ctx, b.peer, mb, 0, b.src[:size]); err != nil {
+		return err
+	}
+	if err := sync(b.conn); err != nil {
+		return err
+	}
+	// Read into endpoint memory, which the NIC writes directly (the
+	// client's own posted buffers: nothing is put to them in this test),
+	// cleared before each checked Get.
+	into := b.bufs[0][:size]
+	samples := make([]time.Duration, 0, b.cfg.Iters)
+	for i := 0; i < b.cfg.Iters; i++ {
+		if i == 0 || i == b.cfg.Iters-1 {
+			clear(into)
+		}
+		t0 := rdtsc()
+		res, err := b.ep.Get(ctx, b.peer, mb, rvma.LastEpoch, 0, into)
+		samples = append(samples, time.Duration(float64(rdtsc()-t0)/cyclesPerUsec*float64(time.Microsecond)))
+		if err != nil {
+			return err
+		}
+		if res.N != size {
+			return fmt.Errorf("get %d read %d bytes, want %d", i, res.N, size)
+		}
+		if i == 0 || i == b.cfg.Iters-1 {
+			if err := b.checkOwn(into, size); err != nil {
+				return fmt.Errorf("get %d: %w", i, err)
+			}
+		}
+	}
+	printLat(out, size, latStats(samples, 1))
+	return nil
+}
+
+// checkOwn verifies that got holds the pattern this side wrote into src
+// for size, every byte.
+func (b *rvmaBench) checkOwn(got []byte, size int) error {
+	for i := range got {
+		if got[i] != b.src[i] {
+			return fmt.Errorf("byte %d of %d is %#x, want %#x", i, size, got[i], b.src[i])
+		}
+	}
+	return nil
 }
 
 // checkData verifies the peer's pattern in a completed buffer: the first

@@ -32,6 +32,13 @@ type windowDriver interface {
 	// subscribers is the number of senders that hold a view of the
 	// window in slot.
 	subscribers(slot uint32) int
+	progressSpinner
+	progressWaiter
+}
+
+// progressSpinner lets a goroutine run the driver's progress itself while
+// it busy-waits (spin).
+type progressSpinner interface {
 	// pollOnce runs one non-blocking progress step (completions handled
 	// on the caller's goroutine) and reports whether it found any.
 	pollOnce() bool
@@ -42,7 +49,39 @@ type windowDriver interface {
 	// yield lets a spinner pass through the scheduler as often as the
 	// runtime needs (verbs.Yielder); call it every few polls.
 	yield()
-	progressWaiter
+}
+
+// spin busy-waits until done is closed, running ps's progress step on the
+// calling goroutine meanwhile; it returns ctx's error if ctx ends first.
+func spin(ctx context.Context, ps progressSpinner, done <-chan struct{}) error {
+	ps.spinBegin()
+	defer ps.spinEnd()
+	// With one P, other goroutines of the endpoint (a put waiting for its
+	// view) run only when this one yields, and a yield is cheap; with more,
+	// they run elsewhere and a yield wakes a thread for an idle P, so it
+	// happens only as often as the runtime needs (verbs.Yielder).
+	oneP := runtime.GOMAXPROCS(0) == 1
+	for n := 1; ; n++ {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		if ps.pollOnce() {
+			continue
+		}
+		if n%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if oneP {
+				runtime.Gosched()
+			}
+		}
+		if n%16 == 0 {
+			ps.yield()
+		}
+	}
 }
 
 // progressWaiter is told when a goroutine blocks until the driver's
@@ -395,34 +434,10 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
-	p.w.drv.spinBegin()
-	defer p.w.drv.spinEnd()
-	// With one P, other goroutines of the endpoint (a put waiting for its
-	// view) run only when this one yields, and a yield is cheap; with more,
-	// they run elsewhere and a yield wakes a thread for an idle P, so it
-	// happens only as often as the runtime needs (verbs.Yielder).
-	oneP := runtime.GOMAXPROCS(0) == 1
-	for n := 1; ; n++ {
-		select {
-		case <-done:
-			return p.Wait(ctx)
-		default:
-		}
-		if p.w.drv.pollOnce() {
-			continue
-		}
-		if n%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
-			}
-			if oneP {
-				runtime.Gosched()
-			}
-		}
-		if n%16 == 0 {
-			p.w.drv.yield()
-		}
+	if err := spin(ctx, p.w.drv, done); err != nil {
+		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 	}
+	return p.Wait(ctx)
 }
 
 // Release gives the buffer back to the window once the application is

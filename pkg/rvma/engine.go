@@ -36,6 +36,10 @@ type engine struct {
 	cq               *verbs.CQ
 	bindQP, bindPeer *verbs.QP
 	srq              *verbs.SRQ
+	// rdDepth is the RDMA READ depth links ask for in both directions and
+	// the READs a Get keeps in flight: readDepth, or less if the device
+	// supports less.
+	rdDepth int
 
 	descMR *verbs.MR // the descriptor table, remote read
 	recvMR *verbs.MR // engineSRQDepth slots of recvSlot bytes: SENDs land here
@@ -158,6 +162,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if !attr.HasMemoryWindows() {
 		return nil, fmt.Errorf("rvma: device %s: %w", e.dev.Name(), verbs.ErrNotSupported)
 	}
+	e.rdDepth = max(1, min(readDepth, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom))
 	if e.gid, err = e.dev.RoCEv2GID(1, ip); err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@ import (
 // still keeps (WindowOptions.Keep, the rewind ring): the sender asks for
 // the epoch (GET), the receiver binds a read-only type 1 memory window
 // over the bytes placed in that buffer and answers with it (GETREPLY), and
-// the sender reads them with one RDMA READ. The receiver unbinds that
+// the sender reads them with RDMA READs. The receiver unbinds that
 // window before the buffer leaves the ring and can be posted again, so a
 // get returns the epoch's bytes or fails with ErrStale, never a mixture of
 // two epochs. docs/rvma.md, section 9.
@@ -62,9 +62,15 @@ type getOp struct {
 	// GET in flight (both under ep.mu).
 	answered chan struct{}
 	answer   Ctrl
-	done     chan error // the READ's completion
-	st       *stripe    // the stripe of the READ in flight
+	done     chan error // the outcome of each READ posted, one value each
+	st       *stripe    // the stripe of the READs in flight (under ep.mu)
+	inflight int        // READs posted on st whose outcome is not yet sent (under ep.mu)
 }
+
+// readDepth is how many single-packet READs a Get keeps in flight, and
+// the RDMA READ depth a link's stripes ask for in both directions
+// (clamped to what the device supports, engine.rdDepth).
+const readDepth = 64
 
 // readTag marks the work request IDs of a Get's READ among link sends; the
 // low 32 bits are the get's Seq.
@@ -77,7 +83,7 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 	if uint64(len(into)) > 1<<31 {
 		return GetResult{}, invalidf("a get of %d bytes", len(into))
 	}
-	op := &getOp{done: make(chan error, 1)}
+	op := &getOp{done: make(chan error, readDepth+1)}
 	defer func() {
 		ep.mu.Lock()
 		delete(ep.gets, op.seq)
@@ -178,14 +184,18 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 
 // read reads sge.Length bytes at addr/rkey into sge on a live stripe of
 // op's link and waits for the READs to complete (an error is the status
-// of the READ that failed), or for the link to fail.
+// of the first READ that failed), or for the link to fail.
 //
-// It reads one path MTU per READ, one READ at a time: each READ is then a
-// single response packet, whose key rxe checks as it serves it. A READ of
-// several packets whose memory window is unbound between two of them
-// never completed on rxe (Linux 6.1) in the lab: the requester waited
-// forever. Small Gets lose nothing; a large one pays a round trip per
-// packet.
+// Each READ is one path MTU, a single response packet whose key rxe checks
+// as it serves it: a READ of several packets whose memory window is
+// unbound between two of them never completed on rxe (Linux 6.1) in the
+// lab, the requester waited forever. Up to the link's READ depth
+// (engine.rdDepth) of them are in flight at once, posted in chains (one
+// system call for as many as completed since the last), so a large Get
+// streams instead of paying a round trip per packet. After a failure no
+// more are posted, and read returns once every READ in flight has
+// completed (the ones behind the failure are flushed), so nothing writes
+// into sge after it returned, unless the link died.
 func (ep *Endpoint) read(ctx context.Context, op *getOp, sge verbs.SGE, addr uint64, rkey uint32) error {
 	l := op.l
 	st, err := l.awaitStripe(ctx)
@@ -196,40 +206,98 @@ func (ep *Endpoint) read(ctx context.Context, op *getOp, sge verbs.SGE, addr uin
 	if err != nil {
 		return err
 	}
+	depth := ep.e.rdDepth
 	ep.e.waitBegin()
 	defer ep.e.waitEnd()
-	for done := uint32(0); done < sge.Length; {
-		n := min(sge.Length-done, mtu)
+	defer func() {
+		ep.mu.Lock()
+		op.st, op.inflight = nil, 0
+		ep.mu.Unlock()
+	}()
+	var first error // the first failure: post no more, collect the rest
+	wrs := make([]verbs.SendWR, depth)
+	sges := make([]verbs.SGE, depth)
+	// inflight counts the READs posted whose outcome has not been
+	// received from op.done: each posted READ sends exactly one (readDone,
+	// or retireStripe for those its stripe will never complete).
+	inflight := 0
+	for done := uint32(0); ; {
+		if inflight == 0 && (first != nil || done == sge.Length) {
+			return first
+		}
+		var credit chan struct{} // nil: post nothing now
+		if first == nil && done < sge.Length && inflight < depth {
+			credit = st.credits
+		}
+		var stop <-chan struct{} // once posted, a READ is waited for
+		if inflight == 0 {
+			stop = ctx.Done()
+		}
 		select {
-		case st.credits <- struct{}{}:
+		case credit <- struct{}{}:
+			// As many READs as the depth, the send queue's credits and
+			// the bytes left allow, posted as one chain.
+			k := 0
+			for off := done; ; {
+				n := min(sge.Length-off, mtu)
+				sges[k] = verbs.SGE{Addr: sge.Addr + uint64(off), Length: n, LKey: sge.LKey}
+				wrs[k] = verbs.SendWR{ID: sendTag | readTag | uint64(op.seq), Op: verbs.OpRead, Flags: verbs.SendSignaled,
+					SGL: sges[k : k+1], RemoteAddr: addr + uint64(off), RKey: rkey}
+				k++
+				off += n
+				if off == sge.Length || inflight+k == depth || !tryCredit(st) {
+					break
+				}
+			}
+			ep.mu.Lock()
+			op.st = st
+			op.inflight += k
+			ep.mu.Unlock()
+			posted := k
+			if err := st.qp.PostSend(wrs[:k]...); err != nil {
+				// The chain was posted up to the request the provider
+				// refused (a check before posting refuses all of it).
+				if pe := (*verbs.PostError)(nil); errors.As(err, &pe) {
+					posted = pe.Index
+				} else {
+					posted = 0
+				}
+				ep.mu.Lock()
+				op.inflight -= k - posted
+				ep.mu.Unlock()
+				for range k - posted {
+					<-st.credits
+				}
+				if errors.Is(err, verbs.ErrWrongState) {
+					st.broken(err) // being replaced: get reads again on another stripe
+				}
+				first = fmt.Errorf("posting the READ: %w", err)
+			}
+			inflight += posted
+			for _, w := range wrs[:posted] {
+				done += w.SGL[0].Length
+			}
+		case err := <-op.done:
+			inflight--
+			if err != nil && first == nil {
+				first = err
+			}
 		case <-l.dead:
 			return l.failure()
-		case <-ctx.Done():
+		case <-stop:
 			return fmt.Errorf("waiting for room in the send queue: %w", ctx.Err())
 		}
-		ep.mu.Lock()
-		op.st = st
-		ep.mu.Unlock()
-		err = st.qp.PostSend(verbs.SendWR{ID: sendTag | readTag | uint64(op.seq), Op: verbs.OpRead, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{{Addr: sge.Addr + uint64(done), Length: n, LKey: sge.LKey}}, RemoteAddr: addr + uint64(done), RKey: rkey})
-		if err != nil {
-			<-st.credits
-			if errors.Is(err, verbs.ErrWrongState) {
-				st.broken(err) // being replaced: get reads again on another stripe
-			}
-			return fmt.Errorf("posting the READ: %w", err)
-		}
-		select {
-		case err := <-op.done:
-			if err != nil {
-				return err
-			}
-		case <-l.dead:
-			return l.failure()
-		}
-		done += n
 	}
-	return nil
+}
+
+// tryCredit takes a credit of st's send queue if one is free at once.
+func tryCredit(st *stripe) bool {
+	select {
+	case st.credits <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 // pathMTU returns the stripe's path MTU in bytes (queried once).
@@ -252,8 +320,9 @@ func (ep *Endpoint) readDone(wc verbs.WC) {
 	ep.mu.Lock()
 	op := ep.gets[uint32(wc.ID)]
 	var st *stripe
-	if op != nil && op.st != nil && op.st.qp.QPN() == wc.QPN {
-		st, op.st = op.st, nil
+	if op != nil && op.st != nil && op.st.qp.QPN() == wc.QPN && op.inflight > 0 {
+		st = op.st
+		op.inflight--
 	}
 	ep.mu.Unlock()
 	if st == nil {
@@ -271,7 +340,7 @@ func (ep *Endpoint) readDone(wc verbs.WC) {
 func (op *getOp) finish(err error) {
 	select {
 	case op.done <- err:
-	default: // cannot happen: one READ in flight at a time
+	default: // cannot happen: there is room for one outcome per READ in flight
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -115,6 +116,33 @@ func TestLabEndpointGet(t *testing.T) {
 	if res, err = ep.Get(ctx, self, mb, 2, 0, into); err != nil || !bytes.Equal(into[:bufLen], pattern(bufLen, 2)) {
 		t.Fatalf("get from a closed window: %+v %v", res, err)
 	}
+
+	// A large epoch, read with many READs in flight: whole, into Go
+	// memory and into endpoint memory, and from an offset that is not a
+	// multiple of the path MTU.
+	const big = 1<<20 + 333
+	_, bigArena, bigPosted := openPosted(t, ep, mb+1, rvma.WindowOptions{Keep: 1}, 1, 2, big)
+	want := pattern(big, 9)
+	if err := ep.Put(ctx, self, mb+1, 0, want); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bigPosted[0].Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		off  int
+		into []byte
+	}{
+		{"Go memory", 0, make([]byte, big)},
+		{"endpoint memory", 0, bigArena[big:]},
+		{"offset", 5000, make([]byte, big)},
+	} {
+		res, err := ep.Get(ctx, self, mb+1, rvma.LastEpoch, uint64(c.off), c.into)
+		if err != nil || res.N != big-c.off || !bytes.Equal(c.into[:res.N], want[c.off:]) {
+			t.Fatalf("large get, %s: %+v %v", c.name, res, err)
+		}
+	}
 }
 
 // Gets of the newest epoch while a sender streams epochs and the receiver
@@ -187,7 +215,7 @@ func TestLabEndpointGetRacesRecycling(t *testing.T) {
 			switch {
 			case err == nil:
 				if res.N != bufLen || !bytes.Equal(into, pattern(bufLen, byte(res.Epoch))) {
-					errc <- errors.New("a get returned bytes that are not its epoch's")
+					errc <- fmt.Errorf("a get of epoch %d returned bytes that are not its epoch's: KiB by KiB from epochs %v", res.Epoch, whichEpochs(into, epochs))
 					return
 				}
 				ok++
@@ -212,4 +240,22 @@ func TestLabEndpointGetRacesRecycling(t *testing.T) {
 	}
 	st := ep.Stats()
 	t.Logf("%d gets read an epoch, %d refused or stale; endpoint %+v", ok, stale, st)
+}
+
+// whichEpochs says, for each KiB of got, which epoch's pattern it holds
+// (-1: none).
+func whichEpochs(got []byte, epochs int) []int {
+	var out []int
+	for off := 0; off < len(got); off += 1024 {
+		end := min(off+1024, len(got))
+		e := -1
+		for c := 0; c < epochs; c++ {
+			if bytes.Equal(got[off:end], pattern(len(got), byte(c))[off:end]) {
+				e = c
+				break
+			}
+		}
+		out = append(out, e)
+	}
+	return out
 }

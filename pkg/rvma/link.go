@@ -190,7 +190,8 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	if err != nil {
 		return err
 	}
-	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h}); err != nil {
+	d := uint8(ep.e.rdDepth)
+	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h, ResponderResources: d, InitiatorDepth: d}); err != nil {
 		return err
 	}
 	w, err := parseWelcome(id.AcceptData())
@@ -238,8 +239,11 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 	delete(ep.byQPN, old.qp.QPN())
 	for _, g := range ep.gets {
 		if g.st == old {
-			g.st = nil
-			g.finish(verbs.WCWRFlushErr)
+			// One outcome per READ in flight: the Get counts them.
+			for range g.inflight {
+				g.finish(verbs.WCWRFlushErr)
+			}
+			g.st, g.inflight = nil, 0
 		}
 	}
 	var again []*PutOp
@@ -352,7 +356,11 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 			Descs: tableRef{Addr: ep.e.descMR.Addr(), RKey: ep.e.descMR.RKey(), Slots: engineSlots}}.marshal()
 		if err == nil {
 			ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
-			err = id.Accept(ctx, &verbs.ConnParam{PrivateData: w})
+			// The READ depth in each direction: what the dialer asked
+			// for, at most what this device supports.
+			d := uint8(ep.e.rdDepth)
+			err = id.Accept(ctx, &verbs.ConnParam{PrivateData: w,
+				ResponderResources: min(d, max(ev.InitiatorDepth, 1)), InitiatorDepth: min(d, max(ev.ResponderResources, 1))})
 			cancel()
 		}
 	}

@@ -94,3 +94,45 @@ func TestParkContextEnds(t *testing.T) {
 	cancel()
 	expectResume(t, res, false, "context ended")
 }
+
+// fakeSpinner counts what spin calls; its pollOnce closes done after
+// polls calls.
+type fakeSpinner struct {
+	polls, spinning, yields int
+	closeAfter              int
+	done                    chan struct{}
+}
+
+func (f *fakeSpinner) pollOnce() bool {
+	f.polls++
+	if f.polls == f.closeAfter {
+		close(f.done)
+	}
+	return f.polls%3 == 0
+}
+func (f *fakeSpinner) spinBegin() { f.spinning++ }
+func (f *fakeSpinner) spinEnd()   { f.spinning-- }
+func (f *fakeSpinner) yield()     { f.yields++ }
+
+func TestSpin(t *testing.T) {
+	f := &fakeSpinner{closeAfter: 1000, done: make(chan struct{})}
+	if err := spin(context.Background(), f, f.done); err != nil {
+		t.Fatal(err)
+	}
+	if f.polls != 1000 || f.spinning != 0 || f.yields == 0 {
+		t.Fatalf("after the spin: %+v", f)
+	}
+	// Closed already: no poll at all.
+	f = &fakeSpinner{done: make(chan struct{})}
+	close(f.done)
+	if err := spin(context.Background(), f, f.done); err != nil || f.polls != 0 || f.spinning != 0 {
+		t.Fatalf("done before the spin: %+v %v", f, err)
+	}
+	// A context that ends stops the spin with its error.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	f = &fakeSpinner{done: make(chan struct{})}
+	if err := spin(ctx, f, f.done); err != context.DeadlineExceeded || f.spinning != 0 {
+		t.Fatalf("context ended: %+v %v", f, err)
+	}
+}

@@ -60,6 +60,8 @@ BENCH rdmaperf write_wait_send_lat 8 500
 BENCH rdmaperf rvma_bw 65536 9
 BENCH rdmaperf setup_lat 8 30
 BENCH perftest write_bw 65536 10
+BENCH rdmaperf rvma_get_lat 4096 400
+BENCH perftest read_lat 4096 100
 `
 	res, err := parse(strings.NewReader(in))
 	if err != nil {
@@ -67,7 +69,7 @@ BENCH perftest write_bw 65536 10
 	}
 	var b strings.Builder
 	writeRVMA(&b, res)
-	for _, want := range []string{"| 8 | 250.00 | – | 100.00 | 500.00 | 50.00 | – | – | 5.00 | +150% | -50% |", "| 65536 | 9.00 | – | 10.00 | – | 0.90 |", "| 8 | 30.00 | 50.00 | 20 | 500.00 | 2 | 0 |"} {
+	for _, want := range []string{"| 8 | 250.00 | – | 100.00 | 500.00 | 50.00 | – | – | 5.00 | +150% | -50% |", "| 65536 | 9.00 | – | 10.00 | – | 0.90 |", "| 8 | 30.00 | 50.00 | 20 | 500.00 | 2 | 0 |", "| 4096 | 400.00 | – | 100.00 | – | 4.00 |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}

@@ -9,7 +9,8 @@ import (
 
 // writeRVMA prints the tables of an rvma-bench run: the paper's Figure 4
 // (t_typical of an RVMA put against the RDMA ways of learning that a
-// WRITE completed) and streaming bandwidth. Columns with no result print
+// WRITE completed), Figure 6, streaming bandwidth and Get against a
+// READ. Columns with no result print
 // "–".
 func writeRVMA(w io.Writer, res map[key]map[string]float64) {
 	get := func(test string, size int, tool string) (float64, bool) {
@@ -84,5 +85,16 @@ func writeRVMA(w io.Writer, res map[key]map[string]float64) {
 		g, gok := get("write_bw", s, "rdmaperf")
 		p, pok := get("write_bw", s, "perftest")
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", s, num(r, rok), num(g, gok), num(p, pok), ratio(r, rok, g, gok), ratio(r, rok, p, pok))
+	}
+	if sz := sizesOf("rvma_get_lat"); len(sz) > 0 {
+		fmt.Fprintln(w, "\n### Get of a kept epoch against one RDMA READ of its size (t_typical [µs])")
+		fmt.Fprintln(w, "\n| bytes | RVMA Get | rdmaperf read_lat | perftest ib_read_lat | Get/rdmaperf | Get/perftest |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|---:|")
+		for _, s := range sz {
+			g, gok := get("rvma_get_lat", s, "rdmaperf")
+			r, rok := get("read_lat", s, "rdmaperf")
+			p, pok := get("read_lat", s, "perftest")
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s |\n", s, num(g, gok), num(r, rok), num(p, pok), ratio(g, gok, r, rok), ratio(g, gok, p, pok))
+		}
 	}
 }

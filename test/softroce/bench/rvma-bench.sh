@@ -17,7 +17,9 @@
 # against which (c) and (b2) give the exchanges needed to amortise it
 # all through cmd/rdmaperf's Go loops, with perftest's ib_write_lat beside
 # them; then streaming bandwidth, 64 KiB to 1 MiB: rvma_bw against
-# write_bw and ib_write_bw.
+# write_bw and ib_write_bw; then Endpoint.Get of a kept epoch
+# (rvma_get_lat) against one RDMA READ of the same size (read_lat,
+# ib_read_lat).
 #
 # Loopback on rxe0, server pinned to CPU 0 and client to CPU 1, as in
 # verbs-bench.sh: between two TCG guests a one-way trip costs 0.6 to
@@ -32,6 +34,7 @@ P="$LAB_BIN/rdmaperf"
 REPS=${REPS:-3}
 LAT_SIZES=${LAT_SIZES:-"8 64 512 4096 32768 262144 1048576"}
 BW_SIZES=${BW_SIZES:-"65536 262144 1048576"}
+GET_SIZES=${GET_SIZES:-"4096 65536 1048576"}
 
 iters() { # size test: fewer iterations for large messages (TCG moves ~30 MB/s)
 	if [ "${2%_bw}" != "$2" ]; then
@@ -80,6 +83,11 @@ for rep in $(seq "$REPS"); do
 		perftest write_bw "$s"
 		rdmaperf rdmaperf write_bw "$s"
 		rdmaperf rdmaperf rvma_bw "$s"
+	done
+	for s in $GET_SIZES; do
+		perftest read_lat "$s"
+		rdmaperf rdmaperf read_lat "$s"
+		rdmaperf rdmaperf rvma_get_lat "$s"
 	done
 	echo "== repetition $rep done"
 done
