@@ -215,8 +215,11 @@ func (ep *Endpoint) read(ctx context.Context, op *getOp, sge verbs.SGE, addr uin
 		ep.mu.Unlock()
 	}()
 	var first error // the first failure: post no more, collect the rest
-	wrs := make([]verbs.SendWR, depth)
-	sges := make([]verbs.SGE, depth)
+	// A chain holds at most depth READs (64 fits the QP's preallocated
+	// post scratch), and never more than the Get needs.
+	chain := min(depth, int((sge.Length+mtu-1)/mtu))
+	wrs := make([]verbs.SendWR, chain)
+	sges := make([]verbs.SGE, chain)
 	// inflight counts the READs posted whose outcome has not been
 	// received from op.done: each posted READ sends exactly one (readDone,
 	// or retireStripe for those its stripe will never complete).
