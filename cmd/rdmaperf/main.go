@@ -67,7 +67,7 @@ type config struct {
 	Inline  int
 	Warmup  int
 	MTU     int
-	CLoop   bool
+	Loop    loopKind
 	NoGuard bool // rvma tests: windows with rvma.GuardNone
 	// PostList caps the work requests one PostSend posts in the
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
@@ -106,7 +106,7 @@ func main() {
 		inline  = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
 		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
 		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
-		loop    = flag.String("loop", "go", "latency loop: go (the pkg/verbs API) or c (perftest's loop in C on the same objects)")
+		loop    = flag.String("loop", "go", "latency loop: go (the pkg/verbs API, posting through send plans), go-postsend (the same, one QP.PostSend per post) or c (perftest's loop in C on the same objects)")
 		guard   = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
 		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo = flag.String("trace", "", "write a Go execution trace of the run to this file")
@@ -125,7 +125,11 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, CLoop: *loop == "c", NoGuard: *guard == "none", PostList: *postLst}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, NoGuard: *guard == "none", PostList: *postLst}
+		var ok bool
+		if cfg.Loop, ok = loopKinds[*loop]; !ok {
+			log.Fatalf("-loop must be go, go-postsend or c, not %q", *loop)
+		}
 		if *guard != "none" && *guard != "invalidate" {
 			log.Fatalf("-guard must be invalidate or none, not %q", *guard)
 		}
@@ -216,12 +220,27 @@ func isRVMA(test string) bool {
 	return test == "rvma_lat" || test == "rvma_bw" || test == "rvma_get_lat"
 }
 
+// loopKind is how a latency test posts: through send plans, through
+// QP.PostSend, or in C.
+type loopKind int
+
+const (
+	loopGo loopKind = iota
+	loopC
+	loopPostSend
+)
+
+var loopKinds = map[string]loopKind{"go": loopGo, "c": loopC, "go-postsend": loopPostSend}
+
 func (c config) check() error {
 	switch c.Test {
 	case "write_lat", "read_lat", "send_lat", "write_bw", "read_bw", "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
 	case "rvma_lat", "rvma_bw", "rvma_get_lat":
 	default:
 		return fmt.Errorf("unknown test %q", c.Test)
+	}
+	if c.Loop < loopGo || c.Loop > loopPostSend {
+		return fmt.Errorf("unknown loop %d", c.Loop)
 	}
 	if c.Size < 1 || c.MaxSize < c.Size || c.Iters < 2 || c.TxDepth < 1 || c.CQMod < 1 {
 		return fmt.Errorf("bad settings %+v", c)
@@ -239,14 +258,11 @@ func (c config) marshal() []byte {
 	if c.All {
 		all = 1
 	}
-	cl, ng := 0, 0
-	if c.CLoop {
-		cl = 1
-	}
+	ng := 0
 	if c.NoGuard {
 		ng = 1
 	}
-	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, cl, ng} {
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	return b
@@ -262,7 +278,7 @@ func (c *config) unmarshal(b []byte) error {
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
-	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.CLoop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], v[9] == 1, v[10] == 1
+	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.Loop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], loopKind(v[9]), v[10] == 1
 	return c.check()
 }
 

@@ -139,8 +139,14 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 		"send_lat":            "Send Latency Test", "write_bw": "RDMA_Write BW Test", "read_bw": "RDMA_Read BW Test"}[cfg.Test]
 	fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 	loop := "Go loop over the pkg/verbs API"
-	if cfg.CLoop && !isBW(cfg.Test) {
+	switch {
+	case isBW(cfg.Test):
+	case cfg.Loop == loopC:
 		loop = "C loop on pkg/verbs objects"
+	case cfg.Loop == loopPostSend:
+		loop = "Go loop over the pkg/verbs API, QP.PostSend per post"
+	case cfg.Test == "write_lat" || cfg.Test == "send_lat" || cfg.Test == "read_lat":
+		loop = "Go loop over the pkg/verbs API, send plans"
 	}
 	fmt.Fprintf(out, "                    %s (rdmaperf, %s)\n", title, loop)
 	fmt.Fprintf(out, " Device         : %s\n Connection type: RC\n Mtu            : %d[B]\n", dev, mtu.Bytes())
@@ -183,7 +189,7 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 			}
 		}
 		var samples []time.Duration
-		if b.cfg.CLoop {
+		if b.cfg.Loop == loopC {
 			samples, err = b.cWriteLat(size, b.cfg.Iters)
 		} else {
 			samples, err = b.writeLat(ctx, size, b.cfg.Iters)
@@ -196,7 +202,7 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		}
 	case "send_lat":
 		var samples []time.Duration
-		if b.cfg.CLoop {
+		if b.cfg.Loop == loopC {
 			samples, err = b.cSendLat(size, b.cfg.Iters)
 		} else {
 			samples, err = b.sendLat(ctx, size)
@@ -224,7 +230,7 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	case "read_lat":
 		if b.client {
 			var samples []time.Duration
-			if b.cfg.CLoop {
+			if b.cfg.Loop == loopC {
 				samples, err = b.cReadLat(size, b.cfg.Iters)
 			} else {
 				samples, err = b.readLat(ctx, size)
@@ -340,6 +346,64 @@ func (b *bench) post(ctx context.Context, wrs ...verbs.SendWR) error {
 	return b.spinCQ(ctx, b.scq, 1)
 }
 
+// poster posts one work request again and again, signaled or not: through
+// two send plans that differ only in SendSignaled (so a post changes no
+// field), or with -loop go-postsend through QP.PostSend.
+type poster struct {
+	b     *bench
+	wr    verbs.SendWR
+	plans [2]*verbs.SendPlan // unsignaled, signaled
+}
+
+func (b *bench) newPoster(wr verbs.SendWR, flags verbs.SendFlags) (*poster, error) {
+	p := &poster{b: b, wr: wr}
+	p.wr.Flags = flags &^ verbs.SendSignaled
+	if b.cfg.Loop == loopPostSend {
+		return p, nil
+	}
+	for i, f := range []verbs.SendFlags{0, verbs.SendSignaled} {
+		w := p.wr
+		w.Flags |= f
+		var err error
+		if p.plans[i], err = b.qp.NewSendPlan(w); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// post posts the work request with flags (only SendSignaled may differ
+// from the flags newPoster was given) and, if signaled, waits for its
+// completion.
+func (p *poster) post(ctx context.Context, flags verbs.SendFlags) error {
+	signaled := flags&verbs.SendSignaled != 0
+	if p.plans[0] == nil {
+		w := p.wr
+		w.Flags |= flags & verbs.SendSignaled
+		return p.b.post(ctx, w)
+	}
+	pl := p.plans[0]
+	if signaled {
+		pl = p.plans[1]
+	}
+	if err := pl.Post(); err != nil {
+		return err
+	}
+	if !signaled {
+		return nil
+	}
+	return p.b.spinCQ(ctx, p.b.scq, 1)
+}
+
+func (p *poster) close() {
+	for _, pl := range p.plans {
+		if pl != nil {
+			pl.Close()
+		}
+	}
+}
+
 func (b *bench) flags(size, scnt, iters int) verbs.SendFlags {
 	var f verbs.SendFlags
 	if size <= b.qp.Cap().MaxInlineData && size <= b.cfg.Inline {
@@ -356,7 +420,12 @@ func (b *bench) flags(size, scnt, iters int) verbs.SendFlags {
 func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration, error) {
 	mem := b.mr.Bytes()
 	stamps := make([]uint64, iters)
-	wr := []verbs.SendWR{{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey}}
+	ps, err := b.newPoster(verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey},
+		b.flags(size, 1, iters))
+	if err != nil {
+		return nil, err
+	}
+	defer ps.close()
 	deadline := time.Now().Add(30 * time.Second)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
@@ -374,8 +443,7 @@ func (b *bench) writeLat(ctx context.Context, size, iters int) ([]time.Duration,
 			stamps[scnt] = rdtsc()
 			scnt++
 			mem[size-1] = byte(scnt)
-			wr[0].Flags = b.flags(size, scnt, iters)
-			if err := b.post(ctx, wr...); err != nil {
+			if err := ps.post(ctx, b.flags(size, scnt, iters)); err != nil {
 				return nil, err
 			}
 		}
@@ -402,7 +470,11 @@ func (b *bench) postRecvs(n, size int) error {
 func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) {
 	iters := b.cfg.Iters
 	stamps := make([]uint64, iters)
-	wr := []verbs.SendWR{{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(0, size)}}}
+	ps, err := b.newPoster(verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(0, size)}}, b.flags(size, 1, iters))
+	if err != nil {
+		return nil, err
+	}
+	defer ps.close()
 	rx := &refiller{b: b, post: func(n int) error { return b.postRecvs(n, 0) }}
 	recv := func() error { return rx.recv(ctx) }
 	for i := 0; i < iters; i++ {
@@ -412,8 +484,7 @@ func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) 
 			}
 		}
 		stamps[i] = rdtsc()
-		wr[0].Flags = b.flags(size, i+1, iters)
-		if err := b.post(ctx, wr...); err != nil {
+		if err := ps.post(ctx, b.flags(size, i+1, iters)); err != nil {
 			return nil, err
 		}
 		if b.client {
@@ -432,15 +503,16 @@ func (b *bench) sendLat(ctx context.Context, size int) ([]time.Duration, error) 
 // readLat times each RDMA READ from post to completion.
 func (b *bench) readLat(ctx context.Context, size int) ([]time.Duration, error) {
 	iters := b.cfg.Iters
-	wr := []verbs.SendWR{{Op: verbs.OpRead, Flags: verbs.SendSignaled, SGL: []verbs.SGE{b.mr.SGE(b.max, size)},
-		RemoteAddr: b.peer.Addr - uint64(b.max), RKey: b.peer.RKey}}
+	ps, err := b.newPoster(verbs.SendWR{Op: verbs.OpRead, SGL: []verbs.SGE{b.mr.SGE(b.max, size)},
+		RemoteAddr: b.peer.Addr - uint64(b.max), RKey: b.peer.RKey}, verbs.SendSignaled)
+	if err != nil {
+		return nil, err
+	}
+	defer ps.close()
 	samples := make([]time.Duration, 0, iters)
 	for i := 0; i < iters; i++ {
 		t0 := rdtsc()
-		if err := b.qp.PostSend(wr...); err != nil {
-			return nil, err
-		}
-		if err := b.spinCQ(ctx, b.scq, 1); err != nil {
+		if err := ps.post(ctx, verbs.SendSignaled); err != nil {
 			return nil, err
 		}
 		samples = append(samples, time.Duration(float64(rdtsc()-t0)/cyclesPerUsec*float64(time.Microsecond)))

@@ -312,7 +312,11 @@ func (cq *CQ) CPtr() unsafe.Pointer { return unsafe.Pointer(cq.c) }
 // Poll fetches up to len(wcs) completions without blocking and returns how
 // many it stored. Completions with an error status are returned like any
 // other (check WC.Err). Errors wrap ErrClosed or the errno of ibv_poll_cq.
-func (cq *CQ) Poll(wcs []WC) (int, error) {
+func (cq *CQ) Poll(wcs []WC) (int, error) { return cq.poll(wcs, 1) }
+
+// poll is Poll whose first ibv_poll_cq is tried up to polls times in one
+// cgo call.
+func (cq *CQ) poll(wcs []WC, polls int) (int, error) {
 	if err := cq.n.use(); err != nil {
 		return 0, err
 	}
@@ -322,7 +326,7 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 	total := 0
 	for total < len(wcs) {
 		want := min(len(wcs)-total, cq.batch)
-		got := int(C.shim_poll_cq(handle(cq.c), C.int(want), cq.raw, cq.out))
+		got := int(C.shim_spin_cq(handle(cq.c), C.int(want), cq.raw, cq.out, C.int(polls)))
 		if got < 0 {
 			return total, opErr("ibv_poll_cq", -got)
 		}
@@ -331,19 +335,26 @@ func (cq *CQ) Poll(wcs []WC) (int, error) {
 		if got < want {
 			break
 		}
+		polls = 1
 	}
 	return total, nil
 }
+
+// spinPolls is how many times one cgo call of Spin polls: enough that the
+// C loop, not the cgo crossing, sets how soon a completion is seen, few
+// enough (tens of microseconds under TCG) that the goroutine is back in Go
+// often (see Spin).
+const spinPolls = 64
 
 // Spin busy-polls until at least one completion arrives, then returns the
 // completions available (up to len(wcs)). It costs one CPU while it waits.
 // Errors wrap ErrInvalid (empty wcs), ErrClosed, ctx's error or the errno
 // of ibv_poll_cq.
 //
-// Each poll is its own short cgo call, and the CQ's spinners pass through
-// the scheduler once every YieldEvery (runtime.Gosched; see Yielder). A
-// goroutine that instead spins inside one long C call, or runs 10 ms
-// without being scheduled, has its P taken away by the Go runtime's
+// Each cgo call polls at most spinPolls times, and the CQ's spinners pass
+// through the scheduler once every YieldEvery (runtime.Gosched; see
+// Yielder). A goroutine that instead spins inside one long C call, or runs
+// 10 ms without being scheduled, has its P taken away by the Go runtime's
 // monitor thread, which then wakes every 20 µs for a while and hands the
 // P back through other threads: measured between two one-CPU guests, 22
 // to 26 context switches per send_lat round trip and 3.1 to 3.3x
@@ -354,11 +365,11 @@ func (cq *CQ) Spin(ctx context.Context, wcs []WC) (int, error) {
 		return 0, invalid("empty completion slice")
 	}
 	for i := 1; ; i++ {
-		n, err := cq.Poll(wcs)
+		n, err := cq.poll(wcs, spinPolls)
 		if n != 0 || err != nil {
 			return n, err
 		}
-		if i%16 == 0 {
+		if i%4 == 0 {
 			if err := ctx.Err(); err != nil {
 				return 0, err
 			}

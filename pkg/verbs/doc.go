@@ -68,7 +68,11 @@
 //
 // Every post and every poll is one cgo call, so post chains (one call for
 // many work requests) and poll in batches. Posts and polls allocate nothing
-// on the Go heap, and cgo makes no pointer checks on them. A post that runs
+// on the Go heap, and cgo makes no pointer checks on them. A loop that
+// posts the same shape again and again should build it once as a SendPlan
+// (QP.NewSendPlan): its Post is the cgo call and nothing else (PostSend
+// validates and converts every work request each time), and its Set
+// methods change an ID, immediate, remote address or flags in place. A post that runs
 // long in the kernel (on rxe every post does the whole transfer inside the
 // system call) lets the Go runtime hand the goroutine's P to another
 // thread, and the goroutine must get it back through the scheduler; with an

@@ -19,3 +19,12 @@ func TestExamplesPingPong(t *testing.T) {
 		t.Fatalf("example printed %q, want %q", out, strings.TrimSpace(want))
 	}
 }
+
+// TestExamplesSendPlan runs the send plan example on the guest's device.
+func TestExamplesSendPlan(t *testing.T) {
+	labenv.Device(t)
+	out := labenv.CaptureStdout(t, ExampleSendPlan)
+	if want := "1000 999\n"; out != want {
+		t.Fatalf("example printed %q, want %q", out, strings.TrimSpace(want))
+	}
+}

@@ -140,12 +140,15 @@ static void conv_wc(const struct ibv_wc *r, struct shim_wc *o)
 	o->dlid_path_bits = r->dlid_path_bits;
 }
 
-/* Polls up to n completions into raw and converts them into out. Returns
- * the count, or -errno. */
-int shim_poll_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out)
+/* Polls for up to n completions, up to polls times until one arrives, and
+ * converts them into out. Returns their count (0 if none arrived) or the
+ * negative errno of ibv_poll_cq. */
+int shim_spin_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out, int polls)
 {
-	int i, got = ibv_poll_cq((struct ibv_cq *)cq, n, raw);
+	int i, got = 0;
 
+	while (polls-- > 0 && (got = ibv_poll_cq((struct ibv_cq *)cq, n, raw)) == 0)
+		;
 	if (got < 0)
 		return got;
 	for (i = 0; i < got; i++)

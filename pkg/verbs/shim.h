@@ -88,7 +88,7 @@ struct shim_cm_event {
 int shim_post_send(uintptr_t qp, struct shim_swr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
 int shim_post_recv(uintptr_t qp, struct shim_rwr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
 int shim_post_srq_recv(uintptr_t srq, struct shim_rwr *w, int n, struct ibv_sge *sges, uintptr_t scratch, int *bad);
-int shim_poll_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out);
+int shim_spin_cq(uintptr_t cq, int n, struct ibv_wc *raw, struct shim_wc *out, int polls);
 int shim_req_notify(uintptr_t cq, int solicited);
 int shim_query_port(struct ibv_context *ctx, uint8_t port, struct ibv_port_attr *attr);
 int shim_query_device_ex(struct ibv_context *ctx, struct ibv_device_attr_ex *attr);

@@ -257,34 +257,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	sges := unsafe.Slice((*SGE)(unsafe.Pointer(s.sge)), len(wrs)*s.maxSGE)
 	off := 0
 	for i := range wrs {
-		w := &wrs[i]
-		d := &sw[i]
-		d.wr_id = C.uint64_t(w.ID)
-		d.opcode = C.uint32_t(w.Op)
-		d.flags = C.uint32_t(w.Flags)
-		d.num_sge = C.uint32_t(len(w.SGL))
-		d.sge_off = C.uint32_t(off)
-		off += copy(sges[off:], w.SGL)
-		d.imm = C.uint32_t(w.Imm)
-		d.remote_addr = C.uint64_t(w.RemoteAddr)
-		d.rkey = C.uint32_t(w.RKey)
-		d.compare_add = C.uint64_t(w.CompareAdd)
-		d.swap = C.uint64_t(w.Swap)
-		d.ah = 0
-		if w.AH != nil {
-			d.ah = handle(w.AH.c)
-			d.remote_qpn = C.uint32_t(w.RemoteQPN)
-			d.remote_qkey = C.uint32_t(w.RemoteQKey)
-		}
-		d.invalidate_rkey = C.uint32_t(w.InvalidateRKey)
-		d.mw, d.bind_mr = 0, 0
-		if w.Op == OpBindMW {
-			d.mw = handle(w.MW.c)
-			d.bind_mr = handle(w.BindMR.c)
-			d.bind_addr = C.uint64_t(w.BindAddr)
-			d.bind_len = C.uint64_t(w.BindLen)
-			d.bind_access = C.uint32_t(w.BindAccess)
-		}
+		off += fillSend(&sw[i], &wrs[i], sges, off)
 	}
 	var bad C.int
 	rc := C.shim_post_send(handle(qp.c), s.swr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
@@ -297,6 +270,38 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		}
 	}
 	return nil
+}
+
+// fillSend writes w into d, its SGEs into sges from index off on, and
+// returns how many SGEs it wrote.
+func fillSend(d *C.struct_shim_swr, w *SendWR, sges []SGE, off int) int {
+	d.wr_id = C.uint64_t(w.ID)
+	d.opcode = C.uint32_t(w.Op)
+	d.flags = C.uint32_t(w.Flags)
+	d.num_sge = C.uint32_t(len(w.SGL))
+	d.sge_off = C.uint32_t(off)
+	n := copy(sges[off:], w.SGL)
+	d.imm = C.uint32_t(w.Imm)
+	d.remote_addr = C.uint64_t(w.RemoteAddr)
+	d.rkey = C.uint32_t(w.RKey)
+	d.compare_add = C.uint64_t(w.CompareAdd)
+	d.swap = C.uint64_t(w.Swap)
+	d.ah = 0
+	if w.AH != nil {
+		d.ah = handle(w.AH.c)
+		d.remote_qpn = C.uint32_t(w.RemoteQPN)
+		d.remote_qkey = C.uint32_t(w.RemoteQKey)
+	}
+	d.invalidate_rkey = C.uint32_t(w.InvalidateRKey)
+	d.mw, d.bind_mr = 0, 0
+	if w.Op == OpBindMW {
+		d.mw = handle(w.MW.c)
+		d.bind_mr = handle(w.BindMR.c)
+		d.bind_addr = C.uint64_t(w.BindAddr)
+		d.bind_len = C.uint64_t(w.BindLen)
+		d.bind_access = C.uint32_t(w.BindAccess)
+	}
+	return n
 }
 
 func buildRecv(s *postScratch, wrs []RecvWR, maxSGE int) error {

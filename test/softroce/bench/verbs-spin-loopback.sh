@@ -1,12 +1,13 @@
 #!/bin/bash
 # lab: guests=1 timeout=1800 gobuild=./cmd/rdmaperf
 #
-# verbs-spin.sh in loopback: perftest, rdmaperf's Go loop and its C loop
-# (and an older build at build/lab/bin/rdmaperf-old, seen here as
+# verbs-spin.sh in loopback: perftest, rdmaperf's Go loop through send
+# plans ("go"), the same with one QP.PostSend per post ("postsend"), its C
+# loop (and an older build at build/lab/bin/rdmaperf-old, seen here as
 # $LAB_BIN/rdmaperf-old, as "old") on rxe0 of one two-vCPU guest, servers
-# pinned to CPU 0 and clients to CPU 1, write_lat and send_lat at 2 B,
-# REPS times interleaved; the new and the old build swap places every
-# repetition, so that neither always runs right after perftest. rdmaperf
+# pinned to CPU 0 and clients to CPU 1, write_lat, send_lat and read_lat
+# at 2 B, REPS times interleaved; the Go variants swap places every
+# repetition, so that none always runs right after perftest. rdmaperf
 # runs with -ctxsw. Results:
 #   BENCH <tool> <test> 2 <t_typical usec>
 #   CLI <tool> <test>: # context switches per iteration: ...
@@ -36,13 +37,15 @@ rdmaperf() { # name binary test [client flags]
 }
 
 for rep in $(seq "$REPS"); do
-	for t in write_lat send_lat; do
+	for t in write_lat send_lat read_lat; do
 		perftest "$t"
-		if [ -x "$LAB_BIN/rdmaperf-old" ] && [ $((rep % 2)) = 1 ]; then
-			rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
+		if [ $((rep % 2)) = 1 ]; then
+			[ ! -x "$LAB_BIN/rdmaperf-old" ] || rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
+			rdmaperf postsend "$LAB_BIN/rdmaperf" "$t" -loop go-postsend
 			rdmaperf go "$LAB_BIN/rdmaperf" "$t"
 		else
 			rdmaperf go "$LAB_BIN/rdmaperf" "$t"
+			rdmaperf postsend "$LAB_BIN/rdmaperf" "$t" -loop go-postsend
 			[ ! -x "$LAB_BIN/rdmaperf-old" ] || rdmaperf old "$LAB_BIN/rdmaperf-old" "$t"
 		fi
 		rdmaperf c "$LAB_BIN/rdmaperf" "$t" -loop c

@@ -2,7 +2,7 @@
 # lab: guests=1 timeout=300 gobuild=./cmd/rdmaperf
 #
 # cmd/rdmaperf in loopback on rxe0: every test at sizes 2 B to 4 KiB, the
-# latency tests with both loops; rdmaperf checks the bytes that arrived.
+# latency tests with every loop; rdmaperf checks the bytes that arrived.
 set -euo pipefail
 P="$LAB_BIN/rdmaperf"
 run() {
@@ -14,6 +14,7 @@ run() {
 }
 for t in write_lat read_lat send_lat; do
 	run -t $t -loop go
+	run -t $t -loop go-postsend
 	run -t $t -loop c
 done
 run -t write_bw
