@@ -88,8 +88,9 @@
 // is inside a cgo call when it has not been through the scheduler for
 // 10 ms, and its monitor thread then wakes every 20 µs for a while: on a
 // one-CPU machine that cost the Go ping-pong 22 to 26 context switches per
-// round trip and tripled its latency. CQ.Spin therefore polls once per
-// cgo call and yields (runtime.Gosched) every YieldEvery (5 ms). Not more
+// round trip and tripled its latency. CQ.Spin therefore returns to Go
+// after at most 64 polls in C (tens of microseconds) and yields
+// (runtime.Gosched) every YieldEvery (5 ms). Not more
 // often: each runtime.Gosched also wakes a thread for an idle P, which on
 // one CPU takes the CPU from the spinner. A goroutine that spins on memory
 // itself (on the last byte of a buffer, as perftest's ib_write_lat does)
