@@ -111,39 +111,17 @@ func (p *SendPlan) Post() error {
 // wrap ErrInvalid (i out of range, or a bad work request: the plan is then
 // unchanged) or ErrClosed.
 func (p *SendPlan) Set(i int, w SendWR) error {
-	if err := p.use(i); err != nil {
-		return err
-	}
-	defer p.n.unuse()
 	if w.AH != nil && !p.hasAH(w.AH) {
 		return invalid("work request %d: a send plan's AHs are fixed when it is made", i)
 	}
-	if err := p.check(i, &w); err != nil {
-		return err
-	}
-	sgl := append(p.wrs[i].SGL[:0], w.SGL...)
-	w.SGL = sgl
-	p.wrs[i] = w
-	fillSend(&p.sw[i], &p.wrs[i], p.sge, i*p.s.maxSGE)
-	return nil
+	return p.modify(i, func(old *SendWR) { *old = w })
 }
 
 // SetFlags changes the flags of work request i (signaled every n-th post,
 // for example). Errors wrap ErrInvalid (i out of range, or inline data the
 // QP cannot take) or ErrClosed.
 func (p *SendPlan) SetFlags(i int, f SendFlags) error {
-	if err := p.use(i); err != nil {
-		return err
-	}
-	defer p.n.unuse()
-	w := p.wrs[i]
-	w.Flags = f
-	if err := p.check(i, &w); err != nil {
-		return err
-	}
-	p.wrs[i].Flags = f
-	p.sw[i].flags = C.uint32_t(f)
-	return nil
+	return p.modify(i, func(w *SendWR) { w.Flags = f })
 }
 
 // SetID changes the ID work request i returns in its completion. Errors
@@ -174,17 +152,24 @@ func (p *SendPlan) SetImm(i int, imm uint32) error {
 // atomics). Errors wrap ErrInvalid (i out of range, a misaligned atomic) or
 // ErrClosed.
 func (p *SendPlan) SetRemote(i int, addr uint64, rkey uint32) error {
+	return p.modify(i, func(w *SendWR) { w.RemoteAddr, w.RKey = addr, rkey })
+}
+
+// modify applies change to a copy of work request i and, if the result
+// passes the checks of NewSendPlan, writes it into the plan.
+func (p *SendPlan) modify(i int, change func(*SendWR)) error {
 	if err := p.use(i); err != nil {
 		return err
 	}
 	defer p.n.unuse()
 	w := p.wrs[i]
-	w.RemoteAddr, w.RKey = addr, rkey
+	change(&w)
 	if err := p.check(i, &w); err != nil {
 		return err
 	}
-	p.wrs[i].RemoteAddr, p.wrs[i].RKey = addr, rkey
-	p.sw[i].remote_addr, p.sw[i].rkey = C.uint64_t(addr), C.uint32_t(rkey)
+	w.SGL = append(p.wrs[i].SGL[:0], w.SGL...)
+	p.wrs[i] = w
+	fillSend(&p.sw[i], &p.wrs[i], p.sge, i*p.s.maxSGE)
 	return nil
 }
 
