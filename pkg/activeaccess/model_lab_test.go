@@ -117,10 +117,17 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 		if len(recs) != nputs {
 			t.Fatalf("domain A handled %d accesses, want %d", len(recs), nputs)
 		}
+		srcAddr, err := labenv.AddrOf(2)
+		if err != nil {
+			t.Fatal(err)
+		}
 		seen := map[int]bool{}
 		for i, r := range recs {
 			if r.kind != activeaccess.KindPut || r.n != 64 || !r.suppressed || r.src == nil || r.src.Name != "model-src" {
 				t.Fatalf("access %d: %+v", i, r)
+			}
+			if a := r.src.Addr; a.Addr().Unmap().String() != srcAddr || a.Port() == 0 {
+				t.Fatalf("access %d: the source's address is %v, want %s and its rdma_cm port", i, a, srcAddr)
 			}
 			if seen[r.off] || r.off%64 != 0 || r.off >= nputs*64 {
 				t.Fatalf("access %d at offset %d: repeated or unexpected", i, r.off)

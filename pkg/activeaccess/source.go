@@ -106,8 +106,8 @@ func (s *Source) Stats() SourceStats {
 }
 
 // Dial connects to the target listening at addr. The target's memory
-// description, its mode and this source's credits arrive as the target's
-// first message; the application exchanges no keys. Errors: a *RejectError (errors.Is ErrRejected) when the target
+// description, its mode and this source's credits arrive in the accept's
+// private data; the application exchanges no keys. Errors: a *RejectError (errors.Is ErrRejected) when the target
 // refuses, ErrProtocol when the peer is not a compatible target,
 // ErrInvalid for a bad configuration, ctx's error, or the verbs error of
 // the failing step (address or route resolution, connect).
@@ -193,21 +193,8 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	if err != nil {
 		return fmt.Errorf("activeaccess: connect to %v: %w", addr, err)
 	}
-	// pkg/verbs does not return the accept's private data, so the grant
-	// is the target's first message.
-	wcs := make([]verbs.WC, 1)
-	if _, err := s.cq.Wait(ctx, wcs); err != nil {
-		return fmt.Errorf("activeaccess: waiting for the target's grant: %w", err)
-	}
-	if err := wcs[0].Err(); err != nil || wcs[0].ID&wrStatus == 0 {
-		return fmt.Errorf("%w: no grant from the target (completion %v, %v)", ErrProtocol, wcs[0].Opcode, err)
-	}
-	slot := int(wcs[0].ID & 0xffff)
-	if s.g, err = parseGrant(s.mr.Bytes()[slot*msgSize : slot*msgSize+int(wcs[0].ByteLen)]); err != nil {
+	if s.g, err = parseGrant(s.id.AcceptData()); err != nil {
 		return err
-	}
-	if err := s.postRecv(slot); err != nil {
-		return fmt.Errorf("activeaccess: dial: %w", err)
 	}
 	a, err := s.qp.Query()
 	if err != nil {

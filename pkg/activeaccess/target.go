@@ -885,6 +885,9 @@ type Peer struct {
 	ID   uint32 // assigned by the target, unique for its lifetime, from 1
 	Name string // SourceConfig.Name of the source
 	QPN  uint32 // the source's queue pair number
+	// Addr is the source's IP address and rdma_cm port as the target's
+	// rdma_cm saw it (the zero AddrPort if it could not tell).
+	Addr netip.AddrPort
 }
 
 // Access is one logged access: the part of one packet (at most one path

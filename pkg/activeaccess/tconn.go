@@ -119,7 +119,8 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	}
 	t.slots++
 	t.nextID++
-	c := &tconn{t: t, id: id, peer: &Peer{ID: t.nextID, Name: h.Name, QPN: h.QPN}, changed: make(chan struct{}),
+	addr, _ := id.PeerAddr() // the zero AddrPort if rdma_cm has none
+	c := &tconn{t: t, id: id, peer: &Peer{ID: t.nextID, Name: h.Name, QPN: h.QPN, Addr: addr}, changed: make(chan struct{}),
 		gone: make(chan struct{}), counted: true}
 	t.mu.Unlock()
 	if err := c.setup(); err != nil {
@@ -140,16 +141,8 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	t.conns[c] = struct{}{}
 	t.setQPN(c.qpn, c, nil)
 	t.mu.Unlock()
-	actx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
-	err = id.Accept(actx, &verbs.ConnParam{ResponderResources: rdDepth, InitiatorDepth: rdDepth})
-	cancel()
-	if err != nil {
-		t.recordErr(fmt.Errorf("activeaccess: accepting source %q: %w", h.Name, err))
-		c.teardown()
-		return
-	}
-	// The grant is the first message (pkg/verbs's Connect does not hand
-	// the accept's private data to the source).
+	// The grant travels in the accept's private data (64 bytes; an RC
+	// accept carries up to 196).
 	g := grant{Version: protoVersion, Mode: t.cfg.Mode, SourceID: c.peer.ID, RKey: t.mr.RKey(), Addr: t.mr.Addr(),
 		Len: uint64(t.cfg.Size), Credits: uint64(t.grant), Window: tRecvSlots, MsgSize: msgSize}
 	if c.inbox != nil {
@@ -157,8 +150,11 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	} else {
 		g.MaxEntry = maxEntry
 	}
-	if err := c.sendGrant(g); err != nil {
-		t.recordErr(fmt.Errorf("activeaccess: source %q: sending the grant: %w", h.Name, err))
+	actx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
+	err = id.Accept(actx, &verbs.ConnParam{PrivateData: g.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
+	cancel()
+	if err != nil {
+		t.recordErr(fmt.Errorf("activeaccess: accepting source %q: %w", h.Name, err))
 		c.teardown()
 		return
 	}
@@ -237,24 +233,6 @@ func (c *tconn) waitLocked() {
 	case <-c.gone:
 	}
 	c.mu.Lock()
-}
-
-func (c *tconn) sendGrant(g grant) error {
-	c.life.RLock()
-	defer c.life.RUnlock()
-	c.mu.Lock()
-	if c.down {
-		c.mu.Unlock()
-		return ErrClosed
-	}
-	slot := c.free[len(c.free)-1]
-	c.free = c.free[:len(c.free)-1]
-	c.sqFree--
-	c.mu.Unlock()
-	o := (c.nrecv + slot) * msgSize
-	copy(c.mr.Bytes()[o:], g.marshal())
-	return c.qp.PostSend(verbs.SendWR{ID: wrSend | uint64(slot), Op: verbs.OpSend, Flags: verbs.SendInline,
-		SGL: []verbs.SGE{c.mr.SGE(o, grantLen)}})
 }
 
 // enqueue queues a reply or an acknowledgement for the source; false

@@ -5,7 +5,8 @@ import (
 	"fmt"
 )
 
-// The wire protocol (version 1). Everything is little endian.
+// The wire protocol (version 2; version 1 sent the grant as the first
+// message after the accept). Everything is little endian.
 //
 // Connection set-up rides on rdma_cm private data, so the application
 // never exchanges keys itself:
@@ -13,7 +14,7 @@ import (
 //	hello  (source -> target, connect request, 52 bytes):
 //	  magic "AAh1" | version u16 | modes u8 | 0 u8 | name [40]byte (NUL padded) |
 //	  source QP number u32
-//	grant  (target -> source, the first message, 64 bytes):
+//	grant  (target -> source, accept, 64 bytes):
 //	  magic "AAg1" | version u16 | mode u8 | 0 u8 | source id u32 | rkey u32 |
 //	  region addr u64 | region len u64 | credit grant u64 | max entry u32 |
 //	  marker window u16 | message size u16 | inbox addr u64 | inbox rkey u32 |
@@ -22,8 +23,7 @@ import (
 //	  magic "AAr1" | version u16 | reason u16
 //
 // rdma_cm pads private data with zeros up to its maximum, so decoders
-// accept trailing bytes. (The grant would fit the accept's private data,
-// but pkg/verbs does not hand that to the active side.)
+// accept trailing bytes.
 //
 // After set-up both sides exchange SEND messages of at most msgSize bytes:
 //
@@ -45,7 +45,7 @@ import (
 // and the target answers a get with an RDMA WRITE_WITH_IMM of the data
 // served to the reply address, the immediate being the op number.
 const (
-	protoVersion = 1
+	protoVersion = 2 // 2: the grant is the accept's private data, not a first message
 
 	helloLen  = 52
 	grantLen  = 64

@@ -44,7 +44,7 @@ func TestGrantRoundTrip(t *testing.T) {
 		t.Fatalf("parseGrant = %+v, %v; want %+v", got, err, g)
 	}
 	bad := map[string]func(*grant){
-		"version":     func(g *grant) { g.Version = 2 },
+		"version":     func(g *grant) { g.Version = protoVersion + 1 },
 		"mode":        func(g *grant) { g.Mode = 7 },
 		"no inbox":    func(g *grant) { g.Mode = ModeMediated; g.InboxAddr = 0 },
 		"no max get":  func(g *grant) { g.Mode = ModeMediated; g.InboxAddr = 1 },
