@@ -96,11 +96,16 @@ func (e *RejectError) Error() string {
 
 // ConnParam carries the rdma_conn_param of Connect and Accept.
 type ConnParam struct {
-	PrivateData        []byte // at most 56 bytes for connect, 196 for accept on RoCE
-	ResponderResources uint8  // incoming RDMA READ/atomic depth; 0 means 1
-	InitiatorDepth     uint8  // outgoing RDMA READ/atomic depth; 0 means 1
-	RetryCount         uint8  // 0 means 7
-	RNRRetryCount      uint8  // 0 means 7
+	// PrivateData goes with the request or the answer. InfiniBand and
+	// RoCE carry at most 56 bytes with a connect (PSUDP: 180), 196 with an
+	// accept (PSUDP: 136) and 148 with a reject (PSUDP: 136): the CM
+	// message's room less the 36 bytes rdma_cm adds to a request. Other
+	// transports (iWARP) allow up to 255 here.
+	PrivateData        []byte
+	ResponderResources uint8 // incoming RDMA READ/atomic depth; 0 means 1
+	InitiatorDepth     uint8 // outgoing RDMA READ/atomic depth; 0 means 1
+	RetryCount         uint8 // 0 means 7
+	RNRRetryCount      uint8 // 0 means 7
 }
 
 // CMID is an rdma_cm identifier (struct rdma_cm_id) with its own event
@@ -398,14 +403,15 @@ func (p *ConnParam) defaults() ConnParam {
 // Connect sends a connection request (after ResolveRoute and NewQP) and
 // waits until the connection is established. Errors: *RejectError when the
 // peer rejects, *CMEventError for CMUnreachable or CMConnectError, ErrInvalid
-// for private data over 255 bytes, ctx's error, ErrClosed, or the errno of
-// rdma_connect.
+// for more private data than the transport carries (see ConnParam), ctx's
+// error, ErrClosed, or the errno of rdma_connect.
 func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 	o := p.defaults()
-	if len(o.PrivateData) > 255 {
-		return invalid("%d bytes of private data", len(o.PrivateData))
-	}
 	if err := id.n.use(); err != nil {
+		return err
+	}
+	if err := id.checkPrivateData("connect", len(o.PrivateData)); err != nil {
+		id.n.unuse()
 		return err
 	}
 	pd := cbytes(o.PrivateData)
@@ -486,14 +492,39 @@ func (id *CMID) GetRequest(ctx context.Context) (*CMID, CMEvent, error) {
 	return nid, ev, nil
 }
 
+// checkPrivateData refuses more private data than the identifier's
+// transport carries in a message of kind (connect, accept, reject).
+func (id *CMID) checkPrivateData(kind string, n int) error {
+	limit := 255 // the uint8 length of struct rdma_conn_param
+	if id.c.verbs != nil && id.c.verbs.device.transport_type == C.IBV_TRANSPORT_IB {
+		switch {
+		case id.ps == PSUDP && kind == "connect":
+			limit = 180 // SIDR REQ
+		case id.ps == PSUDP:
+			limit = 136 // SIDR REP
+		case kind == "connect":
+			limit = 56 // REQ
+		case kind == "accept":
+			limit = 196 // REP
+		default:
+			limit = 148 // REJ
+		}
+	}
+	if n > limit {
+		return invalid("%d bytes of private data in a %s (this transport carries at most %d)", n, kind, limit)
+	}
+	return nil
+}
+
 // Accept accepts the connection request this identifier came from (after
 // NewQP) and waits until it is established. Errors as for Connect.
 func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 	o := p.defaults()
-	if len(o.PrivateData) > 255 {
-		return invalid("%d bytes of private data", len(o.PrivateData))
-	}
 	if err := id.n.use(); err != nil {
+		return err
+	}
+	if err := id.checkPrivateData("accept", len(o.PrivateData)); err != nil {
+		id.n.unuse()
 		return err
 	}
 	pd := cbytes(o.PrivateData)
@@ -512,16 +543,17 @@ func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 }
 
 // Reject refuses the connection request this identifier came from; the peer's
-// Connect returns a *RejectError carrying privateData. Errors wrap ErrClosed
-// or the errno of rdma_reject.
+// Connect returns a *RejectError carrying privateData. Errors wrap
+// ErrInvalid (more private data than the transport carries, see
+// ConnParam), ErrClosed or the errno of rdma_reject.
 func (id *CMID) Reject(privateData []byte) error {
-	if len(privateData) > 255 {
-		return invalid("%d bytes of private data", len(privateData))
-	}
 	if err := id.n.use(); err != nil {
 		return err
 	}
 	defer id.n.unuse()
+	if err := id.checkPrivateData("reject", len(privateData)); err != nil {
+		return err
+	}
 	pd := cbytes(privateData)
 	defer C.free(pd)
 	if rc := C.rdma_reject(id.c, pd, C.uint8_t(len(privateData))); rc != 0 {

@@ -221,7 +221,8 @@ type CQOptions struct {
 	// CompVector selects the completion vector (0 by default).
 	CompVector int
 	// Batch is the number of completions one Poll call can fetch from the
-	// device (default 32); each Poll is one cgo crossing.
+	// device in one cgo crossing (default 32); a Poll for more makes one
+	// crossing per Batch.
 	Batch int
 }
 
@@ -299,7 +300,7 @@ func (c *Context) NewCQ(cqe int, opts *CQOptions) (*CQ, error) {
 	return cq, nil
 }
 
-// Close destroys the CQ after closing the QPs and SRQs that use it. A
+// Close destroys the CQ after closing the QPs that use it. A
 // goroutine blocked in Wait returns ErrClosed. It is idempotent.
 func (cq *CQ) Close() error { return cq.n.close() }
 

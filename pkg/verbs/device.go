@@ -22,8 +22,9 @@ type DeviceInfo struct {
 }
 
 // Devices lists the RDMA devices of the host. It returns an empty list and
-// no error when there are none; the error wraps the errno of
-// ibv_get_device_list (ENOSYS when the kernel has no RDMA support).
+// no error when there are none, also when the kernel has no RDMA support
+// (ENOSYS); otherwise an error is an *OpError with the errno of
+// ibv_get_device_list.
 func Devices() ([]DeviceInfo, error) {
 	var n C.int
 	list, errno := C.ibv_get_device_list(&n)
@@ -55,8 +56,8 @@ func be64(v uint64) uint64 {
 
 // Context is an open RDMA device (struct ibv_context). It is the root of
 // the object tree: Close closes every PD, CQ, completion channel and
-// everything below them first (queue pairs before completion queues before
-// protection domains), then the device.
+// everything below them first (each object after its children, siblings
+// newest first; so every QP before its CQs and PD), then the device.
 type Context struct {
 	n     node
 	c     *C.struct_ibv_context

@@ -31,8 +31,8 @@ var (
 
 // OpError records a failed verb: Op names the libibverbs or librdmacm call
 // ("ibv_reg_mr"), Err is usually a syscall.Errno. errors.Is(err,
-// ErrNotSupported) holds for EOPNOTSUPP and ENOSYS, errors.Is(err,
-// ErrQueueFull) for ENOMEM from a post.
+// ErrNotSupported) holds for EOPNOTSUPP and ENOSYS. (A failed post is a
+// *PostError, which matches ErrQueueFull for ENOMEM.)
 type OpError struct {
 	Op  string
 	Err error

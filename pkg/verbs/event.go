@@ -51,9 +51,11 @@ func (t EventType) String() string {
 	return fmt.Sprintf("IBV_EVENT(%d)", int(t))
 }
 
-// AsyncEvent is an asynchronous event of a device. Exactly one of QP, CQ,
-// SRQ or Port is set, depending on Type; QP, CQ and SRQ are nil when the
-// object was not created by this package or is already closed.
+// AsyncEvent is an asynchronous event of a device. Depending on Type it
+// names a QP (QPN, and QP), a CQ, an SRQ or a Port; a device-wide event
+// (EventDeviceFatal) names none. QP, CQ and SRQ are nil when the object
+// was not created by this package or is already closed (QPN is still
+// set for a QP).
 type AsyncEvent struct {
 	Type EventType
 	Port int

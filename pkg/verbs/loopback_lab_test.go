@@ -407,6 +407,18 @@ func TestLoopbackUD(t *testing.T) {
 		}
 		checkBytes(t, "UD payload", b.mr.Bytes()[40:40+size], a.mr.Bytes()[:size])
 	}
+	// A closed AH is refused before the provider could read it.
+	if err := ah.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ah.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	isErr(t, "UD send through a closed AH", a.qp.PostSend(verbs.SendWR{ID: 3, Op: verbs.OpSend,
+		SGL: []verbs.SGE{a.mr.SGE(0, 8)}, AH: ah, RemoteQPN: b.qp.QPN(), RemoteQKey: qkey}), verbs.ErrClosed)
+	_, err = a.qp.NewSendPlan(verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{a.mr.SGE(0, 8)}, AH: ah,
+		RemoteQPN: b.qp.QPN(), RemoteQKey: qkey})
+	isErr(t, "a send plan through a closed AH", err, verbs.ErrClosed)
 }
 
 // TestLoopbackSRQ shares one SRQ between three QPs and provokes the SRQ
@@ -499,6 +511,17 @@ func TestLoopbackSRQ(t *testing.T) {
 	if ev.Type != verbs.EventSRQLimitReached || ev.SRQ != srq {
 		t.Fatalf("async event %+v, want SRQ limit reached on our SRQ", ev)
 	}
+	// Closing the SRQ closes the QPs that use it; then everything refuses.
+	if err := srq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srq.Close(); err != nil {
+		t.Fatal("second Close:", err)
+	}
+	isErr(t, "SRQ PostRecv after Close", srq.PostRecv(rwrs[0]), verbs.ErrClosed)
+	isErr(t, "SRQ Arm after Close", srq.Arm(1), verbs.ErrClosed)
+	_, err = servers[0].qp.Query()
+	isErr(t, "a QP after its SRQ closed", err, verbs.ErrClosed)
 }
 
 // TestLoopbackMemoryWindows binds type 1 and type 2 windows and checks a
@@ -772,6 +795,18 @@ func TestLoopbackMisuse(t *testing.T) {
 	}
 	_, err = cq3.Poll(make([]verbs.WC, 1))
 	isErr(t, "CQ after Context.Close", err, verbs.ErrClosed)
+	if err := ch3.Close(); err != nil {
+		t.Fatal("Close of a channel its context closed:", err)
+	}
+	ch4, err := ctx.NewCompChannel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch4.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ctx.NewCQ(8, &verbs.CQOptions{Channel: ch4})
+	isErr(t, "NewCQ on a closed channel", err, verbs.ErrClosed)
 	_, err = ctx2.AllocPD()
 	isErr(t, "AllocPD after Context.Close", err, verbs.ErrClosed)
 
@@ -996,6 +1031,9 @@ func cmServer(t *testing.T, ctx context.Context, l *verbs.CMID) error {
 	if string(ev.PrivateData[:7]) != "first\x00\x00" {
 		return errors.New("server: bad private data in the first request: " + string(ev.PrivateData))
 	}
+	if err := id.Reject(make([]byte, 149)); !errors.Is(err, verbs.ErrInvalid) {
+		return fmt.Errorf("server: reject with 149 bytes of private data: %v, want ErrInvalid", err)
+	}
 	if err := id.Reject([]byte("go away")); err != nil {
 		return err
 	}
@@ -1030,6 +1068,9 @@ func cmServer(t *testing.T, ctx context.Context, l *verbs.CMID) error {
 	defer e.close()
 	if err := e.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{e.mr.SGE(0, 4096)}}); err != nil {
 		return err
+	}
+	if err := id.Accept(ctx, &verbs.ConnParam{PrivateData: make([]byte, 197)}); !errors.Is(err, verbs.ErrInvalid) {
+		return fmt.Errorf("server: accept with 197 bytes of private data: %v, want ErrInvalid", err)
 	}
 	if err := id.Accept(ctx, &verbs.ConnParam{PrivateData: []byte("welcome")}); err != nil {
 		return err
@@ -1078,6 +1119,10 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 			id.Close()
 			return nil, err
 		}
+		if err := id.Connect(ctx, &verbs.ConnParam{PrivateData: make([]byte, 57)}); !errors.Is(err, verbs.ErrInvalid) {
+			e.close()
+			return nil, fmt.Errorf("client: connect with 57 bytes of private data: %v, want ErrInvalid", err)
+		}
 		if err := id.Connect(ctx, &verbs.ConnParam{PrivateData: []byte(pdata)}); err != nil {
 			e.close()
 			return nil, err
@@ -1100,6 +1145,9 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	defer e.close()
 	if e.qp.State() != verbs.QPStateRTS {
 		return errors.New("client: QP not in RTS after Connect: " + e.qp.State().String())
+	}
+	if d := e.id.AcceptData(); !strings.HasPrefix(string(d), "welcome") {
+		return fmt.Errorf("client: accept private data %q, want \"welcome\"", d)
 	}
 	peer, err := e.id.PeerAddr()
 	if err != nil || peer.Addr().Unmap() != ap.Addr() || peer.Port() != ap.Port() {
@@ -1134,6 +1182,22 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	}
 	if st := e.qp.State(); st != verbs.QPStateError {
 		return errors.New("client: QP state after Disconnect: " + st.String())
+	}
+	// A closed identifier refuses everything, and closes its QP.
+	if err := e.id.Close(); err != nil {
+		return err
+	}
+	if err := e.id.Close(); err != nil {
+		return fmt.Errorf("client: second Close: %w", err)
+	}
+	if err := e.id.Listen(netip.AddrPort{}, 1); !errors.Is(err, verbs.ErrClosed) {
+		return fmt.Errorf("client: Listen after Close: %v, want ErrClosed", err)
+	}
+	if err := e.id.ResolveAddr(ctx, netip.AddrPort{}, ap); !errors.Is(err, verbs.ErrClosed) {
+		return fmt.Errorf("client: ResolveAddr after Close: %v, want ErrClosed", err)
+	}
+	if _, err := e.qp.Query(); !errors.Is(err, verbs.ErrClosed) {
+		return fmt.Errorf("client: the QP of a closed identifier: %v, want ErrClosed", err)
 	}
 	return nil
 }

@@ -56,7 +56,7 @@ func TestTwoGuestsRC(t *testing.T) {
 		return
 	}
 	ctx := openDev(t)
-	e := newEnd(t, ctx, endOpts{})
+	e := newEnd(t, ctx, endOpts{inline: 64})
 	m := e.mr.Bytes()
 	le := binary.LittleEndian
 	local := e.info(0x1000 + uint32(labenv.Role()[0]))
@@ -94,6 +94,9 @@ func TestTwoGuestsRC(t *testing.T) {
 		checkBytes(t, "rdma write", m[40960:40960+16384], want(16384, 13))
 		w = e.ok(4)
 		checkBytes(t, "final send", m[24576:24576+w.ByteLen], []byte("finished"))
+		// The chain's writes were placed before the final send (RC order).
+		checkBytes(t, "rdma write of two SGEs", m[57344:57344+500], append(want(300, 14), want(200, 15)...))
+		checkBytes(t, "inline rdma write", m[57344+512:57344+512+64], want(64, 16))
 		if got := le.Uint64(m[61440:]); got != 77 {
 			t.Fatalf("counter after FAA and CAS: %d, want 77", got)
 		}
@@ -131,6 +134,20 @@ func TestTwoGuestsRC(t *testing.T) {
 	if got := le.Uint64(m[8:]); got != 1005 {
 		t.Fatalf("compare-and-swap returned %d, want 1005", got)
 	}
+	// A chain in one post: a plain WRITE gathering two SGEs, an inline
+	// WRITE (its source overwritten right after the post), signaled last.
+	fill(m[20000:20300], 14)
+	fill(m[30000:30200], 15)
+	fill(m[31000:31064], 16)
+	if err := e.qp.PostSend(
+		verbs.SendWR{ID: 10, Op: verbs.OpWrite, SGL: []verbs.SGE{e.mr.SGE(20000, 300), e.mr.SGE(30000, 200)},
+			RemoteAddr: r.Addr + 57344, RKey: r.RKey},
+		verbs.SendWR{ID: 11, Op: verbs.OpWrite, Flags: verbs.SendInline | verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(31000, 64)},
+			RemoteAddr: r.Addr + 57344 + 512, RKey: r.RKey}); err != nil {
+		t.Fatal(err)
+	}
+	clear(m[31000:31064]) // inline: the data was copied at the post
+	e.ok(11)
 	copy(m[60000:], "finished")
 	post(verbs.SendWR{ID: 8, Op: verbs.OpSend, SGL: []verbs.SGE{e.mr.SGE(60000, 8)}})
 	// A bad rkey across the wire: an error completion, then the QP is in

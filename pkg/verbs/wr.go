@@ -247,6 +247,15 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 			return err
 		}
 	}
+	// Keep the AHs, MWs and MRs the requests point to in C from being
+	// destroyed by a concurrent Close until the provider has read them.
+	var h holds
+	defer h.release()
+	for i := range wrs {
+		if err := h.add(&wrs[i]); err != nil {
+			return &PostError{Op: "ibv_post_send", Index: i, Err: err}
+		}
+	}
 	qp.sendMu.Lock()
 	defer qp.sendMu.Unlock()
 	s, tmp := qp.sq.forChain(len(wrs), true)
@@ -270,6 +279,62 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		}
 	}
 	return nil
+}
+
+// holds is the set of objects a chain's work requests point to in C (an
+// AH; a bind's MW and MR), each held once (node.use) while it is posted.
+type holds struct {
+	fixed [4]*node
+	n     int
+	more  []*node // beyond fixed (a chain naming many AHs)
+}
+
+// add holds what w points to; ErrClosed if one of them is closed.
+func (h *holds) add(w *SendWR) error {
+	if w.AH != nil {
+		if err := h.hold(&w.AH.n); err != nil {
+			return err
+		}
+	}
+	if w.Op == OpBindMW {
+		if err := h.hold(&w.MW.n); err != nil {
+			return err
+		}
+		return h.hold(&w.BindMR.n)
+	}
+	return nil
+}
+
+func (h *holds) hold(n *node) error {
+	for _, m := range h.fixed[:h.n] {
+		if m == n {
+			return nil
+		}
+	}
+	for _, m := range h.more {
+		if m == n {
+			return nil
+		}
+	}
+	if err := n.use(); err != nil {
+		return err
+	}
+	if h.n < len(h.fixed) {
+		h.fixed[h.n] = n
+		h.n++
+	} else {
+		h.more = append(h.more, n)
+	}
+	return nil
+}
+
+func (h *holds) release() {
+	for _, n := range h.fixed[:h.n] {
+		n.unuse()
+	}
+	for _, n := range h.more {
+		n.unuse()
+	}
 }
 
 // fillSend writes w into d, its SGEs into sges from index off on, and
