@@ -24,9 +24,11 @@
 // SRQ and PD they use, MRs before their PD and before their Buffer, CQs
 // before their completion channel, everything before the device. A QP is a
 // child of each of its PD, CQs and SRQ, so closing any one of them closes the
-// QP. Any use of a closed object returns an error wrapping ErrClosed; a
-// goroutine blocked in CQ.Wait, Context.WaitAsyncEvent or a CMID call on an
-// object being closed returns at once with ErrClosed.
+// QP. Any use of a closed object returns an error wrapping ErrClosed (also
+// the AH of a posted work request, or the MW and MR of a bind: the post
+// holds them, so a concurrent Close waits until the provider has read
+// them); a goroutine blocked in CQ.Wait, Context.WaitAsyncEvent or a CMID
+// call on an object being closed returns at once with ErrClosed.
 //
 // # Memory
 //
