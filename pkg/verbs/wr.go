@@ -242,16 +242,15 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		return &PostError{Op: "ibv_post_send", Index: qp.cap.MaxSendWR,
 			Err: fmt.Errorf("%w: chain of %d, send queue holds %d", ErrQueueFull, len(wrs), qp.cap.MaxSendWR)}
 	}
+	// Check each request, and keep the AHs, MWs and MRs it points to in C
+	// from being destroyed by a concurrent Close until the provider has
+	// read them.
+	var h holds
+	defer h.release()
 	for i := range wrs {
 		if err := checkSend(i, &wrs[i], qp.typ, qp.cap); err != nil {
 			return err
 		}
-	}
-	// Keep the AHs, MWs and MRs the requests point to in C from being
-	// destroyed by a concurrent Close until the provider has read them.
-	var h holds
-	defer h.release()
-	for i := range wrs {
 		if err := h.add(&wrs[i]); err != nil {
 			return &PostError{Op: "ibv_post_send", Index: i, Err: err}
 		}
