@@ -515,7 +515,7 @@ func childTarget() int {
 		os.Stderr.WriteString("child target: " + err.Error() + "\n")
 		return 2
 	}
-	labenv.Signal(os.Getenv(childReadyEnv)) // the test's barrier b("dies-ready")
+	labenv.Signal(os.Getenv(childReadyEnv)) // the test's ready barrier
 	select {}
 }
 
@@ -527,13 +527,7 @@ func TestLabTargetDies(t *testing.T) { forModes(t, testTargetDies) }
 func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	port := 7530 + uint16(mode)
 	if server(t) {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(int(mode)), childReadyEnv+"="+b("dies-ready"))
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer cmd.Process.Kill()
+		cmd := startChild(t, mode, b("dies-ready"))
 		await(t, b("dies-kill"))
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -548,22 +542,7 @@ func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	defer signal(t, b("dies-kill"))
 	s := dial(t, port, "dies-src")
 	ctx := timeout(t, 120*time.Second)
-	if err := s.PutWait(ctx, 0, []byte("before")); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.PutWait(ctx, 64, []byte{0xff, 1, 2, 3}); err != nil { // the handler sticks on it
-		t.Fatal(err)
-	}
-	flushed := make(chan error, 1)
-	go func() { flushed <- s.Flush(ctx) }()
-	select {
-	case err := <-flushed:
-		t.Fatalf("Flush returned while the handler is stuck: %v", err)
-	case <-time.After(time.Second):
-	}
+	flushed := stuckFlush(ctx, t, s, time.Second)
 	signal(t, b("dies-kill"))
 	await(t, b("dies-killed"))
 	start := time.Now()
@@ -598,6 +577,45 @@ func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string)
 		t.Logf("Dial to the dead target: %v", err)
 	}
 	signal(t, b("dies-done"))
+}
+
+// startChild starts the child target (childTarget) for mode; it raises
+// the barrier ready once it serves, and is killed with the test.
+func startChild(t *testing.T, mode activeaccess.Mode, ready string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), childEnv+"="+strconv.Itoa(int(mode)), childReadyEnv+"="+ready)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// stuckFlush makes s's next Flush wait on the child target's stuck
+// handler: a put and a flush that succeed, then a put the handler sticks
+// on and a Flush, which must still be waiting after d. It returns the
+// Flush's result to come.
+func stuckFlush(ctx context.Context, t *testing.T, s *activeaccess.Source, d time.Duration) <-chan error {
+	t.Helper()
+	if err := s.PutWait(ctx, 0, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutWait(ctx, 64, []byte{0xff, 1, 2, 3}); err != nil { // the handler sticks on it
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush(ctx) }()
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned while the handler is stuck: %v", err)
+	case <-time.After(d):
+	}
+	return flushed
 }
 
 // TestLabMisuse: bad arguments, use after Close, Close twice, on both

@@ -43,7 +43,7 @@ type sqEntry struct {
 type sendQueue struct {
 	wrs []verbs.SendWR // queued, not posted; SGL set when posting
 	sge []verbs.SGE    // each queued request's one SGE
-	ops []*Op          // each queued request's operation (nil: a marker)
+	ops []*Op          // each queued request's operation (nil: a marker or a probe)
 
 	flight     []sqEntry // ring of posted requests, oldest at head
 	head, n    int
@@ -88,9 +88,9 @@ func (q *sendQueue) find(id uint64) int {
 	return -1
 }
 
-// queueLocked adds a work request with exactly one SGE, for o (nil: a
-// marker), to the queue; s.mu held, its send queue slot already taken
-// from sqFree.
+// queueLocked adds a work request with exactly one SGE (one of length 0
+// stands for none), for o (nil: a marker or a probe), to the queue; s.mu
+// held, its send queue slot already taken from sqFree.
 func (s *Source) queueLocked(wr verbs.SendWR, o *Op) {
 	q := &s.sq
 	q.sge = append(q.sge, wr.SGL[0])
@@ -121,6 +121,9 @@ func (s *Source) postLocked() error {
 		for i := 0; i < k; i++ {
 			w := &q.wrs[i]
 			w.SGL = q.sge[i : i+1 : i+1]
+			if q.sge[i].Length == 0 { // a probe: no data, no SGE
+				w.SGL = nil
+			}
 			q.sinceSig++
 			if i == k-1 || q.sinceSig >= q.sigEvery {
 				w.Flags |= verbs.SendSignaled
@@ -179,12 +182,14 @@ func (s *Source) sendCompletedLocked(wc verbs.WC) {
 	for ; j > 0; j-- {
 		e := q.pop()
 		s.sqFree++
+		s.probing = s.probing && e.id&wrProbe == 0
 		if e.op != nil {
 			s.sentLocked(e.op, nil)
 		}
 	}
 	e := q.pop()
 	s.sqFree++
+	s.probing = s.probing && e.id&wrProbe == 0
 	if werr == nil {
 		if e.op != nil {
 			s.sentLocked(e.op, nil)

@@ -20,7 +20,16 @@ const (
 	wrOp          = 0
 	wrMarker      = 1 << 62
 	wrStatus      = 1 << 61
+	wrProbe       = 1 << 60
 )
+
+// retryCount is the connection's transport retry count (both sides take
+// the connecting side's). Not 7: rxe resends forever with 7, and a target
+// whose host vanished would never be noticed.
+const retryCount = 6
+
+// DefaultKeepAlive is SourceConfig.KeepAlive's default.
+const DefaultKeepAlive = time.Second
 
 // SourceConfig configures Dial.
 type SourceConfig struct {
@@ -33,6 +42,20 @@ type SourceConfig struct {
 	Staging int
 	// Depth is how many operations may be in flight; default 64.
 	Depth int
+	// KeepAlive is how long a Flush, a Reply or a wait for credits goes
+	// without any completion before the source probes the target with a
+	// zero-length RDMA WRITE, which the target's NIC acknowledges without
+	// its software. A target whose host vanished without disconnecting
+	// fails the probe once the transport gives up resending it (see
+	// AckTimeout), and the wait fails with ErrDisconnected instead of
+	// lasting until its context ends. Default DefaultKeepAlive; negative:
+	// no probes.
+	KeepAlive time.Duration
+	// AckTimeout is how long the connection waits for an acknowledgement
+	// before it resends (verbs.CMID.SetAckTimeout); a target that stopped
+	// answering is declared gone after about 8 times this. Zero keeps
+	// rdma_cm's default: 2.1 s on RoCE, so about 17 s.
+	AckTimeout time.Duration
 }
 
 // Source is a connection from this process to one Target, through which
@@ -73,6 +96,7 @@ type Source struct {
 	lastPlain  uint64
 	replies    []Reply
 	processed  uint64
+	probing    bool // a keep-alive probe is in flight
 	stats      SourceStats
 	// ModeMediated: the inbox at the target, allocated like staging
 	// memory; its spans are freed when their epoch is acknowledged.
@@ -89,6 +113,7 @@ type SourceStats struct {
 	Markers     uint64 // markers sent (credit returns and flushes)
 	Acked       uint64 // markers the target acknowledged
 	Replies     uint64 // replies received
+	Probes      uint64 // keep-alive probes sent (SourceConfig.KeepAlive)
 	// Posts counts chains posted (one ibv_post_send, one system call on
 	// rxe, each); Signaled and Unsignaled the work requests posted with
 	// and without a completion requested.
@@ -122,11 +147,16 @@ func Dial(ctx context.Context, addr netip.AddrPort, cfg *SourceConfig) (*Source,
 	if c.Depth == 0 {
 		c.Depth = 64
 	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
+	}
 	switch {
 	case len(c.Name) > nameLen:
 		return nil, fmt.Errorf("%w: source name of %d bytes (at most %d)", ErrInvalid, len(c.Name), nameLen)
 	case c.Staging < 0 || c.Depth < 1 || c.Depth > 4096:
 		return nil, fmt.Errorf("%w: staging %d, depth %d", ErrInvalid, c.Staging, c.Depth)
+	case c.AckTimeout < 0:
+		return nil, fmt.Errorf("%w: ACK timeout %v", ErrInvalid, c.AckTimeout)
 	case !addr.IsValid():
 		return nil, fmt.Errorf("%w: target address %v", ErrInvalid, addr)
 	}
@@ -148,6 +178,11 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 	var err error
 	if s.id, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return fmt.Errorf("activeaccess: dial: %w", err)
+	}
+	if s.cfg.AckTimeout > 0 {
+		if err := s.id.SetAckTimeout(s.cfg.AckTimeout); err != nil {
+			return fmt.Errorf("activeaccess: dial: %w", err)
+		}
 	}
 	if err := s.id.ResolveAddr(ctx, netip.AddrPort{}, addr); err != nil {
 		return fmt.Errorf("activeaccess: dial %v: %w", addr, err)
@@ -185,7 +220,8 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 		}
 	}
 	h := hello{Version: protoVersion, Modes: 1<<ModeTransparent | 1<<ModeMediated, Name: s.cfg.Name, QPN: s.qp.QPN()}
-	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
+	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth,
+		RetryCount: retryCount})
 	var rej *verbs.RejectError
 	if errors.As(err, &rej) {
 		return &RejectError{Reason: parseRefusal(rej.PrivateData), Status: rej.Status}
@@ -288,8 +324,16 @@ func (s *Source) usable() error {
 }
 
 // wait releases s.mu until something changes or ctx ends; s.mu held.
+// When nothing changed for KeepAlive it probes the target (probeLocked)
+// and returns nil, so the caller checks its condition again.
 func (s *Source) wait(ctx context.Context) error {
 	ch := s.changed
+	var idle <-chan time.Time
+	if s.cfg.KeepAlive > 0 {
+		t := time.NewTimer(s.cfg.KeepAlive)
+		defer t.Stop()
+		idle = t.C
+	}
 	s.mu.Unlock()
 	defer s.mu.Lock()
 	select {
@@ -297,7 +341,29 @@ func (s *Source) wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-idle:
+		s.mu.Lock()
+		s.probeLocked()
+		s.mu.Unlock()
+		return nil
 	}
+}
+
+// probeLocked posts a signaled zero-length RDMA WRITE unless one is in
+// flight or the send queue is full (then what fills it probes as well).
+// The target's NIC acknowledges it; if the target's host is gone, it
+// fails with a retry error once the transport stops resending, which
+// breaks the connection. s.mu held.
+func (s *Source) probeLocked() {
+	if s.probing || s.sqFree == 0 || s.usable() != nil {
+		return
+	}
+	s.probing = true
+	s.sqFree--
+	s.stats.Probes++
+	s.queueLocked(verbs.SendWR{ID: wrProbe | s.stats.Probes, Op: verbs.OpWrite,
+		RemoteAddr: s.g.Addr, RKey: s.g.RKey, SGL: []verbs.SGE{{}}}, nil)
+	s.postLocked() // a failure breaks the connection, which the caller sees
 }
 
 // breakLocked records the connection's first fatal error; s.mu held.
@@ -575,6 +641,9 @@ func (s *Source) markerLocked(flush bool) {
 // the call has completed and been processed by the target's handlers
 // (the paper's active flush); the replies those handlers sent are then
 // available from Reply. Plain operations are not covered (FlushPlain).
+// While it waits the source probes the target (SourceConfig.KeepAlive),
+// so a target whose host vanished fails it with ErrDisconnected; a live
+// target whose handlers are slow keeps it waiting until ctx ends.
 // Errors: ErrClosed, ErrDisconnected (or the error of a failed
 // operation, which broke the connection), ctx's error.
 func (s *Source) Flush(ctx context.Context) error {

@@ -104,8 +104,12 @@ type ConnParam struct {
 	PrivateData        []byte
 	ResponderResources uint8 // incoming RDMA READ/atomic depth; 0 means 1
 	InitiatorDepth     uint8 // outgoing RDMA READ/atomic depth; 0 means 1
-	RetryCount         uint8 // 0 means 7
-	RNRRetryCount      uint8 // 0 means 7
+	// RetryCount is how often a request is resent before it fails with
+	// WCRetryExcErr; 0 means 7. rxe (Linux 6.1) resends forever with 7,
+	// so a peer whose host vanished is never noticed there: use 6 or
+	// less to bound that (see CMID.SetAckTimeout).
+	RetryCount    uint8
+	RNRRetryCount uint8 // 0 means 7
 }
 
 // CMID is an rdma_cm identifier (struct rdma_cm_id) with its own event
@@ -430,6 +434,49 @@ func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 		}
 	}
 	return err
+}
+
+// SetAckTimeout sets how long the connection's QP waits for an
+// acknowledgement before it sends a request again (rdma_cm's
+// RDMA_OPTION_ID_ACK_TIMEOUT, applied to this side only). After
+// ConnParam.RetryCount resends the work request fails with
+// WCRetryExceeded, so this bounds how long a peer whose host vanished goes
+// unnoticed: about (RetryCount+1) × d. d is rounded up to the transport's
+// steps of 4.096 µs × 2^n; rdma_cm's default on RoCE is 2^19 steps
+// (2.1 s, about 17 s with 7 retries). Call it before Connect or Accept.
+// Errors: ErrInvalid for d ≤ 0 or beyond 2^31 steps (about 2.4 hours),
+// ErrClosed, or the errno of rdma_set_option (EINVAL on an identifier
+// that is not for RC, PSUDP).
+func (id *CMID) SetAckTimeout(d time.Duration) error {
+	n, ok := ackTimeoutExp(d)
+	if !ok {
+		return fmt.Errorf("%w: ACK timeout %v (from 1 ns to %v)", ErrInvalid, d, ackStep<<31)
+	}
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	rc := C.shim_cm_set_ack_timeout(id.c, C.uint8_t(n))
+	id.n.unuse()
+	if rc != 0 {
+		return opErr("rdma_set_option ACK timeout", int(rc))
+	}
+	return nil
+}
+
+// ackStep is the unit of the transport's ACK timeout: 4.096 µs.
+const ackStep = 4096 * time.Nanosecond
+
+// ackTimeoutExp is the smallest n with 4.096 µs × 2^n ≥ d, at least 1
+// (0 would disable the timer), and whether d is in range.
+func ackTimeoutExp(d time.Duration) (uint8, bool) {
+	if d <= 0 || d > ackStep<<31 {
+		return 0, false
+	}
+	n := uint8(1)
+	for ackStep<<n < d {
+		n++
+	}
+	return n, true
 }
 
 // AcceptData returns the private data the peer passed to Accept, once

@@ -1075,6 +1075,10 @@ func cmServer(t *testing.T, ctx context.Context, l *verbs.CMID) error {
 	if err := id.Accept(ctx, &verbs.ConnParam{PrivateData: []byte("welcome")}); err != nil {
 		return err
 	}
+	// The passive side takes the connecting side's retry count.
+	if a, err := e.qp.Query(); err != nil || a.RetryCount != 5 {
+		return fmt.Errorf("server: QP retry count %d (%v), want the client's 5", a.RetryCount, err)
+	}
 	w, err := cmWait(ctx, e.cq, 1)
 	if err != nil {
 		return err
@@ -1106,6 +1110,14 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 		if err != nil {
 			return nil, err
 		}
+		if err := id.SetAckTimeout(0); !errors.Is(err, verbs.ErrInvalid) {
+			id.Close()
+			return nil, fmt.Errorf("client: SetAckTimeout(0): %v, want ErrInvalid", err)
+		}
+		if err := id.SetAckTimeout(100 * time.Millisecond); err != nil { // 2^15 steps
+			id.Close()
+			return nil, err
+		}
 		if err := id.ResolveAddr(ctx, netip.AddrPort{}, ap); err != nil {
 			id.Close()
 			return nil, err
@@ -1123,7 +1135,7 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 			e.close()
 			return nil, fmt.Errorf("client: connect with 57 bytes of private data: %v, want ErrInvalid", err)
 		}
-		if err := id.Connect(ctx, &verbs.ConnParam{PrivateData: []byte(pdata)}); err != nil {
+		if err := id.Connect(ctx, &verbs.ConnParam{PrivateData: []byte(pdata), RetryCount: 5}); err != nil {
 			e.close()
 			return nil, err
 		}
@@ -1145,6 +1157,9 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	defer e.close()
 	if e.qp.State() != verbs.QPStateRTS {
 		return errors.New("client: QP not in RTS after Connect: " + e.qp.State().String())
+	}
+	if a, err := e.qp.Query(); err != nil || a.Timeout != 15 || a.RetryCount != 5 {
+		return fmt.Errorf("client: QP ACK timeout %d, retry count %d (%v), want 15 and 5", a.Timeout, a.RetryCount, err)
 	}
 	if d := e.id.AcceptData(); !strings.HasPrefix(string(d), "welcome") {
 		return fmt.Errorf("client: accept private data %q, want \"welcome\"", d)
@@ -1192,6 +1207,9 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	}
 	if err := e.id.Listen(netip.AddrPort{}, 1); !errors.Is(err, verbs.ErrClosed) {
 		return fmt.Errorf("client: Listen after Close: %v, want ErrClosed", err)
+	}
+	if err := e.id.SetAckTimeout(time.Second); !errors.Is(err, verbs.ErrClosed) {
+		return fmt.Errorf("client: SetAckTimeout after Close: %v, want ErrClosed", err)
 	}
 	if err := e.id.ResolveAddr(ctx, netip.AddrPort{}, ap); !errors.Is(err, verbs.ErrClosed) {
 		return fmt.Errorf("client: ResolveAddr after Close: %v, want ErrClosed", err)

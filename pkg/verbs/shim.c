@@ -297,6 +297,13 @@ int shim_get_cm_event(struct rdma_event_channel *ch, struct shim_cm_event *out)
 	return 0;
 }
 
+/* rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT) with the value in C memory. */
+int shim_cm_set_ack_timeout(struct rdma_cm_id *id, uint8_t t)
+{
+	return rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+			       &t, sizeof(t)) ? (errno ? errno : EIO) : 0;
+}
+
 int shim_cm_connect(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr,
 		    uint8_t id_, uint8_t retry, uint8_t rnr)
 {

@@ -100,6 +100,7 @@ int shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64
 int shim_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq);
 int shim_get_async_event(struct ibv_context *ctx, struct shim_async *out);
 int shim_get_cm_event(struct rdma_event_channel *ch, struct shim_cm_event *out);
+int shim_cm_set_ack_timeout(struct rdma_cm_id *id, uint8_t t);
 int shim_cm_connect(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t id_, uint8_t retry, uint8_t rnr);
 int shim_cm_accept(struct rdma_cm_id *id, const void *pd, uint8_t pdlen, uint8_t rr, uint8_t id_, uint8_t rnr);
 int shim_errno(void);

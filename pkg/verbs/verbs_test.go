@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestWCStatus(t *testing.T) {
@@ -258,5 +259,29 @@ func TestNoDeviceOnHost(t *testing.T) {
 	}
 	if _, err := Open(""); !errors.Is(err, ErrNoDevice) {
 		t.Fatalf("Open on a host without devices: %v", err)
+	}
+}
+
+func TestAckTimeoutExp(t *testing.T) {
+	for _, c := range []struct {
+		d  time.Duration
+		n  uint8
+		ok bool
+	}{
+		{0, 0, false},
+		{-time.Second, 0, false},
+		{time.Nanosecond, 1, true},
+		{8192 * time.Nanosecond, 1, true},
+		{8193 * time.Nanosecond, 2, true},
+		{100 * time.Millisecond, 15, true}, // 134 ms
+		{134217728 * time.Nanosecond, 15, true},
+		{2147483648 * time.Nanosecond, 19, true}, // rdma_cm's RoCE default
+		{ackStep << 31, 31, true},
+		{ackStep<<31 + 1, 0, false},
+	} {
+		n, ok := ackTimeoutExp(c.d)
+		if n != c.n || ok != c.ok {
+			t.Errorf("ackTimeoutExp(%v) = %d, %v; want %d, %v", c.d, n, ok, c.n, c.ok)
+		}
 	}
 }

@@ -10,7 +10,9 @@
 # reply is there); two sources flood a small log with a slow handler and
 # the module never refuses an access (credits); a third source is refused;
 # the target process is killed while a source waits in Flush (the flush
-# fails with ErrDisconnected, no hang); misuse errors on both sides; a
+# fails with ErrDisconnected, no hang); the target's link goes down while
+# a source waits in Flush (its keep-alive probe fails the flush with
+# ErrDisconnected within about a second); misuse errors on both sides; a
 # source that ignores credits is refused with an error while every put
 # that succeeded is handled. Each test runs in the transparent and the
 # library-mediated mode (TestLabRogue: transparent only).
