@@ -799,7 +799,13 @@ static void aa_unregister(int n)
 	}
 }
 
-/* Register the hooks and pin rdma_rxe; aa_mutex held. */
+static int aa_find_rxe(struct module *owner);
+
+/*
+ * Register the hooks and pin rdma_rxe; aa_mutex held. rdma_rxe's symbols
+ * are looked up again each time: rxe may have been unloaded and loaded
+ * at another address while nothing was armed.
+ */
 static int aa_hook(struct module *owner)
 {
 	int ret = 0, i;
@@ -808,6 +814,11 @@ static int aa_hook(struct module *owner)
 		return 0;
 	if (!try_module_get(owner))
 		return -ENODEV;
+	ret = aa_find_rxe(owner);
+	if (ret) {
+		module_put(owner);
+		return ret;
+	}
 	for (i = 0; i < AA_NHOOKS; i++) {
 		struct aa_hook *h = &aa_hooks[i];
 
@@ -1596,40 +1607,62 @@ bool rdmaplus_aa_supported(void)
 	return aa_ok && !aa_layout_bad;
 }
 
-int rdmaplus_aa_init(void)
+/*
+ * Look up the rdma_rxe (and ib_core) functions the hooks need and, with
+ * owner (the rxe module pinned by aa_hook), check that they lie in it.
+ * Only called while no hook is registered: the callbacks read these.
+ */
+static int aa_find_rxe(struct module *owner)
 {
 	int (*size_offset)(unsigned long addr, unsigned long *size,
 			   unsigned long *off);
-	unsigned long copy, iova, dereg, resp, off = 0;
-	int ret, i;
+	unsigned long copy, iova, data, dereg, resp, size = 0, off = 0;
 
-	INIT_WORK(&aa_gc_work, aa_gc);
 	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
 	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
-	aa_copy_data_start = aa_kallsyms("rdma_rxe:copy_data");
+	data = aa_kallsyms("rdma_rxe:copy_data");
 	dereg = aa_kallsyms("ib_core:ib_dereg_mr_user");
 	resp = aa_kallsyms("rdma_rxe:rxe_responder");
 	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
-	if (!copy || !iova || !aa_copy_data_start || !dereg || !resp ||
-	    !size_offset) {
+	if (!copy || !iova || !data || !dereg || !resp || !size_offset) {
 		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, ib_dereg_mr_user %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
 		       copy ? "found" : "missing", iova ? "found" : "missing",
-		       aa_copy_data_start ? "found" : "missing",
+		       data ? "found" : "missing",
 		       resp ? "found" : "missing",
 		       dereg ? "found" : "missing");
 		return -ENOENT;
 	}
-	if (!size_offset(aa_copy_data_start, &aa_copy_data_size, &off) ||
-	    off || !aa_copy_data_size || aa_copy_data_size > 65536) {
+	if (!size_offset(data, &size, &off) || off || !size || size > 65536) {
 		pr_err("rdma_rxe not recognised: copy_data has no sane extent\n");
 		return -ENOENT;
 	}
+	if (owner && !(within_module(copy, owner) &&
+		       within_module(iova, owner) &&
+		       within_module(data, owner) &&
+		       within_module(resp, owner))) {
+		pr_err("the device's driver %s is not the rdma_rxe whose functions were found\n",
+		       module_name(owner));
+		return -ENOENT;
+	}
+	aa_copy_data_start = data;
+	aa_copy_data_size = size;
 	aa_rxe_mr_copy = (void *)copy;
 	aa_iova_to_vaddr = (void *)iova;
 	aa_hooks[AA_HOOK_COPY].addr = copy;
 	aa_hooks[AA_HOOK_ATOMIC].addr = iova;
 	aa_hooks[AA_HOOK_DEREG].addr = dereg;
 	aa_hooks[AA_HOOK_RESP].addr = resp;
+	return 0;
+}
+
+int rdmaplus_aa_init(void)
+{
+	int ret, i;
+
+	INIT_WORK(&aa_gc_work, aa_gc);
+	ret = aa_find_rxe(NULL);
+	if (ret)
+		return ret;
 	for (i = 0; i < ARRAY_SIZE(aa_cur_task); i++)
 		raw_spin_lock_init(&aa_cur_task[i].lock);
 	for_each_possible_cpu(i)

@@ -85,7 +85,9 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	if server(t) {
 		tg := listen(t, port, activeaccess.TargetConfig{Size: 8 * page, LogSize: 1 << 16, Mode: mode})
 		var ra, rb recorder
-		da, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+		// Wake-ups batched by 16 and no interval: a flush must still
+		// pass the entries short of a batch (the marker wakes the runtime).
+		da, err := tg.NewDomain(activeaccess.DomainConfig{Threshold: 16, Handler: func(a *activeaccess.Access) {
 			ra.add(a)
 			if err := a.Reply(sum(a.Data)); err != nil {
 				t.Errorf("Reply: %v", err)

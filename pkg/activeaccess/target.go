@@ -395,7 +395,13 @@ func (t *Target) addMarker(p *pendingMarker) {
 		return
 	}
 	for d := range t.domains {
-		p.snap = append(p.snap, headSnap{d, d.head()})
+		h := d.head()
+		p.snap = append(p.snap, headSnap{d, h})
+		if h > d.done.Load() && d.kd != nil && d.cfg.Notify == Event && d.cfg.Threshold > 1 {
+			// Fewer entries than the threshold would not wake the
+			// runtime, and the marker would wait for them for good.
+			d.kd.Wake()
+		}
 	}
 	t.markers = append(t.markers, p)
 	t.mu.Unlock()

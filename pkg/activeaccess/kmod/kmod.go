@@ -2,6 +2,7 @@ package kmod
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -406,6 +407,28 @@ func (dm *Domain) Wait(ctx context.Context) (uint64, error) {
 		return 0, &Error{Op: "read eventfd", Err: err}
 	}
 	return *(*uint64)(unsafe.Pointer(&b[0])), nil
+}
+
+// Wake makes a pending or the next Wait return, as if the kernel had
+// signalled: for a consumer that must look at the log before the
+// threshold is reached. It needs Notify first (ErrInvalid otherwise);
+// ErrClosed when the domain is closed.
+func (dm *Domain) Wake() error {
+	dm.mu.Lock()
+	evt := dm.evt
+	dm.mu.Unlock()
+	if evt == nil {
+		return fmt.Errorf("%w: Wake before Notify", ErrInvalid)
+	}
+	var one [8]byte
+	binary.NativeEndian.PutUint64(one[:], 1)
+	if _, err := evt.Write(one[:]); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return ErrClosed
+		}
+		return &Error{Op: "write eventfd", Err: err}
+	}
+	return nil
 }
 
 // Ring positions in the mapped header page.

@@ -8,7 +8,8 @@
 # pages, neither rdma_rxe nor our module can be unloaded; once it is
 # killed (kill -9) both could be and ours is; without rdma_rxe our module
 # refuses to load with a clear message; with rxe back it loads again and
-# arms pages.
+# arms pages; rxe unloaded and loaded again under an idle rdmaplus, arming
+# works (the hooks look rxe's functions up again at each first arm).
 set -euo pipefail
 
 ko=$LAB_KMODS
@@ -71,3 +72,11 @@ for _ in $(seq 100); do ibv_devinfo -d "$LAB_DEVICE" 2>/dev/null | grep -q PORT_
 insmod "$ko"
 [ -c "$LAB_KMOD_DEV" ] || lab_fail "$LAB_KMOD_DEV missing after reload"
 lab_gotest kmod -test.v -test.run '^(TestLabWriteLogged|TestLabKill9)$'
+
+echo "== rxe reloaded under an idle rdmaplus: arming looks its functions up again"
+rdma link delete "$LAB_DEVICE"
+rmmod rdma_rxe || lab_fail "rdma_rxe cannot be unloaded while rdmaplus is idle"
+insmod "$rxe_ko"
+rdma link add "$LAB_DEVICE" type rxe netdev eth0
+for _ in $(seq 100); do ibv_devinfo -d "$LAB_DEVICE" 2>/dev/null | grep -q PORT_ACTIVE && break; sleep 0.05; done
+lab_gotest kmod -test.v -test.run '^TestLabWriteLogged$'
