@@ -168,10 +168,6 @@ func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
 	}
 	w.mu.Lock()
 	comp := w.slab.get()
-	if comp == nil {
-		w.mu.Unlock()
-		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, invalidf("no completion slot left"))
-	}
 	b, err := w.st.post(addr, uint64(len(mem)), po, comp)
 	if err != nil {
 		w.slab.put(comp)
@@ -357,6 +353,15 @@ func (w *Window) Close() error {
 	return nil
 }
 
+// fail hands the window's pending buffers over with FlagFailed: the
+// endpoint failed (Endpoint.failed).
+func (w *Window) fail() {
+	w.mu.Lock()
+	w.st.fail()
+	w.mu.Unlock()
+	w.flush()
+}
+
 // Stats returns the window's counters.
 func (w *Window) Stats() Stats {
 	w.mu.Lock()
@@ -394,7 +399,8 @@ func (p *Posted) Load() (Record, bool) {
 // (the paper's Monitor/MWait on the completion pointer) and returns its
 // record; on a buffer the application released, it waits for the buffer's
 // next epoch. Errors: ctx's error; ErrClosed (with the record of what
-// arrived) when the window closed before the epoch completed; ErrInvalid
+// arrived) when the window closed before the epoch completed; ErrFailed
+// (with the record) when the endpoint failed first; ErrInvalid
 // for a released one-time buffer, which has no next epoch.
 func (p *Posted) Wait(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
@@ -411,6 +417,9 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 			return r, fmt.Errorf("wait on window %v: one-time buffer released: %w", p.w.mailbox, ErrInvalid)
 		}
 		return r, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ErrClosed)
+	}
+	if r.Flags&FlagFailed != 0 {
+		return r, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ErrFailed)
 	}
 	if r.Flags&FlagClosed != 0 {
 		return r, fmt.Errorf("wait on window %v: %w", p.w.mailbox, ErrClosed)

@@ -61,6 +61,7 @@ type Endpoint struct {
 
 	mu        sync.Mutex
 	closed    bool
+	failErr   error                    // wraps ErrFailed once the engine failed
 	links     map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
 	accepted  map[uint64]*link         // links peers dialled, by link ID
 	byQPN     map[uint32]*stripe
@@ -145,7 +146,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 	if err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
-	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin}); err != nil {
+	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin, onFail: ep.failed}); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -205,10 +206,61 @@ func (ep *Endpoint) InitWindow(mb Mailbox, opts WindowOptions) (*Window, error) 
 func (ep *Endpoint) use() error {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	return ep.downLocked()
+}
+
+// downLocked says why the endpoint takes no more work: closed or failed;
+// ep.mu held.
+func (ep *Endpoint) downLocked() error {
 	if ep.closed {
 		return fmt.Errorf("rvma: endpoint %v: %w", ep.addr, ErrClosed)
 	}
-	return nil
+	return ep.failErr
+}
+
+// Err returns why the endpoint failed (wrapping ErrFailed), or nil.
+func (ep *Endpoint) Err() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	return ep.failErr
+}
+
+// failed takes the engine's first failure. A window whose bind or unbind
+// failed can neither accept puts nor be guarded any more, so the endpoint
+// stops: its links go down first (nothing arrives any more), then every
+// window hands its pending buffers over with FlagFailed, and every later
+// call fails with ErrFailed.
+func (ep *Endpoint) failed(cause error) {
+	err := fmt.Errorf("%w: %v: %w", ErrFailed, ep.addr, cause)
+	ep.mu.Lock()
+	if ep.closed || ep.failErr != nil {
+		ep.mu.Unlock()
+		return
+	}
+	ep.failErr = err
+	links := ep.allLinksLocked()
+	ep.mu.Unlock()
+	for _, l := range links {
+		l.fail(err, true)
+	}
+	for _, w := range ep.e.table.Values() {
+		w.fail()
+	}
+}
+
+// allLinksLocked returns the links this endpoint dialled or accepted;
+// ep.mu held.
+func (ep *Endpoint) allLinksLocked() []*link {
+	links := make([]*link, 0, len(ep.links)+len(ep.accepted))
+	for _, l := range ep.links {
+		if l.dial {
+			links = append(links, l)
+		}
+	}
+	for _, l := range ep.accepted {
+		links = append(links, l)
+	}
+	return links
 }
 
 // EndpointStats are an endpoint's counters.
@@ -258,15 +310,7 @@ func (ep *Endpoint) Close() error {
 		return nil
 	}
 	ep.closed = true
-	links := make([]*link, 0, len(ep.links)+len(ep.accepted))
-	for _, l := range ep.links {
-		if l.dial {
-			links = append(links, l)
-		}
-	}
-	for _, l := range ep.accepted {
-		links = append(links, l)
-	}
+	links := ep.allLinksLocked()
 	ep.mu.Unlock()
 
 	ep.cancel()

@@ -87,7 +87,9 @@ type engine struct {
 	opts engineOptions
 	stop context.CancelFunc
 	wg   sync.WaitGroup
-	errs chan error
+	// failErr is the first failure of the engine's own work requests
+	// (guarded by mu); opts.onFail is told of it once.
+	failErr error
 }
 
 // engineOptions tune an engine.
@@ -96,6 +98,9 @@ type engineOptions struct {
 	// instead of sleeping on the completion channel: lower latency for two
 	// busy CPUs.
 	Spin bool
+	// onFail is told, on a goroutine of its own, of the first failure
+	// of a bind, an unbind or a receive post (nil: nobody).
+	onFail func(error)
 }
 
 type bindOp struct {
@@ -148,7 +153,7 @@ const (
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
-		ops: map[uint64]bindOp{}, errs: make(chan error, 16), pushes: map[uint32]*Window{},
+		ops: map[uint64]bindOp{}, pushes: map[uint32]*Window{},
 		born: time.Now(), kick: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
@@ -360,10 +365,17 @@ func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length u
 	}
 }
 
+// fail records the engine's first failure and tells onFail; a window
+// whose bind or unbind failed would otherwise wait for it for good.
 func (e *engine) fail(err error) {
-	select {
-	case e.errs <- err:
-	default:
+	e.mu.Lock()
+	first := e.failErr == nil
+	if first {
+		e.failErr = err
+	}
+	e.mu.Unlock()
+	if first && e.opts.onFail != nil {
+		go e.opts.onFail(err)
 	}
 }
 

@@ -323,16 +323,12 @@ func labEngineSetup(t *testing.T) (*engine, *labSender) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := newEngine(dev, true, net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops})
+	e, err := newEngine(dev, true, net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops,
+		onFail: func(err error) { t.Errorf("engine: %v", err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	go func() {
-		for err := range e.errs {
-			t.Errorf("engine: %v", err)
-		}
-	}()
 
 	// The sender: its own PD and CQ on the same device, two stripes.
 	pd, _ := e.dev.AllocPD()

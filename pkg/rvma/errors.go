@@ -36,6 +36,12 @@ var (
 	// ErrInvalid is returned for arguments the API forbids and for
 	// malformed wire data.
 	ErrInvalid = errors.New("rvma: invalid argument")
+	// ErrFailed is returned by every call on an endpoint whose receiving
+	// machinery failed (a memory window bind or unbind, or a receive
+	// queue post, failed: the device or its driver is broken). Its links
+	// are down, and every window handed its pending buffers over with
+	// FlagFailed. Only Close is left to do; Endpoint.Err says why.
+	ErrFailed = errors.New("rvma: endpoint failed")
 )
 
 // invalidf returns an error wrapping ErrInvalid.

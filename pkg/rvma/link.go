@@ -85,9 +85,9 @@ func (ep *Endpoint) newStripe(l *link, idx int, id *verbs.CMID) (*stripe, error)
 // dial failed: unreachable, refused, timed out) or ctx's error.
 func (ep *Endpoint) link(ctx context.Context, dst netip.AddrPort) (*link, error) {
 	ep.mu.Lock()
-	if ep.closed {
+	if err := ep.downLocked(); err != nil {
 		ep.mu.Unlock()
-		return nil, fmt.Errorf("rvma: endpoint %v: %w", ep.addr, ErrClosed)
+		return nil, err
 	}
 	l := ep.links[dst]
 	if l == nil {
@@ -330,13 +330,13 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 	}
 	ep.mu.Lock()
 	l := ep.accepted[h.LinkID]
-	if l == nil && !ep.closed {
+	if l == nil && ep.downLocked() == nil {
 		l = newLink(ep, h.Listen, h.LinkID, int(h.Stripes), false)
 		ep.accepted[h.LinkID] = l
 	}
 	// A stripe index already connected is a replacement: the dialer
 	// re-dials a stripe it saw fail (this side may not have noticed yet).
-	ok := !ep.closed && len(l.stripes) == int(h.Stripes) && l.peer == h.Listen
+	ok := ep.downLocked() == nil && l != nil && len(l.stripes) == int(h.Stripes) && l.peer == h.Listen
 	ep.mu.Unlock()
 	if !ok {
 		ep.rejected.Add(1)

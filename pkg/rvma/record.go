@@ -23,6 +23,10 @@ const (
 	FlagLate
 	// FlagOneTime: the buffer was posted as a one-time buffer.
 	FlagOneTime
+	// FlagFailed: the endpoint failed (ErrFailed) before the epoch
+	// completed; the buffer was handed over without its memory window
+	// unbound, once the links were down. Len and Ops count what arrived.
+	FlagFailed
 )
 
 // String lists the flags by name, joined by |.
@@ -34,7 +38,7 @@ func (f Flags) String() string {
 	for _, n := range []struct {
 		f    Flags
 		name string
-	}{{FlagPartial, "partial"}, {FlagClosed, "closed"}, {FlagLate, "late"}, {FlagOneTime, "one-time"}} {
+	}{{FlagPartial, "partial"}, {FlagClosed, "closed"}, {FlagLate, "late"}, {FlagOneTime, "one-time"}, {FlagFailed, "failed"}} {
 		if f&n.f != 0 {
 			s = append(s, n.name)
 			f &^= n.f
@@ -132,36 +136,42 @@ func (c *Completion) publish(r Record) uint64 {
 	return seq
 }
 
-// completionSlab hands out cache-line aligned Completions carved from one
-// allocation (the endpoint will carve them from memory outside the Go heap
-// instead; the alignment rule is the same).
+// completionSlab hands out cache-line aligned Completions carved from
+// allocations of chunk slots each, in the Go heap (a Completion keeps its
+// allocation alive). It grows when every slot is in use: a one-time buffer
+// the application never releases keeps its slot, and its record, for as
+// long as the application holds the Posted.
 type completionSlab struct {
-	mem  []uint64
-	base int // first word of a 64-byte aligned line
-	n    int
-	next int
-	free []*Completion
+	chunk int
+	mem   []uint64 // the current allocation
+	base  int      // its first word of a 64-byte aligned line
+	next  int      // its next unused slot
+	free  []*Completion
 }
 
-func newCompletionSlab(n int) *completionSlab {
-	mem := make([]uint64, 8*(n+1))
-	base := 0
-	for uintptr(unsafe.Pointer(&mem[base]))%CompletionSize != 0 {
-		base++
+func newCompletionSlab(chunk int) *completionSlab {
+	s := &completionSlab{chunk: max(chunk, 1)}
+	s.grow()
+	return s
+}
+
+func (s *completionSlab) grow() {
+	s.mem = make([]uint64, 8*(s.chunk+1))
+	s.base, s.next = 0, 0
+	for uintptr(unsafe.Pointer(&s.mem[s.base]))%CompletionSize != 0 {
+		s.base++
 	}
-	return &completionSlab{mem: mem, base: base, n: n}
 }
 
-// get returns a fresh or recycled Completion, or nil when the slab is
-// exhausted.
+// get returns a recycled or a fresh Completion.
 func (s *completionSlab) get() *Completion {
 	if n := len(s.free); n > 0 {
 		c := s.free[n-1]
 		s.free = s.free[:n-1]
 		return c
 	}
-	if s.next == s.n {
-		return nil
+	if s.next == s.chunk {
+		s.grow()
 	}
 	i := s.base + 8*s.next
 	s.next++

@@ -203,6 +203,8 @@ type windowState struct {
 	// mustPush: an epoch ended other than by senders' bytes reaching the
 	// threshold (IncEpoch, close) since the entry was last pushed.
 	mustPush bool
+	// failed: the endpoint failed (fail); the window is closed too.
+	failed bool
 
 	toBind              []bindAction
 	toUnbind, published []*buffer
@@ -235,6 +237,9 @@ func (w *windowState) closed() bool { return w.state != StateOpen }
 // ErrClosed, ErrInvalid (zero capacity, too many posted), ErrTooLarge (a
 // byte threshold beyond the buffer).
 func (w *windowState) post(addr, cap uint64, po PostOptions, comp *Completion) (*buffer, error) {
+	if w.failed {
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, ErrFailed)
+	}
 	if w.closed() {
 		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, ErrClosed)
 	}
@@ -481,6 +486,9 @@ func (w *windowState) recycle(b *buffer) {
 // incEpoch ends the head now (the paper's RVMA_Win_inc_epoch) and returns
 // its generation. Errors: ErrClosed, ErrNoBuffer (nothing posted).
 func (w *windowState) incEpoch() (*buffer, error) {
+	if w.failed {
+		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrFailed)
+	}
 	if w.closed() {
 		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrClosed)
 	}
@@ -490,6 +498,41 @@ func (w *windowState) incEpoch() (*buffer, error) {
 	b := w.pending[0]
 	w.end(b, FlagPartial)
 	return b, nil
+}
+
+// retireWaiting ends the waits on released buffers that wait to be
+// re-posted: the window closed, they have no next epoch.
+func (w *windowState) retireWaiting() {
+	for b := range w.waiting {
+		b.retired = true
+		close(b.done)
+		delete(w.waiting, b)
+	}
+}
+
+// fail hands every pending buffer over at once with FlagClosed and
+// FlagFailed, without waiting for binds or unbinds that will never
+// complete (the endpoint failed, and its links are down, so nothing
+// arrives any more), and closes the window; actions not yet dispatched
+// are dropped.
+func (w *windowState) fail() {
+	if w.failed {
+		return
+	}
+	w.failed = true
+	if !w.closed() {
+		w.state = StateClosedNack
+	}
+	w.retireWaiting()
+	for _, b := range w.pending {
+		if b.state == bufQueued || b.state == bufCompleting {
+			b.flags |= FlagClosed | FlagFailed
+			b.state = bufReady
+		}
+	}
+	w.toBind, w.toUnbind, w.toHide = nil, nil, nil
+	w.handOver()
+	w.changed()
 }
 
 // close ends every pending buffer (flag closed) and switches the window to
@@ -502,11 +545,7 @@ func (w *windowState) close() bool {
 	if w.opts.CloseMode == CloseSilent {
 		w.state = StateClosedSilent
 	}
-	for b := range w.waiting {
-		b.retired = true
-		close(b.done)
-		delete(w.waiting, b)
-	}
+	w.retireWaiting()
 	for _, b := range w.pending {
 		b.flags |= FlagClosed
 		if b.state == bufQueued {

@@ -545,3 +545,47 @@ func TestWindowKeptForGet(t *testing.T) {
 		t.Fatalf("Keep 0: %v", err)
 	}
 }
+
+// TestWindowFail: when the endpoint fails, a window hands over a buffer
+// whose unbind will never complete and every buffer still posted, with
+// the bytes that arrived and FlagFailed, drops the actions not yet
+// dispatched, and refuses posts and IncEpoch with ErrFailed.
+func TestWindowFail(t *testing.T) {
+	f := newFixture(t, WindowOptions{Kind: EpochBytes})
+	b0 := f.post(100, PostOptions{})
+	b1 := f.post(100, PostOptions{})
+	f.flush()
+	f.arrive(0, 100, arriveCounted) // b0 completes: its unbind is asked for
+	f.arrive(1, 30, arriveCounted)
+	if b0.state != bufCompleting {
+		t.Fatalf("b0 state %v before the failure", b0.state)
+	}
+	b2 := f.post(100, PostOptions{}) // its bind is asked for, never done
+	f.w.fail()
+	f.w.fail() // idempotent
+	if bind, unbind, _ := f.w.takeActions(); len(bind)+len(unbind) != 0 {
+		t.Fatalf("actions left after fail: %d binds, %d unbinds", len(bind), len(unbind))
+	}
+	for i, c := range []struct {
+		b   *buffer
+		len uint64
+	}{{b0, 100}, {b1, 30}, {b2, 0}} {
+		if c.b.state != bufDone || c.b.rec.Len != c.len || c.b.rec.Flags&(FlagFailed|FlagClosed) != FlagFailed|FlagClosed || c.b.rec.Epoch != uint64(i) {
+			t.Errorf("buffer %d: state %v, record %+v", i, c.b.state, c.b.rec)
+		}
+		select {
+		case <-c.b.done:
+		default:
+			t.Errorf("buffer %d: done not closed", i)
+		}
+	}
+	if _, err := f.w.post(0x900000, 100, PostOptions{}, f.slab.get()); !errors.Is(err, ErrFailed) {
+		t.Errorf("post after fail: %v", err)
+	}
+	if _, err := f.w.incEpoch(); !errors.Is(err, ErrFailed) {
+		t.Errorf("IncEpoch after fail: %v", err)
+	}
+	if e := f.w.entry(1); e.State != StateClosedNack {
+		t.Errorf("entry after fail: %+v", e)
+	}
+}
