@@ -547,17 +547,7 @@ func testTargetDies(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	flushed := stuckFlush(ctx, t, s, time.Second)
 	signal(t, b("dies-kill"))
 	await(t, b("dies-killed"))
-	start := time.Now()
-	var err error
-	select {
-	case err = <-flushed:
-	case <-time.After(60 * time.Second):
-		t.Fatal("Flush still waiting 60 s after the target was killed")
-	}
-	t.Logf("Flush returned %v after the kill: %v", time.Since(start), err)
-	if !errors.Is(err, activeaccess.ErrDisconnected) {
-		t.Fatalf("Flush after the target died: %v, want ErrDisconnected", err)
-	}
+	flushFails(t, flushed, "the target was killed")
 	if _, err := s.Put(ctx, 0, []byte("after")); !errors.Is(err, activeaccess.ErrDisconnected) {
 		t.Fatalf("Put after the target died: %v", err)
 	}
@@ -618,6 +608,24 @@ func stuckFlush(ctx context.Context, t *testing.T, s *activeaccess.Source, d tim
 	case <-time.After(d):
 	}
 	return flushed
+}
+
+// flushFails waits at most 60 s for the Flush stuckFlush started, which
+// must fail with ErrDisconnected now that the target is gone (what says
+// how).
+func flushFails(t *testing.T, flushed <-chan error, what string) {
+	t.Helper()
+	start := time.Now()
+	var err error
+	select {
+	case err = <-flushed:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("Flush still waiting 60 s after %s", what)
+	}
+	t.Logf("Flush returned %v after %s: %v", time.Since(start), what, err)
+	if !errors.Is(err, activeaccess.ErrDisconnected) {
+		t.Fatalf("Flush after %s: %v, want ErrDisconnected", what, err)
+	}
 }
 
 // TestLabMisuse: bad arguments, use after Close, Close twice, on both

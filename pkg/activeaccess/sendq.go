@@ -121,7 +121,7 @@ func (s *Source) postLocked() error {
 		for i := 0; i < k; i++ {
 			w := &q.wrs[i]
 			w.SGL = q.sge[i : i+1 : i+1]
-			if q.sge[i].Length == 0 { // a probe: no data, no SGE
+			if q.sge[i].Length == 0 { // no data (a probe): no SGE
 				w.SGL = nil
 			}
 			q.sinceSig++

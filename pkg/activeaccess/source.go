@@ -23,11 +23,6 @@ const (
 	wrProbe       = 1 << 60
 )
 
-// retryCount is the connection's transport retry count (both sides take
-// the connecting side's). Not 7: rxe resends forever with 7, and a target
-// whose host vanished would never be noticed.
-const retryCount = 6
-
 // DefaultKeepAlive is SourceConfig.KeepAlive's default.
 const DefaultKeepAlive = time.Second
 
@@ -53,8 +48,9 @@ type SourceConfig struct {
 	KeepAlive time.Duration
 	// AckTimeout is how long the connection waits for an acknowledgement
 	// before it resends (verbs.CMID.SetAckTimeout); a target that stopped
-	// answering is declared gone after about 8 times this. Zero keeps
-	// rdma_cm's default: 2.1 s on RoCE, so about 17 s.
+	// answering is declared gone after about 7 times this (the retry
+	// count is verbs.DefaultRetryCount). Zero keeps rdma_cm's default:
+	// 2.1 s on RoCE, so about 15 s.
 	AckTimeout time.Duration
 }
 
@@ -220,8 +216,7 @@ func (s *Source) dial(ctx context.Context, addr netip.AddrPort) error {
 		}
 	}
 	h := hello{Version: protoVersion, Modes: 1<<ModeTransparent | 1<<ModeMediated, Name: s.cfg.Name, QPN: s.qp.QPN()}
-	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth,
-		RetryCount: retryCount})
+	err = s.id.Connect(ctx, &verbs.ConnParam{PrivateData: h.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
 	var rej *verbs.RejectError
 	if errors.As(err, &rej) {
 		return &RejectError{Reason: parseRefusal(rej.PrivateData), Status: rej.Status}

@@ -84,12 +84,10 @@ type engine struct {
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
 
-	opts engineOptions
-	stop context.CancelFunc
-	wg   sync.WaitGroup
-	// failErr is the first failure of the engine's own work requests
-	// (guarded by mu); opts.onFail is told of it once.
-	failErr error
+	opts     engineOptions
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	failOnce sync.Once // opts.onFail is told of the first failure only
 }
 
 // engineOptions tune an engine.
@@ -365,18 +363,14 @@ func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length u
 	}
 }
 
-// fail records the engine's first failure and tells onFail; a window
-// whose bind or unbind failed would otherwise wait for it for good.
+// fail tells onFail of the engine's first failure; a window whose bind
+// or unbind failed would otherwise wait for it for good.
 func (e *engine) fail(err error) {
-	e.mu.Lock()
-	first := e.failErr == nil
-	if first {
-		e.failErr = err
-	}
-	e.mu.Unlock()
-	if first && e.opts.onFail != nil {
-		go e.opts.onFail(err)
-	}
+	e.failOnce.Do(func() {
+		if e.opts.onFail != nil {
+			go e.opts.onFail(err)
+		}
+	})
 }
 
 func (e *engine) bind(w *Window, b, from *buffer) {

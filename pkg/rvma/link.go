@@ -191,9 +191,7 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 		return err
 	}
 	d := uint8(ep.e.rdDepth)
-	// RetryCount 6, not 7: rxe resends forever with 7, and puts to a
-	// receiver whose host vanished would never fail.
-	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h, ResponderResources: d, InitiatorDepth: d, RetryCount: 6}); err != nil {
+	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h, ResponderResources: d, InitiatorDepth: d}); err != nil {
 		return err
 	}
 	w, err := parseWelcome(id.AcceptData())

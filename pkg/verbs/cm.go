@@ -105,9 +105,7 @@ type ConnParam struct {
 	ResponderResources uint8 // incoming RDMA READ/atomic depth; 0 means 1
 	InitiatorDepth     uint8 // outgoing RDMA READ/atomic depth; 0 means 1
 	// RetryCount is how often a request is resent before it fails with
-	// WCRetryExcErr; 0 means 7. rxe (Linux 6.1) resends forever with 7,
-	// so a peer whose host vanished is never noticed there: use 6 or
-	// less to bound that (see CMID.SetAckTimeout).
+	// WCRetryExcErr; 0 means DefaultRetryCount (see CMID.SetAckTimeout).
 	RetryCount    uint8
 	RNRRetryCount uint8 // 0 means 7
 }
@@ -384,6 +382,14 @@ func (id *CMID) ResolveRoute(ctx context.Context) error {
 	return err
 }
 
+// DefaultRetryCount is the transport retry count a connection gets when
+// ConnParam.RetryCount is 0: 6, not rdma-core's customary 7, because rxe
+// (Linux 6.1) resends forever with 7 and a peer whose host vanished would
+// never be noticed. With 6 a work request to it fails with WCRetryExcErr
+// after 7 ACK timeouts (CMID.SetAckTimeout; rdma_cm's default on RoCE is
+// 2.1 s). QPs set up by hand (RTSAttr) keep 7 unless told otherwise.
+const DefaultRetryCount = 6
+
 func (p *ConnParam) defaults() ConnParam {
 	var o ConnParam
 	if p != nil {
@@ -396,7 +402,7 @@ func (p *ConnParam) defaults() ConnParam {
 		o.InitiatorDepth = 1
 	}
 	if o.RetryCount == 0 {
-		o.RetryCount = 7
+		o.RetryCount = DefaultRetryCount
 	}
 	if o.RNRRetryCount == 0 {
 		o.RNRRetryCount = 7
@@ -440,10 +446,10 @@ func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 // acknowledgement before it sends a request again (rdma_cm's
 // RDMA_OPTION_ID_ACK_TIMEOUT, applied to this side only). After
 // ConnParam.RetryCount resends the work request fails with
-// WCRetryExceeded, so this bounds how long a peer whose host vanished goes
+// WCRetryExcErr, so this bounds how long a peer whose host vanished goes
 // unnoticed: about (RetryCount+1) × d. d is rounded up to the transport's
 // steps of 4.096 µs × 2^n; rdma_cm's default on RoCE is 2^19 steps
-// (2.1 s, about 17 s with 7 retries). Call it before Connect or Accept.
+// (2.1 s: about 15 s with DefaultRetryCount). Call it before Connect or Accept.
 // Errors: ErrInvalid for d ≤ 0 or beyond 2^31 steps (about 2.4 hours),
 // ErrClosed, or the errno of rdma_set_option (EINVAL on an identifier
 // that is not for RC, PSUDP).

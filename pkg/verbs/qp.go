@@ -320,7 +320,7 @@ type RTRAttr struct {
 type RTSAttr struct {
 	SQPSN       uint32
 	Timeout     int // local ACK timeout, 4.096 µs * 2^Timeout; 0 means 14
-	RetryCount  int // 0..7; -1 means 0, 0 means 7
+	RetryCount  int // 0..7; -1 means 0, 0 means 7 (rxe then resends forever: see DefaultRetryCount)
 	RNRRetry    int // 0..7 (7 = infinite); -1 means 0, 0 means 7
 	MaxRdAtomic int // outgoing RDMA READ/atomic depth; 0 means 1
 }

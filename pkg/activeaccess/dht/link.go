@@ -139,8 +139,7 @@ func (k *link) dial(ctx context.Context, addr netip.AddrPort, c linkConfig) erro
 	if k.mr, err = k.pd.AllocMR(max(c.buf, pageSize), verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("dht: dial: %w", err)
 	}
-	err = k.id.Connect(ctx, &verbs.ConnParam{PrivateData: marshalHello(c.kind), ResponderResources: 16, InitiatorDepth: 16,
-		RetryCount: 6}) // not 7: rxe resends forever with 7
+	err = k.id.Connect(ctx, &verbs.ConnParam{PrivateData: marshalHello(c.kind), ResponderResources: 16, InitiatorDepth: 16})
 	var rej *verbs.RejectError
 	if errors.As(err, &rej) {
 		return fmt.Errorf("%w: the target at %v rejected the connection (status %d): no DHT target of this kind listens there", ErrProtocol, addr, rej.Status)
