@@ -15,7 +15,10 @@
  *  - iova_to_vaddr(mr, iova, length): incoming atomics.
  *  - rxe_responder(qp): remembers which QP this context is serving, so
  *    that an entry can name the source.
- *  - ib_dereg_mr_user(ibmr, udata): forget a region being deregistered.
+ *  - rxe_dereg_mr(ibmr, udata): forget a region being deregistered. It
+ *    runs after ib_core removed the region from its resource table and
+ *    waited for every reference taken there, so an arm that found the
+ *    region has finished (and is forgotten here) and no later arm finds it.
  *
  * Hooks run in softirq context or inline from a poster's system call, with
  * preemption disabled: no sleeping, irqsave locks, RCU for lookups.
@@ -33,6 +36,8 @@
 #include <linux/log2.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/sched/user.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 #include <linux/timer.h>
@@ -51,7 +56,6 @@
 #define AA_PAGE_SHIFT	12
 #define AA_HDR		sizeof(struct rdmaplus_aa_entry)
 #define AA_MAX_SEGS	2	/* a packet (<= 4096 bytes) spans <= 2 pages */
-#define AA_ARM_RETRIES	16
 #define AA_WAYS		4	/* responder records per hash bucket */
 
 /* Per-page policy word: domain id in the low 16 bits, control bits above. */
@@ -67,6 +71,8 @@ struct aa_restrack_root {
 
 struct rdmaplus_aa_ctx {
 	struct list_head domains;	/* under aa_mutex */
+	unsigned int ndomains;		/* under aa_mutex */
+	struct user_struct *user;	/* charged for the logs' pages */
 	struct list_head mrs;		/* under aa_lock */
 	wait_queue_head_t wq;
 };
@@ -79,6 +85,7 @@ struct aa_domain {
 	struct rdmaplus_aa_ring *ring;	/* vmalloc_user: ring page + area */
 	u8 *area;
 	u64 size;
+	unsigned long charged;		/* pages counted in ctx->user's locked_vm */
 	u64 head;			/* kernel's own copy, never trusted */
 	u64 seq;
 	u64 unsignalled;
@@ -105,10 +112,14 @@ struct aa_mr {
 	struct rcu_head rcu;
 };
 
+static unsigned int max_domains_per_file = 256;
+module_param(max_domains_per_file, uint, 0644);
+MODULE_PARM_DESC(max_domains_per_file,
+		 "domains one open /dev/rdmaplus may hold (EMFILE beyond; the host has 1024)");
+
 static DEFINE_MUTEX(aa_mutex);		/* configuration, hook (un)registration */
-static DEFINE_SPINLOCK(aa_lock);	/* aa_mrs, ctx->mrs, aa_dereg_gen */
+static DEFINE_SPINLOCK(aa_lock);	/* aa_mrs, ctx->mrs */
 static DEFINE_HASHTABLE(aa_mrs, 8);
-static unsigned long aa_dereg_gen;
 static struct aa_domain __rcu *aa_domains[RDMAPLUS_AA_MAX_DOMAINS + 1];
 static DEFINE_IDA(aa_ida);
 static unsigned long aa_nr_mrs;		/* under aa_lock */
@@ -731,7 +742,6 @@ static void notrace aa_dereg_pre(struct pt_regs *regs)
 	if (aa_ibmr_off < 0)
 		return;
 	spin_lock_irqsave(&aa_lock, flags);
-	aa_dereg_gen++;
 	hash_for_each_possible(aa_mrs, m, hnode,
 			       (unsigned long)((u8 *)ibmr - aa_ibmr_off))
 		if (m->ibmr == ibmr && !m->dead)
@@ -993,13 +1003,17 @@ static int aa_is_ufile(const void *ufile, struct file *f, unsigned int fd)
 }
 
 /*
- * Find the rxe user MR with this key and take a restrack reference on it.
- * Returns the MR, or an ERR_PTR.
+ * Find the rxe user MR with this key that the calling process registered
+ * (its uverbs file is open here) and take a restrack reference on it.
+ * Keys are per device, so another device may have a region with the same
+ * key: that one is skipped. Returns the MR, ERR_PTR(-EPERM) when only
+ * other processes' regions have the key, or ERR_PTR(-ENOENT).
  */
 static struct ib_mr *aa_lookup_mr(u32 key)
 {
 	struct ib_mr *found = NULL;
 	unsigned long flags, id;
+	bool foreign = false;
 	int i;
 
 	spin_lock_irqsave(&aa_dev_lock, flags);
@@ -1029,6 +1043,12 @@ static struct ib_mr *aa_lookup_mr(u32 key)
 				continue;
 			if (mr->lkey != key && mr->rkey != key)
 				continue;
+			if (mr->type != IB_MR_TYPE_USER || !mr->uobject ||
+			    !iterate_fd(current->files, 0, aa_is_ufile,
+					mr->uobject->ufile)) {
+				foreign = true;
+				continue;
+			}
 			if (rdma_restrack_get(res))
 				found = mr;
 			break;
@@ -1036,10 +1056,37 @@ static struct ib_mr *aa_lookup_mr(u32 key)
 		xa_unlock(&rt->xa);
 	}
 	spin_unlock_irqrestore(&aa_dev_lock, flags);
-	return found ? found : ERR_PTR(-ENOENT);
+	if (found)
+		return found;
+	return ERR_PTR(foreign ? -EPERM : -ENOENT);
 }
 
 /* ---- domains ---------------------------------------------------------- */
+
+/*
+ * A log's pages are kernel memory mapped into the process for as long as
+ * the domain lives, like locked memory: they count against the user's
+ * RLIMIT_MEMLOCK (as io_uring's rings do), unless the caller has
+ * CAP_IPC_LOCK. Returns -ENOMEM beyond the limit.
+ */
+static int aa_charge(struct user_struct *user, unsigned long pages)
+{
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	unsigned long cur = atomic_long_read(&user->locked_vm), new;
+
+	do {
+		new = cur + pages;
+		if (new > limit || new < cur)
+			return -ENOMEM;
+	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+	return 0;
+}
+
+static void aa_uncharge(struct user_struct *user, unsigned long pages)
+{
+	if (pages)
+		atomic_long_sub(pages, &user->locked_vm);
+}
 
 static struct aa_domain *aa_domain_get(struct rdmaplus_aa_ctx *ctx, u32 id)
 {
@@ -1066,17 +1113,31 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	    !is_power_of_2(c.log_size))
 		return -EINVAL;
 
+	mutex_lock(&aa_mutex);
+	if (ctx->ndomains >= READ_ONCE(max_domains_per_file)) {
+		mutex_unlock(&aa_mutex);
+		return -EMFILE;
+	}
+	ctx->ndomains++;	/* reserved; given back on error */
+	mutex_unlock(&aa_mutex);
+
+	ret = -ENOMEM;
 	d = kzalloc(sizeof(*d), GFP_KERNEL);
 	if (!d)
-		return -ENOMEM;
-	d->ring = vmalloc_user(PAGE_SIZE + c.log_size);
-	if (!d->ring) {
-		ret = -ENOMEM;
-		goto err_free;
+		goto err_count;
+	if (!capable(CAP_IPC_LOCK)) {
+		ret = aa_charge(ctx->user, (PAGE_SIZE + c.log_size) >> PAGE_SHIFT);
+		if (ret)
+			goto err_free;
+		d->charged = (PAGE_SIZE + c.log_size) >> PAGE_SHIFT;
 	}
+	ret = -ENOMEM;
+	d->ring = vmalloc_user(PAGE_SIZE + c.log_size);
+	if (!d->ring)
+		goto err_uncharge;
 	id = ida_alloc_range(&aa_ida, 1, RDMAPLUS_AA_MAX_DOMAINS, GFP_KERNEL);
 	if (id < 0) {
-		ret = id == -ENOSPC ? -EMFILE : id;
+		ret = id == -ENOSPC ? -ENFILE : id;
 		goto err_ring;
 	}
 	d->id = id;
@@ -1108,8 +1169,14 @@ err_id:
 	ida_free(&aa_ida, id);
 err_ring:
 	vfree(d->ring);
+err_uncharge:
+	aa_uncharge(ctx->user, d->charged);
 err_free:
 	kfree(d);
+err_count:
+	mutex_lock(&aa_mutex);
+	ctx->ndomains--;
+	mutex_unlock(&aa_mutex);
 	return ret;
 }
 
@@ -1162,6 +1229,8 @@ static void aa_domain_destroy(struct aa_domain *d)
 		eventfd_ctx_put(d->evt);
 	ida_free(&aa_ida, d->id);
 	vfree(d->ring);	/* pages stay while a process still maps them */
+	aa_uncharge(d->ctx->user, d->charged);
+	d->ctx->ndomains--;
 	kfree(d);
 	aa_maybe_unhook();
 }
@@ -1232,10 +1301,10 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	struct rdmaplus_aa_arm a;
 	struct aa_mr *m = NULL, *fresh = NULL, *it;
 	struct ib_mr *ibmr;
-	unsigned long flags, gen;
+	unsigned long flags;
 	u64 first, last, mfirst, mlast, i;
 	void *rmr;
-	int tries = 0, ret;
+	int ret;
 
 	if (copy_from_user(&a, arg, sizeof(a)))
 		return -EFAULT;
@@ -1254,20 +1323,16 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 		ret = -ENOENT;
 		goto out;
 	}
-retry:
-	spin_lock_irqsave(&aa_lock, flags);
-	gen = aa_dereg_gen;
-	spin_unlock_irqrestore(&aa_lock, flags);
-
+	/*
+	 * The reference taken here holds off the region's deregistration
+	 * (rdma_restrack_del waits for it) until the region is hashed below,
+	 * where the dereg hook will find it.
+	 */
 	ibmr = aa_lookup_mr(a.key);
 	if (IS_ERR(ibmr)) {
 		ret = PTR_ERR(ibmr);
 		goto out;
 	}
-	ret = -EPERM;
-	if (ibmr->type != IB_MR_TYPE_USER || !ibmr->uobject ||
-	    !iterate_fd(current->files, 0, aa_is_ufile, ibmr->uobject->ufile))
-		goto put;
 	ret = -EOPNOTSUPP;
 	rmr = aa_rxe_mr_of(ibmr);
 	if (!rmr)
@@ -1282,16 +1347,14 @@ retry:
 	if (first < mfirst || last > mlast)
 		goto put;
 
-	if (!fresh) {
-		ret = -ENOMEM;
-		fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
-		if (!fresh)
-			goto put;
-		fresh->npages = mlast - mfirst;
-		fresh->pages = kvcalloc(fresh->npages, sizeof(u32), GFP_KERNEL);
-		if (!fresh->pages)
-			goto put;
-	}
+	ret = -ENOMEM;
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	if (!fresh)
+		goto put;
+	fresh->npages = mlast - mfirst;
+	fresh->pages = kvcalloc(fresh->npages, sizeof(u32), GFP_KERNEL);
+	if (!fresh->pages)
+		goto put;
 	fresh->rxe_mr = rmr;
 	fresh->ibmr = ibmr;
 	fresh->ctx = ctx;
@@ -1300,19 +1363,6 @@ retry:
 	fresh->first_page = mfirst;
 
 	spin_lock_irqsave(&aa_lock, flags);
-	if (aa_dereg_gen != gen) {
-		/* Some region was deregistered meanwhile: maybe this one. */
-		spin_unlock_irqrestore(&aa_lock, flags);
-		rdma_restrack_put(&ibmr->res);
-		kvfree(fresh->pages);	/* the key may now name another MR */
-		kfree(fresh);
-		fresh = NULL;
-		if (++tries < AA_ARM_RETRIES)
-			goto retry;
-		ret = -EAGAIN;
-		goto out;
-	}
-	m = NULL;
 	hash_for_each_possible(aa_mrs, it, hnode, (unsigned long)rmr)
 		if (it->rxe_mr == rmr && !it->dead)
 			m = it;
@@ -1511,6 +1561,7 @@ struct rdmaplus_aa_ctx *rdmaplus_aa_open(void)
 	INIT_LIST_HEAD(&ctx->domains);
 	INIT_LIST_HEAD(&ctx->mrs);
 	init_waitqueue_head(&ctx->wq);
+	ctx->user = get_uid(current_user());
 	return ctx;
 }
 
@@ -1524,6 +1575,7 @@ void rdmaplus_aa_release(struct rdmaplus_aa_ctx *ctx)
 	aa_disarm_pages(ctx, NULL, 0, 0, U64_MAX);	/* nothing left */
 	aa_maybe_unhook();
 	mutex_unlock(&aa_mutex);
+	free_uid(ctx->user);
 	kfree(ctx);
 }
 
@@ -1621,11 +1673,11 @@ static int aa_find_rxe(struct module *owner)
 	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
 	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
 	data = aa_kallsyms("rdma_rxe:copy_data");
-	dereg = aa_kallsyms("ib_core:ib_dereg_mr_user");
+	dereg = aa_kallsyms("rdma_rxe:rxe_dereg_mr");
 	resp = aa_kallsyms("rdma_rxe:rxe_responder");
 	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
 	if (!copy || !iova || !data || !dereg || !resp || !size_offset) {
-		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, ib_dereg_mr_user %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
+		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, rxe_dereg_mr %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
 		       copy ? "found" : "missing", iova ? "found" : "missing",
 		       data ? "found" : "missing",
 		       resp ? "found" : "missing",
@@ -1639,7 +1691,8 @@ static int aa_find_rxe(struct module *owner)
 	if (owner && !(within_module(copy, owner) &&
 		       within_module(iova, owner) &&
 		       within_module(data, owner) &&
-		       within_module(resp, owner))) {
+		       within_module(resp, owner) &&
+		       within_module(dereg, owner))) {
 		pr_err("the device's driver %s is not the rdma_rxe whose functions were found\n",
 		       module_name(owner));
 		return -ENOENT;

@@ -7,6 +7,8 @@ package rvma
 // independent of arrival order (recorded at the receiver over four
 // stripes), several senders filling one epoch, stale puts refused without
 // touching a buffer already handed over (and retried into the next epoch),
+// last-byte polling (variant (c) of the benchmarks) completing early on the
+// same traffic,
 // a sender killed mid-epoch, a receiver killed under pending puts, and a
 // Get of a kept epoch.
 //
@@ -22,9 +24,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
@@ -80,6 +85,24 @@ func orderSizes() (sizes, offs []int, total int) {
 	return
 }
 
+// The puts of a poll epoch, in offset order: four small ones, three of
+// 4 MiB, then a small one holding the buffer's last bytes. The last one
+// goes on the stripe of the fourth (small, long done), while the large
+// ones still wait on theirs for acknowledgements (rxe keeps at most 128
+// packets unacknowledged per QP, and they have 1024 each).
+func pollSizes() (sizes, offs []int, total int) {
+	for i := 0; i < 8; i++ {
+		n := 64 + i*8
+		if i >= 4 && i < 7 {
+			n = 4<<20 + i*8
+		}
+		sizes = append(sizes, n)
+		offs = append(offs, total)
+		total += n
+	}
+	return
+}
+
 func issueOrder(epoch int) []int {
 	o := make([]int, 8)
 	for i := range o {
@@ -102,8 +125,14 @@ const (
 	mbStale  = Mailbox(0x0C)
 	mbDies   = Mailbox(0x0D)
 	mbGone   = Mailbox(0x0E)
+	mbOpsOrd = Mailbox(0x0F)
+	mbPoll   = Mailbox(0x10)
 
 	orderEpochs  = 9
+	opsEpochs    = 6 // the same puts into a window that counts operations
+	opsSeed      = 50
+	pollRounds   = 4 // offset-order epochs watched by a last-byte poller
+	pollSeed     = 200
 	sharedEpochs = 4
 	share        = 8192
 )
@@ -139,34 +168,43 @@ func TestLabGuests(t *testing.T) {
 func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(string)) {
 	ep := guestListen(t, guestPort, &Options{Stripes: 4})
 
-	// Ordering: a trace of every DATA arrival for the window.
+	// Ordering: a trace of every DATA arrival for the windows, one that
+	// counts bytes and one that counts operations.
 	sizes, _, total := orderSizes()
 	wo, err := ep.InitWindow(mbOrder, WindowOptions{Threshold: uint64(total)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	wops, err := ep.InitWindow(mbOpsOrd, WindowOptions{Kind: EpochOps, Threshold: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
-	arrivals := map[uint16][]int{} // generation -> put indexes (from the length), in arrival order
+	arrivals := map[uint32]map[uint16][]int{wo.slot: {}, wops.slot: {}} // slot, generation -> put indexes (from the length), in arrival order
 	byLen := map[uint32]int{}
 	for i, n := range sizes {
 		byLen[uint32(n)] = i
 	}
 	ep.e.trace = func(imm Imm, n uint32) {
-		if imm.Slot == wo.slot {
-			mu.Lock()
-			arrivals[imm.Gen] = append(arrivals[imm.Gen], byLen[n])
-			mu.Unlock()
+		mu.Lock()
+		if a := arrivals[imm.Slot]; a != nil {
+			a[imm.Gen] = append(a[imm.Gen], byLen[n])
 		}
+		mu.Unlock()
 	}
-	arena, _ := ep.Alloc(3 * total)
-	var posted []*Posted
-	for i := 0; i < 3; i++ {
-		p, err := wo.Post(arena[i*total:(i+1)*total], nil)
-		if err != nil {
-			t.Fatal(err)
+	post3 := func(w *Window) []*Posted {
+		arena, _ := ep.Alloc(3 * total)
+		var posted []*Posted
+		for i := 0; i < 3; i++ {
+			p, err := w.Post(arena[i*total:(i+1)*total], nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			posted = append(posted, p)
 		}
-		posted = append(posted, p)
+		return posted
 	}
+	posted, opsPosted := post3(wo), post3(wops)
 
 	// Several senders, one epoch: each sender's share at its own offset.
 	senders := guests - 1
@@ -182,54 +220,58 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	}
 	signal("rvma-receiver-ready")
 
-	reordered, kendall := 0, 0
-	for e := 0; e < orderEpochs; e++ {
-		p := posted[e%3]
-		rec, err := p.Wait(ctx)
-		if err != nil {
-			t.Fatalf("ordering epoch %d: %v", e, err)
+	checkOrder := func(kind string, posted []*Posted, slot uint32, epochs, seed int) {
+		for e := 0; e < epochs; e++ {
+			p := posted[e%3]
+			rec, err := p.Wait(ctx)
+			if err != nil {
+				t.Fatalf("%s ordering epoch %d: %v", kind, e, err)
+			}
+			if rec.Epoch != uint64(e) || rec.Len != uint64(total) || rec.Ops != 8 {
+				t.Fatalf("%s ordering epoch %d: record %+v", kind, e, rec)
+			}
+			if !bytes.Equal(p.Bytes(), patterned(total, seed+e)) {
+				t.Fatalf("%s ordering epoch %d: bytes differ", kind, e)
+			}
+			p.Release()
 		}
-		if rec.Epoch != uint64(e) || rec.Len != uint64(total) || rec.Ops != 8 {
-			t.Fatalf("ordering epoch %d: record %+v", e, rec)
-		}
-		if !bytes.Equal(p.Bytes(), patterned(total, e)) {
-			t.Fatalf("ordering epoch %d: bytes differ", e)
-		}
-		p.Release()
-	}
-	mu.Lock()
-	for e := 0; e < orderEpochs; e++ {
-		got := arrivals[uint16(e)]
-		if len(got) != 8 {
-			t.Fatalf("ordering epoch %d: %d arrivals traced", e, len(got))
-		}
-		want := issueOrder(e)
-		pos := map[int]int{}
-		for i, v := range want {
-			pos[v] = i
-		}
-		d := 0
-		for i := 0; i < 8; i++ {
-			for j := i + 1; j < 8; j++ {
-				if pos[got[i]] > pos[got[j]] {
-					d++
+		reordered, kendall := 0, 0
+		mu.Lock()
+		defer mu.Unlock()
+		for e := 0; e < epochs; e++ {
+			got := arrivals[slot][uint16(e)]
+			if len(got) != 8 {
+				t.Fatalf("%s ordering epoch %d: %d arrivals traced", kind, e, len(got))
+			}
+			want := issueOrder(e)
+			pos := map[int]int{}
+			for i, v := range want {
+				pos[v] = i
+			}
+			d := 0
+			for i := 0; i < 8; i++ {
+				for j := i + 1; j < 8; j++ {
+					if pos[got[i]] > pos[got[j]] {
+						d++
+					}
 				}
 			}
+			if d > 0 {
+				reordered++
+				kendall += d
+			}
+			if e < 3 {
+				t.Logf("%s epoch %d: issued %v, arrived %v (Kendall distance %d)", kind, e, want, got, d)
+			}
 		}
-		if d > 0 {
-			reordered++
-			kendall += d
+		if reordered == 0 {
+			t.Fatalf("%s: no epoch arrived out of issue order over 4 stripes: the test proves nothing", kind)
 		}
-		if e < 3 {
-			t.Logf("epoch %d: issued %v, arrived %v (Kendall distance %d)", e, want, got, d)
-		}
+		t.Logf("ordering, %s: %d epochs of 8 puts over 4 stripes, %d arrived out of issue order (total Kendall distance %d); every epoch complete exactly once with the right bytes",
+			kind, epochs, reordered, kendall)
 	}
-	mu.Unlock()
-	if reordered == 0 {
-		t.Fatalf("no epoch arrived out of issue order over 4 stripes: the test proves nothing")
-	}
-	t.Logf("ordering: %d epochs of 8 puts over 4 stripes, %d arrived out of issue order (total Kendall distance %d); every epoch complete exactly once with the right bytes",
-		orderEpochs, reordered, kendall)
+	checkOrder("bytes", posted, wo.slot, orderEpochs, 0)
+	checkOrder("operations", opsPosted, wops.slot, opsEpochs, opsSeed)
 
 	for e := 0; e < sharedEpochs; e++ {
 		p := sharedPosted[e%2]
@@ -249,6 +291,61 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 		signal(fmt.Sprintf("rvma-shared-%d", e))
 	}
 	t.Logf("%d senders filled %d epochs together: counts and bytes right", senders, sharedEpochs)
+
+	// Variant (c) on the same traffic: the puts of an epoch issued in
+	// offset order, striped, and a poller that takes the buffer's last
+	// word arriving as the completion, as RDMA programs that poll the last
+	// byte do. Over several paths the last put overtakes an earlier, larger
+	// one, so the poller sees a buffer still missing bytes; RVMA's record
+	// comes when every byte is there.
+	_, _, ptotal := pollSizes()
+	wp, _ := ep.InitWindow(mbPoll, WindowOptions{Threshold: uint64(ptotal)})
+	pollMem, _ := ep.Alloc(ptotal)
+	pp, err := wp.Post(pollMem, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	premature := 0
+	for r := 0; r < pollRounds; r++ {
+		want := patterned(ptotal, pollSeed+r)
+		last := (*uint32)(unsafe.Pointer(&pollMem[ptotal-4]))
+		lastWant := *(*uint32)(unsafe.Pointer(&want[ptotal-4]))
+		seen := make(chan int, 1)
+		go func() {
+			for i := 0; atomic.LoadUint32(last) != lastWant; i++ {
+				if i%4096 == 0 {
+					if ctx.Err() != nil {
+						seen <- -1
+						return
+					}
+					runtime.Gosched()
+				}
+			}
+			wrong := 0
+			for i := range pollMem {
+				if pollMem[i] != want[i] {
+					wrong++
+				}
+			}
+			seen <- wrong
+		}()
+		signal(fmt.Sprintf("rvma-poll-%d", r))
+		wrong := <-seen
+		rec, err := pp.Wait(ctx)
+		if err != nil || rec.Len != uint64(ptotal) || rec.Ops != 8 || !bytes.Equal(pollMem, want) {
+			t.Fatalf("poll round %d: RVMA's record %+v, %v (bytes right: %v)", r, rec, err, bytes.Equal(pollMem, want))
+		}
+		t.Logf("poll round %d: the last word arrived with %d of %d bytes still wrong; RVMA's completion came with all of them", r, wrong, ptotal)
+		if wrong > 0 {
+			premature++
+		}
+		clear(pollMem)
+		pp.Release()
+	}
+	if premature == 0 {
+		t.Fatalf("last-byte polling never completed early over 4 stripes: the test proves nothing")
+	}
+	t.Logf("last-byte polling saw the buffer complete early in %d of %d epochs", premature, pollRounds)
 
 	// Stale: epoch 0 completes while the senders' views are kept old.
 	wst, _ := ep.InitWindow(mbStale, WindowOptions{Threshold: 4096, Keep: 2})
@@ -381,19 +478,23 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	if idx == 2 {
 		sizes, offs, total := orderSizes()
 		src, _ := ep.Alloc(orderEpochs * total)
-		var ops []*PutOp
-		for e := 0; e < orderEpochs; e++ {
-			mem := src[e*total : (e+1)*total]
-			fillPattern(mem, e)
-			for _, i := range issueOrder(e) {
-				ops = append(ops, ep.PutAsync(ctx, dst, mbOrder, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
+		order := func(mb Mailbox, epochs, seed int) {
+			var ops []*PutOp
+			for e := 0; e < epochs; e++ {
+				mem := src[e*total : (e+1)*total]
+				fillPattern(mem, seed+e)
+				for _, i := range issueOrder(e) {
+					ops = append(ops, ep.PutAsync(ctx, dst, mb, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
+				}
+			}
+			for i, op := range ops {
+				if err := op.Wait(ctx); err != nil {
+					t.Fatalf("ordering put %d to %v: %v", i, mb, err)
+				}
 			}
 		}
-		for i, op := range ops {
-			if err := op.Wait(ctx); err != nil {
-				t.Fatalf("ordering put %d: %v", i, err)
-			}
-		}
+		order(mbOrder, orderEpochs, 0)
+		order(mbOpsOrd, opsEpochs, opsSeed)
 	}
 
 	for e := 0; e < sharedEpochs; e++ {
@@ -402,6 +503,23 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 			t.Fatalf("shared epoch %d: %v", e, err)
 		}
 		wait(fmt.Sprintf("rvma-shared-%d", e))
+	}
+	if idx == 2 {
+		sizes, offs, total := pollSizes()
+		src, _ := ep.Alloc(total)
+		for r := 0; r < pollRounds; r++ {
+			wait(fmt.Sprintf("rvma-poll-%d", r))
+			fillPattern(src, pollSeed+r)
+			var ops []*PutOp
+			for i := range sizes { // offset order: the last byte goes last
+				ops = append(ops, ep.PutAsync(ctx, dst, mbPoll, uint64(offs[i]), src[offs[i]:offs[i]+sizes[i]]))
+			}
+			for i, op := range ops {
+				if err := op.Wait(ctx); err != nil {
+					t.Fatalf("poll round %d, put %d: %v", r, i, err)
+				}
+			}
+		}
 	}
 	if idx != 2 {
 		wait("rvma-done")

@@ -47,8 +47,14 @@ var (
 	ErrNoRegion = errors.New("kmod: no such memory region")
 	// ErrRange: the pages are outside the memory region (ERANGE).
 	ErrRange = errors.New("kmod: pages outside the memory region")
-	// ErrTooManyDomains: all MaxDomains domain ids are in use (EMFILE).
+	// ErrTooManyDomains: this Device holds the module's per-file limit of
+	// domains (EMFILE; the module parameter max_domains_per_file, 256 by
+	// default), or all MaxDomains domain ids of the host are in use (ENFILE).
 	ErrTooManyDomains = errors.New("kmod: no free domain id")
+	// ErrNoMemory: the log would take the user's locked memory beyond
+	// RLIMIT_MEMLOCK (ulimit -l; the logs of every domain count, unless
+	// the process has CAP_IPC_LOCK), or the kernel is out of memory (ENOMEM).
+	ErrNoMemory = errors.New("kmod: log memory beyond RLIMIT_MEMLOCK, or out of memory")
 	// ErrInvalid: an argument the kernel or this package refuses (EINVAL).
 	ErrInvalid = errors.New("kmod: invalid argument")
 	// ErrClosed: the Device or Domain was closed.
@@ -78,7 +84,9 @@ func (e *Error) Is(target error) bool {
 	case ErrRange:
 		return e.Err == syscall.ERANGE
 	case ErrTooManyDomains:
-		return e.Err == syscall.EMFILE
+		return e.Err == syscall.EMFILE || e.Err == syscall.ENFILE
+	case ErrNoMemory:
+		return e.Err == syscall.ENOMEM
 	case ErrInvalid:
 		return e.Err == syscall.EINVAL
 	}
@@ -268,8 +276,8 @@ type Domain struct {
 
 // NewDomain creates a domain whose log has logSize bytes of entries (a
 // power of two between MinLogSize and MaxLogSize) and maps the log.
-// Errors wrap ErrInvalid, ErrTooManyDomains, ErrClosed, or the errno of
-// the ioctl or mmap.
+// Errors wrap ErrInvalid, ErrTooManyDomains, ErrNoMemory, ErrClosed, or
+// the errno of the ioctl or mmap.
 func (d *Device) NewDomain(logSize int) (*Domain, error) {
 	if logSize < MinLogSize || logSize > MaxLogSize || logSize&(logSize-1) != 0 {
 		return nil, fmt.Errorf("%w: log size %d (a power of two in [%d, %d])", ErrInvalid, logSize, MinLogSize, MaxLogSize)

@@ -28,6 +28,12 @@ func TestLabChild(t *testing.T) {
 	if mode == "" {
 		return
 	}
+	if mode == "memlock" {
+		if err := memlockChild(); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
 	ctx, err := verbs.Open(labenv.Device(t))
 	if err != nil {
 		t.Fatal(err)

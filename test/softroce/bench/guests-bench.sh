@@ -1,18 +1,18 @@
 #!/bin/bash
 # lab: guests=2 smp=1 timeout=3600 gobuild=./cmd/rdmaperf
 #
-# The RVMA and pkg/verbs comparisons between two guests (one vCPU each)
-# instead of loopback: the server tool on guest 1, the client on guest 2,
-# so rxe's responder and the receive completions run on the receiver's
-# CPU, as on two hosts. In one boot, interleaved size by size, REPS times:
+# The pkg/verbs comparisons between two guests (one vCPU each) instead of
+# loopback (RVMA's are in rvma-guests-bench.sh): the server tool on guest
+# 1, the client on guest 2, so rxe's responder and the receive completions
+# run on the receiver's CPU, as on two hosts. In one boot, interleaved
+# size by size, REPS times:
 #   latency (t_typical, half a round trip): perftest ib_write_lat,
-#     rdmaperf write_lat (c), rvma_lat (a), write_send_lat (b1),
-#     write_wait_send_lat (b2), read_lat and ib_read_lat, send_lat and
+#     rdmaperf write_lat, read_lat and ib_read_lat, send_lat and
 #     ib_send_lat
-#   bandwidth (BW average): ib_write_bw, rdmaperf write_bw, rvma_bw
+#   bandwidth (BW average): ib_write_bw, rdmaperf write_bw
 # Every result is printed as
 #   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>
-# on guest 2, which cmd/rdmaperf/benchtable turns into tables (medians).
+# on guest 2.
 # A one-way trip between two TCG guests costs about 0.6 to 1.1 ms (the
 # guests' network stacks and virtio under TCG; ICMP ping: 1.4 ms round
 # trip at best), so small-message latency is dominated by it.
@@ -48,9 +48,6 @@ for rep in $(seq "$REPS"); do
 	for s in $LAT_SIZES; do
 		perftest write_lat "$s"
 		rdmaperf write_lat "$s"
-		rdmaperf rvma_lat "$s"
-		rdmaperf write_send_lat "$s"
-		rdmaperf write_wait_send_lat "$s"
 		perftest read_lat "$s"
 		rdmaperf read_lat "$s"
 		perftest send_lat "$s"
@@ -59,7 +56,6 @@ for rep in $(seq "$REPS"); do
 	for s in $BW_SIZES; do
 		perftest write_bw "$s"
 		rdmaperf write_bw "$s"
-		rdmaperf rvma_bw "$s"
 	done
 	[ "$LAB_ROLE" = server ] || echo "== repetition $rep done"
 done

@@ -24,7 +24,7 @@
 # Loopback on rxe0, server pinned to CPU 0 and client to CPU 1, as in
 # verbs-bench.sh: between two TCG guests a one-way trip costs 0.6 to
 # 1.1 ms of virtio and network stack under TCG, which hides the
-# protocols' own costs; guests-bench.sh runs the same comparisons there.
+# protocols' own costs; rvma-guests-bench.sh runs the same comparisons there.
 # The tools run interleaved, size by size, REPS times; every result is
 # printed as
 #   BENCH <tool> <test> <bytes> <t_typical usec | MB/s>

@@ -4,7 +4,9 @@
 #
 # pkg/rvma between guests: guest 1 receives, guests 2 and 3 send, each with
 # an endpoint of four rdma_cm stripes. Epochs complete by byte count while
-# the arrival order recorded at the receiver differs from the issue order;
+# the arrival order recorded at the receiver differs from the issue order,
+# in windows counting bytes and counting operations; last-byte polling on
+# the same striped traffic completes early, with bytes missing;
 # two senders fill one epoch together; stale puts are refused by the NIC
 # without touching a buffer already handed over (an error at the sender, a
 # counter at the receiver, and a retry that lands in the next epoch); a
