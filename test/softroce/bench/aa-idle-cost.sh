@@ -21,10 +21,10 @@ set -euo pipefail
 
 ko=$LAB_KMODS
 rounds=${AA_ROUNDS:-9}
-mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+grep -q " /sys/kernel/debug " /proc/mounts || mount -t debugfs none /sys/kernel/debug
 # the module's hooks are ftrace callbacks: enabled_functions lists them
 hooks=/sys/kernel/debug/tracing/enabled_functions
-probes() { grep -c "^\(rxe_mr_copy\|iova_to_vaddr\|ib_dereg_mr_user\|rxe_responder\) " $hooks || true; }
+probes() { grep -c "^\(rxe_mr_copy\|iova_to_vaddr\|rxe_dereg_mr\|rxe_responder\) " $hooks || true; }
 
 bw() {
 	ib_write_bw -F -d "$LAB_DEVICE" -x 1 -s 65536 -n 400 >/tmp/bw.srv 2>&1 &
