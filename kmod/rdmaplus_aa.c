@@ -1103,6 +1103,7 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_aa_domain_create c;
 	struct aa_domain *d;
+	unsigned long pages;
 	int id, ret;
 
 	if (copy_from_user(&c, arg, sizeof(c)))
@@ -1125,11 +1126,12 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	d = kzalloc(sizeof(*d), GFP_KERNEL);
 	if (!d)
 		goto err_count;
+	pages = (PAGE_SIZE + c.log_size) >> PAGE_SHIFT;
 	if (!capable(CAP_IPC_LOCK)) {
-		ret = aa_charge(ctx->user, (PAGE_SIZE + c.log_size) >> PAGE_SHIFT);
+		ret = aa_charge(ctx->user, pages);
 		if (ret)
 			goto err_free;
-		d->charged = (PAGE_SIZE + c.log_size) >> PAGE_SHIFT;
+		d->charged = pages;
 	}
 	ret = -ENOMEM;
 	d->ring = vmalloc_user(PAGE_SIZE + c.log_size);
@@ -1660,7 +1662,7 @@ bool rdmaplus_aa_supported(void)
 }
 
 /*
- * Look up the rdma_rxe (and ib_core) functions the hooks need and, with
+ * Look up the rdma_rxe functions the hooks need and, with
  * owner (the rxe module pinned by aa_hook), check that they lie in it.
  * Only called while no hook is registered: the callbacks read these.
  */

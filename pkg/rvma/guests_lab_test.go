@@ -73,16 +73,12 @@ func patterned(n, seed int) []byte { b := make([]byte, n); fillPattern(b, seed);
 // stripe's small put goes out: that is what makes arrival order differ on
 // rxe (one message's packets are otherwise sent within its post).
 func orderSizes() (sizes, offs []int, total int) {
-	for i := 0; i < 8; i++ {
-		n := 64 + i*8
+	return putLayout(func(i int) int {
 		if i%2 == 0 {
-			n = 768<<10 + i*8
+			return 768<<10 + i*8
 		}
-		sizes = append(sizes, n)
-		offs = append(offs, total)
-		total += n
-	}
-	return
+		return 64 + i*8
+	})
 }
 
 // The puts of a poll epoch, in offset order: four small ones, three of
@@ -91,14 +87,20 @@ func orderSizes() (sizes, offs []int, total int) {
 // ones still wait on theirs for acknowledgements (rxe keeps at most 128
 // packets unacknowledged per QP, and they have 1024 each).
 func pollSizes() (sizes, offs []int, total int) {
-	for i := 0; i < 8; i++ {
-		n := 64 + i*8
+	return putLayout(func(i int) int {
 		if i >= 4 && i < 7 {
-			n = 4<<20 + i*8
+			return 4<<20 + i*8
 		}
-		sizes = append(sizes, n)
+		return 64 + i*8
+	})
+}
+
+// putLayout lays 8 puts of size(i) bytes end to end in one buffer.
+func putLayout(size func(i int) int) (sizes, offs []int, total int) {
+	for i := 0; i < 8; i++ {
+		sizes = append(sizes, size(i))
 		offs = append(offs, total)
-		total += n
+		total += sizes[i]
 	}
 	return
 }
@@ -292,8 +294,8 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	}
 	t.Logf("%d senders filled %d epochs together: counts and bytes right", senders, sharedEpochs)
 
-	// Variant (c) on the same traffic: the puts of an epoch issued in
-	// offset order, striped, and a poller that takes the buffer's last
+	// Variant (c) on striped traffic: the puts of an epoch issued in
+	// offset order (pollSizes), and a poller that takes the buffer's last
 	// word arriving as the completion, as RDMA programs that poll the last
 	// byte do. Over several paths the last put overtakes an earlier, larger
 	// one, so the poller sees a buffer still missing bytes; RVMA's record

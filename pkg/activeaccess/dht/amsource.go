@@ -263,9 +263,6 @@ func (a *AMTable) Close() error {
 		return nil
 	}
 	a.closed = true
-	if len(a.pend) > 0 && a.k.err() == nil {
-		a.k.post(a.pend...) // best effort: the caller did not Flush
-		a.pend = nil
-	}
+	a.postQueued(context.Background()) // best effort: the caller did not Flush
 	return a.k.close()
 }
