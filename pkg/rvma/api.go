@@ -276,13 +276,14 @@ func (w *Window) unbound(b *buffer) {
 }
 
 // arrive counts a put of n bytes whose immediate named generation bits
-// genLow.
-func (w *Window) arrive(genLow uint16, n uint64) arriveResult {
+// genLow, and returns what it made of it and the generation (the epoch).
+func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 	w.mu.Lock()
-	r := w.st.arrive(ExpandGen(w.st.head, genLow), n)
+	gen := ExpandGen(w.st.head, genLow)
+	r := w.st.arrive(gen, n)
 	w.mu.Unlock()
 	w.flush()
-	return r
+	return r, gen
 }
 
 // knock counts a put refused by a sender's library after Close.

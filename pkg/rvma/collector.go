@@ -29,6 +29,7 @@ var (
 	descRefused      = prometheus.NewDesc("rvma_endpoint_refused_writes_total", "Puts the NIC refused into this endpoint's windows (keys of buffers already handed over).", epLabels, nil)
 	descUnknown      = prometheus.NewDesc("rvma_endpoint_unknown_arrivals_total", "Arrivals for no window, or malformed.", epLabels, nil)
 	descStalePuts    = prometheus.NewDesc("rvma_endpoint_stale_puts_total", "This endpoint's puts refused because their epoch had completed.", epLabels, nil)
+	descLatePuts     = prometheus.NewDesc("rvma_endpoint_late_puts_total", "This endpoint's puts that receivers reported as landing after their epoch's threshold (overshoot).", epLabels, nil)
 	descLinkFailures = prometheus.NewDesc("rvma_endpoint_links_lost_total", "Links that ended other than by this endpoint's Close: the peer disconnected or died, or an error.", epLabels, nil)
 	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
 	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
@@ -45,7 +46,7 @@ var (
 	descStale        = prometheus.NewDesc("rvma_window_stale_puts_total", "Puts that arrived for an epoch already handed over, or after Close.", winLabels, nil)
 	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
 	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
-	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
 )
 
 // Describe sends the descriptions of every metric the collector exports.
@@ -75,6 +76,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRefused, st.RefusedWrites, addr)
 	counter(descUnknown, st.UnknownRecv, addr)
 	counter(descStalePuts, st.StalePuts, addr)
+	counter(descLatePuts, st.LatePuts, addr)
 	counter(descLinkFailures, st.LinkFailures, addr)
 	counter(descRejected, st.Rejected, addr)
 	counter(descLostNotices, st.LostNotices, addr)

@@ -28,6 +28,12 @@ type Options struct {
 	// Spin makes the progress loop busy-poll the completion queue instead
 	// of sleeping on its channel: lower latency, one CPU kept busy.
 	Spin bool
+	// OnLate, if set, is called for each receiver's report that puts from
+	// this endpoint arrived late (see LateReport; EndpointStats.LatePuts
+	// counts them either way). The puts themselves have already completed
+	// without error. OnLate runs on the endpoint's completion goroutine:
+	// it must return quickly and must not call the endpoint.
+	OnLate func(LateReport)
 }
 
 func (o Options) normalize() (Options, error) {
@@ -78,6 +84,10 @@ type Endpoint struct {
 	nextID   uint64
 	subs     map[uint32][]subscriber // window slot -> links whose view slots mirror it
 
+	lateMu  sync.Mutex          // guards lateOut and lateWR (after a link's lateMu)
+	lateOut map[uint64]lateSend // LATE reports posted, by work request ID, until their sends complete
+	lateWR  uint64
+
 	ctrlMu sync.Mutex // serialises control sends through ctrlBuf
 	ctrlMR *verbs.MR  // staging for control messages (sent inline)
 
@@ -87,6 +97,7 @@ type Endpoint struct {
 
 	linkFailures atomic.Uint64
 	stalePuts    atomic.Uint64
+	latePuts     atomic.Uint64
 	rejected     atomic.Uint64
 	lostNotices  atomic.Uint64
 	notices      atomic.Uint64
@@ -127,7 +138,8 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}}
+		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{},
+		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
@@ -271,7 +283,8 @@ type EndpointStats struct {
 	StalePuts     uint64 // this endpoint's puts refused as stale
 	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
-	LostNotices   uint64 // entry updates that could not be pushed to a subscriber
+	LatePuts      uint64 // this endpoint's puts that receivers reported as late (Options.OnLate)
+	LostNotices   uint64 // entry updates, and reports of late puts, that could not be sent to a subscriber
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
 	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window
 	GetsRefused   uint64 // peers' Gets refused (epoch not completed or no longer kept, no such window)
@@ -283,7 +296,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	n := len(ep.links)
 	ep.mu.Unlock()
 	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
-		StalePuts: ep.stalePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
+		StalePuts: ep.stalePuts.Load(), LatePuts: ep.latePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
 		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(),
 		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load()}
 }

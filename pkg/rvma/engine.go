@@ -125,7 +125,8 @@ type linkHandler interface {
 	ctrl(wc verbs.WC, imm Imm, msg []byte)
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
-	pushEntry(slot uint32, entry []byte) bool // false: push it again later
+	late(wc verbs.WC, slot uint32, epoch uint64, stale bool) // a put wc counted late into the window in slot
+	pushEntry(slot uint32, entry []byte) bool                // false: push it again later
 	dropSubscribers(slot uint32, entry []byte)
 	subscribers(slot uint32) int
 }
@@ -847,7 +848,15 @@ func (e *engine) recvDone(wc verbs.WC) {
 	}
 	switch imm.Kind {
 	case KindData:
-		w.arrive(imm.Gen, uint64(wc.ByteLen))
+		switch r, gen := w.arrive(imm.Gen, uint64(wc.ByteLen)); r {
+		case arriveLate, arriveStale:
+			// Landed, but after its epoch's threshold: tell the sender.
+			if e.links != nil {
+				e.links.late(wc, imm.Slot, gen, r == arriveStale)
+			}
+		case arriveUnknown:
+			e.unknown.Add(1)
+		}
 	case KindCtrl:
 		r, kinc := ParseKnock(imm.Gen)
 		if kinc != uint8(inc) {

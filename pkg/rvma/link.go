@@ -35,6 +35,14 @@ type link struct {
 	peerViews tableRef
 	views     map[Mailbox]*remoteView
 	rr        atomic.Uint32
+
+	// LATE reports (late.go). As the receiver: those waiting for the
+	// control share of the send queue, and the next report number. As the
+	// sender: the report numbers taken.
+	lateMu    sync.Mutex
+	lateQ     []Ctrl
+	lateNum   uint32
+	lateTaken seqWindow
 }
 
 // stripe is one RC connection of a link.
@@ -190,6 +198,22 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	if err != nil {
 		return err
 	}
+	// The stripe's QP is known before the connection is established: the
+	// peer may send on it (a LATE report, on a replacement) as soon as its
+	// Accept returns, which can be before Connect returns here.
+	qpn := st.qp.QPN()
+	ep.mu.Lock()
+	ep.byQPN[qpn] = st
+	ep.mu.Unlock()
+	defer func() {
+		if err != nil {
+			ep.mu.Lock()
+			if ep.byQPN[qpn] == st {
+				delete(ep.byQPN, qpn)
+			}
+			ep.mu.Unlock()
+		}
+	}()
 	d := uint8(ep.e.rdDepth)
 	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h, ResponderResources: d, InitiatorDepth: d}); err != nil {
 		return err
@@ -373,6 +397,7 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 		return
 	}
 	ep.startWatch(st)
+	l.flushLate() // reports held while the stripe was not ready to send
 	ep.mu.Lock()
 	l.mu.Lock()
 	complete := l.connected == len(l.stripes)
@@ -553,7 +578,11 @@ const ctrlTag = 1 << 62
 
 // sendCtrl posts a control message (SEND WITH IMMEDIATE, inline) on the
 // link's control stripe.
-func (l *link) sendCtrl(m Ctrl) error {
+func (l *link) sendCtrl(m Ctrl) error { return l.sendCtrlID(m, 0) }
+
+// sendCtrlID is sendCtrl with id (below ctrlTag) in the work request's ID,
+// which the send's completion brings back to sendDone.
+func (l *link) sendCtrlID(m Ctrl, id uint64) error {
 	b, err := AppendCtrl(nil, m)
 	if err != nil {
 		return err
@@ -562,7 +591,7 @@ func (l *link) sendCtrl(m Ctrl) error {
 		return nil
 	}
 	imm, _ := Imm{Kind: KindCtrl}.Encode()
-	return l.postCtrl(verbs.SendWR{Op: verbs.OpSendImm, Imm: imm}, b)
+	return l.postCtrl(verbs.SendWR{ID: id, Op: verbs.OpSendImm, Imm: imm}, b)
 }
 
 // errNoStripe is wrapped by postCtrl when every stripe of a link that has
@@ -685,7 +714,7 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 		return fmt.Errorf("link to %v: %w", l.peer, verbs.ErrQueueFull)
 	}
 	ep := l.ep
-	wr.ID = sendTag | ctrlTag
+	wr.ID |= sendTag | ctrlTag
 	wr.Flags |= verbs.SendSignaled | verbs.SendInline
 	ep.ctrlMu.Lock()
 	if len(data) > 0 {
@@ -774,6 +803,7 @@ func (ep *Endpoint) repush(l *link) {
 	}
 	ep.mu.Unlock()
 	ep.e.flushPushes()
+	l.flushLate()
 }
 
 // subscribers is the number of links whose peers mirror slot.

@@ -210,7 +210,12 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // before the put landed and Options.NoRetryStale is set; nothing of the
 // put reached a buffer already handed over), ErrPeerGone (the link
 // failed), ErrClosed (this endpoint closed) or ctx's error. A put to a
-// window closed with CloseSilent succeeds without writing anything.
+// window closed with CloseSilent succeeds without writing anything. A put
+// already on the wire when the window closes is refused like a stale one:
+// ErrStale with NoRetryStale, otherwise ErrMailboxClosed once its retry
+// sees the close. A put that lands after its epoch's threshold but before
+// hand-over succeeds (its bytes are in the epoch); the receiver reports it
+// afterwards (Options.OnLate).
 func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) *PutOp {
 	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), done: make(chan struct{})}
 	if err := ep.use(); err != nil {
@@ -465,8 +470,8 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// maxAttempts bounds how often one put is re-issued (after a stale
-// refusal or a flush behind one).
+// maxAttempts bounds how often one put is executed and refused as stale
+// (a flush behind another put's refusal does not count).
 const maxAttempts = 8
 
 // sendDone handles the completion of a link send (engine callback).
@@ -480,11 +485,18 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		ep.mu.Lock()
 		st := ep.byQPN[wc.QPN]
 		ep.mu.Unlock()
+		err := wc.Err()
 		if st != nil {
 			st.ctrlOut.Add(-1)
-			if err := wc.Err(); err != nil {
+			if err != nil {
 				st.broken(err)
 			}
+		}
+		if lid := id &^ ctrlTag; lid != 0 {
+			ep.lateSent(lid, err == nil) // its stripe may be retired already
+		}
+		if st != nil {
+			st.l.flushLate()
 		}
 		return
 	}
@@ -517,13 +529,13 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		}
 	case errors.Is(err, verbs.WCWRFlushErr):
 		// Never executed: flushed behind another failure on its stripe.
+		// That says nothing about this put, so it does not use up an
+		// attempt (flushes are bounded anyway: each needs another put's
+		// refusal, and those are bounded).
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()
-		if !retry {
-			op.finish(errPeer(op.dst, err))
-			return
-		}
+		op.attempts--
 	default:
 		st.l.fail(errPeer(op.dst, err), false)
 		op.finish(errPeer(op.dst, err))
@@ -575,6 +587,8 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 		ep.serveGet(l, m)
 	case CtrlGetReply:
 		ep.getAnswer(l, m)
+	case CtrlLate:
+		ep.lateReport(l, m)
 	case CtrlNack, CtrlResolved:
 		if m.Seq&GetSeqBit != 0 {
 			ep.getAnswer(l, m)

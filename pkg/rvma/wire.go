@@ -378,6 +378,7 @@ const (
 	CtrlEagerAck CtrlType = 4 // receiver → sender: every eager put up to Seq is placed
 	CtrlGet      CtrlType = 5 // sender → receiver: Slot, Incarnation, Epoch (Seq has GetSeqBit)
 	CtrlGetReply CtrlType = 6 // receiver → sender: Epoch, Addr, RKey, Len of a kept buffer, read-only (Seq echoes the request)
+	CtrlLate     CtrlType = 7 // receiver → sender: ViewSlot, Slot, Epoch, Count, Len, Stale of puts that arrived late
 )
 
 // GetSeqBit marks the Seq of a GET and of the NACK answering it, so that a
@@ -400,6 +401,8 @@ func (t CtrlType) String() string {
 		return "GET"
 	case CtrlGetReply:
 		return "GETREPLY"
+	case CtrlLate:
+		return "LATE"
 	}
 	return fmt.Sprintf("CtrlType(%d)", uint8(t))
 }
@@ -439,14 +442,16 @@ type Ctrl struct {
 	Type        CtrlType
 	Seq         uint32
 	Mailbox     Mailbox    // RESOLVE
-	ViewSlot    uint32     // RESOLVE
-	Slot        uint32     // RESOLVED, GET
+	ViewSlot    uint32     // RESOLVE, LATE (the sender's view slot of the window)
+	Slot        uint32     // RESOLVED, GET, LATE
 	Incarnation uint32     // RESOLVED, GET
 	Reason      NackReason // NACK
-	Epoch       uint64     // GET (LastEpoch: the newest kept), GETREPLY
+	Epoch       uint64     // GET (LastEpoch: the newest kept), GETREPLY, LATE
 	Addr        uint64     // GETREPLY: the read-only memory window's address
 	RKey        uint32     // GETREPLY: its key
-	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length)
+	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length); LATE: the puts' bytes
+	Count       uint16     // LATE: the puts reported (at least 1)
+	Stale       bool       // LATE: the epoch had been handed over already (a GuardNone window), not only reached its threshold
 }
 
 const ctrlHeader = 8
@@ -463,7 +468,7 @@ func ctrlLen(t CtrlType) int {
 		return ctrlHeader
 	case CtrlGet:
 		return ctrlHeader + 16
-	case CtrlGetReply:
+	case CtrlGetReply, CtrlLate:
 		return ctrlHeader + 24
 	}
 	return -1
@@ -482,8 +487,11 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 	if m.Type == CtrlResolve && m.ViewSlot > slotMask {
 		return b, invalidf("view slot %d out of range", m.ViewSlot)
 	}
-	if (m.Type == CtrlResolved || m.Type == CtrlGet) && m.Slot > slotMask {
+	if (m.Type == CtrlResolved || m.Type == CtrlGet || m.Type == CtrlLate) && m.Slot > slotMask {
 		return b, invalidf("slot %d out of range", m.Slot)
+	}
+	if m.Type == CtrlLate && (m.ViewSlot > slotMask || m.Count == 0) {
+		return b, invalidf("LATE for view slot %d with %d puts", m.ViewSlot, m.Count)
 	}
 	if m.Type == CtrlNack {
 		if m.Reason < NackNoMailbox || m.Reason > NackNoBuffer {
@@ -512,6 +520,15 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 		le.PutUint64(out[16:], m.Addr)
 		le.PutUint32(out[24:], m.RKey)
 		le.PutUint32(out[28:], m.Len)
+	case CtrlLate:
+		le.PutUint32(out[8:], m.ViewSlot)
+		le.PutUint32(out[12:], m.Slot)
+		le.PutUint64(out[16:], m.Epoch)
+		le.PutUint32(out[24:], m.Len)
+		if m.Stale {
+			out[28] = 1
+		}
+		le.PutUint16(out[30:], m.Count)
 	}
 	return append(b, out...), nil
 }
@@ -566,6 +583,16 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		m.Addr = le.Uint64(b[16:])
 		m.RKey = le.Uint32(b[24:])
 		m.Len = le.Uint32(b[28:])
+	case CtrlLate:
+		m.ViewSlot = le.Uint32(b[8:])
+		m.Slot = le.Uint32(b[12:])
+		m.Epoch = le.Uint64(b[16:])
+		m.Len = le.Uint32(b[24:])
+		m.Stale = b[28] == 1
+		m.Count = le.Uint16(b[30:])
+		if m.ViewSlot > slotMask || m.Slot > slotMask || b[28] > 1 || b[29] != 0 || m.Count == 0 {
+			return Ctrl{}, invalidf("LATE with a slot out of range, no puts or reserved bits set")
+		}
 	}
 	return m, nil
 }

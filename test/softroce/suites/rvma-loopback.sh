@@ -11,7 +11,8 @@
 # API, putting to its own address over four rdma_cm stripes: epochs filled
 # in forward, reverse and random order, ErrTooLarge, ErrNoMailbox,
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
-# Get, and control messages lost on the way (sent again by the asker).
+# Get, control messages lost on the way (sent again by the asker), and two
+# senders overshooting shared epochs (late puts reported to their senders).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 set -euo pipefail
 lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl' -test.timeout 150s

@@ -1,0 +1,235 @@
+package rvma
+
+import (
+	"errors"
+	"math"
+	"net/netip"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// LateReport is a receiver's report that puts from this endpoint landed
+// after their epoch had ended but before it was handed over: another
+// sender's puts reached the threshold first (several senders sharing an
+// epoch without dividing its threshold between them), the receiver ended
+// the epoch (IncEpoch) while they were in flight, or this sender counted
+// its puts differently from the receiver. Their bytes are in the epoch's buffer and
+// in its record's length (the record carries FlagLate), so no data was
+// lost; the report says the senders overshot. With Stale the epoch had
+// already been handed over (only a GuardNone window lets a put land then):
+// the bytes may have changed a buffer the application holds.
+//
+// Late puts of one epoch that the receiver could not report at once (its
+// control sends were backed up) arrive as one report.
+type LateReport struct {
+	Peer    netip.AddrPort // the receiving endpoint
+	Mailbox Mailbox
+	Epoch   uint64 // the epoch the puts were counted into
+	Puts    int    // how many
+	Bytes   uint64 // their length in total
+	Stale   bool
+}
+
+// maxLateQueue bounds the reports one link holds while its control sends
+// are backed up; past it, reports are counted as lost notices.
+const maxLateQueue = 4096
+
+// late reports to the sender of the put wc that it arrived late into the
+// window in slot (engine callback): after epoch's threshold, or after
+// epoch was handed over (stale). The report names the sender's view slot
+// of the window, so the sender finds the mailbox without a search.
+func (ep *Endpoint) late(wc verbs.WC, slot uint32, epoch uint64, stale bool) {
+	ep.mu.Lock()
+	var (
+		l    *link
+		view uint32
+		ok   bool
+	)
+	if st := ep.byQPN[wc.QPN]; st != nil {
+		l = st.l
+		for _, s := range ep.subs[slot] {
+			if s.l == l {
+				view, ok = s.viewSlot, true // the newest subscription wins
+			}
+		}
+	}
+	ep.mu.Unlock()
+	if !ok {
+		ep.lostNotices.Add(1) // a put without a subscription: not from this library
+		return
+	}
+	l.reportLate(Ctrl{Type: CtrlLate, ViewSlot: view, Slot: slot, Epoch: epoch, Count: 1, Len: wc.ByteLen, Stale: stale})
+}
+
+// reportLate queues m, merged into the last queued report if it is for
+// the same view and epoch, and sends what the control share of the send
+// queue takes.
+func (l *link) reportLate(m Ctrl) {
+	l.lateMu.Lock()
+	if n := len(l.lateQ); n > 0 {
+		q := &l.lateQ[n-1]
+		if q.ViewSlot == m.ViewSlot && q.Slot == m.Slot && q.Epoch == m.Epoch && q.Stale == m.Stale &&
+			q.Count < math.MaxUint16 && uint64(q.Len)+uint64(m.Len) <= math.MaxUint32 {
+			q.Count++
+			q.Len += m.Len
+			m.Count = 0
+		}
+	}
+	if m.Count != 0 {
+		if len(l.lateQ) >= maxLateQueue {
+			l.lateMu.Unlock()
+			l.ep.lostNotices.Add(1)
+			return
+		}
+		m.Seq = l.lateNum // the sender takes each number once (seqWindow)
+		l.lateNum++
+		l.lateQ = append(l.lateQ, m)
+	}
+	l.lateMu.Unlock()
+	l.flushLate()
+}
+
+// lateWRMask bounds the work request IDs of LATE sends (below ctrlTag
+// and readTag).
+const lateWRMask = 1<<40 - 1
+
+// flushLate sends queued late reports until the control share of the
+// send queue is full (the next control completion calls it again) or no
+// stripe can send (a replacement calls it again once it can). On a failed
+// link the reports are dropped and counted as lost notices: the sender is
+// gone.
+func (l *link) flushLate() {
+	ep := l.ep
+	l.lateMu.Lock()
+	defer l.lateMu.Unlock()
+	for len(l.lateQ) > 0 {
+		m := l.lateQ[0]
+		// Recorded before the post: the completion may be handled first.
+		ep.lateMu.Lock()
+		ep.lateWR = ep.lateWR%lateWRMask + 1
+		id := ep.lateWR
+		ep.lateOut[id] = lateSend{l: l, m: m}
+		ep.lateMu.Unlock()
+		err := l.sendCtrlID(m, id)
+		if err != nil {
+			ep.lateMu.Lock()
+			delete(ep.lateOut, id)
+			ep.lateMu.Unlock()
+			if errors.Is(err, verbs.ErrQueueFull) || errors.Is(err, verbs.ErrWrongState) || errors.Is(err, errNoStripe) && l.failure() == nil {
+				return
+			}
+			ep.lostNotices.Add(uint64(len(l.lateQ)))
+			l.lateQ = nil
+			return
+		}
+		l.lateQ = l.lateQ[1:]
+	}
+	l.lateQ = nil // let the backing array go
+}
+
+// lateSend is a LATE report posted on l, until its send completes.
+type lateSend struct {
+	l *link
+	m Ctrl
+}
+
+// lateSent is the completion of the LATE send with work request ID id
+// (also when its stripe was replaced meanwhile). A report whose send
+// failed (flushed when a put the NIC refused broke the stripe: the usual
+// company of late puts) is queued again for a live stripe. It may have
+// been delivered before its stripe failed (the acknowledgement was lost
+// with the stripe): the sender takes each report number once.
+func (ep *Endpoint) lateSent(id uint64, ok bool) {
+	ep.lateMu.Lock()
+	s, found := ep.lateOut[id]
+	delete(ep.lateOut, id)
+	ep.lateMu.Unlock()
+	if !found || ok {
+		return
+	}
+	s.l.lateMu.Lock()
+	s.l.lateQ = append(s.l.lateQ, s.m)
+	s.l.lateMu.Unlock()
+	s.l.flushLate()
+}
+
+// lateReport handles a receiver's report that puts from this endpoint
+// arrived late (a LATE control message on l).
+func (ep *Endpoint) lateReport(l *link, m Ctrl) {
+	l.lateMu.Lock()
+	fresh := l.lateTaken.take(m.Seq)
+	l.lateMu.Unlock()
+	if !fresh {
+		return // delivered before its stripe failed, then sent again
+	}
+	ep.mu.Lock()
+	var v *remoteView
+	if m.ViewSlot < uint32(len(ep.views)) {
+		v = ep.views[m.ViewSlot]
+	}
+	ep.mu.Unlock()
+	if v == nil || v.l != l {
+		ep.e.unknown.Add(1) // the view was released meanwhile
+		return
+	}
+	v.mu.Lock()
+	match := v.sv != nil && v.slot == m.Slot
+	v.mu.Unlock()
+	if !match {
+		ep.e.unknown.Add(1)
+		return
+	}
+	ep.latePuts.Add(uint64(m.Count))
+	if f := ep.opts.OnLate; f != nil {
+		f(LateReport{Peer: l.peer, Mailbox: v.mb, Epoch: m.Epoch, Puts: int(m.Count), Bytes: uint64(m.Len), Stale: m.Stale})
+	}
+}
+
+// maxLateGap bounds the report numbers a sender remembers above a gap.
+// A gap stays open only if a report was lost for good (the receiver's
+// queue overflowed); past the bound the sender gives up on it.
+const maxLateGap = 1024
+
+// seqWindow is the set of report numbers a sender has taken: every number
+// below next, and those in above. Numbers are compared modulo 2^32, so
+// they may wrap. The zero value is ready: numbers start at 0.
+type seqWindow struct {
+	next  uint32
+	above map[uint32]struct{}
+}
+
+// take records s and reports whether it is new.
+func (w *seqWindow) take(s uint32) bool {
+	if int32(s-w.next) < 0 {
+		return false
+	}
+	if _, dup := w.above[s]; dup {
+		return false
+	}
+	if s != w.next {
+		if w.above == nil {
+			w.above = map[uint32]struct{}{}
+		}
+		w.above[s] = struct{}{}
+		if len(w.above) <= maxLateGap {
+			return true
+		}
+		// Give up on the gap: move next to the lowest number taken.
+		low := s
+		for a := range w.above {
+			if int32(a-low) < 0 {
+				low = a
+			}
+		}
+		delete(w.above, low)
+		s = low
+	}
+	w.next = s + 1
+	for {
+		if _, ok := w.above[w.next]; !ok {
+			return true
+		}
+		delete(w.above, w.next)
+		w.next++
+	}
+}

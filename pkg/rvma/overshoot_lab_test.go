@@ -1,0 +1,169 @@
+//go:build lab
+
+package rvma_test
+
+// Overshoot: two senders share each epoch of an operation-count window
+// without dividing its threshold, so every epoch is offered twice its
+// threshold. Puts that land after the threshold but before the buffer's
+// memory window is unbound are placed and counted into that epoch
+// (FlagLate); the receiver reports each to its sender (LATE), which
+// counts it and calls Options.OnLate. Puts that come after the unbind are
+// refused by the NIC and retried into the next epoch, so no byte is lost.
+//
+// Run: go run ./test/softroce gotest ./pkg/rvma -test.run TestLabEndpointOvershoot -test.v
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+)
+
+func TestLabEndpointOvershoot(t *testing.T) {
+	const (
+		mb     = rvma.Mailbox(0x0e5)
+		th     = 8  // puts per epoch
+		rounds = 24 // each sender puts th per round
+		size   = 64
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	var mu sync.Mutex
+	reports := map[int][]rvma.LateReport{}
+	onLate := func(i int) func(rvma.LateReport) {
+		return func(r rvma.LateReport) {
+			mu.Lock()
+			reports[i] = append(reports[i], r)
+			mu.Unlock()
+		}
+	}
+	recv := labListen(t, 7491, nil)
+	senders := []*rvma.Endpoint{
+		labListen(t, 7492, &rvma.Options{OnLate: onLate(0)}),
+		labListen(t, 7493, &rvma.Options{OnLate: onLate(1), Stripes: 2}),
+	}
+
+	// Room for every epoch: each has at least th puts, and at most 2*th
+	// land in one buffer (th counted, th late); three more are ended by
+	// IncEpoch at the end.
+	const epochs = 2 * rounds
+	w, _, posted := openPosted(t, recv, mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: th, Keep: epochs + 3}, epochs+3, epochs+3, 2*th*size)
+
+	// Each put carries its sender, round and index, so that every one can
+	// be found again in exactly one buffer.
+	tag := func(s, r, k int) []byte {
+		b := pattern(size, byte(s*97+r*13+k))
+		b[0], b[1], b[2] = byte(s), byte(r), byte(k)
+		return b
+	}
+	var wg sync.WaitGroup
+	for s, ep := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := 0; r < rounds; r++ {
+				var ops []*rvma.PutOp
+				for k := 0; k < th; k++ {
+					off := uint64((s*th + k) * size)
+					ops = append(ops, ep.PutAsync(ctx, recv.Addr(), mb, off, tag(s, r, k)))
+				}
+				for k, op := range ops {
+					if err := op.Wait(ctx); err != nil {
+						t.Errorf("sender %d round %d put %d: %v", s, r, k, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	// Hand over what the last epochs hold: puts retried after a refusal
+	// may leave the head short of its threshold, and a sender that put
+	// the threshold into it by its own count has moved on to the next
+	// ones (a sender targets at most three generations ahead).
+	for i := 0; i < 3; i++ {
+		if _, err := w.IncEpoch(ctx); err != nil {
+			t.Fatalf("IncEpoch: %v", err)
+		}
+	}
+	st := w.Stats()
+	if st.Puts != 2*th*rounds {
+		t.Fatalf("window counted %d puts, want %d: %+v", st.Puts, 2*th*rounds, st)
+	}
+	// Reports travel after the puts completed: wait for them.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := senders[0].Stats().LatePuts + senders[1].Stats().LatePuts
+		if got == st.Late {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("senders counted %d late puts, the window %d (receiver lost %d notices; senders' unknown arrivals %d, %d)",
+				got, st.Late, recv.Stats().LostNotices, senders[0].Stats().UnknownRecv, senders[1].Stats().UnknownRecv)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.Late == 0 {
+		t.Fatalf("no put arrived late in %d epochs offered twice their threshold: the test shows nothing (%+v)", rounds, st)
+	}
+
+	lateIn := map[uint64]int{}
+	calls := map[int]int{}
+	mu.Lock()
+	for s, rs := range reports {
+		for _, r := range rs {
+			if r.Peer != recv.Addr() || r.Mailbox != mb || r.Puts < 1 || r.Bytes != uint64(r.Puts*size) || r.Stale {
+				t.Errorf("sender %d: report %+v", s, r)
+			}
+			lateIn[r.Epoch] += r.Puts
+			calls[s] += r.Puts
+		}
+		if uint64(calls[s]) != senders[s].Stats().LatePuts {
+			t.Errorf("sender %d: OnLate reported %d puts, LatePuts %d", s, calls[s], senders[s].Stats().LatePuts)
+		}
+	}
+	mu.Unlock()
+
+	// Every epoch's record: the late puts reported for it are exactly its
+	// puts beyond the threshold, it is flagged late exactly then, and its
+	// length counts every put it holds.
+	var total, flagged int
+	for _, p := range posted {
+		rec, ok := p.Load()
+		if !ok {
+			continue
+		}
+		total += int(rec.Ops)
+		flagged += lateIn[rec.Epoch]
+		// The last epoch, ended by IncEpoch, may count a put whose
+		// completion the receiver took after IncEpoch: late as well.
+		if rec.Flags&rvma.FlagPartial == 0 && int(rec.Ops)-th != lateIn[rec.Epoch] {
+			t.Errorf("epoch %d: %d puts for a threshold of %d, %d reported late", rec.Epoch, rec.Ops, th, lateIn[rec.Epoch])
+		}
+		if (rec.Flags&rvma.FlagLate != 0) != (lateIn[rec.Epoch] > 0) {
+			t.Errorf("epoch %d: flags %v with %d late puts", rec.Epoch, rec.Flags, lateIn[rec.Epoch])
+		}
+		if rec.Len != rec.Ops*size {
+			t.Errorf("epoch %d: %d bytes for %d puts", rec.Epoch, rec.Len, rec.Ops)
+		}
+	}
+	if total != 2*th*rounds || uint64(flagged) != st.Late {
+		t.Fatalf("records hold %d puts (want %d) and %d late ones (window: %d)", total, 2*th*rounds, flagged, st.Late)
+	}
+	mu.Lock()
+	nrep := len(reports[0]) + len(reports[1])
+	mu.Unlock()
+	t.Logf("%d puts from 2 senders into %d-put epochs: %d late (placed, counted, reported to their senders: %d and %d, in %d reports), %d refused and retried; receiver's lost notices %d",
+		2*th*rounds, th, st.Late, senders[0].Stats().LatePuts, senders[1].Stats().LatePuts, nrep,
+		senders[0].Stats().StalePuts+senders[1].Stats().StalePuts, recv.Stats().LostNotices)
+	if n := recv.Stats().LostNotices; n != 0 {
+		t.Errorf("receiver lost %d notices", n)
+	}
+}
