@@ -251,6 +251,56 @@ func TestLabAtomics(t *testing.T) {
 	}
 }
 
+// Atomics need both W and R (they read and write) and room in the log when
+// the page logs: otherwise the requester gets a remote invalid request
+// error and memory is unchanged. Each case on its own connection, since
+// the error ends the queue pair.
+func TestLabAtomicsRefused(t *testing.T) {
+	d := openDev(t)
+	for _, c := range []struct {
+		name string
+		bits kmod.Bits
+		fill bool // fill the log with writes first
+	}{
+		{"R=0", kmod.W | kmod.WL, false},
+		{"W=0 R=0", kmod.WL, false},
+		{"log full", kmod.W | kmod.R | kmod.WL, true},
+	} {
+		p := newPair(t, 2)
+		dm := newDomain(t, d, kmod.MinLogSize)
+		if err := dm.Arm(p.key(), p.addr(0), page, c.bits|kmod.W); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		if c.fill {
+			for ; n < kmod.MinLogSize/kmod.EntryHeader; n++ {
+				if err := p.write(0, 8*n, []byte{1, 2, 3, 4, 5, 6, 7, byte(n)}); err != nil {
+					t.Fatalf("%s: write %d: %v", c.name, n, err)
+				}
+			}
+		}
+		if err := dm.Arm(p.key(), p.addr(0), page, c.bits); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := d.Stats()
+		p.dst.mr.Bytes()[page-8] = 7
+		err := p.post(verbs.OpAtomicFAA, 0, page-8, 8, 1, 0)
+		if !errors.Is(err, verbs.WCRemInvReqErr) {
+			t.Fatalf("%s: fetch-add: %v, want IBV_WC_REM_INV_REQ_ERR", c.name, err)
+		}
+		if b := p.dst.mr.Bytes()[page-8]; b != 7 {
+			t.Fatalf("%s: memory changed to %d", c.name, b)
+		}
+		after, _ := d.Stats()
+		if after.RefusedAtomics != before.RefusedAtomics+1 {
+			t.Fatalf("%s: refused atomics %d -> %d", c.name, before.RefusedAtomics, after.RefusedAtomics)
+		}
+		if es := readAll(t, dm); len(es) != n {
+			t.Fatalf("%s: %d entries, want the %d writes only", c.name, len(es), n)
+		}
+	}
+}
+
 // A full log refuses writes with a remote access error; nothing is lost:
 // every write that completed successfully is in the log, in order.
 func TestLabLogFullRefuses(t *testing.T) {

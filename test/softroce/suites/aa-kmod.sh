@@ -6,7 +6,9 @@
 # and mapped logs, W/R/WL/WLD/RL/RLD on writes, reads and atomics (bytes
 # checked), a full log refusing writes, a flood with and without credits,
 # eventfd/poll notification, local transfers left alone, deregistration,
-# misuse, two concurrent sources into one log, isolation between
-# processes and teardown on kill -9.
+# misuse (also raw: other files' domain ids, bad eventfds and mmaps,
+# wrong sizes), atomics refused on R=0 pages and full logs, two
+# concurrent sources into one log, isolation between processes and
+# teardown on kill -9.
 set -euo pipefail
 lab_gotest kmod -test.v -test.run 'TestLab' -test.timeout 280s
