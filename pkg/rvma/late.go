@@ -102,8 +102,12 @@ func (l *link) flushLate() {
 	ep := l.ep
 	l.lateMu.Lock()
 	defer l.lateMu.Unlock()
-	for len(l.lateQ) > 0 {
-		m := l.lateQ[0]
+	for len(l.lateAgain)+len(l.lateQ) > 0 {
+		q := &l.lateAgain
+		if len(*q) == 0 {
+			q = &l.lateQ
+		}
+		m := (*q)[0]
 		// Recorded before the post: the completion may be handled first.
 		ep.lateMu.Lock()
 		ep.lateWR = ep.lateWR%lateWRMask + 1
@@ -118,13 +122,13 @@ func (l *link) flushLate() {
 			if errors.Is(err, verbs.ErrQueueFull) || errors.Is(err, verbs.ErrWrongState) || errors.Is(err, errNoStripe) && l.failure() == nil {
 				return
 			}
-			ep.lostNotices.Add(uint64(len(l.lateQ)))
-			l.lateQ = nil
+			ep.lostNotices.Add(uint64(len(l.lateAgain) + len(l.lateQ)))
+			l.lateAgain, l.lateQ = nil, nil
 			return
 		}
-		l.lateQ = l.lateQ[1:]
+		*q = (*q)[1:]
 	}
-	l.lateQ = nil // let the backing array go
+	l.lateAgain, l.lateQ = nil, nil // let the backing arrays go
 }
 
 // lateSend is a LATE report posted on l, until its send completes.
@@ -148,9 +152,27 @@ func (ep *Endpoint) lateSent(id uint64, ok bool) {
 		return
 	}
 	s.l.lateMu.Lock()
-	s.l.lateQ = append(s.l.lateQ, s.m)
+	s.l.lateAgain = append(s.l.lateAgain, s.m)
 	s.l.lateMu.Unlock()
 	s.l.flushLate()
+}
+
+// dropLate forgets the reports of a failed link: those posted (whether
+// they were delivered is unknown) and those queued, which are counted as
+// lost notices. Their sender is gone, or resolves again on a new link.
+func (ep *Endpoint) dropLate(l *link) {
+	ep.lateMu.Lock()
+	for id, s := range ep.lateOut {
+		if s.l == l {
+			delete(ep.lateOut, id)
+		}
+	}
+	ep.lateMu.Unlock()
+	l.lateMu.Lock()
+	n := len(l.lateAgain) + len(l.lateQ)
+	l.lateAgain, l.lateQ = nil, nil
+	l.lateMu.Unlock()
+	ep.lostNotices.Add(uint64(n))
 }
 
 // lateReport handles a receiver's report that puts from this endpoint

@@ -40,7 +40,8 @@ type link struct {
 	// control share of the send queue, and the next report number. As the
 	// sender: the report numbers taken.
 	lateMu    sync.Mutex
-	lateQ     []Ctrl
+	lateQ     []Ctrl // new reports; the last one may take more late puts
+	lateAgain []Ctrl // reports whose send failed: sent first, never merged into (already numbered, maybe delivered)
 	lateNum   uint32
 	lateTaken seqWindow
 }
@@ -274,6 +275,8 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 	for id, op := range ep.puts {
 		if op.st == old {
 			delete(ep.puts, id)
+			op.attempts-- // never executed, like a flushed put (sendDone)
+			op.flushes++
 			again = append(again, op)
 		}
 	}
@@ -555,6 +558,7 @@ func (l *link) fail(err error, wait bool) {
 	// (Close must not return before the stripes are gone).
 	async := !wait && ep.spawnLocked(teardown)
 	ep.mu.Unlock()
+	ep.dropLate(l)
 
 	close(l.dead)
 	select {

@@ -142,6 +142,7 @@ type PutOp struct {
 	view     *remoteView
 	gen      uint64
 	attempts int
+	flushes  int
 
 	once sync.Once
 	done chan struct{}
@@ -471,8 +472,12 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // maxAttempts bounds how often one put is executed and refused as stale
-// (a flush behind another put's refusal does not count).
-const maxAttempts = 8
+// (a flush behind another put's refusal does not count); maxFlushes bounds
+// how often it is flushed, or re-issued from a retired stripe.
+const (
+	maxAttempts = 8
+	maxFlushes  = 64
+)
 
 // sendDone handles the completion of a link send (engine callback).
 func (ep *Endpoint) sendDone(wc verbs.WC) {
@@ -530,12 +535,16 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 	case errors.Is(err, verbs.WCWRFlushErr):
 		// Never executed: flushed behind another failure on its stripe.
 		// That says nothing about this put, so it does not use up an
-		// attempt (flushes are bounded anyway: each needs another put's
-		// refusal, and those are bounded).
+		// attempt; flushes have their own, larger bound.
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()
 		op.attempts--
+		op.flushes++
+		if op.flushes > maxFlushes {
+			op.finish(errPeer(op.dst, fmt.Errorf("flushed %d times behind other puts' failures: %w", op.flushes, err)))
+			return
+		}
 	default:
 		st.l.fail(errPeer(op.dst, err), false)
 		op.finish(errPeer(op.dst, err))
