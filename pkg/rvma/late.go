@@ -184,12 +184,7 @@ func (ep *Endpoint) lateReport(l *link, m Ctrl) {
 	if !fresh {
 		return // delivered before its stripe failed, then sent again
 	}
-	ep.mu.Lock()
-	var v *remoteView
-	if m.ViewSlot < uint32(len(ep.views)) {
-		v = ep.views[m.ViewSlot]
-	}
-	ep.mu.Unlock()
+	v := ep.view(m.ViewSlot)
 	if v == nil || v.l != l {
 		ep.e.unknown.Add(1) // the view was released meanwhile
 		return

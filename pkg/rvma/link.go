@@ -275,8 +275,7 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 	for id, op := range ep.puts {
 		if op.st == old {
 			delete(ep.puts, id)
-			op.attempts-- // never executed, like a flushed put (sendDone)
-			op.flushes++
+			op.flushes++ // never executed, like a flushed put (sendDone)
 			again = append(again, op)
 		}
 	}

@@ -59,6 +59,17 @@ func resolveSeq(s, gen uint32) uint32 {
 	return (gen<<viewSlotBits | s) &^ GetSeqBit
 }
 
+// view returns the view in view slot s, or nil if the slot is free or
+// beyond the table.
+func (ep *Endpoint) view(s uint32) *remoteView {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if s >= uint32(len(ep.views)) {
+		return nil
+	}
+	return ep.views[s]
+}
+
 // freeView returns a view's slot. The caller holds ep.mu.
 func (ep *Endpoint) freeView(v *remoteView) {
 	if ep.views[v.viewSlot] == v {
@@ -141,8 +152,8 @@ type PutOp struct {
 	st       *stripe
 	view     *remoteView
 	gen      uint64
-	attempts int
-	flushes  int
+	refusals int // stale refusals so far (maxAttempts)
+	flushes  int // flushes and re-issues from retired stripes (maxFlushes)
 
 	once sync.Once
 	done chan struct{}
@@ -447,7 +458,6 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 	ep.nextID++
 	id := ep.nextID &^ (sendTag | ctrlTag | readTag)
 	op.st, op.view, op.gen = st, v, gen
-	op.attempts++
 	ep.puts[id] = op
 	ep.mu.Unlock()
 	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled,
@@ -520,7 +530,6 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		return
 	}
 	st.broken(err)
-	retry := op.attempts < maxAttempts
 	switch {
 	case errors.Is(err, verbs.WCRemAccessErr):
 		// The window's key changed under the put: its epoch completed.
@@ -528,18 +537,18 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		v.mu.Lock()
 		v.sv.stale(gen)
 		v.mu.Unlock()
-		if ep.opts.NoRetryStale || !retry {
+		op.refusals++
+		if ep.opts.NoRetryStale || op.refusals >= maxAttempts {
 			op.finish(fmt.Errorf("%w: %w", ErrStale, err))
 			return
 		}
 	case errors.Is(err, verbs.WCWRFlushErr):
 		// Never executed: flushed behind another failure on its stripe.
-		// That says nothing about this put, so it does not use up an
-		// attempt; flushes have their own, larger bound.
+		// That says nothing about this put, so it is not a refusal;
+		// flushes have their own, larger bound.
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()
-		op.attempts--
 		op.flushes++
 		if op.flushes > maxFlushes {
 			op.finish(errPeer(op.dst, fmt.Errorf("flushed %d times behind other puts' failures: %w", op.flushes, err)))
@@ -603,9 +612,7 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 			ep.getAnswer(l, m)
 			return
 		}
-		ep.mu.Lock()
-		v := ep.views[m.Seq%viewSlots]
-		ep.mu.Unlock()
+		v := ep.view(m.Seq % viewSlots)
 		if v == nil || v.l != l || v.seq != m.Seq {
 			ep.e.unknown.Add(1)
 			return
@@ -686,12 +693,7 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 
 // notice handles a pushed entry update (engine callback).
 func (ep *Endpoint) notice(wc verbs.WC, viewSlot uint32) {
-	ep.mu.Lock()
-	var v *remoteView
-	if viewSlot < uint32(len(ep.views)) {
-		v = ep.views[viewSlot]
-	}
-	ep.mu.Unlock()
+	v := ep.view(viewSlot)
 	if v == nil {
 		return // released meanwhile
 	}
