@@ -71,7 +71,8 @@ type Endpoint struct {
 	links     map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
 	accepted  map[uint64]*link         // links peers dialled, by link ID
 	byQPN     map[uint32]*stripe
-	views     []*remoteView // by view slot; nil when free
+	dialing   map[uint32]*link // QPs of stripes being dialled, until addStripe records them (ctrl only)
+	views     []*remoteView    // by view slot; nil when free
 	freeViews []uint32
 	puts      map[uint64]*PutOp // in flight, by work request ID
 	gets      map[uint32]*getOp // waiting for an answer or a READ, by Seq
@@ -138,7 +139,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{},
+		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{},
 		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)

@@ -199,21 +199,19 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	if err != nil {
 		return err
 	}
-	// The stripe's QP is known before the connection is established: the
-	// peer may send on it (a LATE report, on a replacement) as soon as its
-	// Accept returns, which can be before Connect returns here.
+	// The peer may send a control message on the stripe (a LATE report,
+	// on a replacement) as soon as its Accept returns, which can be before
+	// Connect returns here and addStripe records it: ctrl finds the link
+	// through dialing meanwhile. Only ctrl: an error on a stripe not yet
+	// installed must not make broken dial a second replacement.
 	qpn := st.qp.QPN()
 	ep.mu.Lock()
-	ep.byQPN[qpn] = st
+	ep.dialing[qpn] = l
 	ep.mu.Unlock()
 	defer func() {
-		if err != nil {
-			ep.mu.Lock()
-			if ep.byQPN[qpn] == st {
-				delete(ep.byQPN, qpn)
-			}
-			ep.mu.Unlock()
-		}
+		ep.mu.Lock()
+		delete(ep.dialing, qpn)
+		ep.mu.Unlock()
 	}()
 	d := uint8(ep.e.rdDepth)
 	if err = id.Connect(ctx, &verbs.ConnParam{PrivateData: h, ResponderResources: d, InitiatorDepth: d}); err != nil {

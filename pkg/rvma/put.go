@@ -565,14 +565,16 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 // ctrl handles a control message received on a link (engine callback).
 func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 	ep.mu.Lock()
-	st := ep.byQPN[wc.QPN]
+	l := ep.dialing[wc.QPN]
+	if st := ep.byQPN[wc.QPN]; st != nil {
+		l = st.l
+	}
 	ep.mu.Unlock()
 	m, err := ParseCtrl(msg)
-	if st == nil || err != nil {
+	if l == nil || err != nil {
 		ep.e.unknown.Add(1)
 		return
 	}
-	l := st.l
 	switch m.Type {
 	case CtrlResolve:
 		// The accepting side learns a stripe's QP can send only when its
