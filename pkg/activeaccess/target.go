@@ -114,6 +114,7 @@ type Target struct {
 	closed  bool
 	domains map[*Domain]struct{}
 	conns   map[*tconn]struct{}
+	plains  map[*PlainQP]struct{}
 	slots   int // sources connected, or gone but with entries not processed yet
 	nextID  uint32
 	nextDom uint32
@@ -171,7 +172,8 @@ func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
 			return nil, err
 		}
 	}
-	t := &Target{cfg: c, grant: g, domains: map[*Domain]struct{}{}, conns: map[*tconn]struct{}{}}
+	t := &Target{cfg: c, grant: g, domains: map[*Domain]struct{}{}, conns: map[*tconn]struct{}{},
+		plains: map[*PlainQP]struct{}{}}
 	t.byQPN.Store(&map[uint32]*tconn{})
 	var err error
 	if c.Mode == ModeMediated {
@@ -286,7 +288,8 @@ func (t *Target) Err() error {
 }
 
 // Close disconnects every source (their pending operations fail with
-// ErrDisconnected), stops and closes every domain, and releases the
+// ErrDisconnected) and closes every PlainQP, stops and closes every
+// domain, and releases the
 // memory. It waits for running handlers to return. It is idempotent and
 // returns the first error met releasing resources.
 func (t *Target) Close() error {
@@ -304,10 +307,23 @@ func (t *Target) Close() error {
 	for d := range t.domains {
 		doms = append(doms, d)
 	}
+	plains := make([]*PlainQP, 0, len(t.plains))
+	for p := range t.plains {
+		plains = append(plains, p)
+	}
+	t.plains = nil
 	t.markers = nil
 	t.mu.Unlock()
 	t.stop()
-	err := t.l.Close()
+	var err error
+	for _, p := range plains {
+		if e := p.release(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if e := t.l.Close(); e != nil && err == nil {
+		err = e
+	}
 	for _, c := range conns {
 		c.teardown()
 	}
@@ -908,7 +924,7 @@ type Access struct {
 	Suppressed bool   // W=0 kept a write out of memory, or R=0 served zeros
 	Seq        uint64 // the domain's log sequence number, from 1 without gaps
 	Value      uint64 // KindAtomic: the target's value before the operation
-	Source     *Peer  // nil when the access came from a QP this target did not accept
+	Source     *Peer  // nil when the access came from a QP this target did not accept (a PlainQP's source)
 	Domain     *Domain
 	c          *tconn
 }

@@ -1,0 +1,220 @@
+package perftest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// ErrProtocol: the client sent something perftest's side channel does
+// not (a malformed queue-pair description, a message too long, data
+// after the closing handshake), or closed the connection before the end.
+var ErrProtocol = errors.New("perftest: protocol error")
+
+// Config configures Serve and ServeConn.
+type Config struct {
+	// Offset is where in the target's memory the clients' accesses go:
+	// every client queue pair is given the address Region().Addr+Offset.
+	// A client moving size bytes per message accesses
+	// [Offset, Offset+max(size, 4096)); beyond the memory its accesses
+	// fail with a remote access error.
+	Offset int
+	// ErrorLog receives Serve's per-client errors; nil means the log
+	// package's standard logger.
+	ErrorLog *log.Logger
+}
+
+// maxMsg bounds a side-channel message; perftest's largest is 108 bytes.
+const maxMsg = 512
+
+// Serve answers perftest clients that connect to ln, each in its own
+// goroutine (ServeConn), until ctx ends; it then closes ln, waits for the
+// sessions (their queue pairs are closed) and returns ctx's error. It
+// returns the listener's error if accepting fails otherwise. A client's
+// error ends only that client's session and goes to cfg.ErrorLog.
+func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Config) error {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	logger := c.ErrorLog
+	if logger == nil {
+		logger = log.Default()
+	}
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("perftest: accepting clients: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer conn.Close()
+			if err := ServeConn(ctx, conn, t, &c); err != nil && ctx.Err() == nil {
+				logger.Printf("perftest client %v: %v", conn.RemoteAddr(), err)
+			}
+		}()
+	}
+}
+
+// ServeConn runs one perftest client's session on conn: it answers the
+// side channel, connects each queue pair the client describes to a
+// PlainQP of t, and returns nil once the client completed the closing
+// handshake, after closing those queue pairs (conn is left open). It
+// returns early with ctx's error, with an error wrapping ErrProtocol for
+// a client that breaks the protocol or leaves before the end, with the
+// connection's error, or with the error of Target.ConnectPlain (for
+// example activeaccess.ErrInvalid for a library-mediated target).
+func ServeConn(ctx context.Context, conn net.Conn, t *activeaccess.Target, cfg *Config) error {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	if c.Offset < 0 || c.Offset >= len(t.Memory()) {
+		return fmt.Errorf("%w: offset %d outside the target's %d bytes", activeaccess.ErrInvalid, c.Offset, len(t.Memory()))
+	}
+	mtu, err := t.PathMTU()
+	if err != nil {
+		return fmt.Errorf("perftest: %w", err)
+	}
+	reg := t.Region()
+	s := &session{conn: conn, portMTU: mtu, rkey: reg.RKey, vaddr: reg.Addr + uint64(c.Offset),
+		connect: func(remote verbs.QPInfo, outReads int, mtu verbs.MTU) (verbs.QPInfo, int, io.Closer, error) {
+			p, err := t.ConnectPlain(remote, &activeaccess.PlainOptions{MaxRdAtomic: outReads, PathMTU: mtu})
+			if err != nil {
+				return verbs.QPInfo{}, 0, nil, err
+			}
+			return p.Info(), p.MaxRdAtomic(), p, nil
+		}}
+	return s.run(ctx)
+}
+
+// session is one client's side channel; connect is Target.ConnectPlain.
+type session struct {
+	conn    net.Conn
+	portMTU verbs.MTU
+	rkey    uint32
+	vaddr   uint64
+	connect func(remote verbs.QPInfo, outReads int, mtu verbs.MTU) (local verbs.QPInfo, rd int, qp io.Closer, err error)
+
+	mtu     verbs.MTU         // negotiated; 0 until the MTU message
+	qps     map[uint32]qpDesc // by the client's QPN
+	reports bool              // the client sent its reports: the next description closes
+	done    bool              // "done" sent
+}
+
+type qpDesc struct {
+	reply []byte
+	qp    io.Closer
+}
+
+func (s *session) run(ctx context.Context) (err error) {
+	s.qps = map[uint32]qpDesc{}
+	defer func() {
+		for _, q := range s.qps {
+			if e := q.qp.Close(); e != nil && err == nil {
+				err = fmt.Errorf("perftest: closing a queue pair: %w", e)
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { s.conn.SetDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, maxMsg)
+	for {
+		n, err := s.conn.Read(buf)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case errors.Is(err, io.EOF):
+				return fmt.Errorf("%w: the client left before the closing handshake", ErrProtocol)
+			}
+			return fmt.Errorf("perftest: reading from the client: %w", err)
+		}
+		if n == len(buf) {
+			return fmt.Errorf("%w: a message of more than %d bytes", ErrProtocol, len(buf)-1)
+		}
+		m := buf[:n]
+		if s.done {
+			if bytes.Equal(m, doneMsg) {
+				return nil
+			}
+			return fmt.Errorf("%w: %q after the closing handshake", ErrProtocol, m)
+		}
+		reply, err := s.answer(m)
+		if err != nil {
+			return err
+		}
+		if _, err := s.conn.Write(reply); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("perftest: writing to the client: %w", err)
+		}
+	}
+}
+
+// answer returns the reply to the client's message m.
+func (s *session) answer(m []byte) ([]byte, error) {
+	switch {
+	case looksLikeKey(m):
+		d, err := parseDest(m)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
+		}
+		q, ok := s.qps[d.QPN]
+		if !ok {
+			if q, err = s.connectQP(d); err != nil {
+				return nil, err
+			}
+		}
+		if !s.reports {
+			return q.reply, nil
+		}
+		s.done = true
+		return append(append([]byte(nil), q.reply...), doneMsg...), nil
+	case len(s.qps) == 0 && s.mtu == 0:
+		if mtu, ok := parseMTU(m); ok {
+			s.mtu = min(mtu, s.portMTU)
+			r := make([]byte, len(m))
+			r[0] = '0' + byte(s.mtu)
+			return r, nil
+		}
+	case len(s.qps) > 0 && len(m) == 8:
+		s.reports = true // echoed: the client takes our report for its own
+	}
+	return m, nil
+}
+
+// connectQP connects a target queue pair to the client's d and formats
+// the description the client gets back.
+func (s *session) connectQP(d dest) (qpDesc, error) {
+	mtu := s.mtu
+	if mtu == 0 {
+		mtu = s.portMTU
+	}
+	local, rd, qp, err := s.connect(verbs.QPInfo{QPN: d.QPN, PSN: d.PSN, LID: d.LID, GID: d.GID}, max(d.OutReads, 1), mtu)
+	if err != nil {
+		return qpDesc{}, fmt.Errorf("perftest: connecting client QP %#x: %w", d.QPN, err)
+	}
+	q := qpDesc{qp: qp, reply: dest{LID: local.LID, OutReads: rd, QPN: local.QPN, PSN: local.PSN,
+		RKey: s.rkey, VAddr: s.vaddr, GID: local.GID}.marshal()}
+	s.qps[d.QPN] = q
+	return q, nil
+}
