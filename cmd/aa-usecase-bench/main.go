@@ -8,6 +8,13 @@
 //	    with their data (RLD, pkg/activeaccess/getlog writing its files)
 //	    and on pages without logging, alternating in rounds; the medians
 //	    and their ratio
+//	aa-usecase-bench perftest [-verb read|write] [-rounds N] [-iters N] [-size B]
+//	    unmodified ib_read_bw (or ib_write_bw) against a stock perftest
+//	    server and against five pages of a target served by
+//	    pkg/activeaccess/perftest: no actions, metadata logged (RL|WL),
+//	    data logged (RLD|WLD), each logged kind with the handler woken
+//	    per entry and coalesced (64 entries or 1 ms); MB/s per kind in
+//	    rounds, the medians and their ratios to the page without actions
 //	aa-usecase-bench drain [-entries N]
 //	    entries per second one handler goroutine drains from a full log,
 //	    polling and with the eventfd (two domains, drained chunk by chunk,
@@ -47,6 +54,12 @@ func main() {
 		gets := fs.Int("gets", 400, "gets per round and kind")
 		size := fs.Int("size", 8, "bytes per get")
 		run = func() error { return benchGetLog(*rounds, *gets, *size) }
+	case "perftest":
+		verb := fs.String("verb", "read", "read (ib_read_bw) or write (ib_write_bw)")
+		rounds := fs.Int("rounds", 9, "rounds of the six kinds (which goes first rotates)")
+		iters := fs.Int("iters", 2000, "perftest iterations (-n) per run")
+		size := fs.Int("size", 4096, "bytes per message (-s), at most 4096")
+		run = func() error { return benchPerftest(*verb, *rounds, *iters, *size) }
 	case "drain":
 		entries := fs.Int("entries", 30000, "entries in the log before the handler starts")
 		run = func() error { return benchDrain(*entries) }
@@ -81,7 +94,7 @@ func profiled(file string, f func() error) error {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: aa-usecase-bench getlog|drain [flags] (in a two-guest lab boot)")
+	fmt.Fprintln(os.Stderr, "usage: aa-usecase-bench getlog|perftest|drain [flags] (in a two-guest lab boot)")
 	os.Exit(2)
 }
 

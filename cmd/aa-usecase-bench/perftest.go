@@ -1,0 +1,235 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/perftest"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+// The perftest bench: unmodified ib_read_bw / ib_write_bw clients on guest
+// 2 against, on guest 1, a stock perftest server (the anchor) and three
+// pages of an Active Access target served through pkg/activeaccess/perftest:
+// a page with no actions (the hooks armed for the other pages), a page
+// logging metadata (RL|WL) and a page logging the data (RLD|WLD), both
+// handled by a counting handler.
+const (
+	ptAAPort    = 7710  // the target's rdma_cm port
+	ptStockPort = 18515 // the stock server
+	ptBasePort  = 18600 // + the page: the target's side channels
+)
+
+// The kinds, in page order after "stock": pages of the target with no
+// actions, metadata logged (RL|WL), data logged (RLD|WLD), the handler's
+// runtime woken per entry (threshold 1, the default) or, for the "-c"
+// kinds, coalesced (threshold 64, or 1 ms after entries arrived).
+var ptKinds = []string{"stock", "plain", "meta", "data", "meta-c", "data-c"}
+
+const ptPages = 5 // the target's pages, one per kind after "stock"
+
+func benchPerftest(verb string, rounds, iters, size int) error {
+	if verb != "read" && verb != "write" || rounds <= 0 || iters <= 0 || size <= 0 || size > 4096 {
+		return errors.New("perftest: bad -verb, -rounds, -iters or -size (at most one page)")
+	}
+	tgt, err := isTarget()
+	if err != nil {
+		return err
+	}
+	prog := "ib_" + verb + "_bw"
+	dev := os.Getenv(labenv.EnvDevice)
+	if dev == "" {
+		return errors.New("perftest: the lab created no RDMA device")
+	}
+	perftestArgs := []string{"-F", "-d", dev, "-x", "1", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
+	bar := func(what string, r, k int) string {
+		return fmt.Sprintf("pt-%s-%d-%s-%d-%s", verb, size, what, r, ptKinds[k])
+	}
+	order := func(r, i int) int { return (i + r) % len(ptKinds) } // rotate which goes first
+	if tgt {
+		addr, err := target(ptAAPort)
+		if err != nil {
+			return err
+		}
+		tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: ptPages * 4096, LogSize: 8 << 20, MaxSources: 1})
+		if err != nil {
+			return err
+		}
+		defer tg.Close()
+		var handled atomic.Int64
+		count := func(*activeaccess.Access) { handled.Add(1) }
+		meta := activeaccess.W | activeaccess.R | activeaccess.WL | activeaccess.RL
+		data := activeaccess.W | activeaccess.R | activeaccess.WLD | activeaccess.RLD
+		var doms []*activeaccess.Domain
+		for _, dc := range []struct {
+			cfg  activeaccess.DomainConfig
+			page int // its meta page; the data page follows
+		}{
+			{activeaccess.DomainConfig{Handler: count}, 1},
+			{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 3},
+		} {
+			d, err := tg.NewDomain(dc.cfg)
+			if err != nil {
+				return err
+			}
+			doms = append(doms, d)
+			if err := d.Associate(dc.page*4096, 4096, meta); err != nil {
+				return err
+			}
+			if err := d.Associate((dc.page+1)*4096, 4096, data); err != nil {
+				return err
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		serveErr := make(chan error, ptPages)
+		for pg := 0; pg < ptPages; pg++ {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(ptBasePort+pg)).String())
+			if err != nil {
+				return err
+			}
+			go func() { serveErr <- perftest.Serve(ctx, ln, tg, &perftest.Config{Offset: pg * 4096}) }()
+		}
+		for r := 0; r < rounds; r++ {
+			for i := range ptKinds {
+				k := order(r, i)
+				var srv *exec.Cmd
+				var srvOut bytes.Buffer
+				if ptKinds[k] == "stock" {
+					srv = exec.Command(prog, append(perftestArgs, "-p", fmt.Sprint(ptStockPort))...)
+					srv.Stdout, srv.Stderr = &srvOut, &srvOut
+					if err := srv.Start(); err != nil {
+						return err
+					}
+					if err := waitListen(ptStockPort); err != nil {
+						srv.Process.Kill()
+						return err
+					}
+				}
+				if err := labenv.Signal(bar("ready", r, k)); err != nil {
+					return err
+				}
+				if err := await(bar("done", r, k)); err != nil {
+					return err
+				}
+				if srv != nil {
+					if err := srv.Wait(); err != nil {
+						return fmt.Errorf("%s server: %v\n%s", prog, err, srvOut.Bytes())
+					}
+				}
+			}
+		}
+		mtu, err := tg.PathMTU()
+		if err != nil {
+			return err
+		}
+		want := int64(4 * rounds * iters * ((size + mtu.Bytes() - 1) / mtu.Bytes())) // four logged pages
+		for i := 0; i < 100 && handled.Load() < want; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		var refused, lost uint64
+		for _, d := range doms {
+			r, l := d.Refused()
+			refused, lost = refused+r, lost+l
+		}
+		fmt.Printf("target: %d accesses handled (want %d), %d refused, %d lost\n", handled.Load(), want, refused, lost)
+		cancel()
+		for pg := 0; pg < ptPages; pg++ {
+			if err := <-serveErr; !errors.Is(err, context.Canceled) {
+				return err
+			}
+		}
+		if handled.Load() != want || refused != 0 || lost != 0 {
+			return errors.New("perftest: accesses lost or refused")
+		}
+		return tg.Err()
+	}
+	host, err := labenv.AddrOf(1)
+	if err != nil {
+		return err
+	}
+	rates := make([][]float64, len(ptKinds))
+	ratios := make([][]float64, len(ptKinds)) // to plain
+	for r := 0; r < rounds; r++ {
+		got := make([]float64, len(ptKinds))
+		for i := range ptKinds {
+			k := order(r, i)
+			if err := await(bar("ready", r, k)); err != nil {
+				return err
+			}
+			port := ptStockPort
+			if k > 0 {
+				port = ptBasePort + k - 1
+			}
+			out, err := exec.Command(prog, append(perftestArgs, "-p", fmt.Sprint(port), host)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%s against %s: %v\n%s", prog, ptKinds[k], err, out)
+			}
+			if got[k], err = bwAverage(out, size); err != nil {
+				return err
+			}
+			if err := labenv.Signal(bar("done", r, k)); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("round %d: %s %d B MB/s:", r+1, prog, size)
+		for k, name := range ptKinds {
+			rates[k] = append(rates[k], got[k])
+			ratios[k] = append(ratios[k], got[k]/got[1])
+			fmt.Printf(" %s %.2f (%.3f)", name, got[k], got[k]/got[1])
+		}
+		fmt.Println()
+	}
+	for k, name := range ptKinds {
+		figure(fmt.Sprintf("perftest_%s_%dB_MBps_%s", verb, size, name), median(rates[k]), "MB/s")
+		if k != 1 {
+			figure(fmt.Sprintf("perftest_%s_%dB_ratio_%s_to_plain", verb, size, name), median(ratios[k]), "(median of per-round ratios)")
+		}
+	}
+	return nil
+}
+
+// bwAverage finds the "BW average[MB/sec]" of perftest's result line.
+func bwAverage(out []byte, size int) (float64, error) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 5 && f[0] == fmt.Sprint(size) {
+			if _, err := strconv.Atoi(f[1]); err == nil {
+				return strconv.ParseFloat(f[3], 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no result line for %d bytes in:\n%s", size, out)
+}
+
+// waitListen waits until something listens on TCP port (the stock
+// server), reading /proc/net/tcp: a perftest server takes the first
+// connection as its client, so probing it by connecting would break it.
+func waitListen(port int) error {
+	want := fmt.Sprintf(":%04X ", port)
+	for i := 0; i < 200; i++ {
+		for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+			b, _ := os.ReadFile(f)
+			for _, l := range strings.Split(string(b), "\n") {
+				if x := strings.Fields(l); len(x) > 3 && strings.HasSuffix(x[1]+" ", want) && x[3] == "0A" {
+					return nil
+				}
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("nothing listens on port %d", port)
+}
