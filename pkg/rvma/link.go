@@ -28,8 +28,10 @@ type link struct {
 	// puts that found no live stripe wait on it.
 	stripeCh chan struct{}
 
+	// stripes are written under mu and read without it on the put path
+	// (pick, ctrlStripe); the slice's length never changes.
+	stripes   []atomic.Pointer[stripe]
 	mu        sync.Mutex
-	stripes   []*stripe
 	connected int
 	err       error // why it failed
 	peerViews tableRef
@@ -67,7 +69,7 @@ const (
 
 func newLink(ep *Endpoint, peer netip.AddrPort, id uint64, n int, dial bool) *link {
 	return &link{ep: ep, id: id, peer: peer, dial: dial, ready: make(chan struct{}), dead: make(chan struct{}),
-		stripeCh: make(chan struct{}), stripes: make([]*stripe, n), views: map[Mailbox]*remoteView{}}
+		stripeCh: make(chan struct{}), stripes: make([]atomic.Pointer[stripe], n), views: map[Mailbox]*remoteView{}}
 }
 
 // qpAttr is the attribute set of every stripe's QP: receives from the
@@ -239,13 +241,13 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	if ep.closed || l.err != nil {
 		return false
 	}
-	if old := l.stripes[st.idx]; old != nil {
+	if old := l.stripes[st.idx].Load(); old != nil {
 		ep.retireStripe(old)
 		ep.spawnLocked(func() { ep.repush(l) })
 	} else {
 		l.connected++
 	}
-	l.stripes[st.idx] = st
+	l.stripes[st.idx].Store(st)
 	l.peerViews = views
 	ep.byQPN[st.qp.QPN()] = st
 	close(l.stripeCh)
@@ -435,7 +437,7 @@ func (ep *Endpoint) watch(st *stripe) {
 			// dialer's redial decides the link's fate).
 			l := st.l
 			l.mu.Lock()
-			current := l.stripes[st.idx] == st
+			current := l.stripes[st.idx].Load() == st
 			l.mu.Unlock()
 			if current && !st.dead.Load() {
 				l.fail(errPeer(l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type)), false)
@@ -450,7 +452,7 @@ func (l *link) pick() *stripe {
 	n := uint32(len(l.stripes))
 	start := l.rr.Add(1)
 	for i := uint32(0); i < n; i++ {
-		st := l.stripes[(start+i)%n]
+		st := l.stripes[(start+i)%n].Load()
 		if st != nil && !st.dead.Load() {
 			return st
 		}
@@ -461,8 +463,8 @@ func (l *link) pick() *stripe {
 // ctrlStripe is the stripe control messages and notices travel on: the
 // first live one, so that they stay in order while it lives.
 func (l *link) ctrlStripe() *stripe {
-	for _, st := range l.stripes {
-		if st != nil && !st.dead.Load() {
+	for i := range l.stripes {
+		if st := l.stripes[i].Load(); st != nil && !st.dead.Load() {
 			return st
 		}
 	}
@@ -506,7 +508,10 @@ func (l *link) fail(err error, wait bool) {
 		return
 	}
 	l.err = err
-	stripes := append([]*stripe(nil), l.stripes...)
+	stripes := make([]*stripe, len(l.stripes))
+	for i := range l.stripes {
+		stripes[i] = l.stripes[i].Load()
+	}
 	views := l.views
 	l.views = map[Mailbox]*remoteView{}
 	l.mu.Unlock()
