@@ -282,9 +282,12 @@ func (e *engine) release() error {
 }
 
 // alloc returns n bytes of registered memory that windows accept as
-// buffers.
+// buffers. The region grants no remote access itself: peers reach a
+// posted buffer only through the memory window bound to it (which needs
+// local write and MW binding on the region), never through the region's
+// own rkey, which is not sent anywhere.
 func (e *engine) alloc(n int) ([]byte, error) {
-	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessMWBind)
+	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessMWBind)
 	if err != nil {
 		return nil, err
 	}
