@@ -21,6 +21,10 @@ import (
 // IBV_WC_REM_ACCESS_ERR and its QP breaks, instead of the access going
 // unlogged. Such a source has no credits and no flush: nothing keeps it
 // within the log, and it cannot learn when its accesses were handled.
+// Nor does it take a share of the log: a plain source that fills a
+// domain's log gets the credited Sources writing to that domain refused
+// too, so give plain sources pages of their own domain when Sources of
+// this package use the same target.
 type PlainQP struct {
 	t    *Target
 	cq   *verbs.CQ
@@ -28,7 +32,6 @@ type PlainQP struct {
 	info verbs.QPInfo
 	rd   int
 	once sync.Once
-	err  error
 }
 
 // PlainOptions tune Target.ConnectPlain. The zero value suits a perftest
@@ -37,8 +40,9 @@ type PlainOptions struct {
 	// MaxRdAtomic is how many RDMA READs and atomics the source may have
 	// outstanding at the target (the QP's responder resources, at most
 	// 255); 0 means 16, and more than the device allows
-	// (max_qp_rd_atom) is lowered to that. PlainQP.MaxRdAtomic tells
-	// what was set; the source must not initiate more.
+	// (max_qp_rd_atom and max_qp_init_rd_atom: the value sets both
+	// directions) is lowered to that. PlainQP.MaxRdAtomic tells what was
+	// set; the source must not initiate more.
 	MaxRdAtomic int
 	// PathMTU is the connection's path MTU; 0 or a larger value than
 	// Target.PathMTU means Target.PathMTU. It must equal the source's.
@@ -95,8 +99,10 @@ func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP
 	if err != nil {
 		return nil, fmt.Errorf("activeaccess: plain source: %w", err)
 	}
-	if da.MaxQPRdAtom > 0 && o.MaxRdAtomic > da.MaxQPRdAtom {
-		o.MaxRdAtomic = da.MaxQPRdAtom
+	for _, lim := range []int{da.MaxQPRdAtom, da.MaxQPInitRdAtom} {
+		if lim > 0 && o.MaxRdAtomic > lim {
+			o.MaxRdAtomic = lim
+		}
 	}
 	if o.PathMTU == 0 || o.PathMTU > mtu {
 		o.PathMTU = mtu
@@ -104,6 +110,12 @@ func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP
 	p := &PlainQP{t: t, rd: o.MaxRdAtomic}
 	fail := func(err error) (*PlainQP, error) {
 		p.release()
+		t.mu.Lock()
+		closed := t.closed
+		t.mu.Unlock()
+		if closed { // Close raced the creation: report it as such
+			return nil, ErrClosed
+		}
 		return nil, fmt.Errorf("activeaccess: plain source: %w", err)
 	}
 	if p.cq, err = vc.NewCQ(1, nil); err != nil {
@@ -138,7 +150,8 @@ func (p *PlainQP) MaxRdAtomic() int { return p.rd }
 
 // Close destroys the queue pair; the source's later accesses fail (RC
 // retries, then IBV_WC_RETRY_EXC_ERR). Closing the Target closes it too.
-// It is idempotent.
+// It is idempotent: only the call that released the queue pair (this one
+// or the Target's Close) returns an error of the release.
 func (p *PlainQP) Close() error {
 	p.t.mu.Lock()
 	delete(p.t.plains, p)
@@ -146,21 +159,22 @@ func (p *PlainQP) Close() error {
 	return p.release()
 }
 
-func (p *PlainQP) release() error {
+func (p *PlainQP) release() (err error) {
 	p.once.Do(func() {
 		if p.qp != nil {
-			p.err = p.qp.Close()
+			err = p.qp.Close()
 		}
 		if p.cq != nil {
-			if err := p.cq.Close(); p.err == nil {
-				p.err = err
+			if e := p.cq.Close(); err == nil {
+				err = e
 			}
 		}
 	})
-	return p.err
+	return err
 }
 
-// PathMTU returns the active MTU of the target's port: the largest path
+// PathMTU returns the active MTU of the target's port (port 1 of the
+// listen address's device, as for every connection): the largest path
 // MTU a plain source can use. Errors wrap ErrClosed or the verbs error of
 // the port query.
 func (t *Target) PathMTU() (verbs.MTU, error) {

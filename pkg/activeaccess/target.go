@@ -289,9 +289,9 @@ func (t *Target) Err() error {
 
 // Close disconnects every source (their pending operations fail with
 // ErrDisconnected) and closes every PlainQP, stops and closes every
-// domain, and releases the
-// memory. It waits for running handlers to return. It is idempotent and
-// returns the first error met releasing resources.
+// domain, and releases the memory. It waits for running handlers to
+// return. It is idempotent and returns the first error met releasing
+// resources.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {

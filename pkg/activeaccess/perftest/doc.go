@@ -15,9 +15,9 @@
 //
 // What is supported, and what the client must not ask for:
 //   - the bandwidth tests of RDMA WRITE and READ over RC, one or more
-//     queue pairs (-q), any message size that fits the target's memory
-//     from Config.Offset (perftest cycles through one page for smaller
-//     sizes);
+//     queue pairs (-q, at most MaxQPs), any message size that fits the
+//     target's memory from Config.Offset (perftest cycles through its
+//     page size, 4 KiB on x86-64, for smaller sizes);
 //   - the default TCP side channel (not -R, rdma_cm), on RoCE (a GID is
 //     exchanged; the client picks it itself or takes -x);
 //   - no bidirectional test (-b): the server issues no traffic, so the
@@ -33,6 +33,8 @@
 // of the two, and echoes everything else (version, buffer and cache-line
 // sizes, the final reports), so that the client takes the server to be
 // configured as itself; after the reports it sends "done" as a perftest
-// server does. The message layout is perftest 4.5's (version string
+// server does. A plain source has no credits: see
+// activeaccess.Target.ConnectPlain for what that means for a target that
+// also has Sources of that package. The message layout is perftest 4.5's (version string
 // "6.06", Debian 12's perftest package), which the lab checks.
 package perftest

@@ -189,6 +189,28 @@ func checkPhase(t *testing.T, p phase, acc []seen, mem []byte, mtu int) {
 	if bytesSeen != p.msgs*p.size {
 		t.Fatalf("the handler saw %d bytes in %d accesses; the client moved %d messages of %d bytes", bytesSeen, len(acc), p.msgs, p.size)
 	}
+	// where: messages of a page each cover the page, every byte msgs
+	// times (so a lost access and a duplicate cannot cancel out);
+	// smaller ones step through it by their size
+	if p.size == page {
+		var times [page]int
+		for _, a := range acc {
+			for i := a.off - lo; i < a.off-lo+a.n; i++ {
+				times[i]++
+			}
+		}
+		for i, n := range times {
+			if n != p.msgs {
+				t.Fatalf("byte %d of the page was accessed %d times, want %d", i, n, p.msgs)
+			}
+		}
+	} else {
+		for i, a := range acc {
+			if a.n != p.size || (a.off-lo)%p.size != 0 {
+				t.Fatalf("access %d: [%d, +%d), not one whole %d-byte message", i, a.off-lo, a.n, p.size)
+			}
+		}
+	}
 	now := mem[lo:hi]
 	switch {
 	case p.act&activeaccess.W == 0 || p.kind == activeaccess.KindGet:
@@ -218,6 +240,9 @@ func TestLabPerftestRefused(t *testing.T) {
 		out, err := runClient(t, cmd)
 		if err == nil {
 			t.Fatalf("%s succeeded into a full log:\n%s", cmd, out)
+		}
+		if !strings.Contains(string(out), "Failed status 10:") { // IBV_WC_REM_ACCESS_ERR
+			t.Fatalf("%s did not fail with a remote access error:\n%s", cmd, out)
 		}
 		t.Logf("%s failed as it must (%v):\n%s", cmd, err, out)
 		aalab.Signal(t, "ptr-done")
@@ -263,8 +288,8 @@ func TestLabPerftestRefused(t *testing.T) {
 	}
 	serr := perftest.ServeConn(aalab.Timeout(t, 90*time.Second), conn, tg, nil)
 	conn.Close()
-	if !errors.Is(serr, perftest.ErrProtocol) {
-		t.Fatalf("ServeConn: %v, want the client's early exit (ErrProtocol)", serr)
+	if !errors.Is(serr, perftest.ErrClientLeft) {
+		t.Fatalf("ServeConn: %v, want the client's early exit (ErrClientLeft)", serr)
 	}
 	aalab.Await(t, "ptr-done")
 	refused, lost := d.Refused()

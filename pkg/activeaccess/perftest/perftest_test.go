@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -118,13 +119,13 @@ func TestSessionTranscript(t *testing.T) {
 	}
 	k1 := key(clientKey)
 	k2 := key(strings.Replace(clientKey, ":000012:", ":000013:", 1))
-	want1 := "0000:0001:000101:000042:00000abc:00007f0000001000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:01:00000000:"
-	for round := 0; round < 3; round++ { // setup, then barriers: no new QPs
-		if r := exchange(t, cli, k1, keyMsgSize); !bytes.Equal(r, key(want1)) {
-			t.Fatalf("round %d: answered\n%q\nwant\n%q", round, r, want1)
-		}
-		if r := exchange(t, cli, k2, keyMsgSize); !bytes.Contains(r, []byte(":000102:")) {
-			t.Fatalf("round %d: second QP answered %q", round, r)
+	want1 := key("0000:0001:000101:000042:00000abc:00007f0000001000:00:00:00:00:00:00:00:00:00:00:ff:ff:0a:4d:00:01:00000000:")
+	// as recorded: each QP's description, then as barriers each QP's
+	// and QP 0's again
+	for i, k := range [][]byte{k1, k2, k1, k2, k1} {
+		r := exchange(t, cli, k, keyMsgSize)
+		if k[15] == '2' && !bytes.Equal(r, want1) || k[15] == '3' && !bytes.Contains(r, []byte(":000102:")) {
+			t.Fatalf("description %d answered\n%q", i, r)
 		}
 	}
 	if len(*remotes) != 2 || (*remotes)[0].QPN != 0x12 || (*remotes)[0].PSN != 0x93bc02 || (*remotes)[1].QPN != 0x13 {
@@ -136,7 +137,7 @@ func TestSessionTranscript(t *testing.T) {
 			t.Fatalf("report %q answered %q", m, r)
 		}
 	}
-	if r := exchange(t, cli, k1, keyMsgSize+len(doneMsg)); !bytes.Equal(r, append(key(want1), doneMsg...)) {
+	if r := exchange(t, cli, k1, keyMsgSize+len(doneMsg)); !bytes.Equal(r, append(want1, doneMsg...)) {
 		t.Fatalf("closing handshake answered %q", r)
 	}
 	if *closed != 0 {
@@ -153,6 +154,31 @@ func TestSessionTranscript(t *testing.T) {
 	}
 }
 
+// TestSessionSplitMessages: a description or a report that TCP delivers
+// in pieces is read whole; a client that closes right after the closing
+// handshake, without its own "done", ends the session without error.
+func TestSessionSplitMessages(t *testing.T) {
+	cli, errc, remotes, _ := pipeSession(t, verbs.MTU4096)
+	k := key(clientKey)
+	cli.SetDeadline(time.Now().Add(5 * time.Second))
+	cli.Write(k[:40])
+	if r := exchange(t, cli, k[40:], keyMsgSize); !bytes.Contains(r, []byte(":000101:")) {
+		t.Fatalf("split description answered %q", r)
+	}
+	cli.Write([]byte{0, 0, 0})
+	if r := exchange(t, cli, []byte{0, 0, 0, 0, 0}, 8); !bytes.Equal(r, make([]byte, 8)) {
+		t.Fatalf("split report answered %q", r)
+	}
+	exchange(t, cli, k, keyMsgSize+len(doneMsg))
+	cli.Close()
+	if err := <-errc; err != nil {
+		t.Fatalf("a client closing after the handshake: %v", err)
+	}
+	if len(*remotes) != 1 {
+		t.Fatalf("connected %+v", *remotes)
+	}
+}
+
 func TestSessionErrors(t *testing.T) {
 	t.Run("malformed description", func(t *testing.T) {
 		cli, errc, _, _ := pipeSession(t, verbs.MTU4096)
@@ -165,11 +191,29 @@ func TestSessionErrors(t *testing.T) {
 		cli, errc, _, closed := pipeSession(t, verbs.MTU4096)
 		exchange(t, cli, key(clientKey), keyMsgSize)
 		cli.Close()
-		if err := <-errc; !errors.Is(err, ErrProtocol) {
+		if err := <-errc; !errors.Is(err, ErrClientLeft) {
 			t.Fatalf("got %v", err)
 		}
 		if *closed != 1 {
 			t.Fatalf("%d queue pairs closed, want 1", *closed)
+		}
+	})
+	t.Run("described again differently", func(t *testing.T) {
+		cli, errc, _, _ := pipeSession(t, verbs.MTU4096)
+		exchange(t, cli, key(clientKey), keyMsgSize)
+		cli.Write(key(strings.Replace(clientKey, "93bc02", "93bc03", 1)))
+		if err := <-errc; !errors.Is(err, ErrProtocol) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("too many queue pairs", func(t *testing.T) {
+		cli, errc, _, _ := pipeSession(t, verbs.MTU4096)
+		for i := 0; i < MaxQPs; i++ {
+			exchange(t, cli, key(fmt.Sprintf("0000:0001:%06x:%s", 0x100+i, clientKey[17:])), keyMsgSize)
+		}
+		cli.Write(key(clientKey))
+		if err := <-errc; !errors.Is(err, ErrProtocol) {
+			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("too long", func(t *testing.T) {

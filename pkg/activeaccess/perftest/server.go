@@ -9,24 +9,39 @@ import (
 	"log"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
-// ErrProtocol: the client sent something perftest's side channel does
-// not (a malformed queue-pair description, a message too long, data
-// after the closing handshake), or closed the connection before the end.
-var ErrProtocol = errors.New("perftest: protocol error")
+// Errors a session ends with, besides the connection's, the context's and
+// the target's.
+var (
+	// ErrProtocol: the client sent something perftest's side channel does
+	// not (a malformed queue-pair description, a description that changes
+	// a queue pair already connected, more than MaxQPs queue pairs, a
+	// message too long, data after the closing handshake).
+	ErrProtocol = errors.New("perftest: protocol error")
+	// ErrClientLeft: the client closed the connection before the closing
+	// handshake: it failed (perftest exits on a completion error, such as
+	// a write the target's module refused) or was killed.
+	ErrClientLeft = errors.New("perftest: the client left before the closing handshake")
+)
+
+// MaxQPs bounds the queue pairs one client may connect (perftest's -q).
+const MaxQPs = 256
 
 // Config configures Serve and ServeConn.
 type Config struct {
 	// Offset is where in the target's memory the clients' accesses go:
 	// every client queue pair is given the address Region().Addr+Offset.
 	// A client moving size bytes per message accesses
-	// [Offset, Offset+max(size, 4096)); beyond the memory its accesses
-	// fail with a remote access error.
+	// [Offset, Offset+max(size, cycle)), where cycle is its cycle buffer
+	// (its page size: 4 KiB on x86-64; smaller messages step through it
+	// by size rounded up to the cache line). Beyond the memory its
+	// accesses fail with a remote access error.
 	Offset int
 	// ErrorLog receives Serve's per-client errors; nil means the log
 	// package's standard logger.
@@ -37,10 +52,12 @@ type Config struct {
 const maxMsg = 512
 
 // Serve answers perftest clients that connect to ln, each in its own
-// goroutine (ServeConn), until ctx ends; it then closes ln, waits for the
-// sessions (their queue pairs are closed) and returns ctx's error. It
-// returns the listener's error if accepting fails otherwise. A client's
-// error ends only that client's session and goes to cfg.ErrorLog.
+// goroutine (ServeConn), until ctx ends; it then closes ln, ends the
+// sessions (their queue pairs are closed) and returns ctx's error. If
+// accepting fails otherwise (ln closed by the caller, no file descriptors
+// left), it ends the sessions the same way and returns that error. A
+// client's error ends only that client's session and goes to
+// cfg.ErrorLog.
 func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Config) error {
 	var c Config
 	if cfg != nil {
@@ -54,6 +71,8 @@ func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Co
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx) // ends the sessions before wg.Wait
+	defer cancel()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -76,22 +95,28 @@ func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Co
 // ServeConn runs one perftest client's session on conn: it answers the
 // side channel, connects each queue pair the client describes to a
 // PlainQP of t, and returns nil once the client completed the closing
-// handshake, after closing those queue pairs (conn is left open). It
-// returns early with ctx's error, with an error wrapping ErrProtocol for
-// a client that breaks the protocol or leaves before the end, with the
-// connection's error, or with the error of Target.ConnectPlain (for
-// example activeaccess.ErrInvalid for a library-mediated target).
+// handshake, after closing those queue pairs (conn is left open). A
+// client that says nothing keeps it waiting until ctx ends, as a perftest
+// server would wait. Errors: ctx's error; ErrClientLeft (the client
+// exited early: it failed or was killed); ErrProtocol; the connection's
+// error; activeaccess.ErrInvalid (a library-mediated target, whose
+// handlers see only its Sources' messages, or an offset outside the
+// memory), activeaccess.ErrClosed, or another error of
+// Target.ConnectPlain.
 func ServeConn(ctx context.Context, conn net.Conn, t *activeaccess.Target, cfg *Config) error {
 	var c Config
 	if cfg != nil {
 		c = *cfg
 	}
-	if c.Offset < 0 || c.Offset >= len(t.Memory()) {
-		return fmt.Errorf("%w: offset %d outside the target's %d bytes", activeaccess.ErrInvalid, c.Offset, len(t.Memory()))
-	}
 	mtu, err := t.PathMTU()
 	if err != nil {
 		return fmt.Errorf("perftest: %w", err)
+	}
+	if t.Mode() != activeaccess.ModeTransparent {
+		return fmt.Errorf("perftest: %w: plain sources need a transparent target", activeaccess.ErrInvalid)
+	}
+	if size := len(t.Memory()); c.Offset < 0 || c.Offset >= size {
+		return fmt.Errorf("perftest: %w: offset %d outside the target's %d bytes", activeaccess.ErrInvalid, c.Offset, size)
 	}
 	reg := t.Region()
 	s := &session{conn: conn, portMTU: mtu, rkey: reg.RKey, vaddr: reg.Addr + uint64(c.Offset),
@@ -120,8 +145,9 @@ type session struct {
 }
 
 type qpDesc struct {
-	reply []byte
-	qp    io.Closer
+	client dest // as first described
+	reply  []byte
+	qp     io.Closer
 }
 
 func (s *session) run(ctx context.Context) (err error) {
@@ -138,12 +164,20 @@ func (s *session) run(ctx context.Context) (err error) {
 	buf := make([]byte, maxMsg)
 	for {
 		n, err := s.conn.Read(buf)
+		if err == nil {
+			n, err = s.complete(buf, n)
+		}
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
 				return ctx.Err()
-			case errors.Is(err, io.EOF):
-				return fmt.Errorf("%w: the client left before the closing handshake", ErrProtocol)
+			case s.done && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+				// The client may close before its "done" is read:
+				// perftest leaves our "done" unread, so its close can
+				// reset the connection.
+				return nil
+			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+				return ErrClientLeft
 			}
 			return fmt.Errorf("perftest: reading from the client: %w", err)
 		}
@@ -170,6 +204,25 @@ func (s *session) run(ctx context.Context) (err error) {
 	}
 }
 
+// complete reads the rest of a message that arrived in pieces, where its
+// size is known from its start: a queue-pair description (keyMsgSize) or
+// a report (8 bytes). perftest writes each message with one write(2), so
+// this only matters if TCP splits one.
+func (s *session) complete(buf []byte, n int) (int, error) {
+	want := n
+	switch {
+	case looksLikeKey(buf[:n]) && n < keyMsgSize:
+		want = keyMsgSize
+	case !s.done && len(s.qps) > 0 && n < 8 && !looksLikeKey(buf[:n]):
+		want = 8
+	}
+	if want == n {
+		return n, nil
+	}
+	m, err := io.ReadFull(s.conn, buf[n:want])
+	return n + m, err
+}
+
 // answer returns the reply to the client's message m.
 func (s *session) answer(m []byte) ([]byte, error) {
 	switch {
@@ -179,7 +232,12 @@ func (s *session) answer(m []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: %v", ErrProtocol, err)
 		}
 		q, ok := s.qps[d.QPN]
-		if !ok {
+		switch {
+		case ok && (q.client.PSN != d.PSN || q.client.GID != d.GID || q.client.RKey != d.RKey || q.client.VAddr != d.VAddr):
+			return nil, fmt.Errorf("%w: client QP %#x described again differently", ErrProtocol, d.QPN)
+		case !ok && len(s.qps) == MaxQPs:
+			return nil, fmt.Errorf("%w: more than %d queue pairs", ErrProtocol, MaxQPs)
+		case !ok:
 			if q, err = s.connectQP(d); err != nil {
 				return nil, err
 			}
@@ -209,11 +267,11 @@ func (s *session) connectQP(d dest) (qpDesc, error) {
 	if mtu == 0 {
 		mtu = s.portMTU
 	}
-	local, rd, qp, err := s.connect(verbs.QPInfo{QPN: d.QPN, PSN: d.PSN, LID: d.LID, GID: d.GID}, max(d.OutReads, 1), mtu)
+	local, rd, qp, err := s.connect(verbs.QPInfo{QPN: d.QPN, PSN: d.PSN, LID: d.LID, GID: d.GID}, min(max(d.OutReads, 1), 255), mtu)
 	if err != nil {
 		return qpDesc{}, fmt.Errorf("perftest: connecting client QP %#x: %w", d.QPN, err)
 	}
-	q := qpDesc{qp: qp, reply: dest{LID: local.LID, OutReads: rd, QPN: local.QPN, PSN: local.PSN,
+	q := qpDesc{client: d, qp: qp, reply: dest{LID: local.LID, OutReads: rd, QPN: local.QPN, PSN: local.PSN,
 		RKey: s.rkey, VAddr: s.vaddr, GID: local.GID}.marshal()}
 	s.qps[d.QPN] = q
 	return q, nil
