@@ -13,8 +13,8 @@
 //	    server and against five pages of a target served by
 //	    pkg/activeaccess/perftest: no actions, metadata logged (RL|WL),
 //	    data logged (RLD|WLD), each logged kind with the handler woken
-//	    per entry and coalesced (64 entries or 1 ms); MB/s per kind in
-//	    rounds, the medians and their ratios to the page without actions
+//	    per entry and coalesced (64 entries or 1 ms); messages/s per kind
+//	    in rounds, the medians and their ratios to the page without actions
 //	aa-usecase-bench drain [-entries N]
 //	    entries per second one handler goroutine drains from a full log,
 //	    polling and with the eventfd (two domains, drained chunk by chunk,

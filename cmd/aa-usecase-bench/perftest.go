@@ -177,23 +177,23 @@ func benchPerftest(verb string, rounds, iters, size int) error {
 			if err != nil {
 				return fmt.Errorf("%s against %s: %v\n%s", prog, ptKinds[k], err, out)
 			}
-			if got[k], err = bwAverage(out, size); err != nil {
+			if got[k], err = msgRate(out, size); err != nil {
 				return err
 			}
 			if err := labenv.Signal(bar("done", r, k)); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("round %d: %s %d B MB/s:", r+1, prog, size)
+		fmt.Printf("round %d: %s %d B messages/s:", r+1, prog, size)
 		for k, name := range ptKinds {
 			rates[k] = append(rates[k], got[k])
 			ratios[k] = append(ratios[k], got[k]/got[1])
-			fmt.Printf(" %s %.2f (%.3f)", name, got[k], got[k]/got[1])
+			fmt.Printf(" %s %.0f (%.3f)", name, got[k], got[k]/got[1])
 		}
 		fmt.Println()
 	}
 	for k, name := range ptKinds {
-		figure(fmt.Sprintf("perftest_%s_%dB_MBps_%s", verb, size, name), median(rates[k]), "MB/s")
+		figure(fmt.Sprintf("perftest_%s_%dB_msgs_per_s_%s", verb, size, name), median(rates[k]), "messages/s")
 		if k != 1 {
 			figure(fmt.Sprintf("perftest_%s_%dB_ratio_%s_to_plain", verb, size, name), median(ratios[k]), "(median of per-round ratios)")
 		}
@@ -201,14 +201,20 @@ func benchPerftest(verb string, rounds, iters, size int) error {
 	return nil
 }
 
-// bwAverage finds the "BW average[MB/sec]" of perftest's result line.
-func bwAverage(out []byte, size int) (float64, error) {
+// msgRate returns the "MsgRate[Mpps]" of perftest's result line in
+// messages per second (it has six decimals; the MB/s columns have two,
+// too few for small messages).
+func msgRate(out []byte, size int) (float64, error) {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) >= 5 && f[0] == fmt.Sprint(size) {
 			if _, err := strconv.Atoi(f[1]); err == nil {
-				return strconv.ParseFloat(f[3], 64)
+				mpps, err := strconv.ParseFloat(f[4], 64)
+				if err == nil && mpps <= 0 {
+					err = fmt.Errorf("a message rate of %v in:\n%s", mpps, out)
+				}
+				return mpps * 1e6, err
 			}
 		}
 	}
