@@ -82,8 +82,7 @@ func benchGetLog(rounds, gets, size int) error {
 		return err
 	}
 	defer s.Close()
-	rates := make([][]float64, len(kinds))
-	ratios := make([][]float64, len(kinds))
+	ser := newSeries(kinds, 0)
 	run := func(kind int) (float64, error) { return getRate(ctx, s, kind*half, gets, size) }
 	for k := range kinds { // warm up every path
 		if _, err := run(k); err != nil {
@@ -99,20 +98,9 @@ func benchGetLog(rounds, gets, size int) error {
 				return err
 			}
 		}
-		fmt.Printf("round %d: %d-byte gets/s:", r+1, size)
-		for k, name := range kinds {
-			rates[k] = append(rates[k], got[k])
-			ratios[k] = append(ratios[k], got[k]/got[0])
-			fmt.Printf(" %s %.0f (%.3f)", name, got[k], got[k]/got[0])
-		}
-		fmt.Println()
+		ser.add(fmt.Sprintf("round %d: %d-byte gets/s:", r+1, size), got)
 	}
-	for k, name := range kinds {
-		figure(fmt.Sprintf("getlog_%dB_gets_per_s_%s", size, name), median(rates[k]), "gets/s")
-		if k > 0 {
-			figure(fmt.Sprintf("getlog_%dB_ratio_%s_to_plain", size, name), median(ratios[k]), "(median of per-round ratios)")
-		}
-	}
+	ser.figures(fmt.Sprintf("getlog_%dB", size), "gets_per_s", "gets/s")
 	return nil
 }
 

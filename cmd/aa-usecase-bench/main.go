@@ -138,3 +138,40 @@ func median(v []float64) float64 {
 }
 
 func figure(name string, v float64, unit string) { fmt.Printf("FIGURE %s %.4g %s\n", name, v, unit) }
+
+// series collects a rate per kind and round, and each rate's ratio to the
+// base kind's in the same round.
+type series struct {
+	kinds  []string
+	base   int
+	rates  [][]float64
+	ratios [][]float64
+}
+
+func newSeries(kinds []string, base int) *series {
+	return &series{kinds: kinds, base: base, rates: make([][]float64, len(kinds)), ratios: make([][]float64, len(kinds))}
+}
+
+// add records one round's rates (indexed like kinds) and prints them,
+// after head, with their ratios.
+func (s *series) add(head string, got []float64) {
+	fmt.Print(head)
+	for k, name := range s.kinds {
+		r := got[k] / got[s.base]
+		s.rates[k] = append(s.rates[k], got[k])
+		s.ratios[k] = append(s.ratios[k], r)
+		fmt.Printf(" %s %.0f (%.3f)", name, got[k], r)
+	}
+	fmt.Println()
+}
+
+// figures prints the medians: <prefix>_<what>_<kind> in unit, and
+// <prefix>_ratio_<kind>_to_<base kind> for the other kinds.
+func (s *series) figures(prefix, what, unit string) {
+	for k, name := range s.kinds {
+		figure(fmt.Sprintf("%s_%s_%s", prefix, what, name), median(s.rates[k]), unit)
+		if k != s.base {
+			figure(fmt.Sprintf("%s_ratio_%s_to_%s", prefix, name, s.kinds[s.base]), median(s.ratios[k]), "(median of per-round ratios)")
+		}
+	}
+}

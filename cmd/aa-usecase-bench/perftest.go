@@ -40,6 +40,24 @@ var ptKinds = []string{"stock", "plain", "meta", "data", "meta-c", "data-c"}
 
 const ptPages = 5 // the target's pages, one per kind after "stock"
 
+// ptRun is one invocation of the perftest bench, as both guests see it.
+type ptRun struct {
+	prog   string   // ib_read_bw or ib_write_bw
+	args   []string // perftest's arguments but the port and the server
+	rounds int
+	iters  int
+	size   int
+	verb   string
+}
+
+// barrier names the barrier what of round r and kind k.
+func (p *ptRun) barrier(what string, r, k int) string {
+	return fmt.Sprintf("pt-%s-%d-%s-%d-%s", p.verb, p.size, what, r, ptKinds[k])
+}
+
+// kind is the kind measured i-th in round r: the order rotates.
+func (p *ptRun) kind(r, i int) int { return (i + r) % len(ptKinds) }
+
 func benchPerftest(verb string, rounds, iters, size int) error {
 	if verb != "read" && verb != "write" || rounds <= 0 || iters <= 0 || size <= 0 || size > 4096 {
 		return errors.New("perftest: bad -verb, -rounds, -iters or -size (at most one page)")
@@ -48,156 +66,160 @@ func benchPerftest(verb string, rounds, iters, size int) error {
 	if err != nil {
 		return err
 	}
-	prog := "ib_" + verb + "_bw"
 	dev := os.Getenv(labenv.EnvDevice)
 	if dev == "" {
 		return errors.New("perftest: the lab created no RDMA device")
 	}
-	perftestArgs := []string{"-F", "-d", dev, "-x", "1", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}
-	bar := func(what string, r, k int) string {
-		return fmt.Sprintf("pt-%s-%d-%s-%d-%s", verb, size, what, r, ptKinds[k])
-	}
-	order := func(r, i int) int { return (i + r) % len(ptKinds) } // rotate which goes first
+	p := &ptRun{prog: "ib_" + verb + "_bw", rounds: rounds, iters: iters, size: size, verb: verb,
+		args: []string{"-F", "-d", dev, "-x", "1", "-s", fmt.Sprint(size), "-n", fmt.Sprint(iters)}}
 	if tgt {
-		addr, err := target(ptAAPort)
-		if err != nil {
-			return err
-		}
-		tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: ptPages * 4096, LogSize: 8 << 20, MaxSources: 1})
-		if err != nil {
-			return err
-		}
-		defer tg.Close()
-		var handled atomic.Int64
-		count := func(*activeaccess.Access) { handled.Add(1) }
-		meta := activeaccess.W | activeaccess.R | activeaccess.WL | activeaccess.RL
-		data := activeaccess.W | activeaccess.R | activeaccess.WLD | activeaccess.RLD
-		var doms []*activeaccess.Domain
-		for _, dc := range []struct {
-			cfg  activeaccess.DomainConfig
-			page int // its meta page; the data page follows
-		}{
-			{activeaccess.DomainConfig{Handler: count}, 1},
-			{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 3},
-		} {
-			d, err := tg.NewDomain(dc.cfg)
-			if err != nil {
-				return err
-			}
-			doms = append(doms, d)
-			if err := d.Associate(dc.page*4096, 4096, meta); err != nil {
-				return err
-			}
-			if err := d.Associate((dc.page+1)*4096, 4096, data); err != nil {
-				return err
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		serveErr := make(chan error, ptPages)
-		for pg := 0; pg < ptPages; pg++ {
-			ln, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(ptBasePort+pg)).String())
-			if err != nil {
-				return err
-			}
-			go func() { serveErr <- perftest.Serve(ctx, ln, tg, &perftest.Config{Offset: pg * 4096}) }()
-		}
-		for r := 0; r < rounds; r++ {
-			for i := range ptKinds {
-				k := order(r, i)
-				var srv *exec.Cmd
-				var srvOut bytes.Buffer
-				if ptKinds[k] == "stock" {
-					srv = exec.Command(prog, append(perftestArgs, "-p", fmt.Sprint(ptStockPort))...)
-					srv.Stdout, srv.Stderr = &srvOut, &srvOut
-					if err := srv.Start(); err != nil {
-						return err
-					}
-					if err := waitListen(ptStockPort); err != nil {
-						srv.Process.Kill()
-						return err
-					}
-				}
-				if err := labenv.Signal(bar("ready", r, k)); err != nil {
-					return err
-				}
-				if err := await(bar("done", r, k)); err != nil {
-					return err
-				}
-				if srv != nil {
-					if err := srv.Wait(); err != nil {
-						return fmt.Errorf("%s server: %v\n%s", prog, err, srvOut.Bytes())
-					}
-				}
-			}
-		}
-		mtu, err := tg.PathMTU()
-		if err != nil {
-			return err
-		}
-		want := int64(4 * rounds * iters * ((size + mtu.Bytes() - 1) / mtu.Bytes())) // four logged pages
-		for i := 0; i < 100 && handled.Load() < want; i++ {
-			time.Sleep(50 * time.Millisecond)
-		}
-		var refused, lost uint64
-		for _, d := range doms {
-			r, l := d.Refused()
-			refused, lost = refused+r, lost+l
-		}
-		fmt.Printf("target: %d accesses handled (want %d), %d refused, %d lost\n", handled.Load(), want, refused, lost)
-		cancel()
-		for pg := 0; pg < ptPages; pg++ {
-			if err := <-serveErr; !errors.Is(err, context.Canceled) {
-				return err
-			}
-		}
-		if handled.Load() != want || refused != 0 || lost != 0 {
-			return errors.New("perftest: accesses lost or refused")
-		}
-		return tg.Err()
+		return p.target()
 	}
+	return p.client()
+}
+
+// target serves the rounds on guest 1: the stock server when its turn
+// comes, the target's pages throughout; then it checks that every access
+// was handled.
+func (p *ptRun) target() error {
+	addr, err := target(ptAAPort)
+	if err != nil {
+		return err
+	}
+	tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: ptPages * 4096, LogSize: 8 << 20, MaxSources: 1})
+	if err != nil {
+		return err
+	}
+	defer tg.Close()
+	var handled atomic.Int64
+	count := func(*activeaccess.Access) { handled.Add(1) }
+	meta := activeaccess.W | activeaccess.R | activeaccess.WL | activeaccess.RL
+	data := activeaccess.W | activeaccess.R | activeaccess.WLD | activeaccess.RLD
+	var doms []*activeaccess.Domain
+	for _, dc := range []struct {
+		cfg  activeaccess.DomainConfig
+		page int // its meta page; the data page follows
+	}{
+		{activeaccess.DomainConfig{Handler: count}, 1},
+		{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 3},
+	} {
+		d, err := tg.NewDomain(dc.cfg)
+		if err != nil {
+			return err
+		}
+		doms = append(doms, d)
+		if err := d.Associate(dc.page*4096, 4096, meta); err != nil {
+			return err
+		}
+		if err := d.Associate((dc.page+1)*4096, 4096, data); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	serveErr := make(chan error, ptPages)
+	for pg := 0; pg < ptPages; pg++ {
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(addr.Addr(), uint16(ptBasePort+pg)).String())
+		if err != nil {
+			return err
+		}
+		go func() { serveErr <- perftest.Serve(ctx, ln, tg, &perftest.Config{Offset: pg * 4096}) }()
+	}
+	for r := 0; r < p.rounds; r++ {
+		for i := range ptKinds {
+			if err := p.serveTurn(r, p.kind(r, i)); err != nil {
+				return err
+			}
+		}
+	}
+	mtu, err := tg.PathMTU()
+	if err != nil {
+		return err
+	}
+	want := int64(4 * p.rounds * p.iters * ((p.size + mtu.Bytes() - 1) / mtu.Bytes())) // four logged pages
+	for i := 0; i < 100 && handled.Load() < want; i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var refused, lost uint64
+	for _, d := range doms {
+		r, l := d.Refused()
+		refused, lost = refused+r, lost+l
+	}
+	fmt.Printf("target: %d accesses handled (want %d), %d refused, %d lost\n", handled.Load(), want, refused, lost)
+	cancel()
+	for pg := 0; pg < ptPages; pg++ {
+		if err := <-serveErr; !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	if handled.Load() != want || refused != 0 || lost != 0 {
+		return errors.New("perftest: accesses lost or refused")
+	}
+	return tg.Err()
+}
+
+// serveTurn is guest 1's part of round r's run of kind k: it starts the
+// stock server if k is "stock", lets the client go, and waits for it.
+func (p *ptRun) serveTurn(r, k int) error {
+	var srv *exec.Cmd
+	var srvOut bytes.Buffer
+	if ptKinds[k] == "stock" {
+		srv = exec.Command(p.prog, append(p.args, "-p", fmt.Sprint(ptStockPort))...)
+		srv.Stdout, srv.Stderr = &srvOut, &srvOut
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		if err := waitListen(ptStockPort); err != nil {
+			srv.Process.Kill()
+			return err
+		}
+	}
+	if err := labenv.Signal(p.barrier("ready", r, k)); err != nil {
+		return err
+	}
+	if err := await(p.barrier("done", r, k)); err != nil {
+		return err
+	}
+	if srv != nil {
+		if err := srv.Wait(); err != nil {
+			return fmt.Errorf("%s server: %v\n%s", p.prog, err, srvOut.Bytes())
+		}
+	}
+	return nil
+}
+
+// client runs the perftest clients on guest 2 and prints the figures.
+func (p *ptRun) client() error {
 	host, err := labenv.AddrOf(1)
 	if err != nil {
 		return err
 	}
-	rates := make([][]float64, len(ptKinds))
-	ratios := make([][]float64, len(ptKinds)) // to plain
-	for r := 0; r < rounds; r++ {
+	ser := newSeries(ptKinds, 1) // ratios to "plain"
+	for r := 0; r < p.rounds; r++ {
 		got := make([]float64, len(ptKinds))
 		for i := range ptKinds {
-			k := order(r, i)
-			if err := await(bar("ready", r, k)); err != nil {
+			k := p.kind(r, i)
+			if err := await(p.barrier("ready", r, k)); err != nil {
 				return err
 			}
 			port := ptStockPort
 			if k > 0 {
 				port = ptBasePort + k - 1
 			}
-			out, err := exec.Command(prog, append(perftestArgs, "-p", fmt.Sprint(port), host)...).CombinedOutput()
+			out, err := exec.Command(p.prog, append(p.args, "-p", fmt.Sprint(port), host)...).CombinedOutput()
 			if err != nil {
-				return fmt.Errorf("%s against %s: %v\n%s", prog, ptKinds[k], err, out)
+				return fmt.Errorf("%s against %s: %v\n%s", p.prog, ptKinds[k], err, out)
 			}
-			if got[k], err = msgRate(out, size); err != nil {
+			if got[k], err = msgRate(out, p.size); err != nil {
 				return err
 			}
-			if err := labenv.Signal(bar("done", r, k)); err != nil {
+			if err := labenv.Signal(p.barrier("done", r, k)); err != nil {
 				return err
 			}
 		}
-		fmt.Printf("round %d: %s %d B messages/s:", r+1, prog, size)
-		for k, name := range ptKinds {
-			rates[k] = append(rates[k], got[k])
-			ratios[k] = append(ratios[k], got[k]/got[1])
-			fmt.Printf(" %s %.0f (%.3f)", name, got[k], got[k]/got[1])
-		}
-		fmt.Println()
+		ser.add(fmt.Sprintf("round %d: %s %d B messages/s:", r+1, p.prog, p.size), got)
 	}
-	for k, name := range ptKinds {
-		figure(fmt.Sprintf("perftest_%s_%dB_msgs_per_s_%s", verb, size, name), median(rates[k]), "messages/s")
-		if k != 1 {
-			figure(fmt.Sprintf("perftest_%s_%dB_ratio_%s_to_plain", verb, size, name), median(ratios[k]), "(median of per-round ratios)")
-		}
-	}
+	ser.figures(fmt.Sprintf("perftest_%s_%dB", p.verb, p.size), "msgs_per_s", "messages/s")
 	return nil
 }
 
