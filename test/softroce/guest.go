@@ -59,7 +59,39 @@ type guest struct {
 	bootWait    time.Duration
 	qemuErr     []string // what qemu printed on stderr
 	stopWhy     string
+	recent      []string // the command's last few console lines
+	failQuote   []string // a Go test's first failure, as the console showed it
 	finished    chan struct{}
+}
+
+// Quoting a Go test's failure in the verdict: the lines before the first
+// "--- FAIL:" (where t.Fatal's message is), that line, and the names of
+// the tests that failed with it.
+const (
+	quoteBefore = 8
+	quoteMax    = 14
+)
+
+// noteTestLine keeps what a verdict quotes of a failing Go test; g.mu is
+// held.
+func (g *guest) noteTestLine(line string) {
+	t := strings.TrimSpace(line)
+	if t == "" {
+		return
+	}
+	if len(t) > consoleLineMax {
+		t = t[:consoleLineMax] + "..."
+	}
+	if strings.HasPrefix(t, "--- FAIL:") && len(g.failQuote) < quoteMax {
+		if len(g.failQuote) == 0 {
+			g.failQuote = append(g.failQuote, g.recent...)
+		}
+		g.failQuote = append(g.failQuote, t)
+	}
+	if len(g.recent) == quoteBefore {
+		g.recent = append(g.recent[:0], g.recent[1:]...)
+	}
+	g.recent = append(g.recent, t)
 }
 
 // qemuArgs is the qemu command line of guest i.
@@ -235,6 +267,7 @@ func (g *guest) consoleLine(line, token string) bool {
 	case phaseInit:
 		return !isConsoleKernelLine(line)
 	}
+	g.noteTestLine(line)
 	return true
 }
 
@@ -335,7 +368,11 @@ func (g *guest) verdict(timeout time.Duration) string {
 	if len(why) == 0 {
 		return ""
 	}
-	return g.name + ": " + strings.Join(why, "; ")
+	v := g.name + ": " + strings.Join(why, "; ")
+	if g.state == stateExited && g.status != 0 && len(g.failQuote) > 0 {
+		v += "\n    | " + strings.Join(g.failQuote, "\n    | ")
+	}
+	return v
 }
 
 // noBootWhy describes a guest the boot watchdog killed; g.mu is held.

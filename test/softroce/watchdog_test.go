@@ -85,6 +85,35 @@ func TestConsoleLine(t *testing.T) {
 	}
 }
 
+// A failing Go test's message and FAIL lines are quoted in the verdict.
+func TestVerdictQuotesTestFailure(t *testing.T) {
+	g := &guest{name: "s/g2", started: time.Now(), phase: phaseReady}
+	for _, l := range []string{
+		"=== RUN   TestLabX/a",
+		"    x_lab_test.go:10: 200 inserts in 30ms",
+		"    x_lab_test.go:12: Flush: dht: the target closed the connection",
+		"--- FAIL: TestLabX/a (2.00s)",
+		"--- FAIL: TestLabX (2.10s)",
+		"FAIL",
+	} {
+		g.consoleLine(l, "tok")
+	}
+	g.state, g.status = stateExited, 1
+	want := "s/g2: command exited with status 1" +
+		"\n    | === RUN   TestLabX/a" +
+		"\n    | x_lab_test.go:10: 200 inserts in 30ms" +
+		"\n    | x_lab_test.go:12: Flush: dht: the target closed the connection" +
+		"\n    | --- FAIL: TestLabX/a (2.00s)" +
+		"\n    | --- FAIL: TestLabX (2.10s)"
+	if got := g.verdict(time.Minute); got != want {
+		t.Errorf("verdict\n got %q\nwant %q", got, want)
+	}
+	g.status = 0
+	if got := g.verdict(time.Minute); got != "" {
+		t.Errorf("a passing guest's verdict: %q", got)
+	}
+}
+
 func TestNoBootVerdicts(t *testing.T) {
 	for _, c := range []struct {
 		g    *guest

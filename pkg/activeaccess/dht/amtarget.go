@@ -165,8 +165,12 @@ func (t *AMTarget) run(ctx context.Context) {
 		touched = touched[:0]
 		for _, wc := range wcs[:n] {
 			c := t.byQPN[wc.QPN]
-			if c == nil || wc.Status != verbs.WCSuccess || uint32(wc.ID>>32) != c.am.serial {
+			if c == nil || uint32(wc.ID>>32) != c.am.serial {
 				continue // a departed source's flushed receives
+			}
+			if wc.Status != verbs.WCSuccess {
+				t.failed(c, "a request's receive", wc)
+				continue
 			}
 			a := c.am
 			if len(a.reposts) == 0 && !a.needSend {
@@ -261,9 +265,22 @@ func (t *AMTarget) reapSends(wait bool) bool {
 	for _, wc := range wcs[:n] {
 		if c := t.byQPN[wc.QPN]; c != nil && uint32(wc.ID) == c.am.serial {
 			c.am.sqUsed--
+			if wc.Status != verbs.WCSuccess {
+				t.failed(c, "a status send", wc)
+			}
 		}
 	}
 	return n > 0
+}
+
+// failed records a connection's failed completion (its QP is in the
+// error state now), unless it was flushed: a departing source's work
+// requests are.
+func (t *AMTarget) failed(c *sconn, what string, wc verbs.WC) {
+	if wc.Status == verbs.WCWRFlushErr {
+		return
+	}
+	t.s.recordErr(fmt.Errorf("dht: AM source %d (QP %d): %s failed: %w", c.am.serial, wc.QPN, what, wc.Err()))
 }
 
 // AMStats count what an AM target did.

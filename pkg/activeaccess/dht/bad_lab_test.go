@@ -36,7 +36,7 @@ func TestLabFull(t *testing.T) {
 		}
 		port := uint16(7620 + di)
 		t.Run(d.name, func(t *testing.T) {
-			b := func(s string) string { return s + "-full-" + d.name }
+			b := barriers(t, "full-"+d.name)
 			switch guest(t) {
 			case 1:
 				cfg := d.cfg
@@ -172,7 +172,7 @@ func TestLabTargetDies(t *testing.T) {
 	for i, k := range []dht.Kind{dht.KindAA, dht.KindRMA, dht.KindAM} {
 		port := uint16(7640 + i)
 		t.Run(string(k), func(t *testing.T) {
-			b := func(s string) string { return s + "-dies-" + string(k) }
+			b := barriers(t, "dies-"+string(k))
 			switch guest(t) {
 			case 1:
 				cmd := exec.Command(os.Args[0], "-test.run", "^$")

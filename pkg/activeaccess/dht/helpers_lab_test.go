@@ -3,8 +3,12 @@
 package dht_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,6 +51,18 @@ var (
 	timeout    = aalab.Timeout
 )
 
+// barriers names the barriers of one subtest's run; when the run fails
+// on one guest, the others' Await of its barriers fails at once instead of
+// waiting out its two minutes.
+func barriers(t *testing.T, run string) func(string) string {
+	t.Cleanup(func() {
+		if t.Failed() {
+			labenv.Signal(run + "__abort")
+		}
+	})
+	return func(s string) string { return run + "__" + s }
+}
+
 // design is one table design and configuration under test.
 type design struct {
 	name string
@@ -76,8 +92,48 @@ func serve(t *testing.T, port uint16, cfg dht.Config) dht.Target {
 		}
 		tg.Close()
 	})
+	t.Cleanup(func() { logCM(t) })
 	return tg
 }
+
+// logCM logs, when t failed, how many connection-management messages of
+// each kind this guest's RDMA ports sent and received, and the last
+// disconnect-related CM trace events (when aa-dht.sh could enable them):
+// which side asked for a disconnect, and when.
+func logCM(t *testing.T) {
+	if !t.Failed() {
+		return
+	}
+	var b strings.Builder
+	for _, dir := range []string{"cm_tx_msgs", "cm_rx_msgs"} {
+		files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/" + dir + "/*")
+		fmt.Fprintf(&b, " %s", dir)
+		for _, f := range files {
+			if v, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(v)) != "0" {
+				fmt.Fprintf(&b, " %s=%s", filepath.Base(f), strings.TrimSpace(string(v)))
+			}
+		}
+	}
+	t.Logf("CM messages:%s", b.String())
+	trace, err := os.ReadFile("/sys/kernel/tracing/trace")
+	if err != nil {
+		return
+	}
+	var evs []string
+	for _, l := range strings.Split(string(trace), "\n") {
+		f := strings.Fields(l)
+		// comm-pid [cpu] flags time: event: cm.id=N src=A dst=B tos=T [EVENT ...]
+		if len(f) < 8 || !strings.HasSuffix(f[4], ":") || !cmTraceWorthy.MatchString(l) {
+			continue
+		}
+		evs = append(evs, strings.Join(append([]string{f[3], f[4], f[6], f[7]}, f[9:]...), " "))
+	}
+	for _, e := range evs[max(0, len(evs)-5):] {
+		t.Logf("CM trace: %s", e)
+	}
+}
+
+var cmTraceWorthy = regexp.MustCompile(`dreq|drep|disconnect|destroy|rej|stale|DISCONNECTED|UNREACHABLE|ERROR`)
 
 func dial(t *testing.T, k dht.Kind, port uint16) dht.Table {
 	t.Helper()
@@ -86,6 +142,7 @@ func dial(t *testing.T, k dht.Kind, port uint16) dht.Table {
 		t.Fatalf("Dial: %v", err)
 	}
 	t.Cleanup(func() { tb.Close() })
+	t.Cleanup(func() { logCM(t) })
 	return tb
 }
 

@@ -266,14 +266,14 @@ func (k *link) cellReader(other func(verbs.WC) error) cellReader {
 // close disconnects (briefly waiting for the target's answer) and frees
 // the verbs objects.
 func (k *link) close() error {
+	k.stop() // the watcher would take the disconnect's answer
+	<-k.done
 	if k.err() == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		k.id.Disconnect(ctx)
 		cancel()
 		k.fail(ErrClosed)
 	}
-	k.stop()
-	<-k.done
 	k.release()
 	return nil
 }

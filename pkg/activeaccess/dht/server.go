@@ -165,10 +165,16 @@ func (s *server) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	}
 	for {
 		ev, err := id.WaitEvent(s.ctx)
-		if err != nil || ev.Type == verbs.CMDisconnected || ev.Type == verbs.CMDeviceRemoval {
-			c.teardown()
-			return
+		switch {
+		case err != nil && s.ctx.Err() == nil:
+			s.recordErr(fmt.Errorf("dht: watching a source's connection (dropped): %w", err))
+		case err == nil && ev.Type == verbs.CMDeviceRemoval:
+			s.recordErr(fmt.Errorf("dht: a source's connection dropped: %v", ev.Type))
+		case err == nil && ev.Type != verbs.CMDisconnected:
+			continue // nothing else ends a connection
 		}
+		c.teardown()
+		return
 	}
 }
 

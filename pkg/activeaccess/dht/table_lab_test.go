@@ -32,7 +32,7 @@ func TestLabTables(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				b := func(s string) string { return s + "-" + name }
+				b := barriers(t, name)
 				if guest(t) == 1 {
 					tablesTarget(t, port, cfg, w, b)
 				} else {
