@@ -72,15 +72,11 @@ const (
 	quoteMax    = 14
 )
 
-// noteTestLine keeps what a verdict quotes of a failing Go test; g.mu is
-// held.
-func (g *guest) noteTestLine(line string) {
-	t := strings.TrimSpace(line)
+// noteTestLine keeps what a verdict quotes of a failing Go test, from a
+// console line as clip returns it; g.mu is held.
+func (g *guest) noteTestLine(t string) {
 	if t == "" {
 		return
-	}
-	if len(t) > consoleLineMax {
-		t = t[:consoleLineMax] + "..."
 	}
 	if strings.HasPrefix(t, "--- FAIL:") && len(g.failQuote) < quoteMax {
 		if len(g.failQuote) == 0 {
@@ -245,10 +241,8 @@ func startGuest(g *guest, args []string, dir string, token string, out *syncWrit
 // Before /init runs, the console is also the only place a kernel problem
 // shows (kmsg.log starts with /init).
 func (g *guest) consoleLine(line, token string) bool {
-	if t := strings.TrimSpace(line); t != "" {
-		if len(t) > consoleLineMax {
-			t = t[:consoleLineMax] + "..."
-		}
+	t := clip(line)
+	if t != "" {
 		g.mu.Lock()
 		g.lastLine = t
 		g.mu.Unlock()
@@ -267,8 +261,18 @@ func (g *guest) consoleLine(line, token string) bool {
 	case phaseInit:
 		return !isConsoleKernelLine(line)
 	}
-	g.noteTestLine(line)
+	g.noteTestLine(t)
 	return true
+}
+
+// clip is a console line as a verdict keeps it: trimmed, and bounded by
+// consoleLineMax.
+func clip(line string) string {
+	t := strings.TrimSpace(line)
+	if len(t) > consoleLineMax {
+		t = t[:consoleLineMax] + "..."
+	}
+	return t
 }
 
 // marker handles the init's "@@LAB-INIT token", "@@LAB-READY token uptime"

@@ -49,19 +49,8 @@ var (
 	signal     = aalab.Signal
 	await      = aalab.Await
 	timeout    = aalab.Timeout
+	barriers   = aalab.Barriers
 )
-
-// barriers names the barriers of one subtest's run; when the run fails
-// on one guest, the others' Await of its barriers fails at once instead of
-// waiting out its two minutes.
-func barriers(t *testing.T, run string) func(string) string {
-	t.Cleanup(func() {
-		if t.Failed() {
-			labenv.Signal(run + "__abort")
-		}
-	})
-	return func(s string) string { return run + "__" + s }
-}
 
 // design is one table design and configuration under test.
 type design struct {

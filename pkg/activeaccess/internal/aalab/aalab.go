@@ -124,15 +124,22 @@ func Dial(t testing.TB, port uint16, name string) *activeaccess.Source {
 func ForModes(t *testing.T, f func(t *testing.T, mode activeaccess.Mode, b func(string) string)) {
 	for _, m := range []activeaccess.Mode{activeaccess.ModeTransparent, activeaccess.ModeMediated} {
 		t.Run(m.String(), func(t *testing.T) {
-			pre := strings.ReplaceAll(t.Name(), "/", ".")
-			t.Cleanup(func() {
-				if t.Failed() {
-					labenv.Signal(pre + sep + "abort") // the other guest stops waiting
-				}
-			})
-			f(t, m, func(name string) string { return pre + sep + name })
+			f(t, m, Barriers(t, strings.ReplaceAll(t.Name(), "/", ".")))
 		})
 	}
+}
+
+// Barriers names the barriers of one run of a test (run: a name no other
+// run uses). When t fails on one guest, Await on the other guests'
+// barriers of that run fails at once instead of waiting out its two
+// minutes.
+func Barriers(t *testing.T, run string) func(string) string {
+	t.Cleanup(func() {
+		if t.Failed() {
+			labenv.Signal(run + sep + "abort") // the other guests stop waiting
+		}
+	})
+	return func(name string) string { return run + sep + name }
 }
 
 // Pattern is the data version seed holds at offset off: every byte depends
