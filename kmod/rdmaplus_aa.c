@@ -30,6 +30,7 @@
 #include <linux/ftrace.h>
 #include <linux/file.h>
 #include <linux/hashtable.h>
+#include <linux/hrtimer.h>
 #include <linux/idr.h>
 #include <linux/kobject.h>
 #include <linux/kprobes.h>
@@ -40,7 +41,6 @@
 #include <linux/sched/user.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
-#include <linux/timer.h>
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 #include <linux/wait.h>
@@ -91,9 +91,11 @@ struct aa_domain {
 	u64 unsignalled;
 	struct eventfd_ctx *evt;
 	u32 threshold;
-	u32 interval_ms;
-	struct timer_list timer;
-	bool timer_on;
+	u32 flags;			/* RDMAPLUS_AA_NOTIFY_F_* */
+	ktime_t interval;		/* 0: no timer */
+	ktime_t signalled;		/* time of the last notification */
+	struct hrtimer timer;		/* one-shot, armed by aa_commit */
+	bool timer_on;			/* aa_commit may arm it */
 	struct rcu_head rcu;
 };
 
@@ -216,9 +218,43 @@ static struct rdmaplus_aa_entry *aa_reserve(struct aa_domain *d, u32 len)
 static void aa_signal(struct aa_domain *d)
 {
 	d->unsignalled = 0;
+	if (d->flags & RDMAPLUS_AA_NOTIFY_F_ADAPTIVE)
+		d->signalled = ktime_get();
 	if (d->evt)
 		eventfd_signal(d->evt, 1);
 	wake_up_interruptible(&d->ctx->wq);
+}
+
+/*
+ * Notify now, or make sure the timer will: the threshold, then (adaptive)
+ * an entry after a quiet interval, then the interval after the first
+ * pending entry (adaptive: after the last notification). d->lock held.
+ */
+static void aa_moderate(struct aa_domain *d)
+{
+	ktime_t now, due;
+
+	if (d->threshold && d->unsignalled >= d->threshold) {
+		aa_signal(d);
+		return;
+	}
+	if (!d->timer_on) {
+		if (!d->threshold)
+			wake_up_interruptible(&d->ctx->wq);
+		return;
+	}
+	if (hrtimer_is_queued(&d->timer))
+		return;
+	now = ktime_get();
+	due = ktime_add(now, d->interval);
+	if (d->flags & RDMAPLUS_AA_NOTIFY_F_ADAPTIVE) {
+		due = ktime_add(d->signalled, d->interval);
+		if (ktime_compare(now, due) >= 0) {
+			aa_signal(d);
+			return;
+		}
+	}
+	hrtimer_start(&d->timer, due, HRTIMER_MODE_ABS_SOFT);
 }
 
 /* Publish entries written since the last commit; d->lock held. */
@@ -231,23 +267,19 @@ static void aa_commit(struct aa_domain *d, u32 n)
 	/* and head_seq before head */
 	smp_store_release(&d->ring->head, d->head);
 	d->unsignalled += n;
-	if (d->threshold && d->unsignalled >= d->threshold)
-		aa_signal(d);
-	else if (!d->threshold && !d->interval_ms)
-		wake_up_interruptible(&d->ctx->wq);
+	aa_moderate(d);
 }
 
-static void aa_timer_fn(struct timer_list *t)
+static enum hrtimer_restart aa_timer_fn(struct hrtimer *t)
 {
-	struct aa_domain *d = from_timer(d, t, timer);
+	struct aa_domain *d = container_of(t, struct aa_domain, timer);
 	unsigned long flags;
 
 	spin_lock_irqsave(&d->lock, flags);
 	if (d->unsignalled)
 		aa_signal(d);
-	if (d->timer_on)
-		mod_timer(&d->timer, jiffies + msecs_to_jiffies(d->interval_ms));
 	spin_unlock_irqrestore(&d->lock, flags);
+	return HRTIMER_NORESTART;
 }
 
 /* ---- source identity ---------------------------------------------------
@@ -1147,7 +1179,8 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	d->area = (u8 *)d->ring + PAGE_SIZE;
 	d->size = c.log_size;
 	spin_lock_init(&d->lock);
-	timer_setup(&d->timer, aa_timer_fn, 0);
+	hrtimer_init(&d->timer, CLOCK_MONOTONIC, HRTIMER_MODE_ABS_SOFT);
+	d->timer.function = aa_timer_fn;
 	d->ring->size = c.log_size;
 	d->ring->data_offset = PAGE_SIZE;
 	d->ring->domain = id;
@@ -1225,7 +1258,7 @@ static void aa_domain_destroy(struct aa_domain *d)
 	spin_lock_irqsave(&d->lock, flags);
 	d->timer_on = false;
 	spin_unlock_irqrestore(&d->lock, flags);
-	del_timer_sync(&d->timer);
+	hrtimer_cancel(&d->timer);
 	synchronize_rcu();
 	if (d->evt)
 		eventfd_ctx_put(d->evt);
@@ -1264,7 +1297,9 @@ static long aa_notify(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 
 	if (copy_from_user(&a, arg, sizeof(a)))
 		return -EFAULT;
-	if (a.size != sizeof(a) || a.flags || a.interval_ms > 3600 * 1000)
+	if (a.size != sizeof(a) || a.flags & ~RDMAPLUS_AA_NOTIFY_F_ADAPTIVE ||
+	    a.interval_us > RDMAPLUS_AA_INTERVAL_MAX ||
+	    (a.flags & RDMAPLUS_AA_NOTIFY_F_ADAPTIVE && !a.interval_us))
 		return -EINVAL;
 	if (a.eventfd >= 0) {
 		evt = eventfd_ctx_fdget(a.eventfd);
@@ -1282,14 +1317,18 @@ static long aa_notify(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	spin_lock_irqsave(&d->lock, flags);
 	old = d->evt;
 	d->evt = evt;
-	d->threshold = a.threshold;
-	d->interval_ms = a.interval_ms;
-	d->timer_on = a.interval_ms != 0;
-	if (d->timer_on)
-		mod_timer(&d->timer, jiffies + msecs_to_jiffies(a.interval_ms));
+	d->timer_on = false;	/* no new arming while the old timer goes */
 	spin_unlock_irqrestore(&d->lock, flags);
-	if (!a.interval_ms)
-		del_timer_sync(&d->timer);
+	hrtimer_cancel(&d->timer);
+	spin_lock_irqsave(&d->lock, flags);
+	d->threshold = a.threshold;
+	d->flags = a.flags;
+	d->interval = ns_to_ktime((u64)a.interval_us * NSEC_PER_USEC);
+	d->signalled = 0;
+	d->timer_on = a.interval_us != 0;
+	if (d->unsignalled)	/* entries pending under the old policy */
+		aa_moderate(d);
+	spin_unlock_irqrestore(&d->lock, flags);
 	mutex_unlock(&aa_mutex);
 	if (old) {
 		synchronize_rcu();	/* hooks signal under rcu_read_lock */

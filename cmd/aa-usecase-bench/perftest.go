@@ -21,11 +21,11 @@ import (
 )
 
 // The perftest bench: unmodified ib_read_bw / ib_write_bw clients on guest
-// 2 against, on guest 1, a stock perftest server (the anchor) and three
-// pages of an Active Access target served through pkg/activeaccess/perftest:
-// a page with no actions (the hooks armed for the other pages), a page
-// logging metadata (RL|WL) and a page logging the data (RLD|WLD), both
-// handled by a counting handler.
+// 2 against, on guest 1, a stock perftest server (the anchor) and pages of
+// an Active Access target served through pkg/activeaccess/perftest: a page
+// with no actions (the hooks armed for the other pages), and pages logging
+// metadata (RL|WL) or the data (RLD|WLD) in three domains that differ in
+// how their counting handler is woken (ptKinds).
 const (
 	ptAAPort    = 7710  // the target's rdma_cm port
 	ptStockPort = 18515 // the stock server
@@ -34,11 +34,13 @@ const (
 
 // The kinds, in page order after "stock": pages of the target with no
 // actions, metadata logged (RL|WL), data logged (RLD|WLD), the handler's
-// runtime woken per entry (threshold 1, the default) or, for the "-c"
-// kinds, coalesced (threshold 64, or 1 ms after entries arrived).
-var ptKinds = []string{"stock", "plain", "meta", "data", "meta-c", "data-c"}
+// runtime woken per entry (threshold 1), for the "-a" kinds with adaptive
+// moderation (the default: at once after a quiet 250 µs, else at most
+// every 250 µs) and for the "-c" kinds coalesced (threshold 64, or 1 ms
+// after the first entry).
+var ptKinds = []string{"stock", "plain", "meta", "data", "meta-a", "data-a", "meta-c", "data-c"}
 
-const ptPages = 5 // the target's pages, one per kind after "stock"
+var ptPages = len(ptKinds) - 1 // the target's pages, one per kind after "stock"
 
 // ptRun is one invocation of the perftest bench, as both guests see it.
 type ptRun struct {
@@ -100,8 +102,9 @@ func (p *ptRun) target() error {
 		cfg  activeaccess.DomainConfig
 		page int // its meta page; the data page follows
 	}{
-		{activeaccess.DomainConfig{Handler: count}, 1},
-		{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 3},
+		{activeaccess.DomainConfig{Handler: count, Threshold: 1}, 1},
+		{activeaccess.DomainConfig{Handler: count}, 3},
+		{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 5},
 	} {
 		d, err := tg.NewDomain(dc.cfg)
 		if err != nil {
@@ -136,7 +139,7 @@ func (p *ptRun) target() error {
 	if err != nil {
 		return err
 	}
-	want := int64(4 * p.rounds * p.iters * ((p.size + mtu.Bytes() - 1) / mtu.Bytes())) // four logged pages
+	want := int64((ptPages - 1) * p.rounds * p.iters * ((p.size + mtu.Bytes() - 1) / mtu.Bytes())) // the logged pages
 	for i := 0; i < 100 && handled.Load() < want; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}

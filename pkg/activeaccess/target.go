@@ -413,9 +413,10 @@ func (t *Target) addMarker(p *pendingMarker) {
 	for d := range t.domains {
 		h := d.head()
 		p.snap = append(p.snap, headSnap{d, h})
-		if h > d.done.Load() && d.kd != nil && d.cfg.Notify == Event && d.cfg.Threshold > 1 {
-			// Fewer entries than the threshold would not wake the
-			// runtime, and the marker would wait for them for good.
+		if h > d.done.Load() && d.kd != nil && d.cfg.Notify == Event && d.cfg.Threshold != 1 {
+			// Fewer entries than the threshold would wake the runtime
+			// only when the interval ends, or (no interval) never: the
+			// marker would wait for them that long.
 			d.kd.Wake()
 		}
 	}
@@ -476,6 +477,12 @@ const (
 // it); a handler that panics crashes the process, as in any goroutine.
 type Handler func(a *Access)
 
+// DefaultInterval is the longest an Event domain's handler waits behind
+// a busy log by default (DomainConfig): about what adaptive interrupt
+// moderation allows a NIC's receive completions (net_dim's longest
+// profile, 256 µs).
+const DefaultInterval = 250 * time.Microsecond
+
 // DomainConfig configures Target.NewDomain.
 type DomainConfig struct {
 	// Handler is called for every logged access to the domain's pages.
@@ -483,13 +490,17 @@ type DomainConfig struct {
 	Handler Handler
 	// Notify chooses event-driven (default) or polling operation.
 	Notify Notification
-	// Threshold (Event, ModeTransparent) wakes the runtime after this
-	// many entries; default 1 (every entry). A mediated domain wakes on
-	// every access.
+	// Threshold, Interval and Adaptive (Event, ModeTransparent) say when
+	// the module wakes the runtime (kmod.NotifyOptions): after Threshold
+	// entries, at most Interval after the first entry since the last
+	// wake-up, and with Adaptive at once after a quiet Interval. All
+	// zero: adaptive with DefaultInterval, so an idle domain's handler
+	// runs without delay and a busy one's at most every DefaultInterval.
+	// Threshold 1 wakes on every entry. A mediated domain wakes on every
+	// access.
 	Threshold int
-	// Interval (Event, ModeTransparent) also wakes it periodically while
-	// entries arrived since the last wake-up (0: no timer).
-	Interval time.Duration
+	Interval  time.Duration
+	Adaptive  bool
 	// PollIdle (Poll): after a thousand empty polls the runtime sleeps
 	// this long between polls; 0 spins forever (one CPU).
 	PollIdle time.Duration
@@ -553,11 +564,12 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 	if cfg.Handler == nil {
 		return nil, fmt.Errorf("%w: domain without a handler", ErrInvalid)
 	}
-	if cfg.Notify != Event && cfg.Notify != Poll || cfg.Threshold < 0 || cfg.Interval < 0 || cfg.PollIdle < 0 {
+	if cfg.Notify != Event && cfg.Notify != Poll || cfg.Threshold < 0 || cfg.Interval < 0 || cfg.PollIdle < 0 ||
+		cfg.Adaptive && cfg.Interval == 0 {
 		return nil, fmt.Errorf("%w: domain config %+v", ErrInvalid, cfg)
 	}
-	if cfg.Notify == Event && cfg.Threshold == 0 {
-		cfg.Threshold = 1
+	if cfg.Notify == Event && cfg.Threshold == 0 && cfg.Interval == 0 {
+		cfg.Interval, cfg.Adaptive = DefaultInterval, true
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -575,7 +587,7 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 			return nil, fmt.Errorf("activeaccess: new domain: %w", err)
 		}
 		if cfg.Notify == Event {
-			if err := kd.Notify(kmod.NotifyOptions{Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
+			if err := kd.Notify(kmod.NotifyOptions{Threshold: cfg.Threshold, Interval: cfg.Interval, Adaptive: cfg.Adaptive}); err != nil {
 				kd.Close()
 				return nil, fmt.Errorf("activeaccess: domain notification: %w", err)
 			}

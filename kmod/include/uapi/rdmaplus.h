@@ -19,7 +19,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	2
+#define RDMAPLUS_ABI_VERSION	3
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -95,18 +95,30 @@ struct rdmaplus_aa_domain {
  *		for none (poll(2) on the device still works)
  * @threshold:	notify once this many entries were logged since the last
  *		notification (0: no count-based notification)
- * @interval_ms: also notify every interval_ms while entries were logged
- *		since the last notification (0: no timer)
- * @flags:	zero
+ * @interval_us: notify at most interval_us microseconds after the first
+ *		entry logged since the last notification (0: no timer; at most
+ *		RDMAPLUS_AA_INTERVAL_MAX)
+ * @flags:	RDMAPLUS_AA_NOTIFY_F_*
+ *
+ * With neither threshold nor interval every entry notifies poll(2) (not
+ * the eventfd). RDMAPLUS_AA_NOTIFY_F_ADAPTIVE (needs interval_us) is
+ * interrupt moderation: an entry logged interval_us or longer after the
+ * last notification notifies at once; entries that follow sooner wait
+ * until interval_us after that notification (or the threshold). An idle
+ * log thus wakes its consumer without delay, and a busy one at most once
+ * per interval_us.
  */
 struct rdmaplus_aa_notify {
 	__u32 size;
 	__u32 domain;
 	__s32 eventfd;
 	__u32 threshold;
-	__u32 interval_ms;
+	__u32 interval_us;
 	__u32 flags;
 };
+
+#define RDMAPLUS_AA_NOTIFY_F_ADAPTIVE	(1U << 0)
+#define RDMAPLUS_AA_INTERVAL_MAX	(3600U * 1000 * 1000)	/* one hour */
 
 /**
  * struct rdmaplus_aa_arm - RDMAPLUS_IOC_AA_ARM and RDMAPLUS_IOC_AA_DISARM

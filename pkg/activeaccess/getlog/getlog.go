@@ -67,15 +67,13 @@ type Config struct {
 	// Notify and PollIdle as in activeaccess.DomainConfig.
 	Notify   activeaccess.Notification
 	PollIdle time.Duration
-	// Threshold and Interval (Notify Event) batch the handler's
-	// wake-ups as in activeaccess.DomainConfig: it runs after Threshold
-	// entries, or Interval after the first of fewer. Gets are served at
-	// once either way; what waits is their logging, and with it a
-	// reader's Flush (at most Interval longer). Default: a wake-up per
-	// entry (batching by 64 entries or 2 to 10 ms measured no better on
-	// rxe: docs/activeaccess.md).
+	// Threshold, Interval and Adaptive (Notify Event) batch the
+	// handler's wake-ups as in activeaccess.DomainConfig, whose default
+	// (adaptive, activeaccess.DefaultInterval) they keep when all zero.
+	// Gets are served at once either way; what waits is their logging.
 	Threshold int
 	Interval  time.Duration
+	Adaptive  bool
 }
 
 // Logger logs the gets served from a range of a target's pages. It is safe
@@ -121,7 +119,7 @@ func New(tg *activeaccess.Target, off, length int, cfg Config) (*Logger, error) 
 		return nil, err
 	}
 	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: l.handle, Notify: cfg.Notify, PollIdle: cfg.PollIdle,
-		Threshold: cfg.Threshold, Interval: cfg.Interval})
+		Threshold: cfg.Threshold, Interval: cfg.Interval, Adaptive: cfg.Adaptive})
 	if err != nil {
 		l.closeFiles()
 		return nil, fmt.Errorf("getlog: %w", err)

@@ -12,8 +12,9 @@ const (
 	iocWrite = 1
 	iocRead  = 2
 
-	versionFlagAA = 1
-	opPad         = 1
+	versionFlagAA  = 1
+	notifyAdaptive = 1
+	opPad          = 1
 )
 
 func ioc(dir, nr, size uintptr) uintptr {
@@ -46,7 +47,7 @@ type rawNotify struct {
 	Domain     uint32
 	Eventfd    int32
 	Threshold  uint32
-	IntervalMS uint32
+	IntervalUS uint32
 	Flags      uint32
 }
 

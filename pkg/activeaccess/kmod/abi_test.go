@@ -3,6 +3,7 @@ package kmod
 import (
 	"errors"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod/internal/uapi"
@@ -21,6 +22,9 @@ func TestABIMatchesHeader(t *testing.T) {
 	}
 	if uapi.MaxDomains != MaxDomains || uapi.Bits != 0x3f {
 		t.Errorf("limits: %d domains, bits %#x", uapi.MaxDomains, uapi.Bits)
+	}
+	if uapi.Adaptive != notifyAdaptive || uint64(uapi.IntervalMax) != uint64(time.Hour/time.Microsecond) {
+		t.Errorf("notify: adaptive flag %#x, interval max %d µs", uapi.Adaptive, uapi.IntervalMax)
 	}
 	eq("sizeof version", unsafe.Sizeof(rawVersion{}), uapi.SizeVersion)
 	eq("sizeof create", unsafe.Sizeof(rawCreate{}), uapi.SizeCreate)

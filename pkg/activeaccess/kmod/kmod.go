@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,7 @@ import (
 const DevicePath = "/dev/rdmaplus"
 
 // ABIVersion is the RDMAPLUS_ABI_VERSION this package speaks.
-const ABIVersion = 2
+const ABIVersion = 3
 
 // Limits of the interface (uapi/rdmaplus.h).
 const (
@@ -346,15 +347,24 @@ type NotifyOptions struct {
 	// Threshold wakes after this many entries since the last wake-up;
 	// 0 disables count-based wake-ups.
 	Threshold int
-	// Interval wakes periodically while entries arrived since the last
-	// wake-up (millisecond resolution); 0 disables the timer.
+	// Interval wakes at most this long after the first entry logged
+	// since the last wake-up (microsecond resolution, at most an hour);
+	// 0 disables the timer.
 	Interval time.Duration
+	// Adaptive (needs Interval) moderates wake-ups: an entry logged
+	// Interval or longer after the last wake-up wakes at once, and
+	// entries that follow sooner wait until Interval after that wake-up
+	// (or Threshold). An idle domain wakes without delay, a busy one at
+	// most once per Interval.
+	Adaptive bool
 }
 
 // Notify sets the notification policy and, on first use, creates the
-// eventfd that Wait reads. Errors wrap ErrInvalid or ErrClosed.
+// eventfd that Wait reads. Errors wrap ErrInvalid (a negative value, an
+// Interval over an hour, Adaptive without Interval) or ErrClosed.
 func (dm *Domain) Notify(o NotifyOptions) error {
-	if o.Threshold < 0 || o.Interval < 0 || o.Interval > time.Hour {
+	if o.Threshold < 0 || o.Threshold > math.MaxUint32 || o.Interval < 0 || o.Interval > time.Hour ||
+		o.Adaptive && o.Interval == 0 {
 		return fmt.Errorf("%w: notify %+v", ErrInvalid, o)
 	}
 	dm.mu.Lock()
@@ -369,12 +379,12 @@ func (dm *Domain) Notify(o NotifyOptions) error {
 		}
 		dm.evt = os.NewFile(uintptr(fd), "rdmaplus-aa-eventfd")
 	}
-	ms := uint32(o.Interval / time.Millisecond)
-	if o.Interval > 0 && ms == 0 {
-		ms = 1
-	}
+	us := uint32((o.Interval + time.Microsecond - 1) / time.Microsecond) // rounded up
 	a := rawNotify{Size: uint32(unsafe.Sizeof(rawNotify{})), Domain: dm.id, Eventfd: int32(dm.evt.Fd()),
-		Threshold: uint32(o.Threshold), IntervalMS: ms}
+		Threshold: uint32(o.Threshold), IntervalUS: us}
+	if o.Adaptive {
+		a.Flags = notifyAdaptive
+	}
 	return dm.dev.ioctl("notify", iocNotify, unsafe.Pointer(&a))
 }
 

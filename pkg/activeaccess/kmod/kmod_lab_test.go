@@ -530,6 +530,67 @@ func TestLabNotify(t *testing.T) {
 	t.Logf("interval wake-up after %v", time.Since(start))
 }
 
+// Adaptive notification: an entry after a quiet interval wakes at once;
+// entries right behind a wake-up wait until the interval has passed since
+// it. Timers never fire early, so the lower bound is firm; the upper
+// bounds leave TCG seconds of slack.
+func TestLabNotifyAdaptive(t *testing.T) {
+	d := openDev(t)
+	p := newPair(t, 1)
+	dm := newDomain(t, d, 1<<16)
+	if err := dm.Arm(p.key(), p.addr(0), page, kmod.W|kmod.R|kmod.WL); err != nil {
+		t.Fatal(err)
+	}
+	if err := dm.Notify(kmod.NotifyOptions{Adaptive: true}); !errors.Is(err, kmod.ErrInvalid) {
+		t.Fatalf("Adaptive without an interval: %v", err)
+	}
+	const interval = 3 * time.Second
+	if err := dm.Notify(kmod.NotifyOptions{Interval: interval, Adaptive: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wait := func(what string) time.Time {
+		t.Helper()
+		if _, err := dm.Wait(ctx); err != nil {
+			t.Fatalf("Wait %s: %v", what, err)
+		}
+		return time.Now()
+	}
+	start := time.Now()
+	if err := p.write(0, 0, []byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	first := wait("after a quiet log")
+	if el := first.Sub(start); el >= interval {
+		t.Fatalf("the first entry woke after %v, not at once", el)
+	}
+	if es := readAll(t, dm); len(es) != 1 {
+		t.Fatalf("%d entries", len(es))
+	}
+	for i := 1; i <= 2; i++ {
+		if err := p.write(0, 8*i, []byte("12345678")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := wait("behind a wake-up")
+	if el := second.Sub(first); el < interval-500*time.Millisecond {
+		t.Fatalf("entries behind a wake-up woke after %v, before the interval (%v)", el, interval)
+	}
+	if es := readAll(t, dm); len(es) != 2 {
+		t.Fatalf("%d entries behind the first wake-up", len(es))
+	}
+	time.Sleep(interval)
+	again := time.Now()
+	if err := p.write(0, 24, []byte("12345678")); err != nil {
+		t.Fatal(err)
+	}
+	if el := wait("after a quiet interval").Sub(again); el >= interval {
+		t.Fatalf("an entry after a quiet interval woke after %v, not at once", el)
+	}
+	t.Logf("first wake-up after %v, the moderated one %v after it", first.Sub(start), second.Sub(first))
+}
+
 // Local transfers from and into active pages (the process's own work
 // requests, incoming SENDs) are not remote accesses: untouched, unlogged.
 func TestLabLocalNotIntercepted(t *testing.T) {

@@ -52,6 +52,17 @@ func TestLabRawMisuse(t *testing.T) {
 	// Another file's domain: not found, whatever the request.
 	notify := rawNotify{Size: uint32(unsafe.Sizeof(rawNotify{})), Domain: dm.id, Eventfd: -1, Threshold: 1}
 	errno("NOTIFY on another file's domain", d2.ioctl("notify", iocNotify, unsafe.Pointer(&notify)), syscall.ENOENT)
+	for _, c := range []struct {
+		name string
+		n    rawNotify
+	}{
+		{"an unknown flag", rawNotify{Eventfd: -1, Threshold: 1, Flags: 2}},
+		{"adaptive without an interval", rawNotify{Eventfd: -1, Threshold: 1, Flags: notifyAdaptive}},
+		{"an interval over an hour", rawNotify{Eventfd: -1, IntervalUS: 3600*1000*1000 + 1}},
+	} {
+		c.n.Size, c.n.Domain = uint32(unsafe.Sizeof(rawNotify{})), dm.id
+		errno("NOTIFY with "+c.name, d1.ioctl("notify", iocNotify, unsafe.Pointer(&c.n)), syscall.EINVAL)
+	}
 	arm := rawArm{Size: uint32(unsafe.Sizeof(rawArm{})), Domain: dm.id, Key: 1, Bits: uint32(W), IOVA: 0, Length: PageSize}
 	errno("ARM with another file's domain", d2.ioctl("arm", iocArm, unsafe.Pointer(&arm)), syscall.ENOENT)
 	destroy := rawDomain{Size: uint32(unsafe.Sizeof(rawDomain{})), Domain: dm.id}

@@ -45,4 +45,6 @@ var (
 	EntryDataLen = uintptr(C.off_data_len())
 	EntryValue   = uintptr(C.off_value())
 	Bits         = uint32(C.RDMAPLUS_AA_BITS)
+	Adaptive     = uint32(C.RDMAPLUS_AA_NOTIFY_F_ADAPTIVE)
+	IntervalMax  = uint32(C.RDMAPLUS_AA_INTERVAL_MAX)
 )
