@@ -60,6 +60,13 @@ type stripe struct {
 	credits chan struct{}
 	ctrlOut atomic.Int32
 	mtu     atomic.Uint32 // path MTU in bytes, once queried (Get)
+
+	// The watcher of the stripe's rdma_cm events (startWatch), which
+	// close stops first: it would take the disconnection's answer.
+	watchMu   sync.Mutex
+	closing   bool
+	stopWatch context.CancelFunc
+	watched   chan struct{} // closed when the watcher returned
 }
 
 const (
@@ -292,9 +299,17 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 	})
 }
 
-// close disconnects the stripe (waiting a little for the peer's answer)
-// and destroys it.
+// close stops the stripe's watcher, disconnects the stripe (waiting a
+// little for the peer's answer) and destroys it.
 func (st *stripe) close() {
+	st.watchMu.Lock()
+	st.closing = true
+	stop, watched := st.stopWatch, st.watched
+	st.watchMu.Unlock()
+	if stop != nil {
+		stop()
+		<-watched
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	st.id.Disconnect(ctx)
 	cancel()
@@ -321,7 +336,24 @@ func (ep *Endpoint) spawnLocked(f func()) bool {
 func (ep *Endpoint) startWatch(st *stripe) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	ep.spawnLocked(func() { ep.watch(st) })
+	st.watchMu.Lock()
+	defer st.watchMu.Unlock()
+	if st.closing {
+		return
+	}
+	ctx, stop := context.WithCancel(ep.ctx)
+	watched := make(chan struct{})
+	if ep.spawnLocked(func() {
+		err := ep.watch(ctx, st)
+		close(watched) // before failing the link: its teardown waits for it
+		if err != nil {
+			st.l.fail(err, false)
+		}
+	}) {
+		st.stopWatch, st.watched = stop, watched
+	} else {
+		stop()
+	}
 }
 
 // acceptLoop takes connection requests until the endpoint closes.
@@ -421,13 +453,14 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 	}
 }
 
-// watch waits for the stripe's rdma_cm events: a disconnection of a
-// stripe still in service fails the link.
-func (ep *Endpoint) watch(st *stripe) {
+// watch waits for the stripe's rdma_cm events until ctx ends or the
+// stripe goes away. A disconnection of a stripe still in service returns
+// the error that fails the link.
+func (ep *Endpoint) watch(ctx context.Context, st *stripe) error {
 	for {
-		ev, err := st.id.WaitEvent(ep.ctx)
+		ev, err := st.id.WaitEvent(ctx)
 		if err != nil {
-			return // closed: the endpoint or the link is going away
+			return nil // stopped or closed: the stripe, its link or the endpoint is going away
 		}
 		switch ev.Type {
 		case verbs.CMDisconnected, verbs.CMDeviceRemoval, verbs.CMTimewaitExit:
@@ -440,9 +473,9 @@ func (ep *Endpoint) watch(st *stripe) {
 			current := l.stripes[st.idx].Load() == st
 			l.mu.Unlock()
 			if current && !st.dead.Load() {
-				l.fail(errPeer(l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type)), false)
+				return errPeer(l.peer, fmt.Errorf("stripe %d: %v", st.idx, ev.Type))
 			}
-			return
+			return nil
 		}
 	}
 }

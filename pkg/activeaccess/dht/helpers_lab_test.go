@@ -47,10 +47,26 @@ func guest(t *testing.T) int {
 var (
 	targetAddr = aalab.TargetAddr
 	signal     = aalab.Signal
-	await      = aalab.Await
 	timeout    = aalab.Timeout
 	barriers   = aalab.Barriers
 )
+
+// await waits for a barrier, and says so when that took long: the guest
+// that logs no slow step is the one the others waited for.
+func await(t *testing.T, name string) {
+	t.Helper()
+	defer slow(t, "barrier "+name, time.Now())
+	aalab.Await(t, name)
+}
+
+// slow logs a step that took more than a few seconds (the steps take
+// milliseconds to a second), to tell where a slow run spent its time.
+func slow(t *testing.T, what string, start time.Time) {
+	t.Helper()
+	if d := time.Since(start); d > 3*time.Second {
+		t.Logf("slow: %s took %v", what, d)
+	}
+}
 
 // design is one table design and configuration under test.
 type design struct {
@@ -71,18 +87,29 @@ func designs() []design {
 
 func serve(t *testing.T, port uint16, cfg dht.Config) dht.Target {
 	t.Helper()
+	start := time.Now()
 	tg, err := dht.Serve(targetAddr(t, port), cfg)
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
+	slow(t, "Serve", start)
 	t.Cleanup(func() {
 		if err := tg.Err(); err != nil {
 			t.Errorf("target: %v", err)
 		}
+		defer slow(t, "the target's Close", time.Now())
 		tg.Close()
 	})
-	t.Cleanup(func() { logCM(t) })
+	t.Cleanup(func() { logCM(t); logState(t, tg) })
 	return tg
+}
+
+// logState logs, when t failed, what a table or target with a DebugState
+// (the AM ones) says of itself.
+func logState(t *testing.T, x any) {
+	if d, ok := x.(interface{ DebugState() string }); ok && t.Failed() {
+		t.Log(d.DebugState())
+	}
 }
 
 // logCM logs, when t failed, how many connection-management messages of
@@ -104,6 +131,15 @@ func logCM(t *testing.T) {
 		}
 	}
 	t.Logf("CM messages:%s", b.String())
+	b.Reset()
+	// rxe's counters: RNR NAKs, retries, sequence errors and the like.
+	files, _ := filepath.Glob("/sys/class/infiniband/*/ports/*/hw_counters/*")
+	for _, f := range files {
+		if v, err := os.ReadFile(f); err == nil && strings.TrimSpace(string(v)) != "0" {
+			fmt.Fprintf(&b, " %s=%s", filepath.Base(f), strings.TrimSpace(string(v)))
+		}
+	}
+	t.Logf("device counters:%s", b.String())
 	trace, err := os.ReadFile("/sys/kernel/tracing/trace")
 	if err != nil {
 		return
@@ -126,12 +162,17 @@ var cmTraceWorthy = regexp.MustCompile(`dreq|drep|disconnect|destroy|rej|stale|D
 
 func dial(t *testing.T, k dht.Kind, port uint16) dht.Table {
 	t.Helper()
+	start := time.Now()
 	tb, err := dht.Dial(timeout(t, 60*time.Second), k, targetAddr(t, port), "source-"+labenv.Addr())
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
-	t.Cleanup(func() { tb.Close() })
-	t.Cleanup(func() { logCM(t) })
+	slow(t, "Dial", start)
+	t.Cleanup(func() {
+		defer slow(t, "the source's Close", time.Now())
+		tb.Close()
+	})
+	t.Cleanup(func() { logCM(t); logState(t, tb) })
 	return tb
 }
 
