@@ -1236,3 +1236,103 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// A peer may send as soon as its Connect returns, before the accepting
+// side has read its ESTABLISHED event; answering it from there must work.
+// rdma_accept moves the QP to RTS inside the call, so the QP's state must
+// not be taken from before it (it was: a DHT target's answer to a source
+// that sent at once failed with ErrWrongState, and the source waited for
+// good). The server here never reads ESTABLISHED: its Accept's context is
+// cancelled already.
+func TestLoopbackCMAnswerBeforeEstablished(t *testing.T) {
+	labenv.Device(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	ap := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 7472)
+	l, err := verbs.NewCMID(verbs.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.Listen(ap, 8); err != nil {
+		t.Fatal(err)
+	}
+	client := make(chan error, 1)
+	go func() {
+		id, err := verbs.NewCMID(verbs.PSTCP)
+		if err != nil {
+			client <- err
+			return
+		}
+		if err := id.ResolveAddr(ctx, netip.AddrPort{}, ap); err != nil {
+			id.Close()
+			client <- err
+			return
+		}
+		if err := id.ResolveRoute(ctx); err != nil {
+			id.Close()
+			client <- err
+			return
+		}
+		e, err := cmSetup(id)
+		if err != nil {
+			id.Close()
+			client <- err
+			return
+		}
+		defer e.close()
+		if err := e.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{e.mr.SGE(100, 8)}}); err != nil {
+			client <- err
+			return
+		}
+		if err := id.Connect(ctx, &verbs.ConnParam{}); err != nil {
+			client <- err
+			return
+		}
+		copy(e.mr.Bytes(), "question")
+		if err := e.qp.PostSend(verbs.SendWR{ID: 2, Op: verbs.OpSend, SGL: []verbs.SGE{e.mr.SGE(0, 8)}}); err != nil {
+			client <- err
+			return
+		}
+		if _, err := cmWait(ctx, e.cq, 1); err != nil {
+			client <- err
+			return
+		}
+		if got := string(e.mr.Bytes()[100:108]); got != "answer!!" {
+			client <- fmt.Errorf("client: the answer reads %q", got)
+			return
+		}
+		client <- nil
+	}()
+	id, _, err := l.GetRequest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := cmSetup(id)
+	if err != nil {
+		id.Close()
+		t.Fatal(err)
+	}
+	defer e.close()
+	if err := e.qp.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{e.mr.SGE(0, 8)}}); err != nil {
+		t.Fatal(err)
+	}
+	gone, stop := context.WithCancel(ctx)
+	stop()
+	if err := id.Accept(gone, &verbs.ConnParam{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Accept with a cancelled context: %v, want context.Canceled after the accept went out", err)
+	}
+	if _, err := cmWait(ctx, e.cq, 1); err != nil {
+		t.Fatalf("server: the question: %v", err)
+	}
+	copy(e.mr.Bytes()[200:], "answer!!")
+	if err := e.qp.PostSend(verbs.SendWR{ID: 3, Op: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(200, 8)}}); err != nil {
+		t.Fatalf("server: answering before ESTABLISHED was read: %v", err)
+	}
+	if _, err := cmWait(ctx, e.cq, 3); err != nil {
+		t.Fatalf("server: the answer's completion: %v", err)
+	}
+	if err := <-client; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -93,7 +93,7 @@ func (p *SendPlan) Post() error {
 	if err := p.n.use(); err != nil {
 		return err
 	}
-	if st := p.qp.State(); !st.canSend() {
+	if st := p.qp.postState(QPState.canSend); !st.canSend() {
 		p.n.unuse()
 		return &PostError{Op: "ibv_post_send", Index: 0, Err: fmt.Errorf("%w: %v", ErrWrongState, st)}
 	}

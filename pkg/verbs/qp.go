@@ -510,6 +510,19 @@ func (qp *QP) Query() (*QPAttr, error) {
 			MaxInlineData: int(a.cap.max_inline_data)}}, nil
 }
 
+// postState returns the QP's state for a post: the cached one when it
+// allows the post, else the device's. The cache can be behind: rdma_cm
+// moves a CMID's QP to RTR and RTS inside rdma_accept and when the
+// connection response arrives, before the events that refresh it, and a
+// peer's requests can be served (and answered) in between.
+func (qp *QP) postState(allows func(QPState) bool) QPState {
+	if st := qp.State(); allows(st) {
+		return st
+	}
+	qp.refreshState()
+	return qp.State()
+}
+
 func (qp *QP) refreshState() {
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr

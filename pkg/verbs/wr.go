@@ -235,7 +235,7 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 		return err
 	}
 	defer qp.n.unuse()
-	if st := qp.State(); !st.canSend() {
+	if st := qp.postState(QPState.canSend); !st.canSend() {
 		return &PostError{Op: "ibv_post_send", Index: 0, Err: fmt.Errorf("%w: %v", ErrWrongState, st)}
 	}
 	if len(wrs) > qp.cap.MaxSendWR {
@@ -405,7 +405,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 		return err
 	}
 	defer qp.n.unuse()
-	if st := qp.State(); !st.canRecv() {
+	if st := qp.postState(QPState.canRecv); !st.canRecv() {
 		return &PostError{Op: "ibv_post_recv", Err: fmt.Errorf("%w: %v", ErrWrongState, st)}
 	}
 	if len(wrs) > qp.cap.MaxRecvWR {

@@ -53,6 +53,7 @@ type amConn struct {
 	reposts  []verbs.RecvWR
 	sqUsed   int
 	needSend bool
+	touched  bool // in the handler's current batch
 }
 
 // AMConfig configures ServeAM.
@@ -173,7 +174,8 @@ func (t *AMTarget) run(ctx context.Context) {
 				continue
 			}
 			a := c.am
-			if len(a.reposts) == 0 && !a.needSend {
+			if !a.touched {
+				a.touched = true
 				touched = append(touched, c)
 			}
 			slot := int(uint32(wc.ID))
@@ -219,19 +221,24 @@ func (t *AMTarget) apply(a *amConn, b []byte) {
 	}
 }
 
-// respond re-posts a source's buffers and sends its status when due.
+// respond re-posts a source's buffers and sends its status when due. A
+// post that fails is recorded: a QP in the error state still takes posts
+// (and flushes them), so a failure means the source will wait for good.
 func (t *AMTarget) respond(c *sconn) {
 	a := c.am
-	if err := c.qp.PostRecv(a.reposts...); err != nil {
-		a.reposts = a.reposts[:0]
-		return // the connection is failing; its watcher tears it down
-	}
+	a.touched = false
+	err := c.qp.PostRecv(a.reposts...)
 	a.reposts = a.reposts[:0]
+	if err != nil {
+		t.s.recordErr(fmt.Errorf("dht: AM source %d: re-posting receives: %w", a.serial, err))
+		return
+	}
 	if !a.needSend && a.st.handled-a.sent < amStatusEvery {
 		return
 	}
 	for a.sqUsed >= amTargetSQ {
 		if !t.reapSends(true) {
+			t.s.recordErr(fmt.Errorf("dht: AM source %d: no status send completed in 5 s", a.serial))
 			return
 		}
 	}
@@ -239,6 +246,7 @@ func (t *AMTarget) respond(c *sconn) {
 	a.st.put(a.mr.Bytes()[o : o+amStatusLen])
 	if err := c.qp.PostSend(verbs.SendWR{ID: uint64(a.serial), Op: verbs.OpSend, Flags: verbs.SendSignaled | verbs.SendInline,
 		SGL: []verbs.SGE{a.mr.SGE(o, amStatusLen)}}); err != nil {
+		t.s.recordErr(fmt.Errorf("dht: AM source %d: sending its status: %w", a.serial, err))
 		return
 	}
 	a.sqUsed++

@@ -15,9 +15,16 @@
 # target killed under a working source makes it fail with
 # ErrDisconnected, promptly.
 set -euo pipefail
-# The tests quote the last disconnect-related CM events when they fail.
+# The tests quote the last disconnect-related CM events when they fail,
+# and a failing run keeps the whole CM trace in the guest's output. The
+# events of ib_cm are the system "ib_cma", rdma_cm's "rdma_cma".
 T=/sys/kernel/tracing
-if mountpoint -q $T || mount -t tracefs nodev $T 2>/dev/null; then
-	echo 1 >$T/events/ib_cm/enable && echo 1 >$T/events/rdma_cma/enable || true
+if grep -qs " $T tracefs " /proc/mounts || mount -t tracefs nodev $T 2>/dev/null; then
+	echo 8192 >$T/buffer_size_kb || true
+	echo 1 >$T/events/ib_cma/enable || true
+	echo 1 >$T/events/rdma_cma/enable || true
 fi
-lab_gotest dht -test.v -test.run '^TestLab' -test.timeout 280s
+lab_gotest dht -test.v -test.run '^TestLab' -test.timeout 280s || {
+	cp $T/trace "$LAB_OUT/cm-trace.txt" 2>/dev/null || true
+	exit 1
+}
