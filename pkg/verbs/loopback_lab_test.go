@@ -947,14 +947,7 @@ func cmPingPong(t *testing.T, srvAddr netip.Addr, port uint16, side string) {
 	ap := netip.AddrPortFrom(srvAddr, port)
 	errc := make(chan error, 2)
 	if side == "server" || side == "both" {
-		l, err := verbs.NewCMID(verbs.PSTCP)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		if err := l.Listen(ap, 8); err != nil {
-			t.Fatal(err)
-		}
+		l := cmListen(t, ap)
 		if side == "server" {
 			labenv.Signal("cm-listen")
 		}
@@ -977,6 +970,20 @@ func cmPingPong(t *testing.T, srvAddr netip.Addr, port uint16, side string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// cmListen returns an identifier listening on ap, closed when t ends.
+func cmListen(t *testing.T, ap netip.AddrPort) *verbs.CMID {
+	t.Helper()
+	l, err := verbs.NewCMID(verbs.PSTCP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	if err := l.Listen(ap, 8); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 type cmEnd struct {
@@ -1249,14 +1256,7 @@ func TestLoopbackCMAnswerBeforeEstablished(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ap := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 7472)
-	l, err := verbs.NewCMID(verbs.PSTCP)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if err := l.Listen(ap, 8); err != nil {
-		t.Fatal(err)
-	}
+	l := cmListen(t, ap)
 	client := make(chan error, 1)
 	go func() {
 		id, err := verbs.NewCMID(verbs.PSTCP)
