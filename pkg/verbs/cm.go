@@ -584,11 +584,6 @@ func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 	rc := C.shim_cm_accept(id.c, pd, C.uint8_t(len(o.PrivateData)), C.uint8_t(o.ResponderResources),
 		C.uint8_t(o.InitiatorDepth), C.uint8_t(o.RNRRetryCount))
 	C.free(pd)
-	if rc == 0 && id.qp != nil {
-		// rdma_accept moved the QP to RTS before sending the reply: the
-		// peer may send as soon as it has it, before ESTABLISHED here.
-		id.qp.refreshState()
-	}
 	id.n.unuse()
 	if rc != 0 {
 		return opErr("rdma_accept", int(rc))

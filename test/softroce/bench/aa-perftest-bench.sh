@@ -18,12 +18,9 @@
 # Every figure is a line "FIGURE <name> <value> <unit>", kept in
 # $LAB_OUT/aa-perftest-bench.txt.
 set -euo pipefail
-B="$LAB_BIN/aa-usecase-bench"
 out="$LAB_OUT/aa-perftest-bench.txt"
 : >"$out"
-run() {
-	"$B" "$@" 2>&1 | tee -a "$out" || lab_fail "aa-usecase-bench $* failed"
-}
+run() { lab_tee "$out" "$LAB_BIN/aa-usecase-bench" "$@"; }
 run perftest -verb read -size 4096 -iters ${PT_ITERS:-2000} -rounds ${PT_ROUNDS:-9}
 run perftest -verb write -size 4096 -iters ${PT_ITERS:-2000} -rounds ${PT_ROUNDS:-9}
 echo "== figures (guest $LAB_INDEX)"

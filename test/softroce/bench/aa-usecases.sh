@@ -23,12 +23,9 @@
 # Every figure is a line "FIGURE <name> <value> <unit>", kept in
 # $LAB_OUT/aa-usecases.txt.
 set -euo pipefail
-B="$LAB_BIN/aa-usecase-bench"
 out="$LAB_OUT/aa-usecases.txt"
 : >"$out"
-run() {
-	"$B" "$@" 2>&1 | tee -a "$out" || lab_fail "aa-usecase-bench $* failed"
-}
+run() { lab_tee "$out" "$LAB_BIN/aa-usecase-bench" "$@"; }
 run getlog -size 8 -gets ${GETLOG_GETS:-400} -rounds ${GETLOG_ROUNDS:-25}
 run getlog -size 4096 -gets ${GETLOG_GETS_4K:-200} -rounds ${GETLOG_ROUNDS:-25}
 run drain -entries ${DRAIN_ENTRIES:-30000}

@@ -5,6 +5,8 @@
 #   lab_wait_listen PORT [SECS]  wait until a TCP port listens in this guest
 #   lab_gotest NAME [ARGS]   run $LAB_BIN/NAME.test from its package directory
 #   lab_fail MESSAGE         print MESSAGE and fail the suite
+#   lab_tee FILE CMD...      run CMD, printing its output and appending it
+#                            to FILE; a failing CMD fails the suite
 #   lab_rping_server ARGS    serve rping (rping -s -a $LAB_ADDR ARGS) until a
 #                            client signals rping-done; signals rping-ready
 #   lab_peer I               the address of guest I
@@ -61,6 +63,12 @@ lab_pair() {
 lab_fail() {
 	echo "FAIL: $*" >&2
 	exit 1
+}
+
+lab_tee() {
+	local f=$1
+	shift
+	"$@" 2>&1 | tee -a "$f" || lab_fail "$* failed"
 }
 
 lab_peer() {
