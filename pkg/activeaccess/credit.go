@@ -3,7 +3,7 @@ package activeaccess
 import (
 	"fmt"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
 const (

@@ -44,7 +44,7 @@
 // The target chooses the mode (TargetConfig.Mode) and announces it when a
 // source connects; the same source code works with both. In the
 // transparent mode (ModeTransparent) sources issue plain RDMA WRITE and
-// READ, and the target's rdmaplus kernel module (pkg/activeaccess/kmod,
+// READ, and the target's rdmaplus kernel module (pkg/kmod,
 // docs/activeaccess.md) makes them active: any RDMA peer that holds the
 // key is intercepted, even one that does not use this package. The
 // library-mediated mode (ModeMediated) is for NICs the module cannot hook:
@@ -101,6 +101,6 @@
 // Errors wrap the sentinels of this package (ErrClosed, ErrInvalid,
 // ErrRange, ErrTooLarge, ErrDisconnected, ErrRefused, ErrRejected,
 // ErrProtocol, ErrNoSource), context errors, or errors of pkg/verbs and
-// pkg/activeaccess/kmod; test them with errors.Is. Every Close is
+// pkg/kmod; test them with errors.Is. Every Close is
 // idempotent. Every call that blocks takes a context.Context.
 package activeaccess

@@ -8,7 +8,7 @@ import (
 )
 
 // Sentinel errors. Every error this package returns wraps one of these, a
-// context error, or an error of pkg/verbs or pkg/activeaccess/kmod (test
+// context error, or an error of pkg/verbs or pkg/kmod (test
 // with errors.Is).
 var (
 	// ErrClosed: the Target, Domain or Source was closed (by the caller,

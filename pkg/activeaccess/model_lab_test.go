@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 

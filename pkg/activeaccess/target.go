@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 

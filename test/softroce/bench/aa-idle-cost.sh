@@ -1,6 +1,6 @@
 #!/bin/bash
 # lab: guests=1 timeout=420
-# lab: gotest=./pkg/activeaccess/kmod
+# lab: gotest=./pkg/kmod
 #
 # What Active Access costs plain traffic, measured in one boot: ib_write_bw
 # (64 KiB, loopback on rxe0) with our module loaded and nothing armed (no

@@ -1,6 +1,6 @@
 #!/bin/bash
 # lab: guests=2 timeout=180
-# lab: gotest=./pkg/activeaccess/kmod
+# lab: gotest=./pkg/kmod
 #
 # Active Access across two guests: guest 2 issues plain RDMA WRITEs and
 # READs to guest 1's memory, whose module makes them active (W=0 with the

@@ -1,6 +1,6 @@
 #!/bin/bash
 # lab: guests=1 timeout=300
-# lab: gotest=./pkg/activeaccess/kmod
+# lab: gotest=./pkg/kmod
 #
 # Active Access, kernel side, on one guest in loopback on rxe0: domains
 # and mapped logs, W/R/WL/WLD/RL/RLD on writes, reads and atomics (bytes

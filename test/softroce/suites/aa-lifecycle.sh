@@ -1,6 +1,6 @@
 #!/bin/bash
 # lab: guests=1 timeout=180
-# lab: gotest=./pkg/activeaccess/kmod
+# lab: gotest=./pkg/kmod
 #
 # Active Access module life cycle on one guest: with nothing armed the
 # module registers no hook (its idle cost is nil; the figures are in the

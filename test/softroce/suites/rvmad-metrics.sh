@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=1 timeout=300 gobuild=./cmd/rvmad gotest=./pkg/activeaccess/kmod
+# lab: guests=1 timeout=300 gobuild=./cmd/rvmad gotest=./pkg/kmod
 #
 # rvmad as a real process in a guest: the inventory, /healthz and /readyz,
 # /metrics passing promlint, every counter file of the port (hw_counters,

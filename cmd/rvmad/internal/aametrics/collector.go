@@ -20,7 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
 // Dir is the module's counter directory under a sysfs mount.

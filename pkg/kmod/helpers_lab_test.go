@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )

@@ -7,7 +7,7 @@ package kmod
 // wrong structure sizes, unknown requests and bad pointers. Each is
 // refused with its errno, and the domains involved keep working.
 //
-// Run: go run ./test/softroce gotest ./pkg/activeaccess/kmod -test.run TestLabRawMisuse -test.v
+// Run: go run ./test/softroce gotest ./pkg/kmod -test.run TestLabRawMisuse -test.v
 
 import (
 	"errors"

@@ -4,7 +4,7 @@
 package uapi
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../../../../kmod/include
+#cgo CFLAGS: -I${SRCDIR}/../../../../kmod/include
 #include <stddef.h>
 #include "uapi/rdmaplus.h"
 

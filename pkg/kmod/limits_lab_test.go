@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )

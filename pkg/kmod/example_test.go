@@ -6,7 +6,7 @@ import (
 	"log"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 

@@ -6,7 +6,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/kmod/internal/uapi"
+	"github.com/rdmaplus/rdmaplus/pkg/kmod/internal/uapi"
 )
 
 // The Go mirrors must match the C header byte for byte.
