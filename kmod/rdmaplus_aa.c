@@ -22,6 +22,13 @@
  *
  * Hooks run in softirq context or inline from a poster's system call, with
  * preemption disabled: no sleeping, irqsave locks, RCU for lookups.
+ *
+ * The hooks are shared with the counted mailboxes (rdmaplus_rvma.c): they
+ * stay registered while some page is armed or some mailbox range is gated
+ * (rdmaplus_hook_get/put count RVMA's users). A write packet into a gated
+ * RVMA range is RVMA's alone: rdmaplus_rvma_write() places (or refuses) it
+ * before Active Access looks, and AA never sees it (no entry, W/WL bits not
+ * applied). Reads are never RVMA's.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -126,6 +133,7 @@ static struct aa_domain __rcu *aa_domains[RDMAPLUS_AA_MAX_DOMAINS + 1];
 static DEFINE_IDA(aa_ida);
 static unsigned long aa_nr_mrs;		/* under aa_lock */
 static bool aa_hooked;			/* under aa_mutex */
+static unsigned int aa_rvma_users;	/* under aa_mutex: RVMA's references */
 static struct module *aa_rxe_owner;	/* referenced while hooked */
 static struct work_struct aa_gc_work;
 
@@ -136,8 +144,7 @@ static struct ib_device *aa_devs[AA_MAX_DEVS];
 
 /* rxe functions resolved at load */
 static unsigned long aa_copy_data_start, aa_copy_data_size;
-static int (*aa_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length,
-			     int dir);
+int (*aa_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length, int dir);
 static void *(*aa_iova_to_vaddr)(void *mr, u64 iova, int length);
 static long aa_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
 static bool aa_ok;
@@ -666,6 +673,9 @@ static void notrace aa_copy_pre(struct pt_regs *regs)
 	if (len <= 0 || ret - aa_copy_data_start < aa_copy_data_size)
 		return;
 	rcu_read_lock();
+	/* a write into a gated mailbox range is RVMA's alone */
+	if (!(regs->r8 & 1) && rdmaplus_rvma_write(regs))
+		goto out;
 	m = aa_find((void *)regs->di);
 	if (!m)
 		goto out;
@@ -773,6 +783,7 @@ static void notrace aa_dereg_pre(struct pt_regs *regs)
 
 	if (aa_ibmr_off < 0)
 		return;
+	rdmaplus_rvma_dereg((u8 *)ibmr - aa_ibmr_off);
 	spin_lock_irqsave(&aa_lock, flags);
 	hash_for_each_possible(aa_mrs, m, hnode,
 			       (unsigned long)((u8 *)ibmr - aa_ibmr_off))
@@ -884,7 +895,10 @@ static int aa_hook(struct module *owner)
 	return 0;
 }
 
-/* Unregister the hooks when no page is armed; aa_mutex held. */
+/*
+ * Unregister the hooks when no page is armed and RVMA holds no reference;
+ * aa_mutex held.
+ */
 static void aa_maybe_unhook(void)
 {
 	unsigned long flags, n;
@@ -892,12 +906,37 @@ static void aa_maybe_unhook(void)
 	spin_lock_irqsave(&aa_lock, flags);
 	n = aa_nr_mrs;
 	spin_unlock_irqrestore(&aa_lock, flags);
-	if (!aa_hooked || n)
+	if (!aa_hooked || n || aa_rvma_users)
 		return;
 	aa_unregister(AA_NHOOKS);
 	aa_hooked = false;
 	module_put(aa_rxe_owner);
 	aa_rxe_owner = NULL;
+}
+
+/*
+ * RVMA's reference on the hooks (and on owner, rdma_rxe), taken while it
+ * gates some range. May sleep.
+ */
+int rdmaplus_hook_get(struct module *owner)
+{
+	int ret;
+
+	mutex_lock(&aa_mutex);
+	ret = aa_hook(owner);
+	if (!ret)
+		aa_rvma_users++;
+	mutex_unlock(&aa_mutex);
+	return ret;
+}
+
+void rdmaplus_hook_put(void)
+{
+	mutex_lock(&aa_mutex);
+	if (!WARN_ON_ONCE(!aa_rvma_users))
+		aa_rvma_users--;
+	aa_maybe_unhook();
+	mutex_unlock(&aa_mutex);
 }
 
 static void aa_gc(struct work_struct *w)
@@ -927,7 +966,7 @@ static bool aa_is_rxe_mr(struct ib_mr *ibmr, u8 *cand)
 }
 
 /* Where the ib_mr sits in rxe's struct rxe_mr, found by a probe. */
-static void *aa_rxe_mr_of(struct ib_mr *ibmr)
+void *aa_rxe_mr_of(struct ib_mr *ibmr)
 {
 	long off;
 
@@ -1041,7 +1080,7 @@ static int aa_is_ufile(const void *ufile, struct file *f, unsigned int fd)
  * key: that one is skipped. Returns the MR, ERR_PTR(-EPERM) when only
  * other processes' regions have the key, or ERR_PTR(-ENOENT).
  */
-static struct ib_mr *aa_lookup_mr(u32 key)
+struct ib_mr *aa_lookup_mr(u32 key)
 {
 	struct ib_mr *found = NULL;
 	unsigned long flags, id;
@@ -1101,7 +1140,7 @@ static struct ib_mr *aa_lookup_mr(u32 key)
  * RLIMIT_MEMLOCK (as io_uring's rings do), unless the caller has
  * CAP_IPC_LOCK. Returns -ENOMEM beyond the limit.
  */
-static int aa_charge(struct user_struct *user, unsigned long pages)
+int aa_charge(struct user_struct *user, unsigned long pages)
 {
 	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
 	unsigned long cur = atomic_long_read(&user->locked_vm), new;
@@ -1114,7 +1153,7 @@ static int aa_charge(struct user_struct *user, unsigned long pages)
 	return 0;
 }
 
-static void aa_uncharge(struct user_struct *user, unsigned long pages)
+void aa_uncharge(struct user_struct *user, unsigned long pages)
 {
 	if (pages)
 		atomic_long_sub(pages, &user->locked_vm);
@@ -1590,6 +1629,12 @@ static const struct attribute_group aa_attr_group = {
 };
 
 static struct kobject *aa_kobj;
+
+/* /sys/kernel/rdmaplus, the parent of the counter directories */
+struct kobject *rdmaplus_kobj(void)
+{
+	return aa_kobj;
+}
 
 /* ---- file ------------------------------------------------------------- */
 

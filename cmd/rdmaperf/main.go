@@ -54,6 +54,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
 )
 
 type config struct {
@@ -69,6 +71,8 @@ type config struct {
 	MTU     int
 	Loop    loopKind
 	NoGuard bool // rvma tests: windows with rvma.GuardNone
+	// Counting: rvma tests: who counts puts (-counting).
+	Counting rvma.Counting
 	// PostList caps the work requests one PostSend posts in the
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
 	// to the server.
@@ -92,26 +96,27 @@ func main() {
 		runtime.GOMAXPROCS(2)
 	}
 	var (
-		dev     = flag.String("d", "", "RDMA device (default: the first)")
-		gidIdx  = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
-		port    = flag.Int("p", 18516, "TCP port of the side channel")
-		test    = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, setup_lat, rvma_lat, rvma_bw, rvma_get_lat (client only)")
-		size    = flag.Int("s", 2, "message size in bytes (client only)")
-		all     = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
-		maxSize = flag.Int("max-size", 65536, "largest size with -a")
-		iters   = flag.Int("n", 0, "iterations (default 1000 for latency, 5000 for bandwidth)")
-		txDepth = flag.Int("tx-depth", 128, "outstanding work requests in bandwidth tests")
-		cqMod   = flag.Int("cq-mod", 100, "request a completion every N posts")
-		postLst = flag.Int("l", 0, "bandwidth tests: at most N work requests per PostSend call, like perftest's --post_list (0: the free slots up to the next signaled one, in one call)")
-		inline  = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
-		mtu     = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
-		warmup  = flag.Int("warmup", 0, "warm-up iterations before measuring")
-		loop    = flag.String("loop", "go", "latency loop: go (the pkg/verbs API, posting through send plans), go-postsend (the same, one QP.PostSend per post) or c (perftest's loop in C on the same objects)")
-		guard   = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
-		cpuprof = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
-		traceTo = flag.String("trace", "", "write a Go execution trace of the run to this file")
-		timeout = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
-		ctxsw   = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
+		dev      = flag.String("d", "", "RDMA device (default: the first)")
+		gidIdx   = flag.Int("x", 1, "GID index (1 is the RoCE v2 IPv4 GID on rxe)")
+		port     = flag.Int("p", 18516, "TCP port of the side channel")
+		test     = flag.String("t", "write_lat", "test: write_lat, read_lat, send_lat, write_bw, read_bw, write_send_lat, write_wait_send_lat, write_imm_lat, setup_lat, rvma_lat, rvma_bw, rvma_get_lat (client only)")
+		size     = flag.Int("s", 2, "message size in bytes (client only)")
+		all      = flag.Bool("a", false, "run every power-of-two size from 2 B to -max-size (client only)")
+		maxSize  = flag.Int("max-size", 65536, "largest size with -a")
+		iters    = flag.Int("n", 0, "iterations (default 1000 for latency, 5000 for bandwidth)")
+		txDepth  = flag.Int("tx-depth", 128, "outstanding work requests in bandwidth tests")
+		cqMod    = flag.Int("cq-mod", 100, "request a completion every N posts")
+		postLst  = flag.Int("l", 0, "bandwidth tests: at most N work requests per PostSend call, like perftest's --post_list (0: the free slots up to the next signaled one, in one call)")
+		inline   = flag.Int("I", 0, "send sizes up to N bytes inline (perftest on rxe reports 0)")
+		mtu      = flag.Int("m", 0, "path MTU in bytes (default: the port's active MTU)")
+		warmup   = flag.Int("warmup", 0, "warm-up iterations before measuring")
+		loop     = flag.String("loop", "go", "latency loop: go (the pkg/verbs API, posting through send plans), go-postsend (the same, one QP.PostSend per post) or c (perftest's loop in C on the same objects)")
+		guard    = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
+		counting = flag.String("counting", "auto", "rvma tests: who counts puts: auto (the kernel module if loaded), module or library")
+		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
+		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
+		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
 	)
 	flag.Parse()
 	showSwitches = *ctxsw
@@ -129,6 +134,15 @@ func main() {
 		var ok bool
 		if cfg.Loop, ok = loopKinds[*loop]; !ok {
 			log.Fatalf("-loop must be go, go-postsend or c, not %q", *loop)
+		}
+		switch *counting {
+		case "auto":
+		case "module":
+			cfg.Counting = rvma.CountModule
+		case "library":
+			cfg.Counting = rvma.CountLibrary
+		default:
+			log.Fatalf("-counting must be auto, module or library, not %q", *counting)
 		}
 		if *guard != "none" && *guard != "invalidate" {
 			log.Fatalf("-guard must be invalidate or none, not %q", *guard)
@@ -258,9 +272,9 @@ func (c config) marshal() []byte {
 	if c.All {
 		all = 1
 	}
-	ng := 0
+	ng := int(c.Counting) << 1 // bit 0: NoGuard, bits 1-2: Counting
 	if c.NoGuard {
-		ng = 1
+		ng |= 1
 	}
 	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
@@ -278,7 +292,8 @@ func (c *config) unmarshal(b []byte) error {
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
-	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.Loop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], loopKind(v[9]), v[10] == 1
+	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.Loop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], loopKind(v[9]), v[10]&1 == 1
+	c.Counting = rvma.Counting(v[10] >> 1 & 3)
 	return c.check()
 }
 

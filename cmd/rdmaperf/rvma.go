@@ -62,7 +62,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	if client {
 		port++
 	}
-	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, port), &rvma.Options{Stripes: 1})
+	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, port), &rvma.Options{Stripes: 1, Counting: cfg.Counting})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		title := map[string]string{"rvma_lat": "RVMA Put Latency Test", "rvma_bw": "RVMA Put BW Test", "rvma_get_lat": "RVMA Get Latency Test"}[cfg.Test]
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
-		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n", devName, ep.Addr(), b.peer, rvmaBuffers, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard])
+		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n Counting       : %s\n", devName, ep.Addr(), b.peer, rvmaBuffers, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard], ep.Counting())
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		if cfg.Test == "rvma_bw" {
 			fmt.Fprint(out, bwHeader)
@@ -208,11 +208,15 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 
 // lat is the put ping-pong. Puts need no wait of their own: the answer
 // arrives only after the peer saw the put complete, and any error of an
-// earlier put is collected before the next one starts.
+// earlier put is collected before the next one starts. A side releases
+// the buffer it received into right after its answering put, as an
+// application that answers first would: with rvmaBuffers posted, the
+// buffer is not needed again for three more epochs.
 func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted) ([]time.Duration, error) {
 	iters := b.cfg.Iters
 	stamps := make([]uint64, iters)
 	var prev *rvma.PutOp
+	var held *rvma.Posted
 	recv := func(i int) error {
 		p := posted[i%len(posted)]
 		rec, err := p.Spin(ctx)
@@ -222,9 +226,15 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 		if rec.Len != uint64(size) || rec.Ops != 1 {
 			return fmt.Errorf("epoch %d completed with %d bytes in %d puts, want %d in 1", rec.Epoch, rec.Len, rec.Ops, size)
 		}
-		if err := b.checkData(p.Bytes()[:size], size); err != nil {
-			return err
+		held = p
+		return b.checkData(p.Bytes()[:size], size)
+	}
+	release := func() error {
+		if held == nil {
+			return nil
 		}
+		p := held
+		held = nil
 		return p.Release()
 	}
 	for i := 0; i < iters; i++ {
@@ -240,6 +250,9 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 		}
 		stamps[i] = rdtsc()
 		prev = b.ep.PutAsync(ctx, b.peer, mb, 0, b.src[:size])
+		if err := release(); err != nil {
+			return nil, err
+		}
 		if b.client {
 			if err := recv(i); err != nil {
 				return nil, err
@@ -249,7 +262,7 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 	if err := prev.Wait(ctx); err != nil {
 		return nil, err
 	}
-	return cyclesToDurations(stamps), nil
+	return cyclesToDurations(stamps), release()
 }
 
 // getLat is rvma_get_lat: the client puts one epoch into the server's

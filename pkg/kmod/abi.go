@@ -12,9 +12,12 @@ const (
 	iocWrite = 1
 	iocRead  = 2
 
-	versionFlagAA  = 1
-	notifyAdaptive = 1
-	opPad          = 1
+	versionFlagAA   = 1
+	versionFlagRVMA = 2
+	notifyAdaptive  = 1
+	opPad           = 1
+
+	rvmaEndAll = 1 << 16
 )
 
 func ioc(dir, nr, size uintptr) uintptr {
@@ -96,6 +99,55 @@ type rawEntry struct {
 	Value   uint64
 }
 
+type rawRVMASetup struct {
+	Size       uint32
+	Flags      uint32
+	Windows    uint32
+	Records    uint32
+	Eventfd    int32
+	Reserved   uint32
+	MmapOffset uint64
+	MmapSize   uint64
+}
+
+type rawWindowState struct {
+	Done    uint64
+	Refused uint64
+}
+
+type rawRVMAWin struct {
+	Size     uint32
+	Kind     uint32
+	ID       uint32
+	Reserved uint32
+}
+
+type rawRVMAWinDestroy struct {
+	Size uint32
+	ID   uint32
+}
+
+type rawRVMAPost struct {
+	Size      uint32
+	Win       uint32
+	Key       uint32
+	Flags     uint32
+	IOVA      uint64
+	Length    uint64
+	Threshold uint64
+	Gen       uint64
+	Record    uint32
+	Reserved  uint32
+}
+
+type rawRVMAEnd struct {
+	Size     uint32
+	Win      uint32
+	Flags    uint32
+	Reserved uint32
+	Gen      uint64
+}
+
 // Offsets in struct rdmaplus_aa_ring.
 const (
 	offHead    = 0
@@ -106,11 +158,16 @@ const (
 )
 
 var (
-	iocVersion       = ioc(iocRead, 0x00, unsafe.Sizeof(rawVersion{}))
-	iocDomainCreate  = ioc(iocRead|iocWrite, 0x10, unsafe.Sizeof(rawCreate{}))
-	iocDomainDestroy = ioc(iocWrite, 0x11, unsafe.Sizeof(rawDomain{}))
-	iocNotify        = ioc(iocWrite, 0x12, unsafe.Sizeof(rawNotify{}))
-	iocArm           = ioc(iocWrite, 0x13, unsafe.Sizeof(rawArm{}))
-	iocDisarm        = ioc(iocWrite, 0x14, unsafe.Sizeof(rawArm{}))
-	iocStats         = ioc(iocRead|iocWrite, 0x15, unsafe.Sizeof(rawStats{}))
+	iocVersion        = ioc(iocRead, 0x00, unsafe.Sizeof(rawVersion{}))
+	iocDomainCreate   = ioc(iocRead|iocWrite, 0x10, unsafe.Sizeof(rawCreate{}))
+	iocDomainDestroy  = ioc(iocWrite, 0x11, unsafe.Sizeof(rawDomain{}))
+	iocNotify         = ioc(iocWrite, 0x12, unsafe.Sizeof(rawNotify{}))
+	iocArm            = ioc(iocWrite, 0x13, unsafe.Sizeof(rawArm{}))
+	iocDisarm         = ioc(iocWrite, 0x14, unsafe.Sizeof(rawArm{}))
+	iocStats          = ioc(iocRead|iocWrite, 0x15, unsafe.Sizeof(rawStats{}))
+	iocRVMASetup      = ioc(iocRead|iocWrite, 0x20, unsafe.Sizeof(rawRVMASetup{}))
+	iocRVMAWinCreate  = ioc(iocRead|iocWrite, 0x21, unsafe.Sizeof(rawRVMAWin{}))
+	iocRVMAWinDestroy = ioc(iocWrite, 0x22, unsafe.Sizeof(rawRVMAWinDestroy{}))
+	iocRVMAPost       = ioc(iocWrite, 0x23, unsafe.Sizeof(rawRVMAPost{}))
+	iocRVMAEnd        = ioc(iocWrite, 0x24, unsafe.Sizeof(rawRVMAEnd{}))
 )

@@ -47,6 +47,47 @@ func TestABIMatchesHeader(t *testing.T) {
 	eq("ring lost", offLost, uapi.OffLost)
 	eq("ring tail", offTail, uapi.OffTail)
 	eq("entry data_len", unsafe.Offsetof(rawEntry{}.DataLen), uapi.EntryDataLen)
+
+	// Counted mailboxes.
+	if uapi.VersionFlagAA != versionFlagAA || uapi.VersionFlagRVMA != versionFlagRVMA {
+		t.Errorf("version flags: AA %#x, RVMA %#x", uapi.VersionFlagAA, uapi.VersionFlagRVMA)
+	}
+	if uapi.RVMAMaxWindows != MaxWindows || uapi.RVMAMaxRecords != MaxRecords ||
+		uapi.RVMARecordSize != RecordSize || uapi.RVMAMaxLength != MaxMailboxLength {
+		t.Errorf("mailbox limits: %d windows, %d records, %d-byte records, %d bytes",
+			uapi.RVMAMaxWindows, uapi.RVMAMaxRecords, uapi.RVMARecordSize, uapi.RVMAMaxLength)
+	}
+	if uapi.RVMABytes != uint32(CountBytes) || uapi.RVMAOps != uint32(CountOps) {
+		t.Errorf("window kinds: bytes %d, ops %d", uapi.RVMABytes, uapi.RVMAOps)
+	}
+	if uapi.RVMARecPartial != uint32(RecordPartial) || uapi.RVMARecClosed != uint32(RecordClosed) ||
+		uapi.RVMARecLate != uint32(RecordLate) || uapi.RVMARecOneTime != uint32(RecordOneTime) ||
+		uapi.RVMAEndAll != rvmaEndAll {
+		t.Errorf("record flags: %#x %#x %#x %#x, end all %#x", uapi.RVMARecPartial, uapi.RVMARecClosed,
+			uapi.RVMARecLate, uapi.RVMARecOneTime, uapi.RVMAEndAll)
+	}
+	// pkg/rvma's Flags: partial, closed, late, one-time are 1, 2, 4, 8.
+	if RecordPartial != 1 || RecordClosed != 2 || RecordLate != 4 || RecordOneTime != 8 {
+		t.Errorf("record flags differ from pkg/rvma's")
+	}
+	if uapi.RVMARecWords != [8]int{0, 1, 2, 3, 4, 5, 6, 7} {
+		t.Errorf("record words %v", uapi.RVMARecWords)
+	}
+	eq("sizeof rvma setup", unsafe.Sizeof(rawRVMASetup{}), uapi.SizeRVMASetup)
+	eq("sizeof window state", unsafe.Sizeof(rawWindowState{}), uapi.SizeWindowState)
+	eq("sizeof rvma win", unsafe.Sizeof(rawRVMAWin{}), uapi.SizeRVMAWin)
+	eq("sizeof rvma win destroy", unsafe.Sizeof(rawRVMAWinDestroy{}), uapi.SizeRVMAWinDestroy)
+	eq("sizeof rvma post", unsafe.Sizeof(rawRVMAPost{}), uapi.SizeRVMAPost)
+	eq("sizeof rvma end", unsafe.Sizeof(rawRVMAEnd{}), uapi.SizeRVMAEnd)
+	eq("ioc rvma setup", iocRVMASetup, uapi.IocRVMASetup)
+	eq("ioc rvma win create", iocRVMAWinCreate, uapi.IocRVMAWinCreate)
+	eq("ioc rvma win destroy", iocRVMAWinDestroy, uapi.IocRVMAWinDestroy)
+	eq("ioc rvma post", iocRVMAPost, uapi.IocRVMAPost)
+	eq("ioc rvma end", iocRVMAEnd, uapi.IocRVMAEnd)
+	eq("window state refused", unsafe.Offsetof(rawWindowState{}.Refused), uapi.OffWSRefused)
+	eq("post gen", unsafe.Offsetof(rawRVMAPost{}.Gen), uapi.OffPostGen)
+	eq("post record", unsafe.Offsetof(rawRVMAPost{}.Record), uapi.OffPostRecord)
+	eq("setup mmap_offset", unsafe.Offsetof(rawRVMASetup{}.MmapOffset), uapi.OffSetupMmapOffset)
 	eq("entry value", unsafe.Offsetof(rawEntry{}.Value), uapi.EntryValue)
 }
 

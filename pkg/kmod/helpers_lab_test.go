@@ -33,6 +33,12 @@ type pair struct {
 
 func newPair(t *testing.T, dstPages int) *pair {
 	t.Helper()
+	return newPairWith(t, dstPages, verbs.AccessAll, verbs.MTU1024)
+}
+
+// newPairWith is newPair with the regions' access flags and the path MTU.
+func newPairWith(t *testing.T, dstPages int, access verbs.Access, mtu verbs.MTU) *pair {
+	t.Helper()
 	name := labenv.Device(t)
 	ctx, err := verbs.Open(name)
 	if err != nil {
@@ -43,10 +49,11 @@ func newPair(t *testing.T, dstPages int) *pair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pair{t: t, ctx: ctx, src: newSide(t, ctx, dstPages*page, 512), dst: newSide(t, ctx, dstPages*page, 512)}
+	p := &pair{t: t, ctx: ctx, src: newSideWith(t, ctx, dstPages*page, 512, access),
+		dst: newSideWith(t, ctx, dstPages*page, 512, access)}
 	ia := verbs.QPInfo{QPN: p.src.qp.QPN(), PSN: 100, GID: gid.GID}
 	ib := verbs.QPInfo{QPN: p.dst.qp.QPN(), PSN: 200, GID: gid.GID}
-	opts := &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}
+	opts := &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: mtu}
 	if err := p.src.qp.Connect(ia, ib, opts); err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +66,12 @@ func newPair(t *testing.T, dstPages int) *pair {
 // newSide creates a PD, a CQ on a completion channel, an RC QP with
 // sendWR send slots and a region of size bytes.
 func newSide(t *testing.T, ctx *verbs.Context, size, sendWR int) *side {
+	t.Helper()
+	return newSideWith(t, ctx, size, sendWR, verbs.AccessAll)
+}
+
+// newSideWith is newSide with the region's access flags.
+func newSideWith(t *testing.T, ctx *verbs.Context, size, sendWR int, access verbs.Access) *side {
 	t.Helper()
 	pd, err := ctx.AllocPD()
 	if err != nil {
@@ -77,7 +90,7 @@ func newSide(t *testing.T, ctx *verbs.Context, size, sendWR int) *side {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mr, err := pd.AllocMR(size, verbs.AccessAll)
+	mr, err := pd.AllocMR(size, access)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 const DevicePath = "/dev/rdmaplus"
 
 // ABIVersion is the RDMAPLUS_ABI_VERSION this package speaks.
-const ABIVersion = 3
+const ABIVersion = 4
 
 // Limits of the interface (uapi/rdmaplus.h).
 const (
@@ -80,6 +80,12 @@ func (e *Error) Is(target error) bool {
 		return e.Err == syscall.EOPNOTSUPP
 	case ErrNotOwner:
 		return e.Err == syscall.EPERM || e.Err == syscall.EBUSY
+	case ErrBusy:
+		return e.Err == syscall.EBUSY
+	case ErrFull:
+		return e.Err == syscall.ENOSPC
+	case ErrNotFound:
+		return e.Err == syscall.ENOENT
 	case ErrNoRegion:
 		return e.Err == syscall.ENOENT
 	case ErrRange:
@@ -108,6 +114,7 @@ func (e *ABIError) Is(target error) bool { return target == ErrABI }
 type Version struct {
 	ABI          uint32
 	ActiveAccess bool // the module recognised rxe and can arm pages
+	Mailboxes    bool // ... and can gate and count mailboxes
 	Release      string
 }
 
@@ -116,6 +123,7 @@ type Device struct {
 	f       *os.File
 	mu      sync.Mutex
 	domains map[*Domain]struct{}
+	mbox    *Mailboxes
 	closed  bool
 	ver     Version
 }
@@ -137,7 +145,8 @@ func Open() (*Device, error) {
 		f.Close()
 		return nil, err
 	}
-	d.ver = Version{ABI: v.ABI, ActiveAccess: v.Flags&versionFlagAA != 0, Release: cstr(v.Release[:])}
+	d.ver = Version{ABI: v.ABI, ActiveAccess: v.Flags&versionFlagAA != 0,
+		Mailboxes: v.Flags&versionFlagRVMA != 0, Release: cstr(v.Release[:])}
 	if v.ABI != ABIVersion {
 		f.Close()
 		return nil, &ABIError{Module: v.ABI, Package: ABIVersion}
@@ -203,7 +212,8 @@ func (d *Device) Stats() (Stats, error) {
 		Missed: r.Missed}, nil
 }
 
-// Close closes the Device's domains and the device. It is idempotent.
+// Close closes the Device's domains and Mailboxes, and the device. It is
+// idempotent.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -215,8 +225,12 @@ func (d *Device) Close() error {
 	for dm := range d.domains {
 		doms = append(doms, dm)
 	}
+	mbox := d.mbox
 	d.mu.Unlock()
 	var first error
+	if mbox != nil {
+		first = mbox.close(false)
+	}
 	for _, dm := range doms {
 		if err := dm.close(false); err != nil && first == nil {
 			first = err

@@ -52,3 +52,48 @@ func StatsFromDir(dir string) (Stats, error) {
 	st.HooksArmed = armed != 0
 	return st, nil
 }
+
+// MailboxSysfsDir is where the module publishes its counted-mailbox
+// counters, one decimal file per MailboxStats field (packets, bytes,
+// published, refused, unparsed, windows, ranges, mrs).
+const MailboxSysfsDir = "/sys/kernel/rdmaplus/rvma"
+
+// MailboxStats are the module-wide counters of the counted mailboxes.
+type MailboxStats struct {
+	Packets   uint64 // write packets placed into open buffers
+	Bytes     uint64 // bytes placed
+	Published uint64 // records published
+	Refused   uint64 // write packets refused (gate closed, or straddling an edge)
+	Unparsed  uint64 // placed packets whose opcode was not found: must stay 0
+	Windows   uint64 // live windows, all processes
+	Ranges    uint64 // gated ranges, pending and published
+	MRs       uint64 // memory regions with a gated range
+}
+
+// MailboxStatsFromSysfs reads the counters from MailboxSysfsDir under root
+// ("" or "/" for the running system). It returns an error wrapping
+// os.ErrNotExist when the module (ABI 4 or later) is not loaded, or one
+// naming the file that could not be parsed.
+func MailboxStatsFromSysfs(root string) (MailboxStats, error) {
+	dir := filepath.Join(root, MailboxSysfsDir)
+	var st MailboxStats
+	for _, f := range []struct {
+		name string
+		v    *uint64
+	}{
+		{"packets", &st.Packets}, {"bytes", &st.Bytes}, {"published", &st.Published},
+		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"windows", &st.Windows},
+		{"ranges", &st.Ranges}, {"mrs", &st.MRs},
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, f.name))
+		if err != nil {
+			return MailboxStats{}, fmt.Errorf("kmod: mailbox counters: %w", err)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return MailboxStats{}, fmt.Errorf("kmod: %s: %w", filepath.Join(dir, f.name), err)
+		}
+		*f.v = v
+	}
+	return st, nil
+}

@@ -35,3 +35,30 @@ func TestStatsFromSysfs(t *testing.T) {
 		t.Fatal("garbage accepted")
 	}
 }
+
+func TestMailboxStatsFromSysfs(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, MailboxSysfsDir)
+	if _, err := MailboxStatsFromSysfs(root); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("without the module: %v", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []string{"packets", "bytes", "published", "refused", "unparsed", "windows", "ranges", "mrs"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(string(rune('1'+i))+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := MailboxStatsFromSysfs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (MailboxStats{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Fatalf("%+v", st)
+	}
+	os.WriteFile(filepath.Join(dir, "ranges"), []byte("x\n"), 0o644)
+	if _, err := MailboxStatsFromSysfs(root); err == nil {
+		t.Fatal("garbage accepted")
+	}
+}

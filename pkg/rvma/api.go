@@ -32,6 +32,17 @@ type windowDriver interface {
 	// subscribers is the number of senders that hold a view of the
 	// window in slot.
 	subscribers(slot uint32) int
+	// completions returns where the completion records of a window with
+	// these options live, and whether the kernel module counts the
+	// window (docs/rvma.md, section 6): then its records are in memory
+	// the module writes.
+	completions(opts WindowOptions) (completionSource, bool)
+	// register tells the module of a counted window's buffer (a), and
+	// end ends one of its generations there; published tells how many
+	// of the window's epochs the module has published.
+	register(w *Window, a regAction)
+	end(w *Window, a endAction)
+	published(w *Window) uint64
 	progressSpinner
 	progressWaiter
 }
@@ -122,9 +133,13 @@ type Window struct {
 	dispatch sync.Mutex // held across taking and dispatching actions: the driver sees them in order
 	mu       sync.Mutex
 	st       *windowState
-	slab     *completionSlab
-	lastSeq  uint64
-	pushed   Entry // the last entry pushed to senders
+	comps    completionSource
+	kid      uint32 // the module's id of a counted window
+	// freed and dropped (under the engine's mu): the engine freed the
+	// window (its linger ended), and forgot it in the module.
+	freed, dropped bool
+	lastSeq        uint64
+	pushed         Entry // the last entry pushed to senders
 }
 
 func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
@@ -132,8 +147,8 @@ func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv win
 	if err != nil {
 		return nil, fmt.Errorf("window %v: %w", mb, err)
 	}
-	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st,
-		slab: newCompletionSlab(st.opts.MaxPosted + st.opts.Keep + 64)}
+	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st}
+	w.comps, st.counted = drv.completions(st.opts)
 	return w, nil
 }
 
@@ -167,10 +182,15 @@ func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
 		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
 	}
 	w.mu.Lock()
-	comp := w.slab.get()
+	comp := w.comps.get()
+	if comp == nil {
+		w.mu.Unlock()
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox,
+			invalidf("every completion record of the endpoint is in use (Options.Records)"))
+	}
 	b, err := w.st.post(addr, uint64(len(mem)), po, comp)
 	if err != nil {
-		w.slab.put(comp)
+		w.comps.put(comp)
 		w.mu.Unlock()
 		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
 	}
@@ -190,6 +210,7 @@ func (w *Window) flush() {
 	w.mu.Lock()
 	bind, unbind, _ := w.st.takeActions()
 	hides := w.st.takeHides()
+	regs, ends := w.st.takeModuleActions()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
 	push := false
@@ -216,6 +237,12 @@ func (w *Window) flush() {
 	w.mu.Unlock()
 	for _, b := range hides { // before a recycled buffer's bind for its next epoch
 		w.drv.hide(w, b)
+	}
+	for _, a := range regs { // before the buffer's bind: counted from its first byte
+		w.drv.register(w, a)
+	}
+	for _, a := range ends {
+		w.drv.end(w, a)
 	}
 	for _, a := range bind {
 		w.drv.bind(w, a.b, a.from)
@@ -284,6 +311,21 @@ func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 	w.mu.Unlock()
 	w.flush()
 	return r, gen
+}
+
+// syncCounted takes the epochs the module published for a counted window
+// and carries out what follows (the buffers' memory windows lent or
+// unbound, waiters woken, the entry pushed).
+func (w *Window) syncCounted() {
+	done := w.drv.published(w)
+	w.mu.Lock()
+	if !w.st.counted || done <= w.st.head {
+		w.mu.Unlock()
+		return
+	}
+	w.st.countedUpTo(done)
+	w.mu.Unlock()
+	w.flush()
 }
 
 // knock counts a put refused by a sender's library after Close.
@@ -443,11 +485,40 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
+	st := p.b.state
+	fast := p.w.st.counted && (st == bufQueued || st == bufCompleting)
+	armed, gen := p.b.armedSeq, p.b.gen
 	p.w.mu.Unlock()
+	if fast {
+		return p.spinRecord(ctx, armed, gen)
+	}
 	if err := spin(ctx, p.w.drv, done); err != nil {
 		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 	}
 	return p.Wait(ctx)
+}
+
+// spinRecord is Spin on a counted window: it polls the completion record,
+// which the module writes, and nothing else, like an RDMA program polling
+// the last byte of a WRITE; the endpoint's own goroutine hands the buffer
+// over in the background (Release, Wait and the rest see it at once).
+func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, error) {
+	c := p.b.comp
+	for n := 1; ; n++ {
+		if r, seq := c.load(); seq > armed && r.Epoch == gen {
+			if r.Flags&FlagClosed == 0 {
+				return r, nil
+			}
+			p.w.syncCounted()
+			return p.Wait(ctx) // the window closed, or the endpoint failed
+		}
+		if n%256 == 0 {
+			if err := ctx.Err(); err != nil {
+				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
+			}
+			runtime.Gosched()
+		}
+	}
 }
 
 // Release gives the buffer back to the window once the application is
@@ -456,12 +527,13 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 // Errors wrap ErrInvalid when the buffer is not held by the application
 // (still posted, or already released).
 func (p *Posted) Release() error {
+	p.w.syncCounted() // Spin may have seen the record before the endpoint did
 	p.w.mu.Lock()
 	err := p.w.st.release(p.b)
 	if err == nil && p.b.retired {
 		// A one-time buffer's completion slot serves another buffer later;
 		// its last record stays readable until then.
-		p.w.slab.put(p.b.comp)
+		p.w.comps.put(p.b.comp)
 	}
 	p.w.mu.Unlock()
 	if err != nil {

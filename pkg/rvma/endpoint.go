@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -34,6 +35,14 @@ type Options struct {
 	// without error. OnLate runs on the endpoint's completion goroutine:
 	// it must return quickly and must not call the endpoint.
 	OnLate func(LateReport)
+	// Counting says who counts puts into this endpoint's windows (CountAuto:
+	// the rdmaplus kernel module when it is loaded, see docs/rvma.md,
+	// section 6). Windows with GuardNone are always counted by the library.
+	Counting Counting
+	// Records is the number of completion records (64 bytes each) the
+	// module writes for this endpoint: one per buffer posted to a counted
+	// window and not released (DefaultRecords if 0).
+	Records int
 }
 
 func (o Options) normalize() (Options, error) {
@@ -42,6 +51,12 @@ func (o Options) normalize() (Options, error) {
 	}
 	if o.Stripes < 0 || o.Stripes > MaxStripes {
 		return o, invalidf("%d stripes (1..%d)", o.Stripes, MaxStripes)
+	}
+	if o.Counting > CountModule {
+		return o, invalidf("counting %d", o.Counting)
+	}
+	if o.Records < 0 || o.Records > kmod.MaxRecords {
+		return o, invalidf("%d completion records (0..%d)", o.Records, kmod.MaxRecords)
 	}
 	if o.DialTimeout <= 0 {
 		o.DialTimeout = 10 * time.Second
@@ -159,7 +174,8 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 	if err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
-	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin, onFail: ep.failed}); err != nil {
+	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin, onFail: ep.failed,
+		counting: o.Counting, records: o.Records}); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
@@ -343,6 +359,7 @@ func (ep *Endpoint) Close() error {
 	for _, w := range windows {
 		w.Close()
 	}
+	ep.e.syncCounted() // the module published the closed epochs at once
 	for deadline := time.Now().Add(time.Second); ep.e.bindsPending() && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}

@@ -32,7 +32,7 @@ func labListen(t *testing.T, port uint16, opts *rvma.Options) *rvma.Endpoint {
 	addr := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), port)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ep, err := rvma.Listen(ctx, addr, opts)
+	ep, err := rvma.Listen(ctx, addr, rvma.WithLabCounting(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,6 +684,9 @@ func TestLabEndpointNotices(t *testing.T) {
 	var total uint64    // bytes put so far
 	counted := func() { // the receiver has counted every byte put (IncEpoch takes what is counted)
 		t.Helper()
+		if ep.Counting() == rvma.CountModule {
+			return // the module counts a byte as it places it, before the put completes
+		}
 		for w.Stats().Bytes != total {
 			if ctx.Err() != nil {
 				t.Fatalf("window stats %+v: not all of %d bytes counted", w.Stats(), total)

@@ -84,6 +84,10 @@ type engine struct {
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
 
+	// mod is the kernel module's counted mailboxes (module.go); nil when
+	// the library counts.
+	mod *module
+
 	opts     engineOptions
 	stop     context.CancelFunc
 	wg       sync.WaitGroup
@@ -99,6 +103,9 @@ type engineOptions struct {
 	// onFail is told, on a goroutine of its own, of the first failure
 	// of a bind, an unbind or a receive post (nil: nobody).
 	onFail func(error)
+	// counting and records: Options.Counting and Options.Records.
+	counting Counting
+	records  int
 }
 
 type bindOp struct {
@@ -214,10 +221,26 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if e.descMR, err = e.pd.AllocMR(engineSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
+	if opts.counting != CountLibrary {
+		records := opts.records
+		if records == 0 {
+			records = DefaultRecords
+		}
+		if e.mod, err = openModule(records); err != nil {
+			if opts.counting == CountModule {
+				return nil, fmt.Errorf("rvma: counting in the kernel module: %w", err)
+			}
+			e.mod, err = nil, nil
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.wg.Add(1)
 	go e.progress(ctx)
+	if e.mod != nil {
+		e.wg.Add(1)
+		go e.moduleLoop(ctx)
+	}
 	return e, nil
 }
 
@@ -265,10 +288,13 @@ func (e *engine) Close() error {
 // engine created on it: the PD (with the MRs, windows, QPs and SRQ under
 // it), the CQ and its channel.
 func (e *engine) release() error {
-	if e.own {
-		return e.dev.Close()
-	}
 	var errs []error
+	if e.mod != nil {
+		errs = append(errs, e.mod.close())
+	}
+	if e.own {
+		return errors.Join(append(errs, e.dev.Close())...)
+	}
 	if e.pd != nil {
 		errs = append(errs, e.pd.Close())
 	}
@@ -331,6 +357,9 @@ func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 		return nil, err
 	}
 	w, err := newWindow(mb, slot, inc, opts, e)
+	if err == nil && w.st.counted {
+		err = e.moduleWindow(w)
+	}
 	if err != nil {
 		e.table.Free(slot, inc)
 		return nil, err
@@ -550,6 +579,30 @@ func (e *engine) free(w *Window) {
 			e.postUnbind(w, b, true)
 		}
 	}
+	e.mu.Lock()
+	w.freed = true
+	e.mu.Unlock()
+	e.maybeDropModuleWindow(w)
+}
+
+// maybeDropModuleWindow forgets a freed counted window in the module once
+// no bind or unbind of its buffers is in flight: every key that reached
+// its buffers is dead by then.
+func (e *engine) maybeDropModuleWindow(w *Window) {
+	e.mu.Lock()
+	if !w.freed || w.dropped {
+		e.mu.Unlock()
+		return
+	}
+	for _, op := range e.ops {
+		if op.w == w {
+			e.mu.Unlock()
+			return
+		}
+	}
+	w.dropped = true
+	e.mu.Unlock()
+	e.dropModuleWindow(w)
 }
 
 // subscribers is the number of senders holding a view of slot.
@@ -773,6 +826,9 @@ func (e *engine) bindDone(wc verbs.WC) {
 	e.mu.Unlock()
 	if !ok {
 		return
+	}
+	if op.w != nil {
+		defer e.maybeDropModuleWindow(op.w)
 	}
 	if err := wc.Err(); err != nil {
 		err = fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err)

@@ -323,7 +323,7 @@ func labEngineSetup(t *testing.T) (*engine, *labSender) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := newEngine(dev, true, net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops,
+	e, err := newEngine(dev, true, net.ParseIP(labenv.Addr()), engineOptions{Spin: *spinLoops, counting: CountLibrary,
 		onFail: func(err error) { t.Errorf("engine: %v", err) }})
 	if err != nil {
 		t.Fatal(err)

@@ -449,18 +449,30 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		<-st.credits
 		return false, nil, err
 	}
+	counted := v.sv.entry.Flags&EntryCounted != 0
+	if counted && op.n == 0 {
+		v.mu.Unlock()
+		<-st.credits
+		return false, nil, invalidf("a zero-length put to mailbox %v, whose receiver's kernel module counts the bytes it places: a zero-length WRITE places none", op.mb)
+	}
 	v.sv.commit(gen, uint64(op.n))
 	slot := v.slot
 	v.mu.Unlock()
 
-	imm, _ := Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
+	// A counted window's receiver counts the WRITE as it is placed; other
+	// windows count the immediate's receive completion.
+	wop, imm := verbs.OpWrite, uint32(0)
+	if !counted {
+		wop = verbs.OpWriteImm
+		imm, _ = Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
+	}
 	ep.mu.Lock()
 	ep.nextID++
 	id := ep.nextID &^ (sendTag | ctrlTag | readTag)
 	op.st, op.view, op.gen = st, v, gen
 	ep.puts[id] = op
 	ep.mu.Unlock()
-	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled,
+	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: wop, Flags: verbs.SendSignaled,
 		SGL: op.sgl, Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey})
 	if err != nil {
 		ep.mu.Lock()
@@ -536,7 +548,13 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		ep.stalePuts.Add(1)
 		v.mu.Lock()
 		v.sv.stale(gen)
+		counted, slot, inc := v.sv.entry.Flags&EntryCounted != 0, v.slot, v.sv.incarnation
 		v.mu.Unlock()
+		if counted {
+			// Nothing reached the receiver's library: tell it (a lost
+			// knock loses only the count).
+			st.l.knock(slot, inc, KnockStale)
+		}
 		op.refusals++
 		if ep.opts.NoRetryStale || op.refusals >= maxAttempts {
 			op.finish(fmt.Errorf("%w: %w", ErrStale, err))

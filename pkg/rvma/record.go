@@ -136,6 +136,13 @@ func (c *Completion) publish(r Record) uint64 {
 	return seq
 }
 
+// completionSource hands out completion records: a window's own slab, or
+// the records the kernel module writes (counted windows).
+type completionSource interface {
+	get() *Completion // nil when none is left
+	put(c *Completion)
+}
+
 // completionSlab hands out cache-line aligned Completions carved from
 // allocations of chunk slots each, in the Go heap (a Completion keeps its
 // allocation alive). It grows when every slot is in use: a one-time buffer

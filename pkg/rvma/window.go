@@ -120,7 +120,7 @@ type Stats struct {
 	Posted          int    // buffers posted and not yet handed over
 	Held            int    // buffers handed over and not yet released
 	Late            uint64 // puts that arrived after their epoch's threshold, before hand-over (included)
-	Stale           uint64 // puts that arrived after their epoch was handed over (GuardNone only) or closed
+	Stale           uint64 // puts that arrived after their epoch was handed over (GuardNone only) or closed; in a window the module counts, puts it refused as stale, as their senders report them
 	Nacks           uint64 // puts refused with a NACK after Close
 	Drops           uint64 // puts dropped silently after Close
 }
@@ -156,6 +156,13 @@ type buffer struct {
 	rec       Record
 	released  bool
 	inKept    bool
+
+	// Counted windows (windowState.counted) only: the module knows the
+	// buffer's generation (registered); the buffer's memory window is
+	// being unbound or lent to another buffer (mwBusy: a stale key may
+	// still reach it, so it is not registered again until that completes);
+	// it was ended before it could be registered (endLater).
+	registered, mwBusy, endLater bool
 
 	comp     *Completion
 	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
@@ -205,9 +212,17 @@ type windowState struct {
 	mustPush bool
 	// failed: the endpoint failed (fail); the window is closed too.
 	failed bool
+	// counted: the kernel module counts the window's puts and publishes
+	// its records (docs/rvma.md, section 6); the state machine learns of
+	// completions from it (counted) instead of counting arrivals.
+	counted bool
 
 	toBind              []bindAction
 	toUnbind, published []*buffer
+	// Counted windows: buffers to register with the module (in generation
+	// order, before their binds) and buffers to end there.
+	toRegister []regAction
+	toEnd      []endAction
 	// toHide: kept buffers that stopped being readable by Get (they left
 	// the rewind ring, or a one-time buffer was released): whatever
 	// read-only window exposes one must be unbound before it is re-posted.
@@ -220,6 +235,21 @@ type windowState struct {
 // completion reports both (unbound(from), then bound(b)).
 type bindAction struct {
 	b, from *buffer
+}
+
+// regAction asks the driver to register b with the module for generation
+// gen (the values are copied: b changes when it is re-posted).
+type regAction struct {
+	b              *buffer
+	gen, threshold uint64
+}
+
+// endAction asks the driver to end generation gen (b's) in the module now,
+// with flags (partial or closed) in its record.
+type endAction struct {
+	b     *buffer
+	gen   uint64
+	flags Flags
 }
 
 func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
@@ -278,6 +308,7 @@ func (w *windowState) enqueue(b *buffer) {
 	b.gen = w.nextGen
 	w.nextGen++
 	b.state, b.bound, b.binding, b.desc = bufQueued, false, false, Desc{}
+	b.registered, b.endLater = false, false
 	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
 	if b.oneTime {
 		b.flags = FlagOneTime
@@ -291,7 +322,34 @@ func (w *windowState) enqueue(b *buffer) {
 	b.waiting = false
 	delete(w.waiting, b)
 	w.pending = append(w.pending, b)
+	w.register()
 	w.topUp(nil)
+}
+
+// register schedules the registration with the module of the pending
+// buffers that are not registered yet, in generation order, stopping at
+// one whose memory window is still being unbound or lent (a write with its
+// old key could otherwise be counted into its new epoch). Registered
+// buffers are thus always a prefix of pending. A buffer ended before it
+// was registered is ended right after.
+func (w *windowState) register() {
+	if !w.counted {
+		return
+	}
+	for _, b := range w.pending {
+		if b.registered {
+			continue
+		}
+		if b.mwBusy {
+			return
+		}
+		b.registered = true
+		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
+		if b.endLater {
+			b.endLater = false
+			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
+		}
+	}
 }
 
 // settling reports whether a buffer senders are about to be shown is still
@@ -335,6 +393,9 @@ func (w *windowState) topUp(from *buffer) (lent bool) {
 		if seen++; seen > MaxDescs {
 			break
 		}
+		if w.counted && !b.registered {
+			break // bound only once the module counts it
+		}
 		if b.bound || b.binding {
 			continue
 		}
@@ -357,6 +418,13 @@ func (w *windowState) lookup(gen uint64) *buffer {
 
 // bound records that b's memory window is bound: senders may now target it.
 func (w *windowState) bound(b *buffer, d Desc) {
+	if w.counted && b.state != bufQueued && !b.bound {
+		// Handed over (or ending) while its bind was in flight: the key
+		// must die before the buffer is registered again.
+		b.bound, b.binding, b.mwBusy = true, false, true
+		w.toUnbind = append(w.toUnbind, b)
+		return
+	}
 	if b.state != bufQueued || b.bound {
 		return // ended before its bind completed: the unbind follows
 	}
@@ -411,6 +479,17 @@ func (w *windowState) end(b *buffer, f Flags) {
 	if f != 0 {
 		w.mustPush = true // senders cannot count an epoch ended early
 	}
+	if w.counted {
+		// The module closes the buffer and publishes it (counted).
+		b.state = bufCompleting
+		if b.registered {
+			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: f})
+		} else {
+			b.endLater = true
+		}
+		w.changed()
+		return
+	}
 	if w.opts.Guard == GuardNone {
 		// Handed over at once; its window goes to the next buffer that
 		// needs one (late writes fail from then on), or stays bound.
@@ -428,6 +507,14 @@ func (w *windowState) end(b *buffer, f Flags) {
 
 // unbound records that b's memory window no longer accepts writes.
 func (w *windowState) unbound(b *buffer) {
+	if w.counted {
+		// Only the key's death: the module handed the buffer over already.
+		b.bound, b.mwBusy = false, false
+		w.register()
+		w.topUp(nil)
+		w.changed()
+		return
+	}
 	if b.state != bufCompleting {
 		return
 	}
@@ -445,7 +532,8 @@ func (w *windowState) handOver() {
 		w.head++
 		b.state = bufDone
 		b.rec = Record{Epoch: b.gen, Addr: b.addr, Len: b.bytes, Ops: b.ops, Cap: b.cap, Flags: b.flags}
-		if b.comp != nil {
+		if b.comp != nil && !b.registered {
+			// The module published the record of a registered buffer.
 			b.comp.publish(b.rec)
 		}
 		close(b.done)
@@ -467,6 +555,43 @@ func (w *windowState) handOver() {
 			}
 		}
 		w.changed()
+	}
+}
+
+// counted takes the epochs the module published: done is the module's
+// count of them, so the pending buffers of generations below done are
+// over. Their counts come from their records; each one's memory window
+// goes to the next buffer that needs one, or is unbound.
+func (w *windowState) countedUpTo(done uint64) {
+	for len(w.pending) > 0 && w.head < done {
+		b := w.pending[0]
+		if !b.registered || b.state == bufReady {
+			return // cannot happen: the module publishes registered buffers only, in order
+		}
+		rec, _ := b.comp.load()
+		if rec.Epoch != b.gen {
+			return // not yet visible (cannot happen: done is released after the record)
+		}
+		b.bytes, b.ops = rec.Len, rec.Ops
+		// The record is the truth: an IncEpoch or a Close that raced with
+		// the threshold lost, and the epoch completed whole.
+		const moduleFlags = FlagPartial | FlagClosed | FlagLate
+		b.flags = b.flags&^moduleFlags | rec.Flags&moduleFlags
+		w.stats.Puts += rec.Ops
+		w.stats.Bytes += rec.Len
+		if rec.Flags&FlagLate != 0 {
+			w.stats.Late++
+		}
+		b.state = bufReady
+		if b.bound {
+			b.mwBusy = true
+			if !w.topUp(b) {
+				w.toUnbind = append(w.toUnbind, b)
+			}
+		} else if b.binding {
+			b.mwBusy = true // bound (then unbound) when its bind completes
+		}
+		w.handOver()
 	}
 }
 
@@ -524,13 +649,21 @@ func (w *windowState) fail() {
 		w.state = StateClosedNack
 	}
 	w.retireWaiting()
+	w.toBind, w.toUnbind, w.toHide = nil, nil, nil
 	for _, b := range w.pending {
 		if b.state == bufQueued || b.state == bufCompleting {
 			b.flags |= FlagClosed | FlagFailed
+			if w.counted && b.registered {
+				// The module owns its record: it publishes it once ended.
+				if b.state == bufQueued {
+					w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: FlagClosed})
+				}
+				b.state = bufCompleting
+				continue
+			}
 			b.state = bufReady
 		}
 	}
-	w.toBind, w.toUnbind, w.toHide = nil, nil, nil
 	w.handOver()
 	w.changed()
 }
@@ -548,6 +681,17 @@ func (w *windowState) close() bool {
 	w.retireWaiting()
 	for _, b := range w.pending {
 		b.flags |= FlagClosed
+		if w.counted {
+			if b.state == bufQueued {
+				b.state = bufCompleting
+				if b.registered {
+					w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: FlagClosed})
+				} else {
+					b.endLater = true
+				}
+			}
+			continue
+		}
 		if b.state == bufQueued {
 			if w.opts.Guard == GuardNone {
 				b.state = bufReady
@@ -662,6 +806,8 @@ func (w *windowState) knock(r KnockReason) {
 		w.stats.Nacks++
 	case KnockDrop:
 		w.stats.Drops++
+	case KnockStale:
+		w.stats.Stale++
 	}
 }
 
@@ -680,6 +826,9 @@ func (w *windowState) Stats() Stats {
 // buffers that accept puts.
 func (w *windowState) entry(incarnation uint32) Entry {
 	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind}
+	if w.counted {
+		e.Flags = EntryCounted
+	}
 	i := 0
 	for i < len(w.pending) && w.pending[i].state != bufQueued {
 		i++
@@ -703,6 +852,14 @@ func (w *windowState) entry(incarnation uint32) Entry {
 func (w *windowState) takeActions() (bind []bindAction, unbind, published []*buffer) {
 	bind, unbind, published = w.toBind, w.toUnbind, w.published
 	w.toBind, w.toUnbind, w.published = nil, nil, nil
+	return
+}
+
+// takeModuleActions returns and clears the counted window's outbox:
+// registrations first, then ends.
+func (w *windowState) takeModuleActions() (register []regAction, end []endAction) {
+	register, end = w.toRegister, w.toEnd
+	w.toRegister, w.toEnd = nil, nil
 	return
 }
 

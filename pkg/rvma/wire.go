@@ -106,6 +106,10 @@ type KnockReason uint16
 const (
 	KnockNack KnockReason = 1 // the window is closed with NACK: the put failed with ErrMailboxClosed
 	KnockDrop KnockReason = 2 // the window is closed silently: the put was dropped
+	// KnockStale: a put to a window the receiver's module counts was
+	// refused as stale (ErrStale, or retried). A refused plain WRITE leaves
+	// nothing at the receiver to count, so the sender reports it.
+	KnockStale KnockReason = 3
 )
 
 // knockReasonBits is how many of a knock's generation bits hold the
@@ -203,7 +207,21 @@ type Entry struct {
 	NDesc       uint16 // valid descriptors in Descs, 0..MaxDescs
 	Head        uint64 // the generation of Descs[0]
 	Descs       [MaxDescs]Desc
+	Flags       EntryFlags
 }
+
+// EntryFlags tell senders how the receiver counts a window.
+type EntryFlags uint8
+
+// Entry flags.
+const (
+	// EntryCounted: the receiver's kernel module counts the bytes and
+	// puts of this window as they are placed (docs/rvma.md, section 6), so
+	// a put is a plain RDMA WRITE, without an immediate.
+	EntryCounted EntryFlags = 1 << 0
+
+	entryFlagsKnown = EntryCounted
+)
 
 // Desc returns the descriptor of generation gen and whether the entry has
 // it.
@@ -226,7 +244,8 @@ const (
 	entNDesc = 22
 	entHead  = 24
 	entDescs = 32  // MaxDescs × 24 bytes
-	entRsvd  = 104 // 16 reserved bytes, zero
+	entFlags = 104 // EntryFlags
+	entRsvd  = 105 // 15 reserved bytes, zero
 	entCRC   = 120
 	entSeqLo = 124
 	descSize = 24
@@ -257,6 +276,10 @@ func MarshalEntry(b []byte, e *Entry) error {
 	for i := 0; i < MaxDescs; i++ {
 		putDesc(b[entDescs+i*descSize:], e.Descs[i])
 	}
+	if e.Flags&^entryFlagsKnown != 0 {
+		return invalidf("entry flags %#x", uint8(e.Flags))
+	}
+	b[entFlags] = byte(e.Flags)
 	clear(b[entRsvd:entCRC])
 	le.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
 	le.PutUint32(b[entSeqLo:], uint32(e.Seq))
@@ -303,6 +326,7 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	e.Kind = EpochKind(b[entKind])
 	e.NDesc = le.Uint16(b[entNDesc:])
 	e.Head = le.Uint64(b[entHead:])
+	e.Flags = EntryFlags(b[entFlags])
 	if e.Seq == 0 {
 		return e, invalidf("entry never written")
 	}
@@ -317,6 +341,9 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	}
 	for i := 0; i < MaxDescs; i++ {
 		e.Descs[i] = getDesc(b[entDescs+i*descSize:])
+	}
+	if e.Flags&^entryFlagsKnown != 0 {
+		return e, invalidf("entry flags %#x", uint8(e.Flags))
 	}
 	for _, c := range b[entRsvd:entCRC] {
 		if c != 0 {

@@ -99,6 +99,19 @@ func TestEntryRoundTrip(t *testing.T) {
 	if err := MarshalEntry(b[:10], &e); !errors.Is(err, ErrInvalid) {
 		t.Fatal("short buffer")
 	}
+	counted := e
+	counted.Flags = EntryCounted
+	if err := MarshalEntry(b, &counted); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := UnmarshalEntry(b); err != nil || got != counted {
+		t.Fatalf("counted entry: %+v %v", got, err)
+	}
+	unknown := e
+	unknown.Flags = 0x80
+	if err := MarshalEntry(b, &unknown); !errors.Is(err, ErrInvalid) {
+		t.Fatal("unknown entry flag marshalled")
+	}
 }
 
 // Any single changed byte, and any mixture of two versions, is detected.

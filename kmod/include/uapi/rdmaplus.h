@@ -11,6 +11,11 @@
  * for rxe. A process creates domains (the paper's IUIDs), each with an
  * access log mapped into the process, and associates 4 KiB pages of its
  * own rxe memory regions with a domain and the control bits below.
+ *
+ * Counted mailboxes (RVMA, docs/kmod.md): the module counts the RDMA
+ * WRITE packets placed into buffers a process posted, closes a buffer's
+ * gate at its threshold and publishes a 64-byte completion record into
+ * memory mapped into the process.
  */
 #ifndef _UAPI_RDMAPLUS_H
 #define _UAPI_RDMAPLUS_H
@@ -19,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	3
+#define RDMAPLUS_ABI_VERSION	4
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -37,6 +42,8 @@ struct rdmaplus_version {
 
 /* The module found the rxe data path it knows and can arm Active Access. */
 #define RDMAPLUS_VERSION_F_AA	(1U << 0)
+/* The module can gate and count RVMA mailboxes (same rxe data path). */
+#define RDMAPLUS_VERSION_F_RVMA	(1U << 1)
 
 /* ---- Active Access ---------------------------------------------------- */
 
@@ -246,6 +253,158 @@ struct rdmaplus_aa_entry {
 	__u64 value;
 };
 
+/* ---- Counted mailboxes (RVMA) ----------------------------------------- */
+
+#define RDMAPLUS_RVMA_MAX_WINDOWS	4096	/* window ids are 1..windows */
+#define RDMAPLUS_RVMA_MAX_RECORDS	65536
+#define RDMAPLUS_RVMA_RECORD_SIZE	64
+#define RDMAPLUS_RVMA_MAX_LENGTH	0xffffffffULL	/* bytes of a buffer */
+
+/* Window kinds: what a buffer's threshold counts. */
+#define RDMAPLUS_RVMA_BYTES	1	/* bytes placed */
+#define RDMAPLUS_RVMA_OPS	2	/* RDMA WRITE messages completed */
+
+/* Record flags (word 6 of a record; the values of pkg/rvma's Flags). */
+#define RDMAPLUS_RVMA_REC_PARTIAL	(1U << 0) /* ended before its threshold */
+#define RDMAPLUS_RVMA_REC_CLOSED	(1U << 1) /* the window closed */
+#define RDMAPLUS_RVMA_REC_LATE		(1U << 2) /* counted beyond the threshold */
+#define RDMAPLUS_RVMA_REC_ONETIME	(1U << 3) /* posted as a one-time buffer */
+
+/* RDMAPLUS_IOC_RVMA_END: end every pending generation >= gen. */
+#define RDMAPLUS_RVMA_END_F_ALL		(1U << 16)
+
+/**
+ * struct rdmaplus_rvma_setup - RDMAPLUS_IOC_RVMA_SETUP (once per open file)
+ * @size:	in: sizeof(struct rdmaplus_rvma_setup)
+ * @flags:	in: zero
+ * @windows:	in: window slots, 1..RDMAPLUS_RVMA_MAX_WINDOWS
+ * @records:	in: completion records, 1..RDMAPLUS_RVMA_MAX_RECORDS
+ * @eventfd:	in: an eventfd signalled (count += 1) once per batch of
+ *		records published, or -1 for none
+ * @reserved:	zero
+ * @mmap_offset: out: offset to pass to mmap(2) on the same descriptor
+ * @mmap_size:	out: bytes to map: @windows struct rdmaplus_rvma_window_state
+ *		rounded up to a page, then @records records of
+ *		RDMAPLUS_RVMA_RECORD_SIZE bytes (rounded up to a page)
+ *
+ * The mapping counts against the user's RLIMIT_MEMLOCK like the Active
+ * Access logs. A second call on the same file fails with EBUSY; the other
+ * RVMA requests fail with ENXIO before it.
+ */
+struct rdmaplus_rvma_setup {
+	__u32 size;
+	__u32 flags;
+	__u32 windows;
+	__u32 records;
+	__s32 eventfd;
+	__u32 reserved;
+	__u64 mmap_offset;
+	__u64 mmap_size;
+};
+
+/**
+ * struct rdmaplus_rvma_window_state - per window, in the mapped area
+ * @done:	epochs published: the next generation to publish (the
+ *		module stores it with release order after the record)
+ * @refused:	write packets refused because their buffer's gate was closed
+ *		or they did not fit in one buffer
+ */
+struct rdmaplus_rvma_window_state {
+	__u64 done;
+	__u64 refused;
+};
+
+/**
+ * struct rdmaplus_rvma_win - RDMAPLUS_IOC_RVMA_WIN_CREATE
+ * @size:	in: sizeof(struct rdmaplus_rvma_win)
+ * @kind:	in: RDMAPLUS_RVMA_BYTES or RDMAPLUS_RVMA_OPS
+ * @id:		out: window id, 1..windows; it uses window_state[id - 1]
+ * @reserved:	zero
+ */
+struct rdmaplus_rvma_win {
+	__u32 size;
+	__u32 kind;
+	__u32 id;
+	__u32 reserved;
+};
+
+/**
+ * struct rdmaplus_rvma_win_destroy - RDMAPLUS_IOC_RVMA_WIN_DESTROY
+ * @size:	sizeof(struct rdmaplus_rvma_win_destroy)
+ * @id:		window id. Its ranges are forgotten (writes to them are no
+ *		longer gated: invalidate their keys first) and the id is free.
+ */
+struct rdmaplus_rvma_win_destroy {
+	__u32 size;
+	__u32 id;
+};
+
+/**
+ * struct rdmaplus_rvma_post - RDMAPLUS_IOC_RVMA_POST
+ * @size:	sizeof(struct rdmaplus_rvma_post)
+ * @win:	window id
+ * @key:	lkey or rkey of an rxe memory region registered through a
+ *		uverbs file that the calling process has open
+ * @flags:	record flags to OR into this buffer's record: only
+ *		RDMAPLUS_RVMA_REC_ONETIME
+ * @iova:	first byte of the buffer, in the region's address space
+ * @length:	bytes, 1..RDMAPLUS_RVMA_MAX_LENGTH, inside the region
+ * @threshold:	bytes window: 1..@length bytes; ops window: >= 1 messages
+ * @gen:	generation (epoch): greater than the window's last posted one
+ *		and not below its done counter
+ * @record:	index of the record to publish, 0..records-1, not used by
+ *		another pending buffer of this file
+ *
+ * The buffer is pending with an open gate. A buffer overlapping a pending
+ * one of this file in the same region is refused (EBUSY); published ones
+ * it overlaps (kept to refuse late writes) are replaced.
+ */
+struct rdmaplus_rvma_post {
+	__u32 size;
+	__u32 win;
+	__u32 key;
+	__u32 flags;
+	__u64 iova;
+	__u64 length;
+	__u64 threshold;
+	__u64 gen;
+	__u32 record;
+	__u32 reserved;
+};
+
+/**
+ * struct rdmaplus_rvma_end - RDMAPLUS_IOC_RVMA_END
+ * @size:	sizeof(struct rdmaplus_rvma_end)
+ * @win:	window id
+ * @flags:	RDMAPLUS_RVMA_REC_PARTIAL and/or RDMAPLUS_RVMA_REC_CLOSED to OR
+ *		into the record, and RDMAPLUS_RVMA_END_F_ALL
+ * @reserved:	zero
+ * @gen:	the pending generation to end (END_F_ALL: every pending one
+ *		from @gen on). Its gate closes now; it is published once
+ *		every earlier generation is. ENOENT if none is pending.
+ */
+struct rdmaplus_rvma_end {
+	__u32 size;
+	__u32 win;
+	__u32 flags;
+	__u32 reserved;
+	__u64 gen;
+};
+
+/*
+ * A completion record: eight little-endian 64-bit words, the layout of
+ * pkg/rvma's Completion. Word 0 (seq) is odd while the module writes the
+ * record and grows by 2 with each publication; word 7 repeats it.
+ */
+#define RDMAPLUS_RVMA_REC_SEQ	0
+#define RDMAPLUS_RVMA_REC_EPOCH	1	/* the buffer's gen */
+#define RDMAPLUS_RVMA_REC_ADDR	2	/* its iova */
+#define RDMAPLUS_RVMA_REC_LEN	3	/* bytes counted */
+#define RDMAPLUS_RVMA_REC_OPS	4	/* messages counted */
+#define RDMAPLUS_RVMA_REC_CAP	5	/* its length */
+#define RDMAPLUS_RVMA_REC_FLAGS	6	/* RDMAPLUS_RVMA_REC_* */
+#define RDMAPLUS_RVMA_REC_SEQ2	7
+
 #define RDMAPLUS_IOC_VERSION	_IOR(RDMAPLUS_IOC_MAGIC, 0x00, struct rdmaplus_version)
 #define RDMAPLUS_IOC_AA_DOMAIN_CREATE \
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x10, struct rdmaplus_aa_domain_create)
@@ -255,5 +414,13 @@ struct rdmaplus_aa_entry {
 #define RDMAPLUS_IOC_AA_ARM	_IOW(RDMAPLUS_IOC_MAGIC, 0x13, struct rdmaplus_aa_arm)
 #define RDMAPLUS_IOC_AA_DISARM	_IOW(RDMAPLUS_IOC_MAGIC, 0x14, struct rdmaplus_aa_arm)
 #define RDMAPLUS_IOC_AA_STATS	_IOWR(RDMAPLUS_IOC_MAGIC, 0x15, struct rdmaplus_aa_stats)
+#define RDMAPLUS_IOC_RVMA_SETUP \
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x20, struct rdmaplus_rvma_setup)
+#define RDMAPLUS_IOC_RVMA_WIN_CREATE \
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x21, struct rdmaplus_rvma_win)
+#define RDMAPLUS_IOC_RVMA_WIN_DESTROY \
+	_IOW(RDMAPLUS_IOC_MAGIC, 0x22, struct rdmaplus_rvma_win_destroy)
+#define RDMAPLUS_IOC_RVMA_POST	_IOW(RDMAPLUS_IOC_MAGIC, 0x23, struct rdmaplus_rvma_post)
+#define RDMAPLUS_IOC_RVMA_END	_IOW(RDMAPLUS_IOC_MAGIC, 0x24, struct rdmaplus_rvma_end)
 
 #endif /* _UAPI_RDMAPLUS_H */

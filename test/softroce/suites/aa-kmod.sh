@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=1 timeout=300
+# lab: guests=1 timeout=420
 # lab: gotest=./pkg/kmod
 #
 # Active Access, kernel side, on one guest in loopback on rxe0: domains
@@ -9,6 +9,10 @@
 # misuse (also raw: other files' domain ids, bad eventfds and mmaps,
 # wrong sizes), atomics refused on R=0 pages and full logs, two
 # concurrent sources into one log, isolation between processes and
-# teardown on kill -9.
+# teardown on kill -9. Counted mailboxes (RVMA, TestLabMailbox*) on the
+# same hooks: bytes and ops windows through memory windows and rkeys,
+# in-order publication, late and straddling writes refused, END, READs
+# untouched, every validation error (raw too), the range limit, and
+# teardown on close and on deregistration.
 set -euo pipefail
-lab_gotest kmod -test.v -test.run 'TestLab' -test.timeout 280s
+lab_gotest kmod -test.v -test.run 'TestLab' -test.timeout 400s

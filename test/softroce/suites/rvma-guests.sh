@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=3 timeout=200
+# lab: guests=3 timeout=380
 # lab: gotest=./pkg/rvma
 #
 # pkg/rvma between guests: guest 1 receives, guests 2 and 3 send, each with
@@ -11,6 +11,8 @@
 # without touching a buffer already handed over (an error at the sender, a
 # counter at the receiver, and a retry that lands in the next epoch); a
 # sender that leaves mid-epoch leaves a partial buffer IncEpoch hands over;
-# a receiver killed with SIGKILL fails the put waiting on it.
+# a receiver killed with SIGKILL fails the put waiting on it. Twice: with
+# the kernel module counting puts, then with the library counting them.
 set -euo pipefail
-lab_gotest rvma -test.v -test.run '^TestLabGuests$' -test.timeout 180s
+lab_gotest rvma -test.v -test.run '^TestLabGuests$' -test.timeout 180s -rvma.counting=module
+lab_gotest rvma -test.v -test.run '^TestLabGuests$' -test.timeout 180s -rvma.counting=library

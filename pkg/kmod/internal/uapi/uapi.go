@@ -16,6 +16,10 @@ static unsigned long off_lost(void) { return OFF(rdmaplus_aa_ring, lost); }
 static unsigned long off_tail(void) { return OFF(rdmaplus_aa_ring, tail); }
 static unsigned long off_data_len(void) { return OFF(rdmaplus_aa_entry, data_len); }
 static unsigned long off_value(void) { return OFF(rdmaplus_aa_entry, value); }
+static unsigned long off_ws_refused(void) { return OFF(rdmaplus_rvma_window_state, refused); }
+static unsigned long off_post_gen(void) { return OFF(rdmaplus_rvma_post, gen); }
+static unsigned long off_post_record(void) { return OFF(rdmaplus_rvma_post, record); }
+static unsigned long off_setup_mmap_offset(void) { return OFF(rdmaplus_rvma_setup, mmap_offset); }
 */
 import "C"
 
@@ -47,4 +51,35 @@ var (
 	Bits         = uint32(C.RDMAPLUS_AA_BITS)
 	Adaptive     = uint32(C.RDMAPLUS_AA_NOTIFY_F_ADAPTIVE)
 	IntervalMax  = uint32(C.RDMAPLUS_AA_INTERVAL_MAX)
+
+	// Counted mailboxes (RVMA).
+	VersionFlagAA      = uint32(C.RDMAPLUS_VERSION_F_AA)
+	VersionFlagRVMA    = uint32(C.RDMAPLUS_VERSION_F_RVMA)
+	RVMAMaxWindows     = int(C.RDMAPLUS_RVMA_MAX_WINDOWS)
+	RVMAMaxRecords     = int(C.RDMAPLUS_RVMA_MAX_RECORDS)
+	RVMARecordSize     = int(C.RDMAPLUS_RVMA_RECORD_SIZE)
+	RVMAMaxLength      = uint64(C.RDMAPLUS_RVMA_MAX_LENGTH)
+	RVMABytes          = uint32(C.RDMAPLUS_RVMA_BYTES)
+	RVMAOps            = uint32(C.RDMAPLUS_RVMA_OPS)
+	RVMARecPartial     = uint32(C.RDMAPLUS_RVMA_REC_PARTIAL)
+	RVMARecClosed      = uint32(C.RDMAPLUS_RVMA_REC_CLOSED)
+	RVMARecLate        = uint32(C.RDMAPLUS_RVMA_REC_LATE)
+	RVMARecOneTime     = uint32(C.RDMAPLUS_RVMA_REC_ONETIME)
+	RVMAEndAll         = uint32(C.RDMAPLUS_RVMA_END_F_ALL)
+	RVMARecWords       = [8]int{C.RDMAPLUS_RVMA_REC_SEQ, C.RDMAPLUS_RVMA_REC_EPOCH, C.RDMAPLUS_RVMA_REC_ADDR, C.RDMAPLUS_RVMA_REC_LEN, C.RDMAPLUS_RVMA_REC_OPS, C.RDMAPLUS_RVMA_REC_CAP, C.RDMAPLUS_RVMA_REC_FLAGS, C.RDMAPLUS_RVMA_REC_SEQ2}
+	SizeRVMASetup      = uintptr(C.sizeof_struct_rdmaplus_rvma_setup)
+	SizeWindowState    = uintptr(C.sizeof_struct_rdmaplus_rvma_window_state)
+	SizeRVMAWin        = uintptr(C.sizeof_struct_rdmaplus_rvma_win)
+	SizeRVMAWinDestroy = uintptr(C.sizeof_struct_rdmaplus_rvma_win_destroy)
+	SizeRVMAPost       = uintptr(C.sizeof_struct_rdmaplus_rvma_post)
+	SizeRVMAEnd        = uintptr(C.sizeof_struct_rdmaplus_rvma_end)
+	IocRVMASetup       = uintptr(C.RDMAPLUS_IOC_RVMA_SETUP)
+	IocRVMAWinCreate   = uintptr(C.RDMAPLUS_IOC_RVMA_WIN_CREATE)
+	IocRVMAWinDestroy  = uintptr(C.RDMAPLUS_IOC_RVMA_WIN_DESTROY)
+	IocRVMAPost        = uintptr(C.RDMAPLUS_IOC_RVMA_POST)
+	IocRVMAEnd         = uintptr(C.RDMAPLUS_IOC_RVMA_END)
+	OffWSRefused       = uintptr(C.off_ws_refused())
+	OffPostGen         = uintptr(C.off_post_gen())
+	OffPostRecord      = uintptr(C.off_post_record())
+	OffSetupMmapOffset = uintptr(C.off_setup_mmap_offset())
 )

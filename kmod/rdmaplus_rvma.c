@@ -1,0 +1,999 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rdmaplus counted mailboxes: RVMA's receive-side counting in the kernel,
+ * as the RVMA paper's NIC does it (docs/kmod.md, "Counted mailboxes").
+ *
+ * A process sets up an area mapped into it (per-window state, then 64-byte
+ * completion records), creates windows and posts buffers into them: byte
+ * ranges of its own rxe memory regions, each with a generation, a threshold
+ * and a record. Senders RDMA WRITE into the buffers. The rxe_mr_copy hook
+ * of rdmaplus_aa.c hands every incoming write packet to
+ * rdmaplus_rvma_write() first; a packet into a gated range is ours alone:
+ *
+ *  - it lies wholly inside one buffer whose gate is open: we place it
+ *    ourselves (rxe's rxe_mr_copy, called from the module, is not hooked)
+ *    under the file's lock, make rxe's own call copy nothing, count its
+ *    bytes and, for the last packet of a WRITE message, one op. At the
+ *    threshold the gate closes and every closed buffer whose turn it is
+ *    (in generation order) is published: record, then done counter, then
+ *    the eventfd. A record thus never appears before its bytes.
+ *  - otherwise (gate closed, or straddling a buffer's edge) it is refused:
+ *    rxe_mr_copy fails, rxe NAKs with a remote access error, memory is
+ *    untouched and window_state.refused counts it.
+ *
+ * Last-packet detection: rxe_mr_copy does not see the opcode, but the
+ * payload sits in the received skb right after the BTH (and RETH, IMMDT),
+ * and the BTH right after the UDP header (see rvma_last()). Zero-length
+ * WRITEs never reach rxe_mr_copy with a length and are not counted.
+ * Reads, atomics and local transfers (copy_data) are never counted.
+ *
+ * Locking: ctx->mutex serialises a file's configuration;
+ * ctx->lock (irqsave; hooks run in softirq or inline in a poster's system
+ * call) protects the file's ranges, buffers, windows' lists and counts
+ * and the records; rvma_hash_lock (inside ctx->lock) the global hash of
+ * regions, read under RCU by the hooks. A region is hashed while it has at
+ * least one range; the file holds one hook reference while it has ranges.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/bitmap.h>
+#include <linux/eventfd.h>
+#include <linux/hashtable.h>
+#include <linux/kobject.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/rbtree.h>
+#include <linux/sched/user.h>
+#include <linux/slab.h>
+#include <linux/sysfs.h>
+#include <linux/uaccess.h>
+#include <linux/vmalloc.h>
+#include <linux/workqueue.h>
+#include <asm/unaligned.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/restrack.h>
+
+#include "uapi/rdmaplus.h"
+#include "rdmaplus.h"
+
+/* mmap(2) page offset of the area; Active Access uses 1..1024 */
+#define RVMA_PGOFF		0x100000UL
+#define RVMA_MAX_RANGES		65536	/* per file, pending and closed */
+#define RVMA_ROCE_PORT		4791
+#define RVMA_REC_WORDS		(RDMAPLUS_RVMA_RECORD_SIZE / 8)
+#define RVMA_END_FLAGS		(RDMAPLUS_RVMA_REC_PARTIAL | RDMAPLUS_RVMA_REC_CLOSED)
+
+enum rvma_state {
+	RVMA_OPEN,	/* pending, gate open */
+	RVMA_ENDED,	/* pending, gate closed: waits for earlier generations */
+	RVMA_CLOSED,	/* published; kept to refuse late writes */
+};
+
+struct rvma_win {
+	u32 kind;			/* RDMAPLUS_RVMA_*, 0: free slot */
+	bool posted;			/* a buffer was posted since creation */
+	u64 last_gen;			/* the last generation posted */
+	u64 done;			/* our copy of state->done */
+	u64 refused;			/* our copy of state->refused */
+	struct rdmaplus_rvma_window_state *state;
+	struct list_head pending;	/* OPEN and ENDED buffers, by gen */
+	struct list_head bufs;		/* every buffer of the window */
+};
+
+struct rvma_mr {
+	struct hlist_node hnode;	/* rvma_mrs, keyed by rxe_mr */
+	struct list_head node;		/* ctx->mrs */
+	void *rxe_mr;
+	struct rdmaplus_rvma_ctx *ctx;
+	struct rb_root ranges;		/* struct rvma_buf by iova */
+	bool dead;
+	struct rcu_head rcu;
+};
+
+struct rvma_buf {
+	struct rb_node rb;		/* m->ranges */
+	struct list_head pnode;		/* win->pending until published */
+	struct list_head wnode;		/* win->bufs */
+	struct rvma_mr *m;
+	struct rvma_win *win;
+	u64 iova, length, threshold, gen;
+	u64 bytes, ops;
+	u32 record, flags;
+	enum rvma_state state;
+};
+
+struct rdmaplus_rvma_ctx {
+	struct mutex mutex;		/* configuration */
+	spinlock_t lock;		/* data path, see above */
+	struct user_struct *user;	/* charged for the area */
+	bool setup;
+	bool hooked;			/* under mutex: holds a hook reference */
+	u32 nwin, nrec;
+	void *area;			/* vmalloc_user: states, then records */
+	unsigned long area_size;
+	unsigned long charged;		/* pages in user's locked_vm */
+	u64 *records;
+	struct rvma_win *wins;
+	unsigned long *rec_busy;	/* records of pending buffers */
+	struct eventfd_ctx *evt;
+	struct list_head mrs;		/* under lock */
+	unsigned int nranges;		/* under lock */
+	struct work_struct gc;		/* drops the hook after a dereg */
+};
+
+static DEFINE_SPINLOCK(rvma_hash_lock);
+static DEFINE_HASHTABLE(rvma_mrs, 8);
+static atomic_t rvma_nr_mrs = ATOMIC_INIT(0);
+
+static struct {
+	atomic64_t packets, bytes, published, refused, unparsed;
+	atomic64_t windows, ranges, mrs;
+} rvma_st;
+
+/* ---- data path -------------------------------------------------------- */
+
+static struct rvma_mr *rvma_find(void *rxe_mr)
+{
+	struct rvma_mr *m;
+
+	hash_for_each_possible_rcu(rvma_mrs, m, hnode, (unsigned long)rxe_mr)
+		if (m->rxe_mr == rxe_mr && !READ_ONCE(m->dead))
+			return m;
+	return NULL;
+}
+
+/*
+ * The buffer whose range contains iova, or else the first one after it;
+ * NULL if none ends after iova. Ranges never overlap, so both their starts
+ * and their ends are sorted. ctx->lock held.
+ */
+static struct rvma_buf *rvma_range_at(struct rvma_mr *m, u64 iova)
+{
+	struct rb_node *n = m->ranges.rb_node;
+	struct rvma_buf *best = NULL;
+
+	while (n) {
+		struct rvma_buf *b = rb_entry(n, struct rvma_buf, rb);
+
+		if (iova - b->iova < b->length || iova < b->iova) {
+			best = b;
+			n = n->rb_left;
+		} else {
+			n = n->rb_right;
+		}
+	}
+	return best;
+}
+
+static struct rvma_buf *rvma_next(struct rvma_buf *b)
+{
+	struct rb_node *n = rb_next(&b->rb);
+
+	return n ? rb_entry(n, struct rvma_buf, rb) : NULL;
+}
+
+static void rvma_range_insert(struct rvma_mr *m, struct rvma_buf *nb)
+{
+	struct rb_node **p = &m->ranges.rb_node, *parent = NULL;
+
+	while (*p) {
+		struct rvma_buf *b = rb_entry(*p, struct rvma_buf, rb);
+
+		parent = *p;
+		p = nb->iova < b->iova ? &(*p)->rb_left : &(*p)->rb_right;
+	}
+	rb_link_node(&nb->rb, parent, p);
+	rb_insert_color(&nb->rb, &m->ranges);
+}
+
+/*
+ * Is this write packet the last of its RDMA WRITE message? 1 yes, 0 no,
+ * -1 unknown. rxe passes rxe_mr_copy payload_addr(pkt): the skb's
+ * (linear) data right after the transport headers, which follow the UDP
+ * header (rxe_udp_encap_recv sets pkt->hdr = udp_hdr + 1; a loopback
+ * packet keeps the headers its requester pushed). Each candidate BTH
+ * offset admits only the write opcodes whose headers have that length:
+ * BTH 12 (MIDDLE, LAST), + IMMDT 16 (LAST_WITH_IMMEDIATE), + RETH 28
+ * (FIRST, ONLY), + RETH + IMMDT 32 (ONLY_WITH_IMMEDIATE); RC and UC. The
+ * UDP header before it must have the RoCE v2 port and the length rxe
+ * derived the payload size from: 8 + headers + len + pad + 4 (ICRC).
+ */
+static int rvma_last(const u8 *payload, u32 len)
+{
+	static const struct {
+		u8 off, op1, op2;
+	} cand[] = {
+		{ 12, 0x07, 0x08 }, { 16, 0x09, 0x09 },
+		{ 28, 0x06, 0x0a }, { 32, 0x0b, 0x0b },
+	};
+	u8 hdr[40];	/* UDP header + the longest transport headers */
+	int i;
+
+	if (copy_from_kernel_nofault(hdr, payload - sizeof(hdr), sizeof(hdr)))
+		return -1;
+	for (i = 0; i < ARRAY_SIZE(cand); i++) {
+		const u8 *bth = hdr + sizeof(hdr) - cand[i].off;
+		const u8 *udp = bth - 8;
+		u8 op = bth[0] & 0x1f;
+
+		if (bth[0] >> 5 > 1 || (op != cand[i].op1 && op != cand[i].op2))
+			continue;
+		if (get_unaligned_be16(udp + 2) != RVMA_ROCE_PORT)
+			continue;
+		if (get_unaligned_be16(udp + 4) !=
+		    8 + cand[i].off + len + ((bth[1] >> 4) & 3) + 4)
+			continue;
+		return op >= 0x08;
+	}
+	return -1;
+}
+
+static void rvma_record(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
+{
+	u64 *r = ctx->records + (size_t)b->record * RVMA_REC_WORDS;
+	u64 count = b->win->kind == RDMAPLUS_RVMA_OPS ? b->ops : b->bytes;
+	u64 flags = b->flags;
+	u64 s;
+
+	if (count > b->threshold)
+		flags |= RDMAPLUS_RVMA_REC_LATE;
+	/* seqlock: odd while written, +2 per publication */
+	s = (READ_ONCE(r[RDMAPLUS_RVMA_REC_SEQ]) + 1) & ~1ULL;
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ], s + 1);
+	smp_wmb();
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_EPOCH], b->gen);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_ADDR], b->iova);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_LEN], b->bytes);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_OPS], b->ops);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_CAP], b->length);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_FLAGS], flags);
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ2], s + 2);
+	smp_wmb();
+	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ], s + 2);
+}
+
+/*
+ * Publish the window's closed buffers whose turn it is: the oldest pending
+ * generation, while it is ENDED. Returns how many; ctx->lock held.
+ */
+static unsigned int rvma_publish(struct rdmaplus_rvma_ctx *ctx,
+				 struct rvma_win *w)
+{
+	struct rvma_buf *b;
+	unsigned int n = 0;
+
+	while ((b = list_first_entry_or_null(&w->pending, struct rvma_buf,
+					     pnode)) &&
+	       b->state == RVMA_ENDED) {
+		rvma_record(ctx, b);
+		list_del_init(&b->pnode);
+		b->state = RVMA_CLOSED;
+		__clear_bit(b->record, ctx->rec_busy);
+		w->done = b->gen + 1;
+		/* the record before done: pairs with the reader's acquire */
+		smp_store_release(&w->state->done, w->done);
+		n++;
+	}
+	if (n)
+		atomic64_add(n, &rvma_st.published);
+	return n;
+}
+
+static void rvma_refuse(struct pt_regs *regs, struct rvma_win *w)
+{
+	WRITE_ONCE(w->state->refused, ++w->refused);
+	atomic64_inc(&rvma_st.refused);
+	regs->si = ~0ULL;	/* out of range: rxe_mr_copy -EFAULT, NAK */
+}
+
+/*
+ * The rxe_mr_copy hook for a write packet into an MR (dir 0, len > 0, not
+ * from copy_data), rcu_read_lock held. Returns true if the packet touches
+ * a gated range: then it is placed, or refused, here.
+ */
+bool rdmaplus_rvma_write(struct pt_regs *regs)
+{
+	void *rxe_mr = (void *)regs->di;
+	u64 iova = regs->si;
+	u8 *payload = (u8 *)regs->dx;
+	u32 len = (u32)regs->cx;
+	struct rdmaplus_rvma_ctx *ctx;
+	unsigned int published = 0;
+	struct rvma_mr *m;
+	struct rvma_buf *b;
+	unsigned long flags;
+	bool reached;
+	int last;
+
+	if (!atomic_read(&rvma_nr_mrs))
+		return false;
+	m = rvma_find(rxe_mr);
+	if (!m)
+		return false;
+	ctx = m->ctx;
+	last = rvma_last(payload, len);
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	if (m->dead)
+		goto pass;
+	b = rvma_range_at(m, iova);
+	if (!b || (b->iova > iova && b->iova - iova >= len))
+		goto pass;	/* touches no range */
+	if (b->state != RVMA_OPEN || b->iova > iova ||
+	    len > b->length - (iova - b->iova)) {
+		rvma_refuse(regs, b->win);
+		goto out;
+	}
+	if (aa_rxe_mr_copy(rxe_mr, iova, payload, len, 0))
+		goto out;	/* rxe's own call fails the same way */
+	regs->cx = 0;		/* placed: rxe's call copies nothing */
+
+	b->bytes += len;
+	atomic64_inc(&rvma_st.packets);
+	atomic64_add(len, &rvma_st.bytes);
+	if (last < 0)
+		atomic64_inc(&rvma_st.unparsed);
+	else if (last)
+		b->ops++;
+	if (b->win->kind == RDMAPLUS_RVMA_OPS)
+		reached = last > 0 && b->ops >= b->threshold;
+	else
+		reached = b->bytes >= b->threshold;
+	if (reached) {
+		b->state = RVMA_ENDED;
+		published = rvma_publish(ctx, b->win);
+	}
+out:
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (published && ctx->evt)
+		eventfd_signal(ctx->evt, 1);
+	return true;
+pass:
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	return false;
+}
+
+static void rvma_mr_free_rcu(struct rcu_head *r)
+{
+	kfree(container_of(r, struct rvma_mr, rcu));
+}
+
+/* Unhash an MR without ranges and free it after RCU; ctx->lock held. */
+static void rvma_mr_unlink(struct rvma_mr *m)
+{
+	WRITE_ONCE(m->dead, true);
+	spin_lock(&rvma_hash_lock);
+	hash_del_rcu(&m->hnode);
+	spin_unlock(&rvma_hash_lock);
+	list_del(&m->node);
+	atomic_dec(&rvma_nr_mrs);
+	atomic64_dec(&rvma_st.mrs);
+	call_rcu(&m->rcu, rvma_mr_free_rcu);
+}
+
+/*
+ * Forget one buffer (pending ones vanish without a record), leaving its
+ * MR hashed even if it has no range left. ctx->lock held.
+ */
+static void rvma_buf_drop(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
+{
+	rb_erase(&b->rb, &b->m->ranges);
+	list_del(&b->wnode);
+	if (b->state != RVMA_CLOSED) {
+		list_del(&b->pnode);
+		__clear_bit(b->record, ctx->rec_busy);
+	}
+	ctx->nranges--;
+	atomic64_dec(&rvma_st.ranges);
+	kfree(b);
+}
+
+/*
+ * Forget one buffer; frees its MR when it was the last range there.
+ * ctx->lock held.
+ */
+static void rvma_buf_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
+{
+	struct rvma_mr *m = b->m;
+
+	rvma_buf_drop(ctx, b);
+	if (RB_EMPTY_ROOT(&m->ranges) && !m->dead)
+		rvma_mr_unlink(m);
+}
+
+/*
+ * The rxe_dereg_mr hook (rdmaplus_aa.c): forget the region's ranges.
+ * Pending buffers there are dropped without a record; later generations
+ * of their windows that are closed get published.
+ */
+void rdmaplus_rvma_dereg(void *rxe_mr)
+{
+	struct rdmaplus_rvma_ctx *ctx;
+	unsigned int published = 0;
+	struct rvma_mr *m;
+	unsigned long flags;
+
+	if (!atomic_read(&rvma_nr_mrs))
+		return;
+	rcu_read_lock();
+	m = rvma_find(rxe_mr);
+	if (!m)
+		goto out;
+	ctx = m->ctx;
+	spin_lock_irqsave(&ctx->lock, flags);
+	/* the last forget unlinks m */
+	while (!m->dead && !RB_EMPTY_ROOT(&m->ranges)) {
+		struct rvma_buf *b = rb_entry(rb_first(&m->ranges),
+					      struct rvma_buf, rb);
+		struct rvma_win *w = b->win;
+
+		rvma_buf_forget(ctx, b);
+		published += rvma_publish(ctx, w);
+	}
+	if (!ctx->nranges)
+		schedule_work(&ctx->gc);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (published && ctx->evt)
+		eventfd_signal(ctx->evt, 1);
+out:
+	rcu_read_unlock();
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+/* Drop the hook reference once the file gates nothing; ctx->mutex held. */
+static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
+{
+	unsigned long flags;
+	unsigned int n;
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	n = ctx->nranges;
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (!ctx->hooked || n)
+		return;
+	ctx->hooked = false;
+	rdmaplus_hook_put();
+}
+
+static void rvma_gc(struct work_struct *work)
+{
+	struct rdmaplus_rvma_ctx *ctx = container_of(work, typeof(*ctx), gc);
+
+	mutex_lock(&ctx->mutex);
+	rvma_maybe_unhook(ctx);
+	mutex_unlock(&ctx->mutex);
+}
+
+static struct rvma_win *rvma_win_get(struct rdmaplus_rvma_ctx *ctx, u32 id)
+{
+	if (!id || id > ctx->nwin || !ctx->wins[id - 1].kind)
+		return NULL;
+	return &ctx->wins[id - 1];
+}
+
+static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_setup c;
+	struct eventfd_ctx *evt = NULL;
+	unsigned long sbytes, size, pages;
+	struct rvma_win *wins = NULL;
+	unsigned long *busy = NULL;
+	void *area = NULL;
+	u32 i;
+	int ret;
+
+	if (copy_from_user(&c, arg, sizeof(c)))
+		return -EFAULT;
+	if (c.size != sizeof(c) || c.flags || c.reserved ||
+	    !c.windows || c.windows > RDMAPLUS_RVMA_MAX_WINDOWS ||
+	    !c.records || c.records > RDMAPLUS_RVMA_MAX_RECORDS ||
+	    c.eventfd < -1)
+		return -EINVAL;
+	if (!rdmaplus_aa_supported())
+		return -EOPNOTSUPP;
+	if (c.eventfd >= 0) {
+		evt = eventfd_ctx_fdget(c.eventfd);
+		if (IS_ERR(evt))
+			return PTR_ERR(evt);
+	}
+	sbytes = PAGE_ALIGN(c.windows * sizeof(struct rdmaplus_rvma_window_state));
+	size = sbytes + PAGE_ALIGN((unsigned long)c.records *
+				   RDMAPLUS_RVMA_RECORD_SIZE);
+	pages = size >> PAGE_SHIFT;
+
+	mutex_lock(&ctx->mutex);
+	ret = -EBUSY;
+	if (ctx->setup)
+		goto err;
+	if (!capable(CAP_IPC_LOCK)) {
+		ret = aa_charge(ctx->user, pages);
+		if (ret)
+			goto err;
+		ctx->charged = pages;
+	}
+	ret = -ENOMEM;
+	area = vmalloc_user(size);
+	wins = kvcalloc(c.windows, sizeof(*wins), GFP_KERNEL);
+	busy = bitmap_zalloc(c.records, GFP_KERNEL);
+	if (!area || !wins || !busy)
+		goto err_uncharge;
+	for (i = 0; i < c.windows; i++) {
+		wins[i].state = (struct rdmaplus_rvma_window_state *)area + i;
+		INIT_LIST_HEAD(&wins[i].pending);
+		INIT_LIST_HEAD(&wins[i].bufs);
+	}
+	c.mmap_offset = (u64)RVMA_PGOFF << PAGE_SHIFT;
+	c.mmap_size = size;
+	ret = -EFAULT;
+	if (copy_to_user(arg, &c, sizeof(c)))
+		goto err_uncharge;
+	ctx->area = area;
+	ctx->area_size = size;
+	ctx->records = (u64 *)((u8 *)area + sbytes);
+	ctx->wins = wins;
+	ctx->rec_busy = busy;
+	ctx->nwin = c.windows;
+	ctx->nrec = c.records;
+	ctx->evt = evt;
+	ctx->setup = true;
+	mutex_unlock(&ctx->mutex);
+	return 0;
+
+err_uncharge:
+	bitmap_free(busy);
+	kvfree(wins);
+	vfree(area);
+	aa_uncharge(ctx->user, ctx->charged);
+	ctx->charged = 0;
+err:
+	mutex_unlock(&ctx->mutex);
+	if (evt)
+		eventfd_ctx_put(evt);
+	return ret;
+}
+
+static long rvma_win_create(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_win c;
+	struct rvma_win *w = NULL;
+	unsigned long flags;
+	u32 i;
+	long ret;
+
+	if (copy_from_user(&c, arg, sizeof(c)))
+		return -EFAULT;
+	if (c.size != sizeof(c) || c.reserved ||
+	    (c.kind != RDMAPLUS_RVMA_BYTES && c.kind != RDMAPLUS_RVMA_OPS))
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);
+	ret = -ENXIO;
+	if (!ctx->setup)
+		goto out;
+	ret = -ENOSPC;
+	for (i = 0; i < ctx->nwin && !w; i++)
+		if (!ctx->wins[i].kind)
+			w = &ctx->wins[i];
+	if (!w)
+		goto out;
+	c.id = w - ctx->wins + 1;
+	ret = -EFAULT;
+	if (copy_to_user(arg, &c, sizeof(c)))
+		goto out;
+	spin_lock_irqsave(&ctx->lock, flags);
+	w->kind = c.kind;
+	w->posted = false;
+	w->last_gen = 0;
+	w->done = 0;
+	w->refused = 0;
+	WRITE_ONCE(w->state->refused, 0);
+	smp_store_release(&w->state->done, 0);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	atomic64_inc(&rvma_st.windows);
+	ret = 0;
+out:
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+/* Forget every range of w and free its slot; ctx->lock held. */
+static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w)
+{
+	struct rvma_buf *b, *tmp;
+
+	list_for_each_entry_safe(b, tmp, &w->bufs, wnode)
+		rvma_buf_forget(ctx, b);
+	w->kind = 0;
+	atomic64_dec(&rvma_st.windows);
+}
+
+static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_win_destroy a;
+	struct rvma_win *w;
+	unsigned long flags;
+	long ret = 0;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a))
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);
+	if (!ctx->setup) {
+		ret = -ENXIO;
+		goto out;
+	}
+	w = rvma_win_get(ctx, a.id);
+	if (!w) {
+		ret = -ENOENT;
+		goto out;
+	}
+	spin_lock_irqsave(&ctx->lock, flags);
+	rvma_win_forget(ctx, w);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	rvma_maybe_unhook(ctx);
+out:
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+/* The MR of rxe_mr in the hash, any file's; rvma_hash_lock held. */
+static struct rvma_mr *rvma_hashed(void *rxe_mr)
+{
+	struct rvma_mr *m;
+
+	hash_for_each_possible(rvma_mrs, m, hnode, (unsigned long)rxe_mr)
+		if (m->rxe_mr == rxe_mr && !m->dead)
+			return m;
+	return NULL;
+}
+
+/*
+ * Register the buffer under ctx->lock: the checks that depend on the
+ * file's data-path state, then the insertion. fresh is used if the region
+ * has no struct rvma_mr yet (*fresh is then cleared).
+ */
+static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
+			     struct rdmaplus_rvma_post *a, struct rvma_win *w,
+			     void *rmr, struct rvma_mr **fresh,
+			     struct rvma_buf *nb)
+{
+	struct rvma_buf *b, *next;
+	unsigned int replaced = 0;
+	struct rvma_mr *m;
+	u64 end = a->iova + a->length;
+
+	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
+		return -EINVAL;
+	if (test_bit(a->record, ctx->rec_busy))
+		return -EBUSY;
+	spin_lock(&rvma_hash_lock);
+	m = rvma_hashed(rmr);
+	spin_unlock(&rvma_hash_lock);
+	if (m && m->ctx != ctx)
+		return -EBUSY;	/* another file gates this region */
+	if (m) {
+		for (b = rvma_range_at(m, a->iova); b && b->iova < end;
+		     b = rvma_next(b)) {
+			if (b->state != RVMA_CLOSED)
+				return -EBUSY;
+			replaced++;
+		}
+	}
+	if (ctx->nranges - replaced >= RVMA_MAX_RANGES)
+		return -ENOSPC;
+	if (!m) {
+		m = *fresh;
+		*fresh = NULL;
+		m->rxe_mr = rmr;
+		m->ctx = ctx;
+		m->ranges = RB_ROOT;
+		spin_lock(&rvma_hash_lock);
+		hash_add_rcu(rvma_mrs, &m->hnode, (unsigned long)rmr);
+		spin_unlock(&rvma_hash_lock);
+		list_add_tail(&m->node, &ctx->mrs);
+		atomic_inc(&rvma_nr_mrs);
+		atomic64_inc(&rvma_st.mrs);
+	}
+	for (b = rvma_range_at(m, a->iova); b && b->iova < end; b = next) {
+		next = rvma_next(b);
+		rvma_buf_drop(ctx, b);	/* closed; m stays hashed for nb */
+	}
+	nb->m = m;
+	nb->win = w;
+	nb->iova = a->iova;
+	nb->length = a->length;
+	nb->threshold = a->threshold;
+	nb->gen = a->gen;
+	nb->record = a->record;
+	nb->flags = a->flags;
+	nb->state = RVMA_OPEN;
+	rvma_range_insert(m, nb);
+	list_add_tail(&nb->wnode, &w->bufs);
+	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
+	__set_bit(a->record, ctx->rec_busy);
+	w->posted = true;
+	w->last_gen = a->gen;
+	ctx->nranges++;
+	atomic64_inc(&rvma_st.ranges);
+	return 0;
+}
+
+static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_post a;
+	struct rvma_mr *fresh = NULL;
+	struct rvma_buf *nb = NULL;
+	struct rvma_win *w;
+	struct ib_mr *ibmr;
+	unsigned long flags;
+	void *rmr;
+	long ret;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || a.reserved ||
+	    a.flags & ~RDMAPLUS_RVMA_REC_ONETIME ||
+	    !a.length || a.length > RDMAPLUS_RVMA_MAX_LENGTH ||
+	    a.iova + a.length < a.iova || !a.threshold)
+		return -EINVAL;
+	if (!rdmaplus_aa_supported())
+		return -EOPNOTSUPP;
+
+	mutex_lock(&ctx->mutex);
+	ret = -ENXIO;
+	if (!ctx->setup)
+		goto out;
+	ret = -ENOENT;
+	w = rvma_win_get(ctx, a.win);
+	if (!w)
+		goto out;
+	ret = -EINVAL;
+	if ((w->kind == RDMAPLUS_RVMA_BYTES && a.threshold > a.length) ||
+	    a.record >= ctx->nrec)
+		goto out;
+	/*
+	 * The restrack reference holds off the region's deregistration
+	 * until it is hashed, where the dereg hook (registered first) finds
+	 * it.
+	 */
+	ibmr = aa_lookup_mr(a.key);
+	if (IS_ERR(ibmr)) {
+		ret = PTR_ERR(ibmr);
+		goto out;
+	}
+	ret = -EOPNOTSUPP;
+	rmr = aa_rxe_mr_of(ibmr);
+	if (!rmr)
+		goto put;
+	ret = -ERANGE;
+	if (a.iova < ibmr->iova ||
+	    a.iova + a.length > ibmr->iova + ibmr->length)
+		goto put;
+	if (!ctx->hooked) {
+		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
+		if (ret)
+			goto put;
+		ctx->hooked = true;
+	}
+	ret = -ENOMEM;
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
+	if (!fresh || !nb)
+		goto put;
+	spin_lock_irqsave(&ctx->lock, flags);
+	ret = rvma_post_locked(ctx, &a, w, rmr, &fresh, nb);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (!ret)
+		nb = NULL;
+put:
+	rdma_restrack_put(&ibmr->res);
+out:
+	kfree(fresh);
+	kfree(nb);
+	if (ret)
+		rvma_maybe_unhook(ctx);
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_end a;
+	unsigned int ended = 0, published = 0;
+	bool all = false;
+	struct rvma_buf *b;
+	struct rvma_win *w;
+	unsigned long flags;
+	long ret = 0;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || a.reserved ||
+	    a.flags & ~(RVMA_END_FLAGS | RDMAPLUS_RVMA_END_F_ALL))
+		return -EINVAL;
+	all = a.flags & RDMAPLUS_RVMA_END_F_ALL;
+	mutex_lock(&ctx->mutex);
+	if (!ctx->setup) {
+		ret = -ENXIO;
+		goto out;
+	}
+	w = rvma_win_get(ctx, a.win);
+	if (!w) {
+		ret = -ENOENT;
+		goto out;
+	}
+	spin_lock_irqsave(&ctx->lock, flags);
+	list_for_each_entry(b, &w->pending, pnode) {
+		if (b->state != RVMA_OPEN ||
+		    (all ? b->gen < a.gen : b->gen != a.gen))
+			continue;
+		b->state = RVMA_ENDED;
+		b->flags |= a.flags & RVMA_END_FLAGS;
+		ended++;
+	}
+	if (ended)
+		published = rvma_publish(ctx, w);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (published && ctx->evt)
+		eventfd_signal(ctx->evt, 1);
+	if (!ended)
+		ret = -ENOENT;
+out:
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+/* ---- counters ----------------------------------------------------------
+ *
+ * Module-wide, in sysfs next to Active Access's:
+ * /sys/kernel/rdmaplus/rvma/<name>, one decimal value each.
+ */
+struct rvma_attr {
+	struct kobj_attribute kattr;
+	atomic64_t *v;
+};
+
+static ssize_t rvma_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
+			      char *buf)
+{
+	struct rvma_attr *a = container_of(ka, struct rvma_attr, kattr);
+
+	return sysfs_emit(buf, "%lld\n", atomic64_read(a->v));
+}
+
+#define RVMA_ATTR(name) \
+	static struct rvma_attr rvma_attr_##name = { \
+		.kattr = __ATTR(name, 0444, rvma_attr_show, NULL), \
+		.v = &rvma_st.name, \
+	}
+
+RVMA_ATTR(packets);	/* write packets placed into open buffers */
+RVMA_ATTR(bytes);	/* bytes placed */
+RVMA_ATTR(published);	/* records published */
+RVMA_ATTR(refused);	/* write packets refused: gate closed */
+RVMA_ATTR(unparsed);	/* placed packets whose opcode was not found */
+RVMA_ATTR(windows);	/* live windows */
+RVMA_ATTR(ranges);	/* gated ranges, pending and closed */
+RVMA_ATTR(mrs);		/* memory regions with a gated range */
+
+static struct attribute *rvma_attrs[] = {
+	&rvma_attr_packets.kattr.attr,
+	&rvma_attr_bytes.kattr.attr,
+	&rvma_attr_published.kattr.attr,
+	&rvma_attr_refused.kattr.attr,
+	&rvma_attr_unparsed.kattr.attr,
+	&rvma_attr_windows.kattr.attr,
+	&rvma_attr_ranges.kattr.attr,
+	&rvma_attr_mrs.kattr.attr,
+	NULL,
+};
+
+static const struct attribute_group rvma_attr_group = {
+	.name = "rvma",
+	.attrs = rvma_attrs,
+};
+
+/* ---- file ------------------------------------------------------------- */
+
+struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
+{
+	struct rdmaplus_rvma_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+
+	if (!ctx)
+		return ERR_PTR(-ENOMEM);
+	mutex_init(&ctx->mutex);
+	spin_lock_init(&ctx->lock);
+	INIT_LIST_HEAD(&ctx->mrs);
+	INIT_WORK(&ctx->gc, rvma_gc);
+	ctx->user = get_uid(current_user());
+	return ctx;
+}
+
+void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
+{
+	unsigned long flags;
+	u32 i;
+
+	mutex_lock(&ctx->mutex);
+	spin_lock_irqsave(&ctx->lock, flags);
+	for (i = 0; i < ctx->nwin; i++)
+		if (ctx->wins[i].kind)
+			rvma_win_forget(ctx, &ctx->wins[i]);
+	WARN_ON_ONCE(ctx->nranges || !list_empty(&ctx->mrs));
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	mutex_unlock(&ctx->mutex);
+	synchronize_rcu();	/* no hook uses ctx any more */
+	cancel_work_sync(&ctx->gc);
+	if (ctx->hooked)
+		rdmaplus_hook_put();
+	if (ctx->evt)
+		eventfd_ctx_put(ctx->evt);
+	vfree(ctx->area);	/* pages stay while a process still maps them */
+	aa_uncharge(ctx->user, ctx->charged);
+	kvfree(ctx->wins);
+	bitmap_free(ctx->rec_busy);
+	free_uid(ctx->user);
+	kfree(ctx);
+}
+
+long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
+			 void __user *arg)
+{
+	switch (cmd) {
+	case RDMAPLUS_IOC_RVMA_SETUP:
+		return rvma_setup(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_WIN_CREATE:
+		return rvma_win_create(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_WIN_DESTROY:
+		return rvma_win_destroy(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_POST:
+		return rvma_post(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_END:
+		return rvma_end(ctx, arg);
+	default:
+		return -ENOTTY;
+	}
+}
+
+bool rdmaplus_rvma_owns_pgoff(unsigned long pgoff)
+{
+	return pgoff == RVMA_PGOFF;
+}
+
+int rdmaplus_rvma_mmap(struct rdmaplus_rvma_ctx *ctx,
+		       struct vm_area_struct *vma)
+{
+	unsigned long len = vma->vm_end - vma->vm_start;
+	int ret;
+
+	mutex_lock(&ctx->mutex);
+	if (!ctx->setup)
+		ret = -ENXIO;
+	else if (len != ctx->area_size)
+		ret = -EINVAL;
+	else
+		ret = remap_vmalloc_range(vma, ctx->area, 0);
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+/* ---- load ------------------------------------------------------------- */
+
+int rdmaplus_rvma_init(void)
+{
+	int ret;
+
+	ret = sysfs_create_group(rdmaplus_kobj(), &rvma_attr_group);
+	if (ret)
+		pr_err("cannot create /sys/kernel/rdmaplus/rvma: %d\n", ret);
+	return ret;
+}
+
+void rdmaplus_rvma_exit(void)
+{
+	/* Every file is closed: no range is left, no reference held. */
+	sysfs_remove_group(rdmaplus_kobj(), &rvma_attr_group);
+	rcu_barrier();		/* rvma_mr_free_rcu callbacks */
+}

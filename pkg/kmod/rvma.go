@@ -1,0 +1,384 @@
+package kmod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Limits of the counted mailboxes (uapi/rdmaplus.h).
+const (
+	MaxWindows       = 4096      // window ids are 1..windows
+	MaxRecords       = 65536     // completion records of one Mailboxes
+	RecordSize       = 64        // bytes of a completion record
+	MaxMailboxLength = 1<<32 - 1 // bytes of one posted buffer
+)
+
+var (
+	// ErrBusy: the buffer overlaps a pending buffer of this Device in the
+	// same memory region, its record is used by another pending buffer,
+	// the region is gated by another /dev/rdmaplus file, or the Device
+	// already has Mailboxes (EBUSY).
+	ErrBusy = errors.New("kmod: busy")
+	// ErrFull: every window slot is in use, or the Device gates the
+	// module's limit of ranges (65536 per file) (ENOSPC).
+	ErrFull = errors.New("kmod: no free window slot or range")
+	// ErrNotFound: no such window, or (End) no pending generation
+	// matches (ENOENT).
+	ErrNotFound = errors.New("kmod: no such window or pending generation")
+)
+
+// CountKind is what the thresholds of a mailbox window count.
+type CountKind uint32
+
+// Window kinds.
+const (
+	CountBytes CountKind = 1 // bytes placed into the buffer
+	CountOps   CountKind = 2 // RDMA WRITE messages whose last packet was placed
+)
+
+func (k CountKind) String() string {
+	switch k {
+	case CountBytes:
+		return "bytes"
+	case CountOps:
+		return "ops"
+	}
+	return fmt.Sprintf("CountKind(%d)", uint32(k))
+}
+
+// RecordFlags are the flags of a completion record: the values of
+// pkg/rvma's Flags.
+type RecordFlags uint32
+
+// Record flags.
+const (
+	RecordPartial RecordFlags = 1 << 0 // ended (End) before the threshold
+	RecordClosed  RecordFlags = 1 << 1 // the window closed (End)
+	RecordLate    RecordFlags = 1 << 2 // counted beyond the threshold
+	RecordOneTime RecordFlags = 1 << 3 // posted with MailboxPost.OneTime
+)
+
+// Mailboxes are the counted mailboxes of one Device: window slots, and
+// completion records in memory the kernel shares with the process. The
+// kernel counts the RDMA WRITE packets placed into posted buffers, closes
+// a buffer's gate at its threshold (later writes fail at their senders
+// with a remote access error), publishes its record in generation order
+// and signals Wait. See docs/kmod.md.
+type Mailboxes struct {
+	dev      *Device
+	windows  int
+	records  int
+	recOff   int
+	evt      *os.File
+	dlMu     sync.Mutex // the eventfd's read deadline
+	waitGen  atomic.Uint64
+	mu       sync.RWMutex // the mapping: Close against its readers
+	mem      []byte
+	closed   bool
+	created  map[uint32]struct{} // under mu (write)
+	closedAt atomic.Bool
+}
+
+// Mailboxes sets up the Device's counted mailboxes: windows window slots
+// (1..MaxWindows) and records completion records
+// (1..MaxRecords), mapped into the process, and an eventfd for
+// Wait. A Device has at most one Mailboxes in its life: a second call
+// fails with ErrBusy, even after Close. Errors also wrap ErrInvalid,
+// ErrNotSupported (the module does not know this kernel's rxe), ErrNoMemory
+// (the mapping would exceed RLIMIT_MEMLOCK), ErrClosed, or the errno of
+// eventfd or mmap.
+func (d *Device) Mailboxes(windows, records int) (*Mailboxes, error) {
+	if windows < 1 || windows > MaxWindows || records < 1 || records > MaxRecords {
+		return nil, fmt.Errorf("%w: %d windows (1..%d), %d records (1..%d)", ErrInvalid,
+			windows, MaxWindows, records, MaxRecords)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, &Error{Op: "eventfd", Err: err}
+	}
+	evt := os.NewFile(uintptr(fd), "rdmaplus-rvma-eventfd")
+	s := rawRVMASetup{Size: uint32(unsafe.Sizeof(rawRVMASetup{})), Windows: uint32(windows),
+		Records: uint32(records), Eventfd: int32(fd)}
+	if err := d.ioctl("rvma setup", iocRVMASetup, unsafe.Pointer(&s)); err != nil {
+		evt.Close()
+		return nil, err
+	}
+	mem, err := unix.Mmap(int(d.f.Fd()), int64(s.MmapOffset), int(s.MmapSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		evt.Close()
+		return nil, &Error{Op: "mmap", Err: err}
+	}
+	pg := os.Getpagesize()
+	st := (windows*int(unsafe.Sizeof(rawWindowState{})) + pg - 1) / pg * pg
+	m := &Mailboxes{dev: d, windows: windows, records: records, recOff: st, evt: evt, mem: mem,
+		created: map[uint32]struct{}{}}
+	d.mbox = m
+	return m, nil
+}
+
+// Windows returns the number of window slots.
+func (m *Mailboxes) Windows() int { return m.windows }
+
+// Records returns the number of completion records.
+func (m *Mailboxes) Records() int { return m.records }
+
+// Record returns the address of completion record i (0..Records()-1) in
+// the shared mapping: 64 bytes, eight little-endian 64-bit words (seq,
+// epoch, addr, len, ops, cap, flags, seq), the layout of pkg/rvma's
+// Completion. The kernel writes it with a sequence lock (LoadRecord reads
+// it); the pointer stays valid until Close and must not be used after.
+// It returns nil for an index out of range or after Close.
+func (m *Mailboxes) Record(i int) unsafe.Pointer {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed || i < 0 || i >= m.records {
+		return nil
+	}
+	return unsafe.Pointer(&m.mem[m.recOff+i*RecordSize])
+}
+
+// MailboxRecord is a published completion record.
+type MailboxRecord struct {
+	Seq   uint64 // even, grows by 2 with every publication into the slot
+	Epoch uint64 // the buffer's generation
+	Addr  uint64 // the buffer's first byte (MailboxPost.IOVA)
+	Len   uint64 // bytes counted
+	Ops   uint64 // WRITE messages counted
+	Cap   uint64 // the buffer's length
+	Flags RecordFlags
+}
+
+// LoadRecord returns record i and true, or false when nothing was ever
+// published there (or i is out of range, or after Close). It retries while
+// a publication is in progress, so the record is never torn.
+func (m *Mailboxes) LoadRecord(i int) (MailboxRecord, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed || i < 0 || i >= m.records {
+		return MailboxRecord{}, false
+	}
+	w := (*[8]uint64)(unsafe.Pointer(&m.mem[m.recOff+i*RecordSize]))
+	for {
+		s1 := atomic.LoadUint64(&w[0])
+		if s1 == 0 {
+			return MailboxRecord{}, false
+		}
+		if s1&1 != 0 {
+			continue
+		}
+		r := MailboxRecord{Seq: s1, Epoch: atomic.LoadUint64(&w[1]), Addr: atomic.LoadUint64(&w[2]),
+			Len: atomic.LoadUint64(&w[3]), Ops: atomic.LoadUint64(&w[4]), Cap: atomic.LoadUint64(&w[5]),
+			Flags: RecordFlags(atomic.LoadUint64(&w[6]))}
+		if atomic.LoadUint64(&w[7]) == s1 && atomic.LoadUint64(&w[0]) == s1 {
+			return r, true
+		}
+	}
+}
+
+func (m *Mailboxes) state(id uint32) *rawWindowState {
+	if m.closed || id < 1 || int(id) > m.windows {
+		return nil
+	}
+	return (*rawWindowState)(unsafe.Pointer(&m.mem[(int(id)-1)*int(unsafe.Sizeof(rawWindowState{}))]))
+}
+
+// Done returns window id's done counter: the generation the kernel will
+// publish next (one past the last published). Its record is visible
+// before Done moves (an acquire load). It returns 0 for an id out of
+// range and after Close.
+func (m *Mailboxes) Done(id uint32) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.state(id); s != nil {
+		return atomic.LoadUint64(&s.Done)
+	}
+	return 0
+}
+
+// Refused returns how many write packets the kernel refused for window
+// id (gate closed, or straddling a buffer's edge). It returns 0 for an id
+// out of range and after Close.
+func (m *Mailboxes) Refused(id uint32) uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if s := m.state(id); s != nil {
+		return atomic.LoadUint64(&s.Refused)
+	}
+	return 0
+}
+
+// CreateWindow creates a window whose thresholds count kind and returns
+// its id (1..Windows()); its done and refused counters start at 0. Errors
+// wrap ErrInvalid (unknown kind), ErrFull (every slot in use) or ErrClosed.
+func (m *Mailboxes) CreateWindow(kind CountKind) (uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	c := rawRVMAWin{Size: uint32(unsafe.Sizeof(rawRVMAWin{})), Kind: uint32(kind)}
+	if err := m.dev.ioctl("rvma window create", iocRVMAWinCreate, unsafe.Pointer(&c)); err != nil {
+		return 0, err
+	}
+	m.created[c.ID] = struct{}{}
+	return c.ID, nil
+}
+
+// DestroyWindow forgets every buffer of window id, pending or published,
+// and frees the id. Writes to those buffers are no longer gated or
+// counted: invalidate the keys that reach them first. Pending buffers get
+// no record. Errors wrap ErrNotFound (no such window) or ErrClosed.
+func (m *Mailboxes) DestroyWindow(id uint32) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return m.destroy(id)
+}
+
+func (m *Mailboxes) destroy(id uint32) error {
+	a := rawRVMAWinDestroy{Size: uint32(unsafe.Sizeof(rawRVMAWinDestroy{})), ID: id}
+	err := m.dev.ioctl("rvma window destroy", iocRVMAWinDestroy, unsafe.Pointer(&a))
+	if err == nil || errors.Is(err, syscall.ENOENT) {
+		delete(m.created, id)
+	}
+	return err
+}
+
+// MailboxPost is a buffer to post into a window.
+type MailboxPost struct {
+	Key       uint32 // lkey or rkey of an rxe memory region this process registered
+	IOVA      uint64 // the buffer's first byte, in the region's address space
+	Length    uint64 // bytes, 1..MaxMailboxLength, inside the region
+	Threshold uint64 // bytes window: 1..Length bytes; ops window: >= 1 messages
+	Gen       uint64 // greater than the window's last posted, not below Done
+	Record    uint32 // the record to publish into, not used by another pending buffer
+	OneTime   bool   // RecordOneTime in the record
+}
+
+// Post posts a buffer into window id with an open gate. Published buffers
+// it overlaps (kept to refuse late writes) are replaced. Errors wrap
+// ErrInvalid (a bad length, threshold, record index or generation),
+// ErrNotFound (no such window), ErrBusy (overlaps a pending buffer, its
+// record is in use, or another file gates the region), ErrNotOwner (EPERM:
+// another process's region), ErrNoRegion... (ENOENT is ErrNotFound too:
+// no region has the key), ErrRange (outside the region), ErrFull (range
+// limit), ErrNotSupported or ErrClosed.
+func (m *Mailboxes) Post(id uint32, p MailboxPost) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	a := rawRVMAPost{Size: uint32(unsafe.Sizeof(rawRVMAPost{})), Win: id, Key: p.Key, IOVA: p.IOVA,
+		Length: p.Length, Threshold: p.Threshold, Gen: p.Gen, Record: p.Record}
+	if p.OneTime {
+		a.Flags = uint32(RecordOneTime)
+	}
+	return m.dev.ioctl("rvma post", iocRVMAPost, unsafe.Pointer(&a))
+}
+
+// End ends pending generation gen of window id now (with all, every
+// pending generation from gen on): its gate closes and it is published,
+// with the true counts and flags (RecordPartial and/or RecordClosed),
+// once every earlier generation is. Errors wrap ErrNotFound (no such
+// window, or no such generation pending: unknown, already ended or
+// published), ErrInvalid (other flags) or ErrClosed.
+func (m *Mailboxes) End(id uint32, gen uint64, flags RecordFlags, all bool) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	a := rawRVMAEnd{Size: uint32(unsafe.Sizeof(rawRVMAEnd{})), Win: id, Flags: uint32(flags), Gen: gen}
+	if all {
+		a.Flags |= rvmaEndAll
+	}
+	return m.dev.ioctl("rvma end", iocRVMAEnd, unsafe.Pointer(&a))
+}
+
+// Wait blocks (parking the goroutine in the netpoller) until the kernel
+// has published at least one record since the last Wait, or ctx ends; it
+// consumes the signals. It returns ctx's error when ctx ends, ErrClosed
+// when the Mailboxes are closed before or meanwhile, or the eventfd's
+// read error.
+func (m *Mailboxes) Wait(ctx context.Context) error {
+	if m.closedAt.Load() {
+		return ErrClosed
+	}
+	m.dlMu.Lock()
+	gen := m.waitGen.Add(1)
+	m.evt.SetReadDeadline(time.Time{})
+	m.dlMu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		m.dlMu.Lock()
+		if m.waitGen.Load() == gen {
+			m.evt.SetReadDeadline(time.Unix(1, 0))
+		}
+		m.dlMu.Unlock()
+	})
+	defer stop()
+	var b [8]byte
+	if _, err := m.evt.Read(b[:]); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return ErrClosed
+		}
+		return &Error{Op: "read eventfd", Err: err}
+	}
+	return nil
+}
+
+// Close destroys the windows created through these Mailboxes (their
+// buffers are no longer gated), unmaps the records and closes the
+// eventfd, waking a pending Wait with ErrClosed. Pointers from Record are
+// invalid afterwards. It is idempotent; the Device stays open but cannot
+// set up Mailboxes again.
+func (m *Mailboxes) Close() error { return m.close(true) }
+
+func (m *Mailboxes) close(unlink bool) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	m.closedAt.Store(true)
+	var first error
+	for id := range m.created {
+		if err := m.destroy(id); err != nil && !errors.Is(err, ErrClosed) && first == nil {
+			first = err
+		}
+	}
+	if err := unix.Munmap(m.mem); err != nil && first == nil {
+		first = &Error{Op: "munmap", Err: err}
+	}
+	m.mem = nil
+	m.mu.Unlock()
+	m.evt.Close()
+	if unlink {
+		m.dev.mu.Lock()
+		if m.dev.mbox == m {
+			m.dev.mbox = nil
+		}
+		m.dev.mu.Unlock()
+	}
+	return first
+}

@@ -1,0 +1,39 @@
+//go:build lab
+
+package rvma
+
+import (
+	"flag"
+	"fmt"
+)
+
+// countingFlag selects who counts in the lab tests that listen through
+// labListen and guestListen: the suites run them once with the module
+// counting and once with the library counting.
+var countingFlag = flag.String("rvma.counting", "module", "who counts puts in the endpoint tests: module, library or auto")
+
+// LabCounting is the Counting the lab tests use (-rvma.counting).
+func LabCounting() Counting {
+	switch *countingFlag {
+	case "module":
+		return CountModule
+	case "library":
+		return CountLibrary
+	case "auto":
+		return CountAuto
+	}
+	panic(fmt.Sprintf("-rvma.counting=%q: want module, library or auto", *countingFlag))
+}
+
+// WithLabCounting returns opts (or new Options) with Counting set from
+// -rvma.counting unless the test chose one.
+func WithLabCounting(opts *Options) *Options {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Counting == CountAuto {
+		o.Counting = LabCounting()
+	}
+	return &o
+}

@@ -1,0 +1,229 @@
+package rvma
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
+)
+
+// Counting says who counts the puts of an endpoint's windows.
+type Counting uint8
+
+// Countings.
+const (
+	// CountAuto lets the rdmaplus kernel module count when it is loaded
+	// and supports counted mailboxes, and the library otherwise.
+	CountAuto Counting = 0
+	// CountLibrary counts in the library, from the receive completions of
+	// RDMA WRITE WITH IMMEDIATE (docs/rvma.md, section 6).
+	CountLibrary Counting = 1
+	// CountModule makes the kernel module count as the NIC of the paper
+	// does: puts are plain RDMA WRITEs, each packet is counted as it is
+	// placed, the module closes a buffer at its threshold and writes its
+	// completion record. Listen fails when the module cannot.
+	CountModule Counting = 2
+)
+
+// String names the counting: auto, library or module.
+func (c Counting) String() string {
+	switch c {
+	case CountAuto:
+		return "auto"
+	case CountLibrary:
+		return "library"
+	case CountModule:
+		return "module"
+	}
+	return fmt.Sprintf("Counting(%d)", uint8(c))
+}
+
+// Counting reports who counts the puts into this endpoint's windows:
+// CountModule when the kernel module does (windows with GuardNone are
+// counted by the library all the same), CountLibrary otherwise.
+func (ep *Endpoint) Counting() Counting {
+	if ep.e.mod != nil {
+		return CountModule
+	}
+	return CountLibrary
+}
+
+// DefaultRecords is the number of completion records an endpoint whose
+// windows the module counts allocates (Options.Records): 64 bytes each.
+const DefaultRecords = 8192
+
+// module is an engine's use of the kernel module's counted mailboxes
+// (docs/rvma.md, section 6): the records the module writes, shared by
+// every counted window of the engine, and the module's window ids.
+type module struct {
+	dev *kmod.Device
+	mb  *kmod.Mailboxes
+
+	mu      sync.Mutex
+	records int
+	next    int
+	free    []uint32
+	wins    map[uint32]*Window // by module window id
+}
+
+// openModule opens /dev/rdmaplus and sets up records completion records.
+func openModule(records int) (*module, error) {
+	dev, err := kmod.Open()
+	if err != nil {
+		return nil, err
+	}
+	mb, err := dev.Mailboxes(engineSlots, records)
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return &module{dev: dev, mb: mb, records: records, wins: map[uint32]*Window{}}, nil
+}
+
+func (m *module) close() error {
+	return errors.Join(m.mb.Close(), m.dev.Close())
+}
+
+// get hands out a record; nil when all are in use.
+func (m *module) get() *Completion {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var i uint32
+	switch {
+	case len(m.free) > 0:
+		i = m.free[len(m.free)-1]
+		m.free = m.free[:len(m.free)-1]
+	case m.next < m.records:
+		i = uint32(m.next)
+		m.next++
+	default:
+		return nil
+	}
+	return (*Completion)(m.mb.Record(int(i)))
+}
+
+// put returns a record. Its words are kept: a stale reader still sees the
+// last record, never a torn one.
+func (m *module) put(c *Completion) {
+	m.mu.Lock()
+	m.free = append(m.free, m.index(c))
+	m.mu.Unlock()
+}
+
+// index is the number of record c.
+func (m *module) index(c *Completion) uint32 {
+	return uint32((uintptr(unsafe.Pointer(c)) - uintptr(m.mb.Record(0))) / CompletionSize)
+}
+
+// windows returns the counted windows.
+func (m *module) windows() []*Window {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ws := make([]*Window, 0, len(m.wins))
+	for _, w := range m.wins {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// completions implements windowDriver: the module's records for a window
+// it counts (the default guard, with the module open), a slab of the
+// window's own otherwise.
+func (e *engine) completions(opts WindowOptions) (completionSource, bool) {
+	if e.mod != nil && opts.Guard == GuardInvalidate {
+		return e.mod, true
+	}
+	return newCompletionSlab(opts.MaxPosted + opts.Keep + 64), false
+}
+
+// moduleWindow creates the module's side of a counted window.
+func (e *engine) moduleWindow(w *Window) error {
+	kind := kmod.CountBytes
+	if w.st.opts.Kind == EpochOps {
+		kind = kmod.CountOps
+	}
+	id, err := e.mod.mb.CreateWindow(kind)
+	if err != nil {
+		return fmt.Errorf("window %v: %w", w.mailbox, err)
+	}
+	w.kid = id
+	e.mod.mu.Lock()
+	e.mod.wins[id] = w
+	e.mod.mu.Unlock()
+	return nil
+}
+
+// dropModuleWindow forgets a counted window in the module: its buffers
+// are no longer counted nor closed to stale writes, so the keys of every
+// memory window that was bound over them must be dead.
+func (e *engine) dropModuleWindow(w *Window) {
+	if e.mod == nil || w.kid == 0 {
+		return
+	}
+	e.mod.mu.Lock()
+	delete(e.mod.wins, w.kid)
+	e.mod.mu.Unlock()
+	if err := e.mod.mb.DestroyWindow(w.kid); err != nil {
+		e.fail(fmt.Errorf("rvma: window %v: %w", w.mailbox, err))
+	}
+}
+
+// register implements windowDriver.
+func (e *engine) register(w *Window, a regAction) {
+	mr := e.arenaOf(a.b.addr, a.b.cap)
+	err := e.mod.mb.Post(w.kid, kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
+		Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime})
+	if err != nil {
+		e.fail(fmt.Errorf("rvma: registering a buffer of window %v with the module: %w", w.mailbox, err))
+	}
+}
+
+// end implements windowDriver. A generation the module published already
+// (its threshold was reached just before) is not an error.
+func (e *engine) end(w *Window, a endAction) {
+	var f kmod.RecordFlags
+	if a.flags&FlagPartial != 0 {
+		f |= kmod.RecordPartial
+	}
+	if a.flags&FlagClosed != 0 {
+		f |= kmod.RecordClosed
+	}
+	err := e.mod.mb.End(w.kid, a.gen, f, false)
+	if err != nil && !errors.Is(err, kmod.ErrNotFound) {
+		e.fail(fmt.Errorf("rvma: ending epoch %d of window %v in the module: %w", a.gen, w.mailbox, err))
+	}
+}
+
+// published implements windowDriver.
+func (e *engine) published(w *Window) uint64 {
+	if w.kid == 0 {
+		return 0
+	}
+	return e.mod.mb.Done(w.kid)
+}
+
+// syncCounted takes what the module published for every counted window.
+func (e *engine) syncCounted() {
+	if e.mod == nil {
+		return
+	}
+	for _, w := range e.mod.windows() {
+		w.syncCounted()
+	}
+}
+
+// moduleLoop waits for the module's publications and hands the buffers
+// over: the application may have seen the records already (Posted.Spin
+// polls them); this wakes Wait and moves the windows on.
+func (e *engine) moduleLoop(ctx context.Context) {
+	defer e.wg.Done()
+	for {
+		if err := e.mod.mb.Wait(ctx); err != nil {
+			return
+		}
+		e.syncCounted()
+	}
+}
