@@ -175,8 +175,9 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 	switch b.cfg.Test {
 	case "rvma_lat":
 		var sw *procStat
+		var es rvma.EndpointStats
 		if showSwitches {
-			sw = readProcStat()
+			sw, es = readProcStat(), b.ep.Stats()
 		}
 		samples, err := b.lat(ctx, mb, size, posted)
 		if err != nil {
@@ -187,6 +188,9 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 		}
 		if sw != nil {
 			printProcStat(out, sw, readProcStat(), b.cfg.Iters)
+			e2, n := b.ep.Stats(), float64(b.cfg.Iters)
+			fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
+				float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
 		}
 	case "rvma_get_lat":
 		if err := b.getLat(ctx, mb, size, posted[0], out); err != nil {

@@ -34,6 +34,7 @@ var (
 	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
 	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
 	descNotices      = prometheus.NewDesc("rvma_endpoint_notices_total", "Descriptor updates pushed to senders (one post each).", epLabels, nil)
+	descBufferWaits  = prometheus.NewDesc("rvma_endpoint_buffer_waits_total", "Times a put found no buffer posted for its epoch and waited for the receiver to post one.", epLabels, nil)
 	descGetsServed   = prometheus.NewDesc("rvma_endpoint_gets_served_total", "Peers' Gets answered with a kept buffer.", epLabels, nil)
 	descGetsRefused  = prometheus.NewDesc("rvma_endpoint_gets_refused_total", "Peers' Gets refused: the epoch had not completed or was no longer kept, or no such window.", epLabels, nil)
 	descWindows      = prometheus.NewDesc("rvma_endpoint_windows", "Windows whose mailbox is reserved (open, or closed and lingering).", epLabels, nil)
@@ -46,7 +47,7 @@ var (
 	descStale        = prometheus.NewDesc("rvma_window_stale_puts_total", "Puts that arrived for an epoch already handed over, or after Close.", winLabels, nil)
 	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
 	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
-	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descBufferWaits, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
 )
 
 // Describe sends the descriptions of every metric the collector exports.
@@ -81,6 +82,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRejected, st.Rejected, addr)
 	counter(descLostNotices, st.LostNotices, addr)
 	counter(descNotices, st.Notices, addr)
+	counter(descBufferWaits, st.BufferWaits, addr)
 	counter(descGetsServed, st.GetsServed, addr)
 	counter(descGetsRefused, st.GetsRefused, addr)
 	gauge(descWindows, float64(len(ws)), addr)

@@ -117,6 +117,7 @@ type Endpoint struct {
 	rejected     atomic.Uint64
 	lostNotices  atomic.Uint64
 	notices      atomic.Uint64
+	bufferWaits  atomic.Uint64
 	getsServed   atomic.Uint64
 	getsRefused  atomic.Uint64
 }
@@ -303,6 +304,7 @@ type EndpointStats struct {
 	LatePuts      uint64 // this endpoint's puts that receivers reported as late (Options.OnLate)
 	LostNotices   uint64 // entry updates, and reports of late puts, that could not be sent to a subscriber
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
+	BufferWaits   uint64 // times one of this endpoint's puts found no buffer posted for its epoch in its view and waited for the receiver's next entry update
 	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window
 	GetsRefused   uint64 // peers' Gets refused (epoch not completed or no longer kept, no such window)
 }
@@ -314,7 +316,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.mu.Unlock()
 	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
 		StalePuts: ep.stalePuts.Load(), LatePuts: ep.latePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
-		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(),
+		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(), BufferWaits: ep.bufferWaits.Load(),
 		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load()}
 }
 

@@ -116,11 +116,12 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	if recv.Counting() == rvma.CountModule {
 		// Refused puts are reported by their senders (KnockStale), on
 		// whatever stripe still works: a knock sent while the refusal
-		// broke a sender's only stripe is lost (docs/rvma.md, section 6).
+		// broke a sender's only stripe is lost (docs/rvma.md, section 6),
+		// so the receiver may count none of them (0 of 6 in one run).
 		refused := senders[0].Stats().StalePuts + senders[1].Stats().StalePuts
 		time.Sleep(100 * time.Millisecond)
-		if st = w.Stats(); st.Late != 0 || st.Stale == 0 || st.Stale > refused {
-			t.Fatalf("counted by the module: %d late puts (want none), %d refused as stale at the receiver, %d at the senders (want some, at most as many) (%+v)", st.Late, st.Stale, refused, st)
+		if st = w.Stats(); st.Late != 0 || refused == 0 || st.Stale > refused {
+			t.Fatalf("counted by the module: %d late puts (want none), %d refused as stale at the receiver, %d at the senders (want some there, at most as many at the receiver) (%+v)", st.Late, st.Stale, refused, st)
 		}
 		t.Logf("counted by the module: no late put; %d puts refused as stale at the senders, %d of them reported to the receiver", refused, st.Stale)
 	}

@@ -419,6 +419,7 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 	gen, d, err := v.sv.target(op.off, uint64(op.n))
 	switch {
 	case errors.Is(err, ErrNoBuffer):
+		ep.bufferWaits.Add(1)
 		wait = v.changed
 		v.mu.Unlock()
 		<-st.credits
