@@ -56,6 +56,7 @@ int rdmaplus_rvma_init(void);
 void rdmaplus_rvma_exit(void);
 struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void);
 void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx);
+/* -ENOIOCTLCMD for a request that is not RVMA's */
 long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 			 void __user *arg);
 /* does this mmap(2) offset belong to RVMA? */

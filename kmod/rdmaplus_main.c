@@ -81,19 +81,14 @@ static long rdmaplus_ioctl(struct file *file, unsigned int cmd,
 			   unsigned long arg)
 {
 	struct rdmaplus_file *f = file->private_data;
+	long ret;
 
-	switch (cmd) {
-	case RDMAPLUS_IOC_VERSION:
+	if (cmd == RDMAPLUS_IOC_VERSION)
 		return rdmaplus_ioctl_version((void __user *)arg);
-	case RDMAPLUS_IOC_RVMA_SETUP:
-	case RDMAPLUS_IOC_RVMA_WIN_CREATE:
-	case RDMAPLUS_IOC_RVMA_WIN_DESTROY:
-	case RDMAPLUS_IOC_RVMA_POST:
-	case RDMAPLUS_IOC_RVMA_END:
-		return rdmaplus_rvma_ioctl(f->rvma, cmd, (void __user *)arg);
-	default:
-		return rdmaplus_aa_ioctl(f->aa, cmd, (void __user *)arg);
-	}
+	ret = rdmaplus_rvma_ioctl(f->rvma, cmd, (void __user *)arg);
+	if (ret != -ENOIOCTLCMD)
+		return ret;
+	return rdmaplus_aa_ioctl(f->aa, cmd, (void __user *)arg);
 }
 
 static int rdmaplus_mmap(struct file *file, struct vm_area_struct *vma)

@@ -466,11 +466,19 @@ static void rvma_gc(struct work_struct *work)
 	mutex_unlock(&ctx->mutex);
 }
 
-static struct rvma_win *rvma_win_get(struct rdmaplus_rvma_ctx *ctx, u32 id)
+/*
+ * Find window @id of a set-up file: -ENXIO before SETUP, -ENOENT for no
+ * such window. ctx->mutex held.
+ */
+static long rvma_win_get(struct rdmaplus_rvma_ctx *ctx, u32 id,
+			 struct rvma_win **w)
 {
+	if (!ctx->setup)
+		return -ENXIO;
 	if (!id || id > ctx->nwin || !ctx->wins[id - 1].kind)
-		return NULL;
-	return &ctx->wins[id - 1];
+		return -ENOENT;
+	*w = &ctx->wins[id - 1];
+	return 0;
 }
 
 static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
@@ -620,15 +628,9 @@ static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	if (a.size != sizeof(a))
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);
-	if (!ctx->setup) {
-		ret = -ENXIO;
+	ret = rvma_win_get(ctx, a.id, &w);
+	if (ret)
 		goto out;
-	}
-	w = rvma_win_get(ctx, a.id);
-	if (!w) {
-		ret = -ENOENT;
-		goto out;
-	}
 	spin_lock_irqsave(&ctx->lock, flags);
 	rvma_win_forget(ctx, w);
 	spin_unlock_irqrestore(&ctx->lock, flags);
@@ -742,12 +744,8 @@ static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		return -EOPNOTSUPP;
 
 	mutex_lock(&ctx->mutex);
-	ret = -ENXIO;
-	if (!ctx->setup)
-		goto out;
-	ret = -ENOENT;
-	w = rvma_win_get(ctx, a.win);
-	if (!w)
+	ret = rvma_win_get(ctx, a.win, &w);
+	if (ret)
 		goto out;
 	ret = -EINVAL;
 	if ((w->kind == RDMAPLUS_RVMA_BYTES && a.threshold > a.length) ||
@@ -815,15 +813,9 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		return -EINVAL;
 	all = a.flags & RDMAPLUS_RVMA_END_F_ALL;
 	mutex_lock(&ctx->mutex);
-	if (!ctx->setup) {
-		ret = -ENXIO;
+	ret = rvma_win_get(ctx, a.win, &w);
+	if (ret)
 		goto out;
-	}
-	w = rvma_win_get(ctx, a.win);
-	if (!w) {
-		ret = -ENOENT;
-		goto out;
-	}
 	spin_lock_irqsave(&ctx->lock, flags);
 	list_for_each_entry(b, &w->pending, pnode) {
 		if (b->state != RVMA_OPEN ||
@@ -953,7 +945,7 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 	case RDMAPLUS_IOC_RVMA_END:
 		return rvma_end(ctx, arg);
 	default:
-		return -ENOTTY;
+		return -ENOIOCTLCMD;	/* not an RVMA request */
 	}
 }
 

@@ -21,6 +21,19 @@ import (
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
+// mmapRefused checks that mapping n bytes of d at off fails with want
+// (and unmaps what a wrong success mapped).
+func mmapRefused(t *testing.T, d *Device, off int64, n int, want syscall.Errno, what string) {
+	t.Helper()
+	m, err := unix.Mmap(int(d.Fd()), off, n, unix.PROT_READ, unix.MAP_SHARED)
+	if !errors.Is(err, want) {
+		t.Errorf("mmap %s: %v, want %v", what, err, want)
+	}
+	if err == nil {
+		unix.Munmap(m)
+	}
+}
+
 func TestLabRawMisuse(t *testing.T) {
 	labenv.Device(t)
 	open := func() *Device {
@@ -68,9 +81,7 @@ func TestLabRawMisuse(t *testing.T) {
 	destroy := rawDomain{Size: uint32(unsafe.Sizeof(rawDomain{})), Domain: dm.id}
 	errno("DESTROY of another file's domain", d2.ioctl("domain destroy", iocDomainDestroy, unsafe.Pointer(&destroy)), syscall.ENOENT)
 	mlen := os.Getpagesize() + MinLogSize
-	if _, err := unix.Mmap(int(d2.Fd()), int64(dm.id)*int64(os.Getpagesize()), mlen, unix.PROT_READ, unix.MAP_SHARED); !errors.Is(err, syscall.ENOENT) {
-		t.Errorf("mmap of another file's domain: %v, want ENOENT", err)
-	}
+	mmapRefused(t, d2, int64(dm.id)*int64(os.Getpagesize()), mlen, syscall.ENOENT, "of another file's domain")
 
 	// mmap: offsets beyond any domain id, a free id, the wrong length.
 	for _, c := range []struct {
@@ -84,12 +95,7 @@ func TestLabRawMisuse(t *testing.T) {
 		{"one page short", int64(dm.id) * int64(os.Getpagesize()), mlen - os.Getpagesize(), syscall.EINVAL},
 		{"one page too many", int64(dm.id) * int64(os.Getpagesize()), mlen + os.Getpagesize(), syscall.EINVAL},
 	} {
-		if m, err := unix.Mmap(int(d1.Fd()), c.off, c.n, unix.PROT_READ, unix.MAP_SHARED); !errors.Is(err, c.want) {
-			t.Errorf("mmap at %s: %v, want %v", c.name, err, c.want)
-			if err == nil {
-				unix.Munmap(m)
-			}
-		}
+		mmapRefused(t, d1, c.off, c.n, c.want, "at "+c.name)
 	}
 
 	// NOTIFY with descriptors that are not eventfds.

@@ -11,6 +11,7 @@ package kmod
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -107,12 +108,7 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	errno("DESTROY before SETUP", destroy(d, 1, destroySize), syscall.ENXIO)
 	errno("POST before SETUP", post(d, rawRVMAPost{Win: 1, Key: mr.LKey(), IOVA: base, Length: 1, Threshold: 1}), syscall.ENXIO)
 	errno("END before SETUP", end(d, rawRVMAEnd{Win: 1}), syscall.ENXIO)
-	if m, err := unix.Mmap(int(d.Fd()), rvmaOff, os.Getpagesize()*2, unix.PROT_READ, unix.MAP_SHARED); !errors.Is(err, syscall.ENXIO) {
-		t.Errorf("mmap before SETUP: %v, want ENXIO", err)
-		if err == nil {
-			unix.Munmap(m)
-		}
-	}
+	mmapRefused(t, d, rvmaOff, os.Getpagesize()*2, syscall.ENXIO, "before SETUP")
 
 	// SETUP's checks.
 	null, err := os.Open(os.DevNull)
@@ -152,12 +148,7 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	s2 := good
 	errno("a second SETUP", d.ioctl("setup", iocRVMASetup, unsafe.Pointer(&s2)), syscall.EBUSY)
 	for _, n := range []int{os.Getpagesize(), 3 * os.Getpagesize()} {
-		if m, err := unix.Mmap(int(d.Fd()), rvmaOff, n, unix.PROT_READ, unix.MAP_SHARED); !errors.Is(err, syscall.EINVAL) {
-			t.Errorf("mmap of %d bytes: %v, want EINVAL", n, err)
-			if err == nil {
-				unix.Munmap(m)
-			}
-		}
+		mmapRefused(t, d, rvmaOff, n, syscall.EINVAL, fmt.Sprintf("of %d bytes", n))
 	}
 	mem, err := unix.Mmap(int(d.Fd()), rvmaOff, int(s.MmapSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

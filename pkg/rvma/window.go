@@ -469,6 +469,18 @@ func (w *windowState) reached(b *buffer) bool {
 	return b.bytes >= b.threshold
 }
 
+// endCounted ends a queued buffer of a counted window (its flags hold f
+// already): the module closes it and publishes it (counted), now if it
+// knows the buffer, or right after registering it (endLater).
+func (w *windowState) endCounted(b *buffer, f Flags) {
+	b.state = bufCompleting
+	if b.registered {
+		w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: f})
+	} else {
+		b.endLater = true
+	}
+}
+
 // end stops a queued buffer from accepting puts: it is unbound (or, with
 // GuardNone, ready at once).
 func (w *windowState) end(b *buffer, f Flags) {
@@ -480,13 +492,7 @@ func (w *windowState) end(b *buffer, f Flags) {
 		w.mustPush = true // senders cannot count an epoch ended early
 	}
 	if w.counted {
-		// The module closes the buffer and publishes it (counted).
-		b.state = bufCompleting
-		if b.registered {
-			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: f})
-		} else {
-			b.endLater = true
-		}
+		w.endCounted(b, f)
 		w.changed()
 		return
 	}
@@ -683,12 +689,7 @@ func (w *windowState) close() bool {
 		b.flags |= FlagClosed
 		if w.counted {
 			if b.state == bufQueued {
-				b.state = bufCompleting
-				if b.registered {
-					w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: FlagClosed})
-				} else {
-					b.endLater = true
-				}
+				w.endCounted(b, FlagClosed)
 			}
 			continue
 		}
