@@ -315,7 +315,9 @@ func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 
 // syncCounted takes the epochs the module published for a counted window
 // and carries out what follows (the buffers' memory windows lent or
-// unbound, waiters woken, the entry pushed).
+// unbound, waiters woken, the entry pushed). Every call that reads the
+// window's epochs calls it first, so that what Spin saw in a record is
+// seen there too, without waiting for the endpoint's module loop.
 func (w *Window) syncCounted() {
 	done := w.drv.published(w)
 	w.mu.Lock()
@@ -338,6 +340,7 @@ func (w *Window) knock(r KnockReason) {
 // Epoch returns the number of epochs handed over so far, which is the
 // epoch the head buffer will hold (the paper's RVMA_Win_get_epoch).
 func (w *Window) Epoch() uint64 {
+	w.syncCounted()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.st.head
@@ -372,6 +375,7 @@ func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
 // buffers the window still keeps intact (WindowOptions.Keep), newest
 // first.
 func (w *Window) Rewind(n int) []Record {
+	w.syncCounted()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.st.rewind(n)
@@ -407,6 +411,7 @@ func (w *Window) fail() {
 
 // Stats returns the window's counters.
 func (w *Window) Stats() Stats {
+	w.syncCounted()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.st.Stats()
@@ -446,6 +451,7 @@ func (p *Posted) Load() (Record, bool) {
 // (with the record) when the endpoint failed first; ErrInvalid
 // for a released one-time buffer, which has no next epoch.
 func (p *Posted) Wait(ctx context.Context) (Record, error) {
+	p.w.syncCounted()
 	p.w.mu.Lock()
 	done := p.b.done
 	p.w.mu.Unlock()
