@@ -436,8 +436,8 @@ func (p *Posted) Load() (Record, bool) {
 	p.w.mu.Lock()
 	armed, gen := p.b.armedSeq, p.b.gen
 	p.w.mu.Unlock()
-	r, seq := p.b.comp.load()
-	if seq <= armed || r.Epoch != gen {
+	r, seq, ok := p.w.comps.load(p.b.comp)
+	if !ok || seq <= armed || r.Epoch != gen {
 		return Record{}, false
 	}
 	return r, true
@@ -511,7 +511,11 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, error) {
 	c := p.b.comp
 	for n := 1; ; n++ {
-		if r, seq := c.load(); seq > armed && r.Epoch == gen {
+		r, seq, ok := p.w.comps.load(c)
+		if !ok {
+			return p.Wait(ctx) // the endpoint closed
+		}
+		if seq > armed && r.Epoch == gen {
 			if r.Flags&FlagClosed == 0 {
 				return r, nil
 			}

@@ -333,7 +333,9 @@ func (ep *Endpoint) Windows() []*Window {
 // Close closes the endpoint: its windows are closed (pending waits return
 // ErrClosed), pending puts fail with ErrClosed, links are disconnected (the
 // peers' pending puts to it fail with ErrPeerGone) and the device is
-// released. Memory from Alloc must not be used afterwards. Close is
+// released. Memory from Alloc must not be used afterwards, nor the
+// Completion pointers of windows the kernel module counts (their records
+// are unmapped; Posted's Load, Wait and Spin stay safe). Close is
 // idempotent.
 func (ep *Endpoint) Close() error {
 	ep.mu.Lock()

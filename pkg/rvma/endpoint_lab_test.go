@@ -277,6 +277,57 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 	t.Logf("no buffer, IncEpoch, NACK and silent close right; endpoint %+v", ep.Stats())
 }
 
+// TestLabEndpointCloseUnderUse: an endpoint closed while goroutines spin
+// on and wait for its buffers, with puts waiting for a buffer: Spin, Wait
+// and the puts return ErrClosed, Load stays safe afterwards (a counted
+// window's records are unmapped by then), and nothing faults or hangs.
+func TestLabEndpointCloseUnderUse(t *testing.T) {
+	ep := labListen(t, 7479, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const mb = rvma.Mailbox(0x7)
+	_, _, posted := openPosted(t, ep, mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 4}, 3, 3, 4096)
+	for i := 0; i < 6; i++ { // epoch 0 completes, epoch 1 half
+		if err := ep.Put(ctx, ep.Addr(), mb, uint64(i*8), pattern(8, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 2)
+	go func() { _, err := posted[1].Spin(ctx); errs <- err }()
+	go func() { _, err := posted[2].Wait(ctx); errs <- err }()
+	// Puts waiting for a buffer of a window that has none.
+	const empty = rvma.Mailbox(0x8)
+	if _, err := ep.InitWindow(empty, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ops := make([]*rvma.PutOp, 16)
+	for i := range ops {
+		ops[i] = ep.PutAsync(ctx, ep.Addr(), empty, 0, pattern(8, 0))
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := ep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-errs; !errors.Is(err, rvma.ErrClosed) {
+			t.Errorf("spin or wait across Close: %v, want ErrClosed", err)
+		}
+	}
+	for i, op := range ops {
+		if err := op.Wait(ctx); !errors.Is(err, rvma.ErrClosed) {
+			t.Errorf("put %d waiting for a buffer across Close: %v, want ErrClosed", i, err)
+		}
+	}
+	if r, ok := posted[0].Load(); ok && r.Ops != 4 {
+		t.Errorf("epoch 0 after Close: %+v", r)
+	}
+	for _, p := range posted[1:] {
+		if r, ok := p.Load(); ok && r.Flags&rvma.FlagClosed == 0 {
+			t.Errorf("a buffer pending at Close loads %+v", r)
+		}
+	}
+}
+
 // TestLabEndpointReopenAndLinger: a closed window's mailbox lingers
 // (late puts get the NACK), is taken again at once by InitWindow (puts
 // find the new window, the old buffer is untouched), and is freed when its

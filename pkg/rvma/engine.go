@@ -43,6 +43,11 @@ type engine struct {
 
 	descMR *verbs.MR // the descriptor table, remote read
 	recvMR *verbs.MR // engineSRQDepth slots of recvSlot bytes: SENDs land here
+	// descMu guards the descriptor table's memory against Close: writers
+	// of entries hold it shared and skip the write once descGone is set,
+	// which Close does before it releases the MR.
+	descMu   sync.RWMutex
+	descGone bool
 
 	links linkHandler       // nil without an endpoint
 	trace func(Imm, uint32) // test hook: every DATA arrival, in order
@@ -266,6 +271,9 @@ func (e *engine) Close() error {
 	e.mu.Unlock()
 	e.stop() // the loops wait with this context
 	e.wg.Wait()
+	e.descMu.Lock()
+	e.descGone = true // what the windows do from now on publishes nothing
+	e.descMu.Unlock()
 	err := e.release()
 	e.mu.Lock()
 	ops := e.ops
@@ -469,8 +477,14 @@ func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 
 // entryChanged writes the window's entry into the descriptor table and,
 // if push, to the window's subscribers. A window already freed
-// (engine.free) publishes nothing: its slot may belong to another one.
+// (engine.free) publishes nothing: its slot may belong to another one;
+// nor does any window once Close released the table.
 func (e *engine) entryChanged(w *Window, en Entry, push bool) {
+	e.descMu.RLock()
+	defer e.descMu.RUnlock()
+	if e.descGone {
+		return
+	}
 	if _, inc, cur, ok := e.table.Slot(w.slot); !ok || cur != w || inc != w.incarnation {
 		return
 	}
@@ -626,12 +640,14 @@ func (e *engine) flushPushes() {
 	e.pushMu.Unlock()
 	for slot, w := range pending {
 		w.dispatch.Lock()
-		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w {
+		e.descMu.RLock() // after dispatch, as in entryChanged
+		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w && !e.descGone {
 			off := int(slot) * EntrySize
 			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize]) {
 				e.deferPush(w)
 			}
 		}
+		e.descMu.RUnlock()
 		w.dispatch.Unlock()
 	}
 }

@@ -67,6 +67,11 @@ type module struct {
 	next    int
 	free    []uint32
 	wins    map[uint32]*Window // by module window id
+
+	// memMu guards the records' mapping against close: readers hold it
+	// shared and find gone set once close unmaps it.
+	memMu sync.RWMutex
+	gone  bool
 }
 
 // openModule opens /dev/rdmaplus and sets up records completion records.
@@ -84,7 +89,21 @@ func openModule(records int) (*module, error) {
 }
 
 func (m *module) close() error {
+	m.memMu.Lock()
+	m.gone = true
+	m.memMu.Unlock()
 	return errors.Join(m.mb.Close(), m.dev.Close())
+}
+
+// load reads record c; false once close unmapped the records.
+func (m *module) load(c *Completion) (Record, uint64, bool) {
+	m.memMu.RLock()
+	defer m.memMu.RUnlock()
+	if m.gone {
+		return Record{}, 0, false
+	}
+	r, seq := c.load()
+	return r, seq, true
 }
 
 // get hands out a record; nil when all are in use.

@@ -74,7 +74,9 @@ type Record struct {
 // Load never returns a torn record. A Completion is reused when its buffer
 // is re-posted: until the next publication it still holds the previous
 // record, so compare Record.Epoch, or use Posted.Load, which knows which
-// publication it waits for.
+// publication it waits for. In a window the kernel module counts, the
+// Completion lies in memory the module maps: reading it after the
+// endpoint closed faults, so stop polling before Close.
 type Completion struct {
 	w [8]atomic.Uint64
 }
@@ -141,6 +143,9 @@ func (c *Completion) publish(r Record) uint64 {
 type completionSource interface {
 	get() *Completion // nil when none is left
 	put(c *Completion)
+	// load reads c's record (as Completion.load); false once the memory
+	// behind c is gone (the module's records, after the endpoint closed).
+	load(c *Completion) (Record, uint64, bool)
 }
 
 // completionSlab hands out cache-line aligned Completions carved from
@@ -188,3 +193,9 @@ func (s *completionSlab) get() *Completion {
 // put returns a Completion to the slab. Its words are kept: a stale reader
 // still sees the last record, never a torn one.
 func (s *completionSlab) put(c *Completion) { s.free = append(s.free, c) }
+
+// load reads c: the slab's memory lives as long as c does.
+func (s *completionSlab) load(c *Completion) (Record, uint64, bool) {
+	r, seq := c.load()
+	return r, seq, true
+}
