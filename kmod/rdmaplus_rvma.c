@@ -15,8 +15,10 @@
  *    under the file's lock, make rxe's own call copy nothing, count its
  *    bytes and, for the last packet of a WRITE message, one op. At the
  *    threshold the gate closes and every closed buffer whose turn it is
- *    (in generation order) is published: record, then done counter, then
- *    the eventfd. A record thus never appears before its bytes.
+ *    (in generation order) is published: record, then done counter, then,
+ *    if a waiter armed it (RDMAPLUS_IOC_RVMA_ARM), the eventfd. A record
+ *    thus never appears before its bytes, and a process that polls its
+ *    records takes no wake-ups.
  *  - otherwise (gate closed, or straddling a buffer's edge) it is refused:
  *    rxe_mr_copy fails, rxe NAKs with a remote access error, memory is
  *    untouched and window_state.refused counts it.
@@ -117,6 +119,7 @@ struct rdmaplus_rvma_ctx {
 	struct rvma_win *wins;
 	unsigned long *rec_busy;	/* records of pending buffers */
 	struct eventfd_ctx *evt;
+	bool armed;			/* under lock: signal evt at the next publication */
 	struct list_head mrs;		/* under lock */
 	unsigned int nranges;		/* under lock */
 	struct work_struct gc;		/* drops the hook after a dereg */
@@ -280,6 +283,19 @@ static unsigned int rvma_publish(struct rdmaplus_rvma_ctx *ctx,
 	return n;
 }
 
+/*
+ * Whether @published records call for the eventfd: only when a waiter
+ * armed it (RDMAPLUS_IOC_RVMA_ARM), which this disarms. ctx->lock held;
+ * the caller signals after unlocking.
+ */
+static bool rvma_wake(struct rdmaplus_rvma_ctx *ctx, unsigned int published)
+{
+	if (!published || !ctx->armed)
+		return false;
+	ctx->armed = false;
+	return true;
+}
+
 static void rvma_refuse(struct pt_regs *regs, struct rvma_win *w)
 {
 	WRITE_ONCE(w->state->refused, ++w->refused);
@@ -300,6 +316,7 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	u32 len = (u32)regs->cx;
 	struct rdmaplus_rvma_ctx *ctx;
 	unsigned int published = 0;
+	bool wake;
 	struct rvma_mr *m;
 	struct rvma_buf *b;
 	unsigned long flags;
@@ -345,8 +362,9 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 		published = rvma_publish(ctx, b->win);
 	}
 out:
+	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (published && ctx->evt)
+	if (wake)
 		eventfd_signal(ctx->evt, 1);
 	return true;
 pass:
@@ -411,6 +429,7 @@ void rdmaplus_rvma_dereg(void *rxe_mr)
 {
 	struct rdmaplus_rvma_ctx *ctx;
 	unsigned int published = 0;
+	bool wake;
 	struct rvma_mr *m;
 	unsigned long flags;
 
@@ -433,8 +452,9 @@ void rdmaplus_rvma_dereg(void *rxe_mr)
 	}
 	if (!ctx->nranges)
 		schedule_work(&ctx->gc);
+	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (published && ctx->evt)
+	if (wake)
 		eventfd_signal(ctx->evt, 1);
 out:
 	rcu_read_unlock();
@@ -800,6 +820,7 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_rvma_end a;
 	unsigned int ended = 0, published = 0;
+	bool wake;
 	bool all = false;
 	struct rvma_buf *b;
 	struct rvma_win *w;
@@ -827,8 +848,9 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	}
 	if (ended)
 		published = rvma_publish(ctx, w);
+	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (published && ctx->evt)
+	if (wake)
 		eventfd_signal(ctx->evt, 1);
 	if (!ended)
 		ret = -ENOENT;
@@ -930,6 +952,30 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	kfree(ctx);
 }
 
+static long rvma_arm(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	unsigned long flags;
+	long ret = 0;
+
+	if (arg)
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);
+	if (!ctx->setup) {
+		ret = -ENXIO;
+		goto out;
+	}
+	if (!ctx->evt) {
+		ret = -EINVAL;
+		goto out;
+	}
+	spin_lock_irqsave(&ctx->lock, flags);
+	ctx->armed = true;
+	spin_unlock_irqrestore(&ctx->lock, flags);
+out:
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
 long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 			 void __user *arg)
 {
@@ -944,6 +990,8 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 		return rvma_post(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_END:
 		return rvma_end(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_ARM:
+		return rvma_arm(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;	/* not an RVMA request */
 	}

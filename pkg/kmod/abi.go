@@ -170,4 +170,5 @@ var (
 	iocRVMAWinDestroy = ioc(iocWrite, 0x22, unsafe.Sizeof(rawRVMAWinDestroy{}))
 	iocRVMAPost       = ioc(iocWrite, 0x23, unsafe.Sizeof(rawRVMAPost{}))
 	iocRVMAEnd        = ioc(iocWrite, 0x24, unsafe.Sizeof(rawRVMAEnd{}))
+	iocRVMAArm        = ioc(iocNone, 0x25, 0)
 )

@@ -84,6 +84,7 @@ func TestABIMatchesHeader(t *testing.T) {
 	eq("ioc rvma win destroy", iocRVMAWinDestroy, uapi.IocRVMAWinDestroy)
 	eq("ioc rvma post", iocRVMAPost, uapi.IocRVMAPost)
 	eq("ioc rvma end", iocRVMAEnd, uapi.IocRVMAEnd)
+	eq("ioc rvma arm", iocRVMAArm, uapi.IocRVMAArm)
 	eq("window state refused", unsafe.Offsetof(rawWindowState{}.Refused), uapi.OffWSRefused)
 	eq("post gen", unsafe.Offsetof(rawRVMAPost{}.Gen), uapi.OffPostGen)
 	eq("post record", unsafe.Offsetof(rawRVMAPost{}.Record), uapi.OffPostRecord)

@@ -312,11 +312,25 @@ func (m *Mailboxes) End(id uint32, gen uint64, flags RecordFlags, all bool) erro
 	return m.dev.ioctl("rvma end", iocRVMAEnd, unsafe.Pointer(&a))
 }
 
+// Arm makes the kernel signal the next publication (once) to Wait. The
+// kernel signals nothing unarmed, so a process that polls its records
+// takes no wake-ups. A waiter arms, then reads Done, then waits: a
+// publication before Arm shows in Done, one after it ends the Wait.
+// Errors wrap ErrClosed.
+func (m *Mailboxes) Arm() error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	return m.dev.ioctl("rvma arm", iocRVMAArm, nil)
+}
+
 // Wait blocks (parking the goroutine in the netpoller) until the kernel
-// has published at least one record since the last Wait, or ctx ends; it
-// consumes the signals. It returns ctx's error when ctx ends, ErrClosed
-// when the Mailboxes are closed before or meanwhile, or the eventfd's
-// read error.
+// has published a record after an Arm, or ctx ends; it consumes the
+// signal. It returns ctx's error when ctx ends, ErrClosed when the
+// Mailboxes are closed before or meanwhile, or the eventfd's read error.
+// Without an Arm since the last signal it waits for ctx or Close.
 func (m *Mailboxes) Wait(ctx context.Context) error {
 	if m.closedAt.Load() {
 		return ErrClosed

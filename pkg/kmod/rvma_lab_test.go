@@ -21,6 +21,7 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
+// newMailboxes sets up Mailboxes, armed for their first publication.
 func newMailboxes(t *testing.T, d *kmod.Device, windows, records int) *kmod.Mailboxes {
 	t.Helper()
 	mb, err := d.Mailboxes(windows, records)
@@ -28,7 +29,15 @@ func newMailboxes(t *testing.T, d *kmod.Device, windows, records int) *kmod.Mail
 		t.Fatalf("Mailboxes(%d, %d): %v", windows, records, err)
 	}
 	t.Cleanup(func() { mb.Close() })
+	mustArm(t, mb)
 	return mb
+}
+
+func mustArm(t *testing.T, mb *kmod.Mailboxes) {
+	t.Helper()
+	if err := mb.Arm(); err != nil {
+		t.Fatalf("Arm: %v", err)
+	}
 }
 
 func newWindow(t *testing.T, mb *kmod.Mailboxes, kind kmod.CountKind) uint32 {
@@ -126,7 +135,7 @@ func wantDone(t *testing.T, mb *kmod.Mailboxes, id uint32, want uint64) {
 }
 
 // waitSignal checks that Wait returns at once (a publication signalled
-// it) and that no further signal is pending.
+// it) and that no further signal is pending, then arms again.
 func waitSignal(t *testing.T, mb *kmod.Mailboxes) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -134,11 +143,58 @@ func waitSignal(t *testing.T, mb *kmod.Mailboxes) {
 	if err := mb.Wait(ctx); err != nil {
 		t.Fatalf("Wait after a publication: %v", err)
 	}
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel2()
-	if err := mb.Wait(ctx2); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("second Wait: %v, want the deadline (the signal was consumed)", err)
+	noSignal(t, mb, "second Wait (the signal was consumed)")
+	mustArm(t, mb)
+}
+
+// noSignal checks that no signal is pending.
+func noSignal(t *testing.T, mb *kmod.Mailboxes, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := mb.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%s: %v, want the deadline", what, err)
 	}
+}
+
+// The eventfd is signalled only when armed, once per Arm: publications
+// with nobody armed (a process polling its records) wake nobody.
+func TestLabMailboxArm(t *testing.T) {
+	d := openDev(t)
+	mb, err := d.Mailboxes(1, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mb.Close()
+	id := newWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 1, verbs.MTU1024)
+	for g := 0; g < 4; g++ {
+		mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(g * 1024), Length: 1024, Threshold: 1024,
+			Gen: uint64(g), Record: uint32(g)})
+	}
+	data := pattern(4096, 9)
+	put := func(g int) {
+		t.Helper()
+		if err := p.write(g*1024, g*1024, data[g*1024:(g+1)*1024]); err != nil {
+			t.Fatalf("put %d: %v", g, err)
+		}
+		wantDone(t, mb, id, uint64(g+1))
+	}
+	put(0) // unarmed
+	noSignal(t, mb, "Wait after an unarmed publication")
+	mustArm(t, mb)
+	mustArm(t, mb) // arming twice still signals once
+	put(1)
+	waitSignal(t, mb) // and arms again
+	put(2)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := mb.Wait(ctx); err != nil {
+		t.Fatalf("Wait after an armed publication: %v", err)
+	}
+	put(3) // not armed since
+	noSignal(t, mb, "Wait after a publication past the armed one")
+	checkBytes(t, p, 0, data)
 }
 
 func checkBytes(t *testing.T, p *pair, off int, want []byte) {

@@ -108,6 +108,7 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	errno("DESTROY before SETUP", destroy(d, 1, destroySize), syscall.ENXIO)
 	errno("POST before SETUP", post(d, rawRVMAPost{Win: 1, Key: mr.LKey(), IOVA: base, Length: 1, Threshold: 1}), syscall.ENXIO)
 	errno("END before SETUP", end(d, rawRVMAEnd{Win: 1}), syscall.ENXIO)
+	errno("ARM before SETUP", d.ioctl("arm", iocRVMAArm, nil), syscall.ENXIO)
 	mmapRefused(t, d, rvmaOff, os.Getpagesize()*2, syscall.ENXIO, "before SETUP")
 
 	// SETUP's checks.
@@ -147,6 +148,9 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	}
 	s2 := good
 	errno("a second SETUP", d.ioctl("setup", iocRVMASetup, unsafe.Pointer(&s2)), syscall.EBUSY)
+	// ARM wants an eventfd to signal, and no argument.
+	errno("ARM without an eventfd", d.ioctl("arm", iocRVMAArm, nil), syscall.EINVAL)
+	errno("ARM with an argument", d.ioctl("arm", iocRVMAArm, unsafe.Pointer(&s2)), syscall.EINVAL)
 	for _, n := range []int{os.Getpagesize(), 3 * os.Getpagesize()} {
 		mmapRefused(t, d, rvmaOff, n, syscall.EINVAL, fmt.Sprintf("of %d bytes", n))
 	}

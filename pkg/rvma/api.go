@@ -103,16 +103,35 @@ type progressWaiter interface {
 	waitEnd()
 }
 
+// progressDriver runs progress on the caller's goroutine and is told of
+// goroutines that block on it.
+type progressDriver interface {
+	progressSpinner
+	progressWaiter
+}
+
+// awaitPolls bounds the progress steps await runs itself before it blocks.
+const awaitPolls = 4
+
 // await blocks until done is closed or ctx ends (then ctx's error),
-// keeping pw's progress loop awake while it waits.
-func await(ctx context.Context, pw progressWaiter, done <-chan struct{}) error {
-	select {
-	case <-done:
-		return nil
-	default:
+// keeping pd's progress loop awake while it waits. It first runs what
+// progress the completion queue holds on the caller's goroutine: the
+// completion waited for is often there already (a put's, when the answer
+// to it was seen in memory first), and handling it here spares a switch
+// to the progress loop and back.
+func await(ctx context.Context, pd progressDriver, done <-chan struct{}) error {
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		if i == awaitPolls || !pd.pollOnce() {
+			break
+		}
 	}
-	pw.waitBegin()
-	defer pw.waitEnd()
+	pd.waitBegin()
+	defer pd.waitEnd()
 	select {
 	case <-done:
 		return nil
@@ -496,7 +515,11 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	armed, gen := p.b.armedSeq, p.b.gen
 	p.w.mu.Unlock()
 	if fast {
-		return p.spinRecord(ctx, armed, gen)
+		r, got, err := p.spinRecord(ctx, armed, gen)
+		if got || err != nil {
+			return r, err
+		}
+		return p.Wait(ctx) // the window closed, or the endpoint failed or closed
 	}
 	if err := spin(ctx, p.w.drv, done); err != nil {
 		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
@@ -505,29 +528,47 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 }
 
 // spinRecord is Spin on a counted window: it polls the completion record,
-// which the module writes, and nothing else, like an RDMA program polling
-// the last byte of a WRITE; the endpoint's own goroutine hands the buffer
-// over in the background (Release, Wait and the rest see it at once).
-func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, error) {
+// which the module writes, like an RDMA program polling the last byte of
+// a WRITE. Between polls it runs the endpoint's progress step now and then
+// (put completions, views, binds), as spin does, so that the progress loop
+// stays parked and no second thread takes the CPU from it. The buffer is
+// handed over in Release, or by the endpoint's module loop once nobody
+// spins. It returns false when the epoch did not complete (the window
+// closed, the endpoint failed or closed): Wait, no longer spinning, tells
+// how it ended.
+func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, bool, error) {
 	c := p.b.comp
+	ps := p.w.drv
+	ps.spinBegin()
+	defer ps.spinEnd()
+	oneP := runtime.GOMAXPROCS(0) == 1
 	for n := 1; ; n++ {
 		r, seq, ok := p.w.comps.load(c)
 		if !ok {
-			return p.Wait(ctx) // the endpoint closed
+			return Record{}, false, nil
 		}
 		if seq > armed && r.Epoch == gen {
 			if r.Flags&FlagClosed == 0 {
-				return r, nil
+				return r, true, nil
 			}
 			p.w.syncCounted()
-			return p.Wait(ctx) // the window closed, or the endpoint failed
+			return Record{}, false, nil
+		}
+		if n%16 != 0 {
+			continue
+		}
+		if ps.pollOnce() {
+			continue
 		}
 		if n%256 == 0 {
 			if err := ctx.Err(); err != nil {
-				return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
+				return Record{}, false, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 			}
-			runtime.Gosched()
+			if oneP {
+				runtime.Gosched()
+			}
 		}
+		ps.yield()
 	}
 }
 

@@ -24,7 +24,8 @@
 // WRITE WITH IMMEDIATE into a type 1 memory window bound over it); a buffer
 // is unbound before it is handed over, so bytes arriving late for a
 // completed epoch are refused by the NIC and never change it (the sender
-// gets ErrStale or, by default, its put is re-issued into the next epoch).
+// gets ErrStale or, by default, its put is re-issued into the next epoch,
+// up to 8 times).
 // A window binds only the buffers senders are shown (the head and the two
 // after it), so an epoch costs one bind and one notice to its senders.
 // Get reads back bytes of a completed epoch that the receiving window

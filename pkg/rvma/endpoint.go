@@ -24,7 +24,10 @@ type Options struct {
 	// DialTimeout bounds connecting a link (10 s if 0).
 	DialTimeout time.Duration
 	// NoRetryStale makes a put refused as stale fail with ErrStale instead
-	// of being re-issued on the window's next epoch.
+	// of being re-issued on the window's next epoch. Without it a put is
+	// issued at most 8 times: senders that together offer an epoch more
+	// than its threshold race for it, and one that keeps losing (a slower
+	// one, when another fills each epoch alone) gets ErrStale after that.
 	NoRetryStale bool
 	// Spin makes the progress loop busy-poll the completion queue instead
 	// of sleeping on its channel: lower latency, one CPU kept busy.

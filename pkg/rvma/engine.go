@@ -78,7 +78,8 @@ type engine struct {
 	yielder  verbs.Yielder // shared by the spinners
 	lastSpin atomic.Int64  // when the last spinner ended, since born; 0: never
 	waiters  atomic.Int32  // goroutines blocked on the engine's progress
-	kick     chan struct{}
+	kick     chan struct{} // wakes the parked progress loop
+	modKick  chan struct{} // wakes the module loop napping behind a spinner
 	// While the progress loop is parked (parked), entry pushes are
 	// deferred to the next idle poll (pushes), so that a notice does not
 	// go out between an arrival and the application's answer to it.
@@ -165,7 +166,7 @@ const (
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, pushes: map[uint32]*Window{},
-		born: time.Now(), kick: make(chan struct{}, 1)}
+		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -725,6 +726,10 @@ func (e *engine) waitBegin() {
 		default:
 		}
 	}
+	select {
+	case e.modKick <- struct{}{}:
+	default:
+	}
 }
 
 func (e *engine) waitEnd() { e.waiters.Add(-1) }
@@ -750,6 +755,13 @@ const maxNap = 16 * time.Millisecond
 func (e *engine) waitNoSpinner(ctx context.Context) bool {
 	e.parked.Store(true)
 	defer e.parked.Store(false)
+	return e.napWhileSpinning(ctx, e.kick)
+}
+
+// napWhileSpinning returns once nobody has spun for spinGrace, or a
+// goroutine blocks on the engine (waitBegin sends on kick) and nobody
+// spins; false when ctx ended.
+func (e *engine) napWhileSpinning(ctx context.Context, kick <-chan struct{}) bool {
 	nap := spinGrace
 	for {
 		if e.spinners.Load() == 0 {
@@ -764,7 +776,7 @@ func (e *engine) waitNoSpinner(ctx context.Context) bool {
 		t := time.NewTimer(nap)
 		select {
 		case <-t.C:
-		case <-e.kick:
+		case <-kick:
 			t.Stop()
 		case <-ctx.Done():
 			t.Stop()

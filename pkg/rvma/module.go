@@ -235,14 +235,27 @@ func (e *engine) syncCounted() {
 }
 
 // moduleLoop waits for the module's publications and hands the buffers
-// over: the application may have seen the records already (Posted.Spin
-// polls them); this wakes Wait and moves the windows on.
+// over: this wakes Wait and moves the windows on. While an application
+// goroutine spins (Posted.Spin polls the records itself and its Release
+// hands the buffer over) it neither runs nor arms the module's eventfd,
+// so that no publication wakes a thread to take the CPU from the
+// spinner. It arms before it looks at what was published, so that a
+// publication in between still wakes it (kmod.Mailboxes.Arm).
 func (e *engine) moduleLoop(ctx context.Context) {
 	defer e.wg.Done()
 	for {
-		if err := e.mod.mb.Wait(ctx); err != nil {
+		if !e.napWhileSpinning(ctx, e.modKick) {
+			return
+		}
+		if err := e.mod.mb.Arm(); err != nil {
+			if ctx.Err() == nil {
+				e.fail(fmt.Errorf("rvma: arming the module's eventfd: %w", err))
+			}
 			return
 		}
 		e.syncCounted()
+		if err := e.mod.mb.Wait(ctx); err != nil {
+			return
+		}
 	}
 }

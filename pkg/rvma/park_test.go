@@ -8,7 +8,7 @@ import (
 
 // parkedEngine is an engine with only the state waitNoSpinner uses.
 func parkedEngine() *engine {
-	return &engine{born: time.Now(), kick: make(chan struct{}, 1)}
+	return &engine{born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
 }
 
 // park runs waitNoSpinner in a goroutine and returns its result channel.

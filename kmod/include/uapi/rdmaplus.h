@@ -24,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	4
+#define RDMAPLUS_ABI_VERSION	5
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -279,8 +279,8 @@ struct rdmaplus_aa_entry {
  * @flags:	in: zero
  * @windows:	in: window slots, 1..RDMAPLUS_RVMA_MAX_WINDOWS
  * @records:	in: completion records, 1..RDMAPLUS_RVMA_MAX_RECORDS
- * @eventfd:	in: an eventfd signalled (count += 1) once per batch of
- *		records published, or -1 for none
+ * @eventfd:	in: an eventfd signalled (count += 1) at the first batch of
+ *		records published after RDMAPLUS_IOC_RVMA_ARM, or -1 for none
  * @reserved:	zero
  * @mmap_offset: out: offset to pass to mmap(2) on the same descriptor
  * @mmap_size:	out: bytes to map: @windows struct rdmaplus_rvma_window_state
@@ -422,5 +422,14 @@ struct rdmaplus_rvma_end {
 	_IOW(RDMAPLUS_IOC_MAGIC, 0x22, struct rdmaplus_rvma_win_destroy)
 #define RDMAPLUS_IOC_RVMA_POST	_IOW(RDMAPLUS_IOC_MAGIC, 0x23, struct rdmaplus_rvma_post)
 #define RDMAPLUS_IOC_RVMA_END	_IOW(RDMAPLUS_IOC_MAGIC, 0x24, struct rdmaplus_rvma_end)
+/*
+ * RDMAPLUS_IOC_RVMA_ARM (argument 0): signal the eventfd once, at the next
+ * publication. A waiter arms, then reads the done counters, then sleeps on
+ * the eventfd: a publication before the arm shows in the counters, one
+ * after it signals. Unarmed publications signal nothing, so a process that
+ * polls its records (and does not arm) takes no wake-ups. EINVAL without
+ * an eventfd or with a non-zero argument.
+ */
+#define RDMAPLUS_IOC_RVMA_ARM	_IO(RDMAPLUS_IOC_MAGIC, 0x25)
 
 #endif /* _UAPI_RDMAPLUS_H */

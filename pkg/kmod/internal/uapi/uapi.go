@@ -78,6 +78,7 @@ var (
 	IocRVMAWinDestroy  = uintptr(C.RDMAPLUS_IOC_RVMA_WIN_DESTROY)
 	IocRVMAPost        = uintptr(C.RDMAPLUS_IOC_RVMA_POST)
 	IocRVMAEnd         = uintptr(C.RDMAPLUS_IOC_RVMA_END)
+	IocRVMAArm         = uintptr(C.RDMAPLUS_IOC_RVMA_ARM)
 	OffWSRefused       = uintptr(C.off_ws_refused())
 	OffPostGen         = uintptr(C.off_post_gen())
 	OffPostRecord      = uintptr(C.off_post_record())
