@@ -349,10 +349,11 @@ func (w *Window) syncCounted() {
 	w.flush()
 }
 
-// knock counts a put refused by a sender's library after Close.
-func (w *Window) knock(r KnockReason) {
+// knock counts n puts a sender reported: refused by its library after
+// Close (NACK, drop), or by the receiver's module as stale.
+func (w *Window) knock(r KnockReason, n uint64) {
 	w.mu.Lock()
-	w.st.knock(r)
+	w.st.knock(r, n)
 	w.mu.Unlock()
 }
 

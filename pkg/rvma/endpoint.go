@@ -83,19 +83,24 @@ type Endpoint struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 
-	mu        sync.Mutex
-	closed    bool
-	failErr   error                    // wraps ErrFailed once the engine failed
-	links     map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
-	accepted  map[uint64]*link         // links peers dialled, by link ID
-	byQPN     map[uint32]*stripe
-	dialing   map[uint32]*link // QPs of stripes being dialled, until addStripe records them (ctrl only)
-	views     []*remoteView    // by view slot; nil when free
-	freeViews []uint32
-	puts      map[uint64]*PutOp // in flight, by work request ID
-	gets      map[uint32]*getOp // waiting for an answer or a READ, by Seq
-	getSeq    uint32
-	viewGen   uint32 // numbers the views' RESOLVE Seqs
+	mu       sync.Mutex
+	closed   bool
+	failErr  error                    // wraps ErrFailed once the engine failed
+	links    map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
+	accepted map[uint64]*link         // links peers dialled, by link ID
+	byQPN    map[uint32]*stripe
+	dialing  map[uint32]*link // QPs of stripes being dialled, until addStripe records them (ctrl only)
+	// retired holds the QPs of the last maxRetired stripes replaced, for
+	// linkOf: a message delivered on a stripe just before it broke may be
+	// polled after its replacement retired it.
+	retired      map[uint32]*link
+	retiredOrder []retiredQP
+	views        []*remoteView // by view slot; nil when free
+	freeViews    []uint32
+	puts         map[uint64]*PutOp // in flight, by work request ID
+	gets         map[uint32]*getOp // waiting for an answer or a READ, by Seq
+	getSeq       uint32
+	viewGen      uint32 // numbers the views' RESOLVE Seqs
 	// loseCtrl is a test hook: a control message it returns true for is
 	// not sent (as if lost with a failed stripe). Set before any traffic.
 	loseCtrl func(Ctrl) bool
@@ -158,7 +163,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{},
+		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{},
 		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
@@ -305,7 +310,7 @@ type EndpointStats struct {
 	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
 	LatePuts      uint64 // this endpoint's puts that receivers reported as late (Options.OnLate)
-	LostNotices   uint64 // entry updates, and reports of late puts, that could not be sent to a subscriber
+	LostNotices   uint64 // entry updates, and reports of late or refused puts, that could not be sent to their peer
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
 	BufferWaits   uint64 // times one of this endpoint's puts found no buffer posted for its epoch in its view and waited for the receiver's next entry update
 	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window

@@ -86,6 +86,10 @@ type engine struct {
 	parked atomic.Bool
 	pushMu sync.Mutex
 	pushes map[uint32]*Window
+	// pollMu is held from a poll of the CQ until its completions are
+	// handled, by whichever goroutine polls (the progress loop, a spinner,
+	// a waiter's progress steps), so that they are handled in CQ order.
+	pollMu sync.Mutex
 
 	refused atomic.Uint64 // receive WQEs completed with a remote access error
 	unknown atomic.Uint64 // data for slots with no window
@@ -661,11 +665,13 @@ func (e *engine) descRemote(slot uint32) verbs.Remote {
 	return r
 }
 
-func (e *engine) poll(ctx context.Context, cq *verbs.CQ, wcs []verbs.WC) (int, error) {
+// next waits for completions and returns them with pollMu held (the
+// caller handles them, then unlocks); on an error pollMu is not held.
+func (e *engine) next(ctx context.Context, wcs []verbs.WC) (int, error) {
 	if e.opts.Spin {
-		return cq.Spin(ctx, wcs)
+		return e.cq.SpinWith(ctx, wcs, &e.pollMu)
 	}
-	return cq.Wait(ctx, wcs)
+	return e.cq.WaitWith(ctx, wcs, &e.pollMu)
 }
 
 // progress is the engine's one loop: it sleeps on the CQ (or spins, with
@@ -681,7 +687,7 @@ func (e *engine) progress(ctx context.Context) {
 			return
 		}
 		e.flushPushes()
-		n, err := e.poll(ctx, e.cq, wcs)
+		n, err := e.next(ctx, wcs)
 		if err != nil {
 			return
 		}
@@ -693,10 +699,12 @@ func (e *engine) progress(ctx context.Context) {
 			}
 			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
 				if n, err = e.cq.Poll(wcs); err != nil {
+					e.pollMu.Unlock()
 					return
 				}
 			}
 		}
+		e.pollMu.Unlock()
 	}
 }
 
@@ -787,16 +795,25 @@ func (e *engine) napWhileSpinning(ctx context.Context, kick <-chan struct{}) boo
 }
 
 // pollOnce runs one non-blocking progress step on the caller's goroutine
-// (Posted.Spin): the same handling as the progress loop, which may run
-// concurrently (the window state is locked; arrivals count in any order).
+// (Posted.Spin, await): the same handling as the progress loop. It does
+// nothing and reports false while another goroutine polls and handles
+// (pollMu): completions are handled in the order they were polled, since
+// a put's success must be seen before the failure that breaks its stripe
+// after it (the stripe's replacement re-issues the puts still recorded on
+// it, which must be only those that never executed).
 func (e *engine) pollOnce() bool {
+	if !e.pollMu.TryLock() {
+		return false
+	}
 	var wcs [16]verbs.WC
 	n, err := e.cq.Poll(wcs[:])
 	if err != nil || n == 0 {
+		e.pollMu.Unlock()
 		e.flushPushes()
 		return false
 	}
 	e.handle(wcs[:n])
+	e.pollMu.Unlock()
 	return true
 }
 
@@ -950,7 +967,7 @@ func (e *engine) recvDone(wc verbs.WC) {
 			e.unknown.Add(1) // for a freed window whose slot was reused
 			return
 		}
-		w.knock(r)
+		w.knock(r, 1)
 	}
 }
 

@@ -41,12 +41,11 @@ const maxLateQueue = 4096
 func (ep *Endpoint) late(wc verbs.WC, slot uint32, epoch uint64, stale bool) {
 	ep.mu.Lock()
 	var (
-		l    *link
 		view uint32
 		ok   bool
 	)
-	if st := ep.byQPN[wc.QPN]; st != nil {
-		l = st.l
+	l := ep.linkOf(wc.QPN)
+	if l != nil {
 		for _, s := range ep.subs[slot] {
 			if s.l == l {
 				view, ok = s.viewSlot, true // the newest subscription wins
@@ -61,14 +60,17 @@ func (ep *Endpoint) late(wc verbs.WC, slot uint32, epoch uint64, stale bool) {
 	l.reportLate(Ctrl{Type: CtrlLate, ViewSlot: view, Slot: slot, Epoch: epoch, Count: 1, Len: wc.ByteLen, Stale: stale})
 }
 
-// reportLate queues m, merged into the last queued report if it is for
-// the same view and epoch, and sends what the control share of the send
-// queue takes.
+// reportLate queues m, a LATE or a REFUSED report, merged into the last
+// queued report if that is of the same type, window, view and epoch, and
+// sends what the control share of the send queue takes. Reports are sent
+// again after a stripe failure and numbered, so that the peer takes each
+// once (lateReport, refusedReport).
 func (l *link) reportLate(m Ctrl) {
 	l.lateMu.Lock()
 	if n := len(l.lateQ); n > 0 {
 		q := &l.lateQ[n-1]
-		if q.ViewSlot == m.ViewSlot && q.Slot == m.Slot && q.Epoch == m.Epoch && q.Stale == m.Stale &&
+		if q.Type == m.Type && q.ViewSlot == m.ViewSlot && q.Slot == m.Slot && q.Incarnation == m.Incarnation &&
+			q.Epoch == m.Epoch && q.Stale == m.Stale &&
 			q.Count < math.MaxUint16 && uint64(q.Len)+uint64(m.Len) <= math.MaxUint32 {
 			q.Count++
 			q.Len += m.Len
@@ -178,10 +180,7 @@ func (ep *Endpoint) dropLate(l *link) {
 // lateReport handles a receiver's report that puts from this endpoint
 // arrived late (a LATE control message on l).
 func (ep *Endpoint) lateReport(l *link, m Ctrl) {
-	l.lateMu.Lock()
-	fresh := l.lateTaken.take(m.Seq)
-	l.lateMu.Unlock()
-	if !fresh {
+	if !l.takeReport(m.Seq) {
 		return // delivered before its stripe failed, then sent again
 	}
 	v := ep.view(m.ViewSlot)
@@ -200,6 +199,31 @@ func (ep *Endpoint) lateReport(l *link, m Ctrl) {
 	if f := ep.opts.OnLate; f != nil {
 		f(LateReport{Peer: l.peer, Mailbox: v.mb, Epoch: m.Epoch, Puts: int(m.Count), Bytes: uint64(m.Len), Stale: m.Stale})
 	}
+}
+
+// takeReport reports whether report number seq from l's peer (LATE or
+// REFUSED) is new, and records it.
+func (l *link) takeReport(seq uint32) bool {
+	l.lateMu.Lock()
+	defer l.lateMu.Unlock()
+	return l.lateTaken.take(seq)
+}
+
+// refusedReport handles a sender's report that the kernel module refused
+// puts of its into a counted window of this endpoint as stale (a REFUSED
+// control message on l): the module counts packets, not puts, and sees
+// none of the puts the NIC refused for a dead key, so the window counts
+// what its senders report (Stats.Stale).
+func (ep *Endpoint) refusedReport(l *link, m Ctrl) {
+	if !l.takeReport(m.Seq) {
+		return // delivered before its stripe failed, then sent again
+	}
+	_, inc, w, ok := ep.e.table.Slot(m.Slot)
+	if !ok || w == nil || inc != m.Incarnation {
+		ep.e.unknown.Add(1) // the window was freed meanwhile
+		return
+	}
+	w.knock(KnockStale, uint64(m.Count))
 }
 
 // maxLateGap bounds the report numbers a sender remembers above a gap.

@@ -262,13 +262,31 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	return true
 }
 
+// maxRetired bounds the replaced stripes whose control messages are still
+// taken (Endpoint.retired).
+const maxRetired = 256
+
+type retiredQP struct {
+	qpn uint32
+	l   *link
+}
+
 // retireStripe takes a replaced stripe out of service: the puts still
 // recorded on it (flushed by its error, never executed) are issued again,
 // Gets reading on it read again elsewhere, and it is disconnected and
 // destroyed. The caller holds ep.mu and l.mu.
 func (ep *Endpoint) retireStripe(old *stripe) {
 	old.dead.Store(true)
-	delete(ep.byQPN, old.qp.QPN())
+	qpn := old.qp.QPN()
+	delete(ep.byQPN, qpn)
+	if len(ep.retiredOrder) == maxRetired {
+		if r := ep.retiredOrder[0]; ep.retired[r.qpn] == r.l {
+			delete(ep.retired, r.qpn)
+		}
+		ep.retiredOrder = ep.retiredOrder[1:]
+	}
+	ep.retired[qpn] = old.l
+	ep.retiredOrder = append(ep.retiredOrder, retiredQP{qpn, old.l})
 	for _, g := range ep.gets {
 		if g.st == old {
 			// One outcome per READ in flight: the Get counts them.
@@ -422,6 +440,14 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 			cancel()
 		}
 	}
+	if err != nil && st != nil && st.dead.Load() {
+		// Replaced meanwhile: the dialer connected this stripe, saw it
+		// fail (a put refused on it) and dialled the next, whose
+		// acceptance retired this one and closed it under Accept, which
+		// was still waiting for the connection to be established. The
+		// link goes on with the newer stripe.
+		return
+	}
 	if err != nil {
 		ep.rejected.Add(1)
 		if st == nil {
@@ -568,6 +594,11 @@ func (l *link) fail(err error, wait bool) {
 		if st != nil {
 			st.dead.Store(true)
 			delete(ep.byQPN, st.qp.QPN())
+		}
+	}
+	for qpn, rl := range ep.retired {
+		if rl == l {
+			delete(ep.retired, qpn) // its order entry goes when it comes first
 		}
 	}
 	for slot, subs := range ep.subs {

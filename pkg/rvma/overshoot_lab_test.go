@@ -53,10 +53,10 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	}
 
 	// Room for every epoch: each has at least th puts, and at most 2*th
-	// land in one buffer (th counted, th late); three more are ended by
+	// land in one buffer (th counted, th late); up to four more are ended by
 	// IncEpoch at the end.
 	const epochs = 2 * rounds
-	w, _, posted := openPosted(t, recv, mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: th, Keep: epochs + 3}, epochs+3, epochs+3, 2*th*size)
+	w, _, posted := openPosted(t, recv, mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: th, Keep: epochs + 4}, epochs+4, epochs+4, 2*th*size)
 
 	// Each put carries its sender, round and index, so that every one can
 	// be found again in exactly one buffer.
@@ -68,13 +68,29 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	// A put refused as stale is issued again into a later epoch, at most
 	// eight times: a sender that keeps losing the race for epochs the
 	// other fills alone then gets ErrStale, and its put is in no buffer.
+	// Both senders start each round together: left alone, they can fall
+	// into step one epoch apart, each filling its own, and then no epoch
+	// is offered more than its threshold.
 	var wg sync.WaitGroup
 	var gaveUp [2]int
+	var start [rounds]sync.WaitGroup
+	for r := range start {
+		start[r].Add(len(senders))
+	}
 	for s, ep := range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			reached := 0 // rounds whose start this sender has reached
+			defer func() {
+				for ; reached < rounds; reached++ {
+					start[reached].Done() // the other sender does not wait for one that failed
+				}
+			}()
 			for r := 0; r < rounds; r++ {
+				start[r].Done()
+				reached++
+				start[r].Wait()
 				var ops []*rvma.PutOp
 				for k := 0; k < th; k++ {
 					off := uint64((s*th + k) * size)
@@ -102,8 +118,11 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	// Hand over what the last epochs hold: puts retried after a refusal
 	// may leave the head short of its threshold, and a sender that put
 	// the threshold into it by its own count has moved on to the next
-	// ones (a sender targets at most three generations ahead).
-	for i := 0; i < 3; i++ {
+	// ones. A sender targets at most three generations from the first
+	// that still accepts puts, and the head may be one before it that
+	// reached its threshold and is not handed over yet: four IncEpochs
+	// reach every generation a put can have landed in.
+	for i := 0; i < 4; i++ {
 		if _, err := w.IncEpoch(ctx); err != nil {
 			t.Fatalf("IncEpoch: %v", err)
 		}
@@ -126,16 +145,18 @@ func TestLabEndpointOvershoot(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if recv.Counting() == rvma.CountModule {
-		// Refused puts are reported by their senders (KnockStale), on
-		// whatever stripe still works: a knock sent while the refusal
-		// broke a sender's only stripe is lost (docs/rvma.md, section 6),
-		// so the receiver may count none of them (0 of 6 in one run).
+		// Refused puts are reported by their senders (REFUSED), through
+		// the queue that is sent again after the refusal broke a stripe:
+		// the receiver counts every one.
 		refused := senders[0].Stats().StalePuts + senders[1].Stats().StalePuts
-		time.Sleep(100 * time.Millisecond)
-		if st = w.Stats(); st.Late != 0 || refused == 0 || st.Stale > refused {
-			t.Fatalf("counted by the module: %d late puts (want none), %d refused as stale at the receiver, %d at the senders (want some there, at most as many at the receiver) (%+v)", st.Late, st.Stale, refused, st)
+		for st = w.Stats(); st.Stale != refused && time.Now().Before(deadline); st = w.Stats() {
+			time.Sleep(10 * time.Millisecond)
 		}
-		t.Logf("counted by the module: no late put; %d puts refused as stale at the senders, %d of them reported to the receiver", refused, st.Stale)
+		if st.Late != 0 || refused == 0 || st.Stale != refused {
+			t.Fatalf("counted by the module: %d late puts (want none), %d refused as stale at the receiver, %d at the senders (want some, as many at the receiver) (%+v; receiver %+v; senders %+v, %+v)",
+				st.Late, st.Stale, refused, st, recv.Stats(), senders[0].Stats(), senders[1].Stats())
+		}
+		t.Logf("counted by the module: no late put; %d puts refused as stale, all reported to the receiver", refused)
 	}
 	if recv.Counting() != rvma.CountModule && st.Late == 0 {
 		t.Fatalf("no put arrived late in %d epochs offered twice their threshold: the test shows nothing (%+v)", rounds, st)

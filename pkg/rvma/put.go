@@ -552,9 +552,9 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		counted, slot, inc := v.sv.entry.Flags&EntryCounted != 0, v.slot, v.sv.incarnation
 		v.mu.Unlock()
 		if counted {
-			// Nothing reached the receiver's library: tell it (a lost
-			// knock loses only the count).
-			st.l.knock(slot, inc, KnockStale)
+			// Nothing reached the receiver's library: tell it, through
+			// the queue that outlives this refusal's broken stripe.
+			st.l.reportLate(Ctrl{Type: CtrlRefused, Slot: slot, Incarnation: inc, Count: 1, Len: uint32(op.n)})
 		}
 		op.refusals++
 		if ep.opts.NoRetryStale || op.refusals >= maxAttempts {
@@ -581,13 +581,24 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 	go ep.run(op)
 }
 
+// linkOf is the link whose stripe QP qpn is: a stripe in service, one
+// being dialled, or one replaced lately (a message delivered just before
+// its stripe was replaced may be polled after; its sender saw it
+// delivered and does not send it again). The caller holds ep.mu.
+func (ep *Endpoint) linkOf(qpn uint32) *link {
+	if st := ep.byQPN[qpn]; st != nil {
+		return st.l
+	}
+	if l := ep.dialing[qpn]; l != nil {
+		return l
+	}
+	return ep.retired[qpn]
+}
+
 // ctrl handles a control message received on a link (engine callback).
 func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 	ep.mu.Lock()
-	l := ep.dialing[wc.QPN]
-	if st := ep.byQPN[wc.QPN]; st != nil {
-		l = st.l
-	}
+	l := ep.linkOf(wc.QPN)
 	ep.mu.Unlock()
 	m, err := ParseCtrl(msg)
 	if l == nil || err != nil {
@@ -628,6 +639,8 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 		ep.getAnswer(l, m)
 	case CtrlLate:
 		ep.lateReport(l, m)
+	case CtrlRefused:
+		ep.refusedReport(l, m)
 	case CtrlNack, CtrlResolved:
 		if m.Seq&GetSeqBit != 0 {
 			ep.getAnswer(l, m)

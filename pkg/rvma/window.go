@@ -800,15 +800,15 @@ func (w *windowState) keptBuffer(epoch uint64) (*buffer, error) {
 	return nil, fmt.Errorf("epoch %d of window %v is no longer kept: %w", epoch, w.mailbox, ErrStale)
 }
 
-// knock counts a put a sender's library refused against the closed window.
-func (w *windowState) knock(r KnockReason) {
+// knock counts n puts a sender reported (Window.knock).
+func (w *windowState) knock(r KnockReason, n uint64) {
 	switch r {
 	case KnockNack:
-		w.stats.Nacks++
+		w.stats.Nacks += n
 	case KnockDrop:
-		w.stats.Drops++
+		w.stats.Drops += n
 	case KnockStale:
-		w.stats.Stale++
+		w.stats.Stale += n
 	}
 }
 

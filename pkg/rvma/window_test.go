@@ -307,9 +307,9 @@ func TestWindowClose(t *testing.T) {
 		if e := f.w.entry(0); e.State != want || e.NDesc != 0 {
 			t.Fatalf("entry %+v", e)
 		}
-		f.w.knock(KnockNack)
-		f.w.knock(KnockDrop)
-		f.w.knock(KnockDrop)
+		f.w.knock(KnockNack, 1)
+		f.w.knock(KnockDrop, 1)
+		f.w.knock(KnockDrop, 1)
 		if s := f.w.Stats(); s.Nacks != 1 || s.Drops != 2 || s.EpochsCompleted != 0 || s.Posted != 0 {
 			t.Fatalf("stats %+v", s)
 		}

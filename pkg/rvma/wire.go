@@ -108,7 +108,10 @@ const (
 	KnockDrop KnockReason = 2 // the window is closed silently: the put was dropped
 	// KnockStale: a put to a window the receiver's module counts was
 	// refused as stale (ErrStale, or retried). A refused plain WRITE leaves
-	// nothing at the receiver to count, so the sender reports it.
+	// nothing at the receiver to count, so the sender reports it, in a
+	// REFUSED control message rather than a knock: a knock is lost when
+	// no stripe works, as after the refusal that broke one (a knock with
+	// this reason is still counted).
 	KnockStale KnockReason = 3
 )
 
@@ -406,6 +409,7 @@ const (
 	CtrlGet      CtrlType = 5 // sender → receiver: Slot, Incarnation, Epoch (Seq has GetSeqBit)
 	CtrlGetReply CtrlType = 6 // receiver → sender: Epoch, Addr, RKey, Len of a kept buffer, read-only (Seq echoes the request)
 	CtrlLate     CtrlType = 7 // receiver → sender: ViewSlot, Slot, Epoch, Count, Len, Stale of puts that arrived late
+	CtrlRefused  CtrlType = 8 // sender → receiver: Slot, Incarnation, Count, Len of puts the receiver's kernel module refused as stale
 )
 
 // GetSeqBit marks the Seq of a GET and of the NACK answering it, so that a
@@ -430,6 +434,8 @@ func (t CtrlType) String() string {
 		return "GETREPLY"
 	case CtrlLate:
 		return "LATE"
+	case CtrlRefused:
+		return "REFUSED"
 	}
 	return fmt.Sprintf("CtrlType(%d)", uint8(t))
 }
@@ -470,14 +476,14 @@ type Ctrl struct {
 	Seq         uint32
 	Mailbox     Mailbox    // RESOLVE
 	ViewSlot    uint32     // RESOLVE, LATE (the sender's view slot of the window)
-	Slot        uint32     // RESOLVED, GET, LATE
-	Incarnation uint32     // RESOLVED, GET
+	Slot        uint32     // RESOLVED, GET, LATE, REFUSED
+	Incarnation uint32     // RESOLVED, GET, REFUSED
 	Reason      NackReason // NACK
 	Epoch       uint64     // GET (LastEpoch: the newest kept), GETREPLY, LATE
 	Addr        uint64     // GETREPLY: the read-only memory window's address
 	RKey        uint32     // GETREPLY: its key
-	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length); LATE: the puts' bytes
-	Count       uint16     // LATE: the puts reported (at least 1)
+	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length); LATE, REFUSED: the puts' bytes
+	Count       uint16     // LATE, REFUSED: the puts reported (at least 1)
 	Stale       bool       // LATE: the epoch had been handed over already (a GuardNone window), not only reached its threshold
 }
 
@@ -493,7 +499,7 @@ func ctrlLen(t CtrlType) int {
 		return ctrlHeader + 4
 	case CtrlEagerAck:
 		return ctrlHeader
-	case CtrlGet:
+	case CtrlGet, CtrlRefused:
 		return ctrlHeader + 16
 	case CtrlGetReply, CtrlLate:
 		return ctrlHeader + 24
@@ -514,8 +520,11 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 	if m.Type == CtrlResolve && m.ViewSlot > slotMask {
 		return b, invalidf("view slot %d out of range", m.ViewSlot)
 	}
-	if (m.Type == CtrlResolved || m.Type == CtrlGet || m.Type == CtrlLate) && m.Slot > slotMask {
+	if (m.Type == CtrlResolved || m.Type == CtrlGet || m.Type == CtrlLate || m.Type == CtrlRefused) && m.Slot > slotMask {
 		return b, invalidf("slot %d out of range", m.Slot)
+	}
+	if m.Type == CtrlRefused && m.Count == 0 {
+		return b, invalidf("REFUSED with no puts")
 	}
 	if m.Type == CtrlLate && (m.ViewSlot > slotMask || m.Count == 0) {
 		return b, invalidf("LATE for view slot %d with %d puts", m.ViewSlot, m.Count)
@@ -556,6 +565,11 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 			out[28] = 1
 		}
 		le.PutUint16(out[30:], m.Count)
+	case CtrlRefused:
+		le.PutUint32(out[8:], m.Slot)
+		le.PutUint32(out[12:], m.Incarnation)
+		le.PutUint32(out[16:], m.Len)
+		le.PutUint16(out[20:], m.Count)
 	}
 	return append(b, out...), nil
 }
@@ -619,6 +633,14 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		m.Count = le.Uint16(b[30:])
 		if m.ViewSlot > slotMask || m.Slot > slotMask || b[28] > 1 || b[29] != 0 || m.Count == 0 {
 			return Ctrl{}, invalidf("LATE with a slot out of range, no puts or reserved bits set")
+		}
+	case CtrlRefused:
+		m.Slot = le.Uint32(b[8:])
+		m.Incarnation = le.Uint32(b[12:])
+		m.Len = le.Uint32(b[16:])
+		m.Count = le.Uint16(b[20:])
+		if m.Slot > slotMask || m.Count == 0 || b[22]|b[23] != 0 {
+			return Ctrl{}, invalidf("REFUSED with a slot out of range, no puts or reserved bits set")
 		}
 	}
 	return m, nil

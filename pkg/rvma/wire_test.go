@@ -187,6 +187,8 @@ func TestCtrl(t *testing.T) {
 		{Type: CtrlGetReply, Seq: GetSeqBit | 6, Epoch: 41, Addr: 0x7f0000001000, RKey: 0x1234, Len: 4096},
 		{Type: CtrlLate, ViewSlot: slotMask, Slot: 5, Epoch: 1 << 40, Len: 65536, Count: 0xFFFF, Stale: true},
 		{Type: CtrlLate, ViewSlot: 1, Slot: slotMask, Epoch: 3, Len: 8, Count: 1},
+		{Type: CtrlRefused, Seq: 7, Slot: slotMask, Incarnation: 0xFFFFFFFF, Len: 1 << 31, Count: 0xFFFF},
+		{Type: CtrlRefused, Slot: 2, Incarnation: 1, Len: 0, Count: 1},
 	} {
 		b, err := AppendCtrl(nil, m)
 		if err != nil {
@@ -205,7 +207,8 @@ func TestCtrl(t *testing.T) {
 	}
 	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlGet, Slot: slotMask + 1}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
 		{Type: CtrlResolve, ViewSlot: slotMask + 1}, {Type: CtrlResolved, Slot: slotMask + 1},
-		{Type: CtrlLate, Slot: slotMask + 1, Count: 1}, {Type: CtrlLate, ViewSlot: slotMask + 1, Count: 1}, {Type: CtrlLate, Slot: 1}} {
+		{Type: CtrlLate, Slot: slotMask + 1, Count: 1}, {Type: CtrlLate, ViewSlot: slotMask + 1, Count: 1}, {Type: CtrlLate, Slot: 1},
+		{Type: CtrlRefused, Slot: slotMask + 1, Count: 1}, {Type: CtrlRefused, Slot: 1}} {
 		if _, err := AppendCtrl(nil, m); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%+v encoded", m)
 		}
@@ -219,6 +222,14 @@ func TestCtrl(t *testing.T) {
 		b[f.i] = byte(f.v)
 		if _, err := ParseCtrl(b); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("LATE with byte %d = %d accepted", f.i, f.v)
+		}
+	}
+	refused, _ := AppendCtrl(nil, Ctrl{Type: CtrlRefused, Slot: 1, Count: 1})
+	for _, f := range []struct{ i, v int }{{20, 0}, {22, 1}, {23, 1}} {
+		b := append([]byte(nil), refused...)
+		b[f.i] = byte(f.v)
+		if _, err := ParseCtrl(b); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("REFUSED with byte %d = %d accepted", f.i, f.v)
 		}
 	}
 	for r := NackNoMailbox; r <= NackNoBuffer; r++ {
@@ -267,7 +278,8 @@ func FuzzUnmarshalEntry(f *testing.F) {
 
 func FuzzParseCtrl(f *testing.F) {
 	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed}, {Type: CtrlEagerAck, Seq: 9},
-		{Type: CtrlGet, Slot: 3, Epoch: 7}, {Type: CtrlGetReply, Epoch: 7, Addr: 1, RKey: 2, Len: 3}, {Type: CtrlLate, ViewSlot: 4, Slot: 3, Epoch: 7, Len: 9, Count: 2, Stale: true}} {
+		{Type: CtrlGet, Slot: 3, Epoch: 7}, {Type: CtrlGetReply, Epoch: 7, Addr: 1, RKey: 2, Len: 3}, {Type: CtrlLate, ViewSlot: 4, Slot: 3, Epoch: 7, Len: 9, Count: 2, Stale: true},
+		{Type: CtrlRefused, Slot: 3, Incarnation: 2, Len: 64, Count: 1}} {
 		b, _ := AppendCtrl(nil, m)
 		f.Add(b)
 	}

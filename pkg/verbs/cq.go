@@ -347,6 +347,12 @@ func (cq *CQ) poll(wcs []WC, polls int) (int, error) {
 // often (see Spin).
 const spinPolls = 64
 
+// nopLocker is the sync.Locker of Wait and Spin: nothing to hold.
+type nopLocker struct{}
+
+func (nopLocker) Lock()   {}
+func (nopLocker) Unlock() {}
+
 // Spin busy-polls until at least one completion arrives, then returns the
 // completions available (up to len(wcs)). It costs one CPU while it waits.
 // Errors wrap ErrInvalid (empty wcs), ErrClosed, ctx's error or the errno
@@ -362,13 +368,27 @@ const spinPolls = 64
 // perftest's latency, against 2 to 3 and 1.15 to 1.40x this way
 // (docs/benchmarks.md).
 func (cq *CQ) Spin(ctx context.Context, wcs []WC) (int, error) {
+	return cq.SpinWith(ctx, wcs, nopLocker{})
+}
+
+// SpinWith is Spin for a CQ that several goroutines poll and whose
+// completions must be handled in the order they were polled: every poll
+// holds mu, and a call that returns completions (n > 0, nil error) returns
+// with mu still held, so that the caller handles them before anyone polls
+// the next ones, then unlocks it. On an error mu is not held.
+func (cq *CQ) SpinWith(ctx context.Context, wcs []WC, mu sync.Locker) (int, error) {
 	if len(wcs) == 0 {
 		return 0, invalid("empty completion slice")
 	}
 	for i := 1; ; i++ {
+		mu.Lock()
 		n, err := cq.poll(wcs, spinPolls)
-		if n != 0 || err != nil {
-			return n, err
+		if n != 0 {
+			return n, nil // an error after them comes again at the next poll
+		}
+		mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
 		if i%4 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -401,6 +421,16 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // ErrInvalid when the CQ has no channel, ErrClosed when the CQ or channel is
 // closed meanwhile, or ctx's error.
 func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
+	return cq.WaitWith(ctx, wcs, nopLocker{})
+}
+
+// WaitWith is Wait for a CQ that several goroutines poll and whose
+// completions must be handled in the order they were polled: every poll
+// holds mu (never the wait for an event), and a call that returns
+// completions (n > 0, nil error) returns with mu still held, so that the
+// caller handles them before anyone polls the next ones, then unlocks it.
+// On an error mu is not held.
+func (cq *CQ) WaitWith(ctx context.Context, wcs []WC, mu sync.Locker) (int, error) {
 	if len(wcs) == 0 {
 		return 0, invalid("empty completion slice")
 	}
@@ -411,9 +441,14 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	cq.waitMu.Lock()
 	defer cq.waitMu.Unlock()
 	for {
+		mu.Lock()
 		n, err := cq.Poll(wcs)
-		if n > 0 || err != nil {
-			return n, err
+		if n > 0 {
+			return n, nil // an error after them comes again at the next poll
+		}
+		mu.Unlock()
+		if err != nil {
+			return 0, err
 		}
 		if !cq.armed {
 			if err := cq.ReqNotify(false); err != nil {
