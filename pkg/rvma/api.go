@@ -43,6 +43,9 @@ type windowDriver interface {
 	register(w *Window, a regAction)
 	end(w *Window, a endAction)
 	published(w *Window) uint64
+	// refusedPackets is how many write packets the module refused for a
+	// counted window (0 for others).
+	refusedPackets(w *Window) uint64
 	progressSpinner
 	progressWaiter
 }
@@ -433,8 +436,10 @@ func (w *Window) fail() {
 func (w *Window) Stats() Stats {
 	w.syncCounted()
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.st.Stats()
+	s := w.st.Stats()
+	w.mu.Unlock()
+	s.RefusedPackets = w.drv.refusedPackets(w)
+	return s
 }
 
 // Bytes returns the posted memory.

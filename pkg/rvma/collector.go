@@ -47,7 +47,8 @@ var (
 	descStale        = prometheus.NewDesc("rvma_window_stale_puts_total", "Puts that arrived for an epoch already handed over, or after Close.", winLabels, nil)
 	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
 	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
-	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descBufferWaits, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops}
+	descModRefused   = prometheus.NewDesc("rvma_window_module_refused_packets_total", "Write packets the kernel module refused for the window (a closed buffer, or a buffer's edge); 0 when the library counts.", winLabels, nil)
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descBufferWaits, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops, descModRefused}
 )
 
 // Describe sends the descriptions of every metric the collector exports.
@@ -98,5 +99,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descStale, s.Stale, addr, mb)
 		counter(descNacks, s.Nacks, addr, mb)
 		counter(descDrops, s.Drops, addr, mb)
+		counter(descModRefused, s.RefusedPackets, addr, mb)
 	}
 }

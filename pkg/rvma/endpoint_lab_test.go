@@ -160,7 +160,7 @@ func TestLabEndpointLoopback(t *testing.T) {
 	checkMetrics(t, ep, mb, map[string]float64{
 		"rvma_window_puts_total": 6 * bufLen / piece, "rvma_window_bytes_total": 6 * bufLen,
 		"rvma_window_epochs_completed_total": 6, "rvma_window_buffers_posted": 1, "rvma_window_buffers_held": 0,
-		"rvma_window_stale_puts_total": 0, "rvma_endpoint_up": 1, "rvma_endpoint_windows": 1,
+		"rvma_window_stale_puts_total": 0, "rvma_window_module_refused_packets_total": 0, "rvma_endpoint_up": 1, "rvma_endpoint_windows": 1,
 	})
 
 	// A put that does not fit fails before anything is sent.

@@ -224,6 +224,14 @@ func (e *engine) published(w *Window) uint64 {
 	return e.mod.mb.Done(w.kid)
 }
 
+// refusedPackets implements windowDriver.
+func (e *engine) refusedPackets(w *Window) uint64 {
+	if w.kid == 0 {
+		return 0
+	}
+	return e.mod.mb.Refused(w.kid)
+}
+
 // syncCounted takes what the module published for every counted window.
 func (e *engine) syncCounted() {
 	if e.mod == nil {

@@ -123,6 +123,12 @@ type Stats struct {
 	Stale           uint64 // puts that arrived after their epoch was handed over (GuardNone only) or closed; in a window the module counts, puts it refused as stale, as their senders report them
 	Nacks           uint64 // puts refused with a NACK after Close
 	Drops           uint64 // puts dropped silently after Close
+	// RefusedPackets counts, in a window the kernel module counts, the
+	// write packets the module refused: for a buffer it had closed, or
+	// straddling a buffer's edge (puts the NIC refused for a dead key
+	// before the module saw them are not among them; Stale counts both as
+	// their senders report them). 0 in a window the library counts.
+	RefusedPackets uint64
 }
 
 type bufState uint8
