@@ -154,6 +154,24 @@ func TestLabEndpointCounted(t *testing.T) {
 		}
 	})
 
+	t.Run("a window asking for CountLibrary is counted by the library", func(t *testing.T) {
+		// Counted by the library, a window takes a zero-length put (its
+		// immediate is counted), which a counted one refuses.
+		const mb = rvma.Mailbox(0xC0A6)
+		_, _, posted := openPosted(t, ep, mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 2, Counting: rvma.CountLibrary}, 1, 1, 4096)
+		copy(src, pattern(64, 6))
+		if err := ep.Put(ctx, self, mb, 0, nil); err != nil {
+			t.Fatalf("zero-length put to a library-counted window: %v", err)
+		}
+		if err := ep.Put(ctx, self, mb, 0, src[:64]); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := posted[0].Wait(ctx)
+		if err != nil || rec.Len != 64 || rec.Ops != 2 || !bytes.Equal(posted[0].Bytes()[:64], src[:64]) {
+			t.Fatalf("%+v %v", rec, err)
+		}
+	})
+
 	t.Run("GuardNone is counted by the library", func(t *testing.T) {
 		const mb = rvma.Mailbox(0xC0A4)
 		_, _, posted := openPosted(t, ep, mb, rvma.WindowOptions{Guard: rvma.GuardNone}, 1, 1, 4096)

@@ -483,10 +483,21 @@ func TestLabEndpointMisuse(t *testing.T) {
 	if _, err := ep.InitWindow(11, rvma.WindowOptions{Kind: rvma.EpochOps}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("ops window without a threshold: %v", err)
 	}
+	if _, err := ep.InitWindow(12, rvma.WindowOptions{Counting: 7}); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("counting 7: %v", err)
+	}
+	if _, err := ep.InitWindow(12, rvma.WindowOptions{Counting: rvma.CountModule, Guard: rvma.GuardNone}); !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("CountModule with GuardNone: %v", err)
+	}
+	// CountModule needs an endpoint the module counts.
+	_, err := ep.InitWindow(12, rvma.WindowOptions{Counting: rvma.CountModule})
+	if module := ep.Counting() == rvma.CountModule; module && err != nil || !module && !errors.Is(err, rvma.ErrInvalid) {
+		t.Fatalf("CountModule on an endpoint counting with %v: %v", ep.Counting(), err)
+	}
 	// A peer that is not there: the dial fails within its timeout.
 	short, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	err := ep.Put(short, netip.AddrPortFrom(ep.Addr().Addr(), 7999), 9, 0, []byte("x"))
+	err = ep.Put(short, netip.AddrPortFrom(ep.Addr().Addr(), 7999), 9, 0, []byte("x"))
 	if !errors.Is(err, rvma.ErrPeerGone) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("put to nobody: %v", err)
 	}

@@ -357,6 +357,9 @@ func (e *engine) addrOf(mem []byte) (uint64, error) {
 // initWindow opens a window on mailbox mb. A closed window still
 // lingering on mb is freed first.
 func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
+	if opts.Counting == CountModule && e.mod == nil {
+		return nil, invalidf("the window asks for CountModule, but the library counts this endpoint's puts (Options.Counting, or no kernel module)")
+	}
 	if _, _, old, ok := e.table.Lookup(mb); ok && old != nil {
 		old.mu.Lock()
 		closed := old.st.closed()

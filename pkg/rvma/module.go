@@ -42,8 +42,9 @@ func (c Counting) String() string {
 }
 
 // Counting reports who counts the puts into this endpoint's windows:
-// CountModule when the kernel module does (windows with GuardNone are
-// counted by the library all the same), CountLibrary otherwise.
+// CountModule when the kernel module does (windows with GuardNone, or
+// with WindowOptions.Counting CountLibrary, are counted by the library all
+// the same), CountLibrary otherwise.
 func (ep *Endpoint) Counting() Counting {
 	if ep.e.mod != nil {
 		return CountModule
@@ -149,10 +150,10 @@ func (m *module) windows() []*Window {
 }
 
 // completions implements windowDriver: the module's records for a window
-// it counts (the default guard, with the module open), a slab of the
-// window's own otherwise.
+// it counts (the default guard, with the module open, unless the window
+// asks for CountLibrary), a slab of the window's own otherwise.
 func (e *engine) completions(opts WindowOptions) (completionSource, bool) {
-	if e.mod != nil && opts.Guard == GuardInvalidate {
+	if e.mod != nil && opts.Guard == GuardInvalidate && opts.Counting != CountLibrary {
 		return e.mod, true
 	}
 	return newCompletionSlab(opts.MaxPosted + opts.Keep + 64), false

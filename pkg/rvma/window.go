@@ -57,6 +57,14 @@ type WindowOptions struct {
 	CloseMode CloseMode
 	// Guard selects the late-write protection (GuardInvalidate by default).
 	Guard Guard
+	// Counting chooses who counts this window's puts: CountAuto (the
+	// default) follows the endpoint (Endpoint.Counting); CountLibrary
+	// makes the library count it even where the kernel module counts the
+	// endpoint's other windows; CountModule requires the module (InitWindow
+	// fails with ErrInvalid on an endpoint that counts in the library, or
+	// with GuardNone, which the module cannot honour: it always closes a
+	// completed buffer).
+	Counting Counting
 	// MaxPosted limits the buffers posted and not yet completed
 	// (DefaultMaxPosted if 0).
 	MaxPosted int
@@ -89,6 +97,12 @@ func (o WindowOptions) normalize() (WindowOptions, error) {
 	}
 	if o.Guard > GuardNone {
 		return o, invalidf("guard %d", o.Guard)
+	}
+	if o.Counting > CountModule {
+		return o, invalidf("counting %d", o.Counting)
+	}
+	if o.Counting == CountModule && o.Guard == GuardNone {
+		return o, invalidf("a window the kernel module counts cannot have GuardNone: the module closes every completed buffer")
 	}
 	if o.MaxPosted < 0 {
 		return o, invalidf("negative MaxPosted %d", o.MaxPosted)
