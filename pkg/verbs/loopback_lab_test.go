@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1027,16 +1028,32 @@ func (e *cmEnd) close() {
 }
 
 func cmWait(ctx context.Context, cq *verbs.CQ, id uint64) (verbs.WC, error) {
-	wcs := make([]verbs.WC, 1)
-	for {
+	got, err := cmWaitAll(ctx, cq, id)
+	return got[id], err
+}
+
+// cmWaitAll waits for the completions of every work request in ids, in
+// whatever order they come (a receive can complete before the send whose
+// answer it is: rxe's completer and responder run apart), and fails with
+// the first error status.
+func cmWaitAll(ctx context.Context, cq *verbs.CQ, ids ...uint64) (map[uint64]verbs.WC, error) {
+	got := map[uint64]verbs.WC{}
+	wcs := make([]verbs.WC, 4)
+	for len(got) < len(ids) {
 		n, err := cq.Wait(ctx, wcs)
 		if err != nil {
-			return verbs.WC{}, err
+			return got, fmt.Errorf("waiting for work requests %v (have %d): %w", ids, len(got), err)
 		}
-		if n == 1 && wcs[0].ID == id {
-			return wcs[0], wcs[0].Err()
+		for _, wc := range wcs[:n] {
+			if slices.Contains(ids, wc.ID) {
+				if err := wc.Err(); err != nil {
+					return got, err
+				}
+				got[wc.ID] = wc
+			}
 		}
 	}
+	return got, nil
 }
 
 func cmServer(t *testing.T, ctx context.Context, l *verbs.CMID) error {
@@ -1199,14 +1216,11 @@ func cmClient(t *testing.T, ctx context.Context, ap netip.AddrPort) error {
 	if err := e.qp.PostSend(verbs.SendWR{ID: 4, Op: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{e.mr.SGE(0, 1000)}}); err != nil {
 		return err
 	}
-	if _, err := cmWait(ctx, e.cq, 4); err != nil {
-		return err
-	}
-	w, err := cmWait(ctx, e.cq, 3)
+	got, err := cmWaitAll(ctx, e.cq, 3, 4)
 	if err != nil {
-		return err
+		return fmt.Errorf("client: %w", err)
 	}
-	if w.ByteLen != 1000 || string(e.mr.Bytes()[2048:3048]) != string(want) {
+	if w := got[3]; w.ByteLen != 1000 || string(e.mr.Bytes()[2048:3048]) != string(want) {
 		return errors.New("client: echoed bytes differ")
 	}
 	if err := e.id.Disconnect(ctx); err != nil {
