@@ -4,10 +4,7 @@ package activeaccess_test
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"testing"
@@ -122,23 +119,14 @@ func TestLabRogue(t *testing.T) {
 
 func writeShared(t *testing.T, name string, v any) {
 	t.Helper()
-	b, _ := json.Marshal(v)
-	p := filepath.Join(os.Getenv(labenv.EnvShared), name+".json")
-	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
+	if err := labenv.Publish(name, v); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func readShared(t *testing.T, name string, v any) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(os.Getenv(labenv.EnvShared), name+".json"))
-	if err != nil {
+	if err := labenv.Load(name, v); err != nil {
 		t.Fatalf("the source published no %s: %v", name, err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -5,10 +5,7 @@ package kmod_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,12 +23,7 @@ type peerInfo struct {
 
 func publish(t *testing.T, name string, v any) {
 	t.Helper()
-	b, _ := json.Marshal(v)
-	p := filepath.Join(os.Getenv(labenv.EnvShared), name+".json")
-	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
+	if err := labenv.Publish(name, v); err != nil {
 		t.Fatal(err)
 	}
 	if err := labenv.Signal(name); err != nil {
@@ -55,11 +47,7 @@ func fetch(t *testing.T, name string, v any) {
 	if err := labenv.Wait(ctx, name); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(os.Getenv(labenv.EnvShared), name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
+	if err := labenv.Load(name, v); err != nil {
 		t.Fatal(err)
 	}
 }

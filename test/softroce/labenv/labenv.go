@@ -1,6 +1,7 @@
 // Package labenv is what a test running inside a SoftRoCE lab guest knows
 // about its surroundings: which guest it is, the addresses of its peers, the
-// RDMA device it must use, and a barrier shared by all guests of one boot.
+// RDMA device it must use, and a barrier and small published values shared
+// by all guests of one boot.
 //
 // The lab (test/softroce) sets these through the environment of every
 // command it runs in a guest. Outside the lab every accessor reports
@@ -14,6 +15,7 @@ package labenv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -146,15 +148,55 @@ func Wait(ctx context.Context, name string) error {
 	}
 }
 
-func barrierPath(name string) (string, error) {
+func barrierPath(name string) (string, error) { return sharedPath("barrier.", name, "") }
+
+// Publish writes v, as JSON, under name in the directory every guest of
+// the boot shares, whole or not at all: a guest that reads it meanwhile
+// finds the previous value or none, never half of it. Names are plain
+// words, as for Signal.
+func Publish(name string, v any) error {
+	p, err := sharedPath("", name, ".json")
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("labenv: publishing %q: %w", name, err)
+	}
+	if err := os.WriteFile(p+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(p+".tmp", p)
+}
+
+// Load reads into v what some guest published under name (Publish). It
+// fails, wrapping fs.ErrNotExist, when nothing was published yet.
+func Load(name string, v any) error {
+	p, err := sharedPath("", name, ".json")
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("labenv: reading %q: %w", name, err)
+	}
+	return nil
+}
+
+// sharedPath is the file prefix+name+suffix in the shared directory, for
+// a plain-word name.
+func sharedPath(prefix, name, suffix string) (string, error) {
 	dir := os.Getenv(EnvShared)
 	if dir == "" {
 		return "", fmt.Errorf("%w: %s is empty", ErrNotInLab, EnvShared)
 	}
 	if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") != "" || strings.HasPrefix(name, ".") {
-		return "", fmt.Errorf("labenv: bad barrier name %q", name)
+		return "", fmt.Errorf("labenv: bad name %q", name)
 	}
-	return filepath.Join(dir, "barrier."+name), nil
+	return filepath.Join(dir, prefix+name+suffix), nil
 }
 
 // CaptureStdout runs f and returns what it printed on standard output: a

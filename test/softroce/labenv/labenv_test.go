@@ -3,6 +3,7 @@ package labenv
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"testing"
 	"time"
 )
@@ -59,5 +60,30 @@ func TestBarrier(t *testing.T) {
 		if err := Signal(bad); err == nil {
 			t.Errorf("Signal(%q): no error", bad)
 		}
+		if err := Publish(bad, 1); err == nil {
+			t.Errorf("Publish(%q): no error", bad)
+		}
+	}
+}
+
+func TestPublish(t *testing.T) {
+	t.Setenv(EnvShared, t.TempDir())
+	type info struct{ QPN uint32 }
+	var got info
+	if err := Load("peer", &got); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Load before Publish: %v", err)
+	}
+	if err := Publish("peer", info{QPN: 17}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Load("peer", &got); err != nil || got.QPN != 17 {
+		t.Fatalf("Load: %+v %v", got, err)
+	}
+	if err := Publish("bad", func() {}); err == nil {
+		t.Fatal("Publish of a func: no error")
+	}
+	t.Setenv(EnvShared, "")
+	if err := Publish("peer", 1); !errors.Is(err, ErrNotInLab) {
+		t.Fatalf("Publish outside the lab: %v", err)
 	}
 }
