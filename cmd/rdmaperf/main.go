@@ -35,8 +35,12 @@
 // another thread during every long post and must get it back through the
 // scheduler: on rxe, where every post does its transfer inside the
 // system call, that alone made the Go loop's read_lat up to 2.5x slower.
-// rdmaperf therefore raises GOMAXPROCS to 2 unless the environment sets
-// it (pkg/verbs, "Performance").
+// rdmaperf therefore raises GOMAXPROCS to 2 for the verbs loops unless the
+// environment sets it (pkg/verbs, "Performance"). The RVMA loops keep the
+// runtime's choice, as an application of pkg/rvma would: pkg/rvma's
+// spinners yield to the endpoint's goroutines themselves, and a second P
+// on one CPU only lets each wake-up of those goroutines start a thread
+// that preempts the spinner (docs/benchmarks.md, "GOMAXPROCS and RVMA").
 package main
 
 import (
@@ -91,9 +95,6 @@ func main() {
 			err = syscall.Exec(self, os.Args, env)
 			log.Printf("re-exec with asyncpreemptoff failed: %v", err)
 		}
-	}
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
 	}
 	var (
 		dev      = flag.String("d", "", "RDMA device (default: the first)")
@@ -196,6 +197,9 @@ func main() {
 		}
 	}
 	defer conn.Close()
+	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 && !strings.HasPrefix(cfg.Test, "rvma") {
+		runtime.GOMAXPROCS(2)
+	}
 	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)

@@ -35,9 +35,10 @@ import (
 //     one RDMA READ of the same size. The bytes of the first and the
 //     last Get are checked.
 const (
-	rvmaPort    = 7491 // the endpoint's port; the client's is rvmaPort+1
-	rvmaBuffers = 4    // buffers posted per window
-	rvmaBatch   = 16   // puts per buffer in rvma_bw
+	rvmaPort    = 7491              // the endpoint's port; the client's is rvmaPort+1
+	rvmaBuffers = rvma.MaxDescs + 1 // buffers posted per window (rvma_lat): the sender sees MaxDescs while the application holds one
+	rvmaBWBufs  = 4                 // buffers posted per window in rvma_bw (16 puts per epoch: notices are rare anyway)
+	rvmaBatch   = 16                // puts per buffer in rvma_bw
 )
 
 // rvmaBench is one side of an RVMA test.
@@ -86,7 +87,11 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	if b.src, err = ep.Alloc(b.max); err != nil {
 		return err
 	}
-	for i := 0; i < rvmaBuffers; i++ {
+	nbufs := rvmaBuffers
+	if cfg.Test == "rvma_bw" {
+		nbufs = rvmaBWBufs
+	}
+	for i := 0; i < nbufs; i++ {
 		m, err := ep.Alloc(bufLen)
 		if err != nil {
 			return err
@@ -97,7 +102,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		title := map[string]string{"rvma_lat": "RVMA Put Latency Test", "rvma_bw": "RVMA Put BW Test", "rvma_get_lat": "RVMA Get Latency Test"}[cfg.Test]
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
-		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n Counting       : %s\n", devName, ep.Addr(), b.peer, rvmaBuffers, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard], ep.Counting())
+		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n Counting       : %s\n", devName, ep.Addr(), b.peer, nbufs, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard], ep.Counting())
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		if cfg.Test == "rvma_bw" {
 			fmt.Fprint(out, bwHeader)
@@ -215,7 +220,7 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 // earlier put is collected before the next one starts. A side releases
 // the buffer it received into right after its answering put, as an
 // application that answers first would: with rvmaBuffers posted, the
-// buffer is not needed again for three more epochs.
+// buffer is not needed again for rvmaBuffers-1 more epochs.
 func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted) ([]time.Duration, error) {
 	iters := b.cfg.Iters
 	stamps := make([]uint64, iters)

@@ -597,6 +597,11 @@ func (p *Posted) Release() error {
 		return fmt.Errorf("release on window %v: %w", p.w.mailbox, err)
 	}
 	p.w.flush()
+	// The bind that re-posting may have issued completes within its post
+	// on rxe: handling it now pushes the entry to the senders before the
+	// application goes back to spinning, where a counted window's spin
+	// would poll the CQ only every 16th round.
+	p.w.drv.pollOnce()
 	return nil
 }
 

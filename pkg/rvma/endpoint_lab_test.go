@@ -702,8 +702,9 @@ func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[str
 
 // TestLabEndpointNotices streams epochs from the one sender of a window:
 // it moves on by its own count, so the receiver pushes its entry only when
-// the sender is about to run out of descriptors (about every second epoch),
-// and always after an IncEpoch, which the sender cannot count.
+// the sender is about to run out of descriptors (with MaxDescs+1 buffers
+// posted, once every MaxDescs-1 epochs), and always after an IncEpoch,
+// which the sender cannot count.
 func TestLabEndpointNotices(t *testing.T) {
 	ep := labListen(t, 7478, &rvma.Options{Stripes: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -713,12 +714,13 @@ func TestLabEndpointNotices(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arena, err := ep.Alloc(4 * size)
+	const buffers = rvma.MaxDescs + 1
+	arena, err := ep.Alloc(buffers * size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var posted []*rvma.Posted
-	for i := 0; i < 4; i++ {
+	for i := 0; i < buffers; i++ {
 		p, err := w.Post(arena[i*size:(i+1)*size], nil)
 		if err != nil {
 			t.Fatal(err)
@@ -781,8 +783,8 @@ func TestLabEndpointNotices(t *testing.T) {
 	}
 	sent := ep.Stats().Notices - before
 	t.Logf("%d epochs from one sender: %d notices", epochs, sent)
-	if sent > epochs*3/4 {
-		t.Errorf("%d notices for %d epochs of one sender; want about one every second epoch", sent, epochs)
+	if want := uint64(epochs/(rvma.MaxDescs-1) + 2); sent > want {
+		t.Errorf("%d notices for %d epochs of one sender; want at most %d (one every %d epochs)", sent, epochs, want, rvma.MaxDescs-1)
 	}
 	// An epoch ended by IncEpoch: the sender learns it from a notice and
 	// puts its next bytes into the next epoch.

@@ -380,13 +380,30 @@ func (ep *Endpoint) run(op *PutOp) {
 // trying again (no buffer yet, or the send queue is full and block is
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
+	done, wait, noBuf, err := ep.postOnce(op, l, v, block)
+	if noBuf && ep.e.pollOnce() {
+		// Completions were waiting, and one may be the entry the put
+		// needs: a goroutine spinning on a counted window's record sees
+		// the peer's answer without polling the CQ, where the entry that
+		// came before it still is.
+		done, wait, noBuf, err = ep.postOnce(op, l, v, block)
+	}
+	if noBuf {
+		ep.bufferWaits.Add(1)
+	}
+	return done, wait, err
+}
+
+// postOnce is one attempt of post; noBuf reports that the view has no
+// buffer for the put's epoch (wait is then the view's next change).
+func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, noBuf bool, err error) {
 	st := l.pick()
 	if st == nil { // every stripe is being replaced
 		wait = l.replaced()
 		if l.pick() != nil {
-			return false, closedChan, nil
+			return false, closedChan, false, nil
 		}
-		return false, wait, nil
+		return false, wait, false, nil
 	}
 	if block {
 		ep.e.waitBegin()
@@ -400,13 +417,13 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		}
 		ep.e.waitEnd()
 		if err != nil {
-			return false, nil, err
+			return false, nil, false, err
 		}
 	} else {
 		select {
 		case st.credits <- struct{}{}:
 		default:
-			return false, nil, nil
+			return false, nil, false, nil
 		}
 	}
 	v.mu.Lock()
@@ -414,23 +431,22 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		err := v.err
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, err
+		return false, nil, false, err
 	}
 	gen, d, err := v.sv.target(op.off, uint64(op.n))
 	switch {
 	case errors.Is(err, ErrNoBuffer):
-		ep.bufferWaits.Add(1)
 		wait = v.changed
 		v.mu.Unlock()
 		<-st.credits
-		return false, wait, nil
+		return false, wait, true, nil
 	case errors.Is(err, errGone):
 		// The receiver freed the mailbox: the next round resolves it
 		// again and finds its new window, or ErrNoMailbox.
 		v.mu.Unlock()
 		<-st.credits
 		ep.dropView(l, v)
-		return false, closedChan, nil
+		return false, closedChan, false, nil
 	case errors.Is(err, errDropped), errors.Is(err, ErrMailboxClosed):
 		slot, inc := v.slot, v.sv.incarnation
 		v.mu.Unlock()
@@ -441,20 +457,20 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		}
 		l.knock(slot, inc, r) // counted at the receiver; a lost knock loses only the count
 		if err != nil {
-			return false, nil, err
+			return false, nil, false, err
 		}
 		op.finish(nil)
-		return true, nil, nil
+		return true, nil, false, nil
 	case err != nil:
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, err
+		return false, nil, false, err
 	}
 	counted := v.sv.entry.Flags&EntryCounted != 0
 	if counted && op.n == 0 {
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, invalidf("a zero-length put to mailbox %v, whose receiver's kernel module counts the bytes it places: a zero-length WRITE places none", op.mb)
+		return false, nil, false, invalidf("a zero-length put to mailbox %v, whose receiver's kernel module counts the bytes it places: a zero-length WRITE places none", op.mb)
 	}
 	v.sv.commit(gen, uint64(op.n))
 	slot := v.slot
@@ -485,11 +501,11 @@ func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bo
 		v.mu.Unlock()
 		if errors.Is(err, verbs.ErrWrongState) {
 			st.broken(err)
-			return false, nil, errPeer(l.peer, err)
+			return false, nil, false, errPeer(l.peer, err)
 		}
-		return false, nil, err
+		return false, nil, false, err
 	}
-	return true, nil, nil
+	return true, nil, false, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

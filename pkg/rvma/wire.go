@@ -193,11 +193,14 @@ type Desc struct {
 }
 
 // MaxDescs is the number of posted buffers an entry describes: the head
-// and the two after it.
-const MaxDescs = 3
+// and the six after it. A sender that fills epochs alone is pushed a new
+// entry only when it is down to its last descriptor (senderKeepsUp), so
+// with MaxDescs+1 buffers posted it is pushed one entry per MaxDescs-1
+// epochs.
+const MaxDescs = 7
 
 // EntrySize is the length of an encoded Entry.
-const EntrySize = 128
+const EntrySize = 256
 
 // Entry is one slot of a receiver's descriptor table, and what the
 // receiver pushes into its subscribers' view slots.
@@ -247,15 +250,15 @@ const (
 	entNDesc = 22
 	entHead  = 24
 	entDescs = 32  // MaxDescs × 24 bytes
-	entFlags = 104 // EntryFlags
-	entRsvd  = 105 // 15 reserved bytes, zero
-	entCRC   = 120
-	entSeqLo = 124
+	entFlags = 200 // EntryFlags
+	entRsvd  = 201 // 47 reserved bytes, zero
+	entCRC   = 248
+	entSeqLo = 252
 	descSize = 24
 )
 
 // MarshalEntry encodes e into b (at least EntrySize bytes) as a stable
-// entry: the checksum covers bytes 0..119 and the low half of Seq is
+// entry: the checksum covers bytes 0..247 and the low half of Seq is
 // repeated at the end. It fails with ErrInvalid for an odd Seq, too many
 // descriptors or a short b.
 func MarshalEntry(b []byte, e *Entry) error {
