@@ -26,8 +26,16 @@
 // completed epoch are refused by the NIC and never change it (the sender
 // gets ErrStale or, by default, its put is re-issued into the next epoch,
 // up to 8 times).
-// A window binds only the buffers senders are shown (the head and the two
-// after it), so an epoch costs one bind and one notice to its senders.
+// A window binds only the buffers senders are shown (the head and up to
+// MaxDescs-1 after it), so an epoch costs one bind, and a sender that fills
+// epochs alone is sent a notice only when it is down to its last buffer:
+// post MaxDescs+1 buffers and it gets one every MaxDescs-1 epochs.
+//
+// Posted.Spin and the endpoint's goroutines hand work to each other; on a
+// host with one CPU leave GOMAXPROCS at the runtime's 1 (a second P only
+// lets each hand-off start a thread that preempts the spinner:
+// docs/benchmarks.md, "GOMAXPROCS and RVMA").
+//
 // Get reads back bytes of a completed epoch that the receiving window
 // still keeps for rewind (WindowOptions.Keep), through a read-only memory
 // window the receiver binds on request and unbinds before the buffer is
