@@ -46,8 +46,7 @@ type windowDriver interface {
 	// refusedPackets is how many write packets the module refused for a
 	// counted window (0 for others).
 	refusedPackets(w *Window) uint64
-	progressSpinner
-	progressWaiter
+	progressDriver
 }
 
 // progressSpinner lets a goroutine run the driver's progress itself while

@@ -380,30 +380,34 @@ func (ep *Endpoint) run(op *PutOp) {
 // trying again (no buffer yet, or the send queue is full and block is
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
-	done, wait, noBuf, err := ep.postOnce(op, l, v, block)
-	if noBuf && ep.e.pollOnce() {
+	done, wait, err = ep.postOnce(op, l, v, block)
+	if errors.Is(err, errAwaitBuffer) && ep.e.pollOnce() {
 		// Completions were waiting, and one may be the entry the put
 		// needs: a goroutine spinning on a counted window's record sees
 		// the peer's answer without polling the CQ, where the entry that
 		// came before it still is.
-		done, wait, noBuf, err = ep.postOnce(op, l, v, block)
+		done, wait, err = ep.postOnce(op, l, v, block)
 	}
-	if noBuf {
+	if errors.Is(err, errAwaitBuffer) {
 		ep.bufferWaits.Add(1)
+		err = nil
 	}
 	return done, wait, err
 }
 
-// postOnce is one attempt of post; noBuf reports that the view has no
-// buffer for the put's epoch (wait is then the view's next change).
-func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, noBuf bool, err error) {
+// errAwaitBuffer is postOnce's report that the view has no buffer for the
+// put's epoch: wait is then the view's next change.
+var errAwaitBuffer = errors.New("rvma: no buffer in the view yet")
+
+// postOnce is one attempt of post.
+func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
 	st := l.pick()
 	if st == nil { // every stripe is being replaced
 		wait = l.replaced()
 		if l.pick() != nil {
-			return false, closedChan, false, nil
+			return false, closedChan, nil
 		}
-		return false, wait, false, nil
+		return false, wait, nil
 	}
 	if block {
 		ep.e.waitBegin()
@@ -417,13 +421,13 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		}
 		ep.e.waitEnd()
 		if err != nil {
-			return false, nil, false, err
+			return false, nil, err
 		}
 	} else {
 		select {
 		case st.credits <- struct{}{}:
 		default:
-			return false, nil, false, nil
+			return false, nil, nil
 		}
 	}
 	v.mu.Lock()
@@ -431,7 +435,7 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		err := v.err
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, false, err
+		return false, nil, err
 	}
 	gen, d, err := v.sv.target(op.off, uint64(op.n))
 	switch {
@@ -439,14 +443,14 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		wait = v.changed
 		v.mu.Unlock()
 		<-st.credits
-		return false, wait, true, nil
+		return false, wait, errAwaitBuffer
 	case errors.Is(err, errGone):
 		// The receiver freed the mailbox: the next round resolves it
 		// again and finds its new window, or ErrNoMailbox.
 		v.mu.Unlock()
 		<-st.credits
 		ep.dropView(l, v)
-		return false, closedChan, false, nil
+		return false, closedChan, nil
 	case errors.Is(err, errDropped), errors.Is(err, ErrMailboxClosed):
 		slot, inc := v.slot, v.sv.incarnation
 		v.mu.Unlock()
@@ -457,20 +461,20 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		}
 		l.knock(slot, inc, r) // counted at the receiver; a lost knock loses only the count
 		if err != nil {
-			return false, nil, false, err
+			return false, nil, err
 		}
 		op.finish(nil)
-		return true, nil, false, nil
+		return true, nil, nil
 	case err != nil:
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, false, err
+		return false, nil, err
 	}
 	counted := v.sv.entry.Flags&EntryCounted != 0
 	if counted && op.n == 0 {
 		v.mu.Unlock()
 		<-st.credits
-		return false, nil, false, invalidf("a zero-length put to mailbox %v, whose receiver's kernel module counts the bytes it places: a zero-length WRITE places none", op.mb)
+		return false, nil, invalidf("a zero-length put to mailbox %v, whose receiver's kernel module counts the bytes it places: a zero-length WRITE places none", op.mb)
 	}
 	v.sv.commit(gen, uint64(op.n))
 	slot := v.slot
@@ -501,11 +505,11 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		v.mu.Unlock()
 		if errors.Is(err, verbs.ErrWrongState) {
 			st.broken(err)
-			return false, nil, false, errPeer(l.peer, err)
+			return false, nil, errPeer(l.peer, err)
 		}
-		return false, nil, false, err
+		return false, nil, err
 	}
-	return true, nil, false, nil
+	return true, nil, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -216,20 +216,20 @@ func TestCtrl(t *testing.T) {
 	if _, err := ParseCtrl([]byte{byte(CtrlEagerAck), 1, 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrInvalid) {
 		t.Fatal("reserved bytes accepted")
 	}
-	late, _ := AppendCtrl(nil, Ctrl{Type: CtrlLate, Slot: 1, Count: 1})
-	for _, f := range []struct{ i, v int }{{28, 2}, {29, 1}, {30, 0}} {
-		b := append([]byte(nil), late...)
-		b[f.i] = byte(f.v)
-		if _, err := ParseCtrl(b); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("LATE with byte %d = %d accepted", f.i, f.v)
-		}
-	}
-	refused, _ := AppendCtrl(nil, Ctrl{Type: CtrlRefused, Slot: 1, Count: 1})
-	for _, f := range []struct{ i, v int }{{20, 0}, {22, 1}, {23, 1}} {
-		b := append([]byte(nil), refused...)
-		b[f.i] = byte(f.v)
-		if _, err := ParseCtrl(b); !errors.Is(err, ErrInvalid) {
-			t.Fatalf("REFUSED with byte %d = %d accepted", f.i, f.v)
+	for _, c := range []struct {
+		typ   CtrlType
+		bytes []struct{ i, v int } // a byte set to a value the parser must refuse
+	}{
+		{CtrlLate, []struct{ i, v int }{{28, 2}, {29, 1}, {30, 0}}},
+		{CtrlRefused, []struct{ i, v int }{{20, 0}, {22, 1}, {23, 1}}},
+	} {
+		good, _ := AppendCtrl(nil, Ctrl{Type: c.typ, Slot: 1, Count: 1})
+		for _, f := range c.bytes {
+			b := append([]byte(nil), good...)
+			b[f.i] = byte(f.v)
+			if _, err := ParseCtrl(b); !errors.Is(err, ErrInvalid) {
+				t.Fatalf("%v with byte %d = %d accepted", c.typ, f.i, f.v)
+			}
 		}
 	}
 	for r := NackNoMailbox; r <= NackNoBuffer; r++ {
