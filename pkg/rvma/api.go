@@ -83,18 +83,28 @@ func spin(ctx context.Context, ps progressSpinner, done <-chan struct{}) error {
 		if ps.pollOnce() {
 			continue
 		}
-		if n%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if oneP {
-				runtime.Gosched()
-			}
-		}
-		if n%16 == 0 {
-			ps.yield()
+		if err := spinIdle(ctx, ps, n, oneP); err != nil {
+			return err
 		}
 	}
+}
+
+// spinIdle ends round n of a spinner that found nothing: every 256th
+// round it checks ctx (returning its error) and, with one P, lets the
+// endpoint's goroutines run; every 16th it yields as the runtime needs.
+func spinIdle(ctx context.Context, ps progressSpinner, n int, oneP bool) error {
+	if n%256 == 0 {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if oneP {
+			runtime.Gosched()
+		}
+	}
+	if n%16 == 0 {
+		ps.yield()
+	}
+	return nil
 }
 
 // progressWaiter is told when a goroutine blocks until the driver's
@@ -565,15 +575,9 @@ func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, boo
 		if ps.pollOnce() {
 			continue
 		}
-		if n%256 == 0 {
-			if err := ctx.Err(); err != nil {
-				return Record{}, false, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
-			}
-			if oneP {
-				runtime.Gosched()
-			}
+		if err := spinIdle(ctx, ps, n, oneP); err != nil {
+			return Record{}, false, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 		}
-		ps.yield()
 	}
 }
 
