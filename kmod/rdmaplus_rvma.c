@@ -742,9 +742,11 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	return 0;
 }
 
-static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+/* Register one buffer (RDMAPLUS_IOC_RVMA_POST, or one of a POSTV). */
+static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
+			  const struct rdmaplus_rvma_post *ap)
 {
-	struct rdmaplus_rvma_post a;
+	struct rdmaplus_rvma_post a = *ap;
 	struct rvma_mr *fresh = NULL;
 	struct rvma_buf *nb = NULL;
 	struct rvma_win *w;
@@ -753,8 +755,6 @@ static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	void *rmr;
 	long ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
 	if (a.size != sizeof(a) || a.reserved ||
 	    a.flags & ~RDMAPLUS_RVMA_REC_ONETIME ||
 	    !a.length || a.length > RDMAPLUS_RVMA_MAX_LENGTH ||
@@ -813,6 +813,44 @@ out:
 	if (ret)
 		rvma_maybe_unhook(ctx);
 	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_post a;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	return rvma_post_one(ctx, &a);
+}
+
+static long rvma_postv(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_postv v;
+	struct rdmaplus_rvma_post a;
+	const void __user *src;
+	long ret = 0;
+	u32 i;
+
+	if (copy_from_user(&v, arg, sizeof(v)))
+		return -EFAULT;
+	if (v.size != sizeof(v) || v.reserved || v.done ||
+	    !v.count || v.count > RDMAPLUS_RVMA_MAX_POSTV)
+		return -EINVAL;
+	src = u64_to_user_ptr(v.posts);
+	for (i = 0; i < v.count; i++) {
+		if (copy_from_user(&a, src + i * sizeof(a), sizeof(a))) {
+			ret = -EFAULT;
+			break;
+		}
+		ret = rvma_post_one(ctx, &a);
+		if (ret)
+			break;
+	}
+	if (put_user(i, (u32 __user *)(arg +
+			offsetof(struct rdmaplus_rvma_postv, done))))
+		return -EFAULT;
 	return ret;
 }
 
@@ -988,6 +1026,8 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 		return rvma_win_destroy(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_POST:
 		return rvma_post(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_POSTV:
+		return rvma_postv(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_END:
 		return rvma_end(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_ARM:

@@ -140,6 +140,14 @@ type rawRVMAPost struct {
 	Reserved  uint32
 }
 
+type rawRVMAPostV struct {
+	Size     uint32
+	Count    uint32
+	Posts    uint64
+	Done     uint32
+	Reserved uint32
+}
+
 type rawRVMAEnd struct {
 	Size     uint32
 	Win      uint32
@@ -171,4 +179,5 @@ var (
 	iocRVMAPost       = ioc(iocWrite, 0x23, unsafe.Sizeof(rawRVMAPost{}))
 	iocRVMAEnd        = ioc(iocWrite, 0x24, unsafe.Sizeof(rawRVMAEnd{}))
 	iocRVMAArm        = ioc(iocNone, 0x25, 0)
+	iocRVMAPostV      = ioc(iocRead|iocWrite, 0x26, unsafe.Sizeof(rawRVMAPostV{}))
 )

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -291,6 +292,42 @@ func (m *Mailboxes) Post(id uint32, p MailboxPost) error {
 		a.Flags = uint32(RecordOneTime)
 	}
 	return m.dev.ioctl("rvma post", iocRVMAPost, unsafe.Pointer(&a))
+}
+
+// MaxPostMany is the most buffers one PostMany call registers.
+const MaxPostMany = 64
+
+// PostMany posts the buffers into window id in order, as Post would each,
+// with one system call per MaxPostMany of them. It returns how many were
+// posted: on an error (Post's) the ones before it stay posted and the
+// rest are not.
+func (m *Mailboxes) PostMany(id uint32, ps []MailboxPost) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return 0, ErrClosed
+	}
+	raw := make([]rawRVMAPost, min(len(ps), MaxPostMany))
+	done := 0
+	for done < len(ps) {
+		chunk := ps[done:min(len(ps), done+MaxPostMany)]
+		for i, p := range chunk {
+			raw[i] = rawRVMAPost{Size: uint32(unsafe.Sizeof(rawRVMAPost{})), Win: id, Key: p.Key, IOVA: p.IOVA,
+				Length: p.Length, Threshold: p.Threshold, Gen: p.Gen, Record: p.Record}
+			if p.OneTime {
+				raw[i].Flags = uint32(RecordOneTime)
+			}
+		}
+		v := rawRVMAPostV{Size: uint32(unsafe.Sizeof(rawRVMAPostV{})), Count: uint32(len(chunk)),
+			Posts: uint64(uintptr(unsafe.Pointer(&raw[0])))}
+		err := m.dev.ioctl("rvma post", iocRVMAPostV, unsafe.Pointer(&v))
+		runtime.KeepAlive(raw)
+		done += min(int(v.Done), len(chunk))
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // End ends pending generation gen of window id now (with all, every

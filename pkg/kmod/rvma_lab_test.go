@@ -296,6 +296,54 @@ func TestLabMailboxOrder(t *testing.T) {
 	waitSignal(t, mb)
 }
 
+// PostMany registers several buffers in one call, in order: each is
+// counted and published as if posted alone. A call whose second post is
+// refused registers the first and reports it.
+func TestLabMailboxPostMany(t *testing.T) {
+	d := openDev(t)
+	mb := newMailboxes(t, d, 1, 4)
+	id := newWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 1, verbs.MTU1024)
+	posts := make([]kmod.MailboxPost, 3)
+	for g := range posts {
+		posts[g] = kmod.MailboxPost{Key: p.key(), IOVA: p.addr(g * 1024), Length: 1024, Threshold: 1024,
+			Gen: uint64(g), Record: uint32(g)}
+	}
+	if n, err := mb.PostMany(id, posts); n != 3 || err != nil {
+		t.Fatalf("PostMany: %d, %v", n, err)
+	}
+	data := pattern(3*1024, 9)
+	for _, g := range []int{2, 0, 1} {
+		if err := p.write(g*1024, g*1024, data[g*1024:(g+1)*1024]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantDone(t, mb, id, 3)
+	for g := range posts {
+		checkRecord(t, mb, g, kmod.MailboxRecord{Epoch: uint64(g), Addr: p.addr(g * 1024), Len: 1024, Ops: 1, Cap: 1024})
+	}
+	checkBytes(t, p, 0, data)
+
+	// The second post's threshold exceeds its buffer: the first stays.
+	bad := []kmod.MailboxPost{
+		{Key: p.key(), IOVA: p.addr(3072), Length: 512, Threshold: 512, Gen: 3, Record: 3},
+		{Key: p.key(), IOVA: p.addr(3584), Length: 512, Threshold: 513, Gen: 4, Record: 0},
+	}
+	n, err := mb.PostMany(id, bad)
+	if n != 1 || !errors.Is(err, kmod.ErrInvalid) {
+		t.Fatalf("PostMany with a bad second post: %d, %v; want 1, ErrInvalid", n, err)
+	}
+	tail := pattern(512, 4)
+	if err := p.write(3072, 3072, tail); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, id, 4)
+	checkRecord(t, mb, 3, kmod.MailboxRecord{Epoch: 3, Addr: p.addr(3072), Len: 512, Ops: 1, Cap: 512})
+	if n, err := mb.PostMany(id, nil); n != 0 || err != nil {
+		t.Fatalf("PostMany of nothing: %d, %v", n, err)
+	}
+}
+
 // An ops window counts WRITE messages, not packets: three 10000-byte
 // WRITEs of 10 packets each (MTU 1024), and of 3 packets each (MTU 4096).
 func TestLabMailboxOps(t *testing.T) {

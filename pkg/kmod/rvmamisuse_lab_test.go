@@ -3,8 +3,8 @@
 package kmod
 
 // The module's answers to misuse of the counted-mailbox requests, sent
-// raw: every validation error of SETUP, WIN_CREATE, WIN_DESTROY, POST and
-// END, wrong structure sizes, requests before SETUP, bad mmaps, another
+// raw: every validation error of SETUP, WIN_CREATE, WIN_DESTROY, POST,
+// POSTV and END, wrong structure sizes, requests before SETUP, bad mmaps, another
 // file gating the same region, and the per-file range limit.
 //
 // Run: go run ./test/softroce gotest ./pkg/kmod -test.run TestLabMailboxRawMisuse -test.v
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -237,6 +238,54 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	p.IOVA = base + 4096 // adjacent: fine, and an ops threshold may exceed the length
 	if err := post(d, p); err != nil {
 		t.Fatalf("POST of an adjacent ops buffer: %v", err)
+	}
+
+	// POSTV's checks: the header's, then each post's as POST's, stopping
+	// at the first that fails with the ones before it registered.
+	postv := func(v rawRVMAPostV, ps []rawRVMAPost) (uint32, error) {
+		if v.Size == 0 {
+			v.Size = uint32(unsafe.Sizeof(rawRVMAPostV{}))
+		}
+		if len(ps) > 0 && v.Posts == 0 {
+			for i := range ps {
+				ps[i].Size = postSize
+			}
+			v.Posts = uint64(uintptr(unsafe.Pointer(&ps[0])))
+		}
+		err := d.ioctl("postv", iocRVMAPostV, unsafe.Pointer(&v))
+		runtime.KeepAlive(ps)
+		return v.Done, err
+	}
+	two := func() []rawRVMAPost {
+		return []rawRVMAPost{{Win: w2, Key: mr.LKey(), IOVA: base + 16384, Length: 64, Threshold: 1, Gen: 1, Record: 2},
+			{Win: w2, Key: mr.LKey(), IOVA: base + 16448, Length: 64, Threshold: 1, Gen: 2, Record: 3}}
+	}
+	for _, c := range []struct {
+		name string
+		v    rawRVMAPostV
+	}{
+		{"a short size", rawRVMAPostV{Size: uint32(unsafe.Sizeof(rawRVMAPostV{})) - 8, Count: 2}},
+		{"count 0", rawRVMAPostV{Count: 0}},
+		{"a count beyond the limit", rawRVMAPostV{Count: MaxPostMany + 1}},
+		{"reserved", rawRVMAPostV{Count: 2, Reserved: 1}},
+		{"done set", rawRVMAPostV{Count: 2, Done: 1}},
+	} {
+		_, err := postv(c.v, two())
+		errno("POSTV with "+c.name, err, syscall.EINVAL)
+	}
+	n, err := postv(rawRVMAPostV{Count: 2, Posts: 8}, nil)
+	errno("POSTV from an address not mapped", err, syscall.EFAULT)
+	if n != 0 {
+		t.Errorf("POSTV from an address not mapped: done %d", n)
+	}
+	bad2 := two()
+	bad2[1].Gen = 1 // not above the first's
+	if n, err = postv(rawRVMAPostV{Count: 2}, bad2); !errors.Is(err, syscall.EINVAL) || n != 1 {
+		t.Errorf("POSTV whose second generation does not grow: done %d, %v; want 1, EINVAL", n, err)
+	}
+	again := two()[1:]
+	if n, err = postv(rawRVMAPostV{Count: 1}, again); err != nil || n != 1 {
+		t.Errorf("POSTV after a partial one: done %d, %v", n, err)
 	}
 
 	// Another file cannot gate the same region.

@@ -37,15 +37,18 @@ type windowDriver interface {
 	// window (docs/rvma.md, section 6): then its records are in memory
 	// the module writes.
 	completions(opts WindowOptions) (completionSource, bool)
-	// register tells the module of a counted window's buffer (a), and
-	// end ends one of its generations there; published tells how many
-	// of the window's epochs the module has published.
-	register(w *Window, a regAction)
+	// register tells the module of a counted window's buffers (in
+	// generation order), and end ends one of its generations there;
+	// published tells how many of the window's epochs the module has
+	// published.
+	register(w *Window, as []regAction)
 	end(w *Window, a endAction)
 	published(w *Window) uint64
 	// refusedPackets is how many write packets the module refused for a
 	// counted window (0 for others).
 	refusedPackets(w *Window) uint64
+	// postDeferred posts the binds the driver kept back (batching.go).
+	postDeferred()
 	progressDriver
 }
 
@@ -244,7 +247,7 @@ func (w *Window) flush() {
 	regs, ends := w.st.takeModuleActions()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
-	push := false
+	push, soon := false, false
 	if changed {
 		w.lastSeq = w.st.seq
 		e = w.st.entry(w.incarnation)
@@ -258,8 +261,14 @@ func (w *Window) flush() {
 		// since the last push by itself: it has moved on by its own
 		// count (senderView.commit) and still holds the descriptors it
 		// needs next (senderKeepsUp).
-		push = !sameForSenders(e, w.pushed) && !w.st.settling() &&
-			(subs != 1 || w.st.mustPush || !senderKeepsUp(w.pushed, e))
+		// A counted window's binds may be kept back (batching.go): they
+		// go out one epoch before senders are due a new entry (soon),
+		// so that it is pushed without waiting for them.
+		pushed := w.pushed
+		differs := !sameForSenders(e, pushed)
+		due := differs && (subs != 1 || w.st.mustPush || !senderKeepsUp(pushed, e, 1))
+		soon = due || differs && !senderKeepsUp(pushed, e, 2)
+		push = due && !w.st.settling()
 		if push {
 			w.pushed = e
 			w.st.mustPush = false
@@ -269,8 +278,8 @@ func (w *Window) flush() {
 	for _, b := range hides { // before a recycled buffer's bind for its next epoch
 		w.drv.hide(w, b)
 	}
-	for _, a := range regs { // before the buffer's bind: counted from its first byte
-		w.drv.register(w, a)
+	if len(regs) > 0 { // before the buffers' binds: counted from their first byte
+		w.drv.register(w, regs)
 	}
 	for _, a := range ends {
 		w.drv.end(w, a)
@@ -281,9 +290,26 @@ func (w *Window) flush() {
 	for _, b := range unbind {
 		w.drv.unbind(w, b)
 	}
+	if w.st.counted && (soon || showsNew(bind)) {
+		w.drv.postDeferred()
+	}
 	if changed {
 		w.drv.entryChanged(w, e, push)
 	}
+}
+
+// showsNew reports whether binds take a memory window from the pool for
+// a buffer senders are to see (none was lent to it): a posted buffer, or
+// one the module counts again, that senders may be waiting for. Kept back
+// (batching.go), such a bind might wait for good, since the entry changes
+// only when it completes.
+func showsNew(binds []bindAction) bool {
+	for _, a := range binds {
+		if a.from == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sameForSenders reports whether two entries differ only in their
@@ -296,15 +322,16 @@ func sameForSenders(a, b Entry) bool {
 // senderKeepsUp reports whether a sender holding entry p, whose own puts
 // alone completed every epoch from p.Head up to e.Head, can go on without
 // being shown e: the window is open in both, and p still describes the new
-// head and the generation after it exactly as e does (a sender left with
-// one descriptor is pushed the entry, so it never waits for one).
-func senderKeepsUp(p, e Entry) bool {
+// head and the spare generations after it exactly as e does (with spare 1,
+// a sender left with one descriptor is pushed the entry, so it never
+// waits for one).
+func senderKeepsUp(p, e Entry, spare uint64) bool {
 	if p.Seq == 0 || p.Mailbox != e.Mailbox || p.Incarnation != e.Incarnation ||
 		p.State != StateOpen || e.State != StateOpen || p.Kind != e.Kind || e.Head < p.Head {
 		return false
 	}
 	end := p.Head + uint64(p.NDesc)
-	if e.Head+1 >= end {
+	if e.Head+spare >= end {
 		return false
 	}
 	for g := e.Head; g < end; g++ {
@@ -316,20 +343,25 @@ func senderKeepsUp(p, e Entry) bool {
 	return true
 }
 
-// bound is the driver's report that b's memory window was bound.
-func (w *Window) bound(b *buffer, d Desc) {
+// noteBound is the driver's report that b's memory window was bound;
+// the driver flushes the window after it.
+func (w *Window) noteBound(b *buffer, d Desc) {
 	w.mu.Lock()
 	w.st.bound(b, d)
 	w.mu.Unlock()
-	w.flush()
 }
 
-// unbound is the driver's report that b's memory window no longer accepts
-// writes.
-func (w *Window) unbound(b *buffer) {
+// noteUnbound is the driver's report that b's memory window no longer
+// accepts writes; the driver flushes the window after it.
+func (w *Window) noteUnbound(b *buffer) {
 	w.mu.Lock()
 	w.st.unbound(b)
 	w.mu.Unlock()
+}
+
+// unbound is noteUnbound with the flush.
+func (w *Window) unbound(b *buffer) {
+	w.noteUnbound(b)
 	w.flush()
 }
 

@@ -61,7 +61,14 @@ type engine struct {
 	exposed map[*buffer]*exposure
 	ops     map[uint64]bindOp // bind work request id -> what it was
 	nextID  uint64
-	closed  bool
+	// deferred are binds and unbinds of counted windows' memory windows
+	// not posted yet (batching.go): they go out together, as one chain of
+	// work requests, when a window must show senders its entry, when
+	// maxDeferred have gathered, when a window is freed, or when the
+	// progress loop idles.
+	deferred []deferredBind
+	chain    bool // the device takes chained type 1 binds (verbs.Context.ChainsType1Binds)
+	closed   bool
 	// lingering holds the closed windows whose mailbox is still reserved,
 	// each with the timer that frees it (WindowOptions.Linger).
 	lingering map[*Window]*time.Timer
@@ -184,6 +191,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 		return nil, fmt.Errorf("rvma: device %s: %w", e.dev.Name(), verbs.ErrNotSupported)
 	}
 	e.rdDepth = max(1, min(readDepth, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom))
+	e.chain = e.dev.ChainsType1Binds()
 	if e.gid, err = e.dev.RoCEv2GID(1, ip); err != nil {
 		return nil, err
 	}
@@ -283,6 +291,10 @@ func (e *engine) Close() error {
 	e.mu.Lock()
 	ops := e.ops
 	e.ops = map[uint64]bindOp{}
+	for _, d := range e.deferred {
+		ops[d.id] = d.op
+	}
+	e.deferred = nil
 	e.mu.Unlock()
 	for _, op := range ops {
 		switch {
@@ -457,7 +469,7 @@ func (e *engine) bind(w *Window, b, from *buffer) {
 	e.mu.Lock()
 	e.bound[b] = mw
 	e.mu.Unlock()
-	e.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
+	e.submit(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
@@ -479,7 +491,7 @@ func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 	if mw == nil {
 		return false
 	}
-	e.post(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
+	e.submit(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
 	return true
 }
 
@@ -589,6 +601,7 @@ func (e *engine) free(w *Window) {
 	e.table.Free(w.slot, w.incarnation)
 
 	// Buffers with a bind or unbind in flight are left to it.
+	e.postDeferred()
 	e.mu.Lock()
 	busy := make(map[*buffer]bool, len(e.ops))
 	for _, op := range e.ops {
@@ -601,6 +614,7 @@ func (e *engine) free(w *Window) {
 			e.postUnbind(w, b, true)
 		}
 	}
+	e.postDeferred()
 	e.mu.Lock()
 	w.freed = true
 	e.mu.Unlock()
@@ -689,6 +703,7 @@ func (e *engine) progress(ctx context.Context) {
 		if !e.waitNoSpinner(ctx) {
 			return
 		}
+		e.postDeferred()
 		e.flushPushes()
 		n, err := e.next(ctx, wcs)
 		if err != nil {
@@ -825,10 +840,11 @@ func (e *engine) handle(wcs []verbs.WC) {
 	bindQPN := e.bindQP.QPN()
 	var refill [64]verbs.RecvWR
 	n := 0
+	var moved windowSet // windows whose binds completed: flushed once, after the batch
 	for _, wc := range wcs {
 		switch {
 		case wc.QPN == bindQPN:
-			e.bindDone(wc)
+			moved.add(e.bindDone(wc))
 		case wc.ID&sendTag != 0:
 			if e.links != nil {
 				e.links.sendDone(wc)
@@ -846,6 +862,10 @@ func (e *engine) handle(wcs []verbs.WC) {
 		}
 	}
 	e.refill(refill[:n])
+	for _, w := range moved.all() {
+		w.flush()
+		e.maybeDropModuleWindow(w)
+	}
 }
 
 func (e *engine) refill(wrs []verbs.RecvWR) {
@@ -867,29 +887,30 @@ func (e *engine) bindsPending() bool {
 	return len(e.ops) > 0
 }
 
-func (e *engine) bindDone(wc verbs.WC) {
+// bindDone takes a bind or unbind completion into its window's state and
+// returns the window, which the caller flushes (and may forget in the
+// module) once the whole batch of completions is in: the completions of
+// one chain then make one registration call and one chain of binds.
+func (e *engine) bindDone(wc verbs.WC) *Window {
 	e.mu.Lock()
 	op, ok := e.ops[wc.ID]
 	delete(e.ops, wc.ID)
 	e.mu.Unlock()
 	if !ok {
-		return
-	}
-	if op.w != nil {
-		defer e.maybeDropModuleWindow(op.w)
+		return nil
 	}
 	if err := wc.Err(); err != nil {
 		err = fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err)
 		if op.ex != nil && !op.unbind {
 			e.exposeFailed(op, err)
-			return
+			return op.w
 		}
 		e.fail(err)
-		return
+		return op.w
 	}
 	if op.ex != nil {
 		e.exposeDone(op)
-		return
+		return op.w
 	}
 	if op.unbind {
 		mr := e.arenaOf(op.b.addr, op.b.cap)
@@ -900,15 +921,16 @@ func (e *engine) bindDone(wc verbs.WC) {
 		}
 		e.mu.Unlock()
 		if !op.retire {
-			op.w.unbound(op.b)
+			op.w.noteUnbound(op.b)
 		}
-		return
+		return op.w
 	}
 	key := <-op.key
 	if op.from != nil {
-		op.w.unbound(op.from)
+		op.w.noteUnbound(op.from)
 	}
-	op.w.bound(op.b, Desc{Addr: op.b.addr, RKey: key})
+	op.w.noteBound(op.b, Desc{Addr: op.b.addr, RKey: key})
+	return op.w
 }
 
 func (e *engine) recvDone(wc verbs.WC) {

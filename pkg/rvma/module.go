@@ -191,13 +191,18 @@ func (e *engine) dropModuleWindow(w *Window) {
 	}
 }
 
-// register implements windowDriver.
-func (e *engine) register(w *Window, a regAction) {
-	mr := e.arenaOf(a.b.addr, a.b.cap)
-	err := e.mod.mb.Post(w.kid, kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
-		Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime})
-	if err != nil {
-		e.fail(fmt.Errorf("rvma: registering a buffer of window %v with the module: %w", w.mailbox, err))
+// register implements windowDriver: one system call for the lot
+// (kmod.Mailboxes.PostMany).
+func (e *engine) register(w *Window, as []regAction) {
+	ps := make([]kmod.MailboxPost, len(as))
+	for i, a := range as {
+		mr := e.arenaOf(a.b.addr, a.b.cap)
+		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
+			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime}
+	}
+	if n, err := e.mod.mb.PostMany(w.kid, ps); err != nil {
+		e.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",
+			n+1, len(ps), as[min(n, len(as)-1)].gen, w.mailbox, err))
 	}
 }
 

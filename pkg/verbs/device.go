@@ -9,6 +9,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -70,6 +73,9 @@ type Context struct {
 	srqs  map[uintptr]*SRQ
 
 	async *pollFD // the async event fd on the netpoller
+
+	chainOnce sync.Once
+	chains    bool // ChainsType1Binds
 }
 
 // Open opens the device with the given name ("" opens the first device).
@@ -133,6 +139,19 @@ func (c *Context) Close() error { return c.n.close() }
 
 // Name returns the device name.
 func (c *Context) Name() string { return c.name }
+
+// ChainsType1Binds reports whether QP.BindMWs may post type 1 memory
+// window binds as a chain of work requests on this device: true for
+// rdma_rxe (SoftRoCE), whose provider implements ibv_bind_mw as exactly
+// such a post, told by the "parent" attribute only rxe gives its devices
+// in sysfs. Devices it cannot recognise report false.
+func (c *Context) ChainsType1Binds() bool {
+	c.chainOnce.Do(func() {
+		_, err := os.Stat(filepath.Join("/sys/class/infiniband", c.name, "parent"))
+		c.chains = err == nil && c.name != "" && !strings.ContainsRune(c.name, '/')
+	})
+	return c.chains
+}
 
 // CPtr returns the underlying struct ibv_context pointer for code that
 // calls libibverbs directly. It stays valid until Close.

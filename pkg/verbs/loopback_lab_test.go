@@ -617,6 +617,106 @@ func TestLoopbackMemoryWindows(t *testing.T) {
 	isErr(t, "write after invalidation", w.Err(), verbs.WCRemAccessErr)
 }
 
+// TestLoopbackBindMWsChain binds three type 1 windows in one chain,
+// writes through each new key, re-keys two of them and unbinds the third
+// in a second chain (the new keys are accepted, an old one refused, and a
+// BindMW that follows sees the chain's key), then checks the misuse
+// errors.
+func TestLoopbackBindMWsChain(t *testing.T) {
+	ctx := openDev(t)
+	if !ctx.ChainsType1Binds() {
+		t.Fatalf("device %s: ChainsType1Binds is false on rdma_rxe", ctx.Name())
+	}
+	a, b := pair(t, ctx, endOpts{}, nil)
+	mr, err := b.pd.AllocMR(3*4096, verbs.AccessAll|verbs.AccessMWBind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(id uint64, rkey uint32, addr uint64) verbs.WC {
+		fill(a.mr.Bytes()[:128], byte(id))
+		if err := a.qp.PostSend(verbs.SendWR{ID: id, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{a.mr.SGE(0, 128)}, RemoteAddr: addr, RKey: rkey}); err != nil {
+			t.Fatal(err)
+		}
+		return a.wc(id)
+	}
+	mws := make([]*verbs.MW, 3)
+	binds := make([]verbs.MWBind, 3)
+	for i := range mws {
+		if mws[i], err = b.pd.AllocMW(verbs.MWType1); err != nil {
+			t.Fatal(err)
+		}
+		binds[i] = verbs.MWBind{MW: mws[i], MR: mr, Addr: mr.Addr() + uint64(i)*4096, Length: 4096,
+			Access: verbs.AccessRemoteWrite, ID: 100 + uint64(i), Flags: verbs.SendSignaled}
+	}
+	if err := b.qp.BindMWs(binds); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]uint32, 3)
+	for i := range binds {
+		if w := b.ok(100 + uint64(i)); w.Opcode != verbs.WCBindMW {
+			t.Fatalf("bind completion %+v", w)
+		}
+		first[i] = binds[i].RKey
+		if mws[i].RKey() != first[i] {
+			t.Fatalf("window %d: RKey %#x, the bind returned %#x", i, mws[i].RKey(), first[i])
+		}
+		if w := write(uint64(i+1), first[i], mr.Addr()+uint64(i)*4096); w.Err() != nil {
+			t.Fatalf("write through chained bind %d: %v", i, w.Err())
+		}
+		checkBytes(t, "write through a chained bind", mr.Bytes()[i*4096:i*4096+128], a.mr.Bytes()[:128])
+	}
+	// Re-key windows 0 and 1 (1 now over window 2's page) and unbind 2.
+	again := []verbs.MWBind{
+		{MW: mws[0], MR: mr, Addr: mr.Addr(), Length: 4096, Access: verbs.AccessRemoteWrite, ID: 110, Flags: verbs.SendSignaled},
+		{MW: mws[1], MR: mr, Addr: mr.Addr() + 2*4096, Length: 4096, Access: verbs.AccessRemoteWrite, ID: 111, Flags: verbs.SendSignaled},
+		{MW: mws[2], ID: 112, Flags: verbs.SendSignaled},
+	}
+	if err := b.qp.BindMWs(again); err != nil {
+		t.Fatal(err)
+	}
+	for i := range again {
+		b.ok(110 + uint64(i))
+		if again[i].RKey == first[i] {
+			t.Fatalf("window %d kept its key %#x", i, first[i])
+		}
+	}
+	if w := write(20, again[1].RKey, mr.Addr()+2*4096); w.Err() != nil {
+		t.Fatalf("write through a re-keyed window: %v", w.Err())
+	}
+	// BindMW after the chain's unbind of window 2: the provider must see
+	// the key the chain set.
+	if _, err := b.qp.BindMW(mws[2], mr, mr.Addr()+4096, 4096, verbs.AccessRemoteWrite, 120, verbs.SendSignaled); err != nil {
+		t.Fatal(err)
+	}
+	b.ok(120)
+	if w := write(21, mws[2].RKey(), mr.Addr()+4096); w.Err() != nil {
+		t.Fatalf("write after BindMW following a chain: %v", w.Err())
+	}
+	// A key the chain replaced is refused (last: the refusal breaks the
+	// writing QP).
+	before := append([]byte(nil), mr.Bytes()[:128]...)
+	isErr(t, "write with a key a chain replaced", write(22, first[0], mr.Addr()).Err(), verbs.WCRemAccessErr)
+	checkBytes(t, "memory after the refused write", mr.Bytes()[:128], before)
+
+	// Misuse.
+	isErr(t, "a window twice in one chain", b.qp.BindMWs([]verbs.MWBind{{MW: mws[0], MR: mr, Addr: mr.Addr(), Length: 64},
+		{MW: mws[0], MR: mr, Addr: mr.Addr(), Length: 64}}), verbs.ErrInvalid)
+	mw2, err := b.pd.AllocMW(verbs.MWType2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isErr(t, "a type 2 window", b.qp.BindMWs([]verbs.MWBind{{MW: mw2, MR: mr, Addr: mr.Addr(), Length: 64}}), verbs.ErrInvalid)
+	fresh, err := b.pd.AllocMW(verbs.MWType1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	isErr(t, "an unbind of a window never bound", b.qp.BindMWs([]verbs.MWBind{{MW: fresh}}), verbs.ErrInvalid)
+	isErr(t, "no window", b.qp.BindMWs([]verbs.MWBind{{MR: mr, Length: 64}}), verbs.ErrInvalid)
+	fresh.Close()
+	isErr(t, "a closed window", b.qp.BindMWs([]verbs.MWBind{{MW: fresh, MR: mr, Addr: mr.Addr(), Length: 64}}), verbs.ErrClosed)
+}
+
 func TestLoopbackODPNotSupported(t *testing.T) {
 	ctx := openDev(t)
 	pd, err := ctx.AllocPD()

@@ -257,6 +257,17 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	return mw, nil
 }
 
+// bound records a posted bind's new key and region. For a type 1 window
+// it also sets the key in struct ibv_mw, as ibv_bind_mw does: the
+// provider reads it as the window's current key in the next bind.
+func (mw *MW) bound(rkey uint32, mr *MR) {
+	mw.rkey.Store(rkey)
+	if mw.typ == MWType1 {
+		mw.c.rkey = C.uint32_t(rkey)
+		mw.mr.Store(mr)
+	}
+}
+
 // Close deallocates the window. It is idempotent.
 func (mw *MW) Close() error { return mw.n.close() }
 

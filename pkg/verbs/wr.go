@@ -6,6 +6,7 @@ package verbs
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -93,6 +94,8 @@ type SendWR struct {
 	BindAddr   uint64 // OpBindMW: window start (inside BindMR)
 	BindLen    uint64 // OpBindMW: window length
 	BindAccess Access // OpBindMW: the window's remote access
+
+	type1 bool // a type 1 bind of QP.BindMWs
 }
 
 // RecvWR is a receive work request: the buffers an incoming SEND fills.
@@ -202,8 +205,8 @@ func checkSend(i int, w *SendWR, typ QPType, c QPCap) error {
 		if w.MW == nil || w.BindMR == nil {
 			return invalid("work request %d: BIND_MW needs MW and BindMR", i)
 		}
-		if w.MW.typ != MWType2 {
-			return invalid("work request %d: BIND_MW posts only bind type 2 windows; use QP.BindMW for type 1", i)
+		if w.MW.typ != MWType2 && !w.type1 {
+			return invalid("work request %d: BIND_MW posts only bind type 2 windows; use QP.BindMW or QP.BindMWs for type 1", i)
 		}
 	case OpLocalInv, OpSendInv:
 		if typ == QPTypeUD {
@@ -228,6 +231,14 @@ func checkSend(i int, w *SendWR, typ QPType, c QPCap) error {
 // is the first request not posted (ENOMEM, a full queue, matches
 // ErrQueueFull).
 func (qp *QP) PostSend(wrs ...SendWR) error {
+	for i := range wrs {
+		wrs[i].type1 = false // only BindMWs posts type 1 binds
+	}
+	return qp.postSend(wrs)
+}
+
+// postSend is PostSend; BindMWs marks its requests as type 1 binds.
+func (qp *QP) postSend(wrs []SendWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
@@ -270,11 +281,16 @@ func (qp *QP) PostSend(wrs ...SendWR) error {
 	var bad C.int
 	rc := C.shim_post_send(handle(qp.c), s.swr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
 	if rc != 0 {
+		for i := range wrs[:max(0, min(int(bad), len(wrs)))] {
+			if wrs[i].Op == OpBindMW {
+				wrs[i].MW.bound(wrs[i].RKey, wrs[i].BindMR)
+			}
+		}
 		return &PostError{Op: "ibv_post_send", Index: int(bad), Err: errnoOf(int(rc))}
 	}
 	for i := range wrs {
 		if wrs[i].Op == OpBindMW {
-			wrs[i].MW.rkey.Store(wrs[i].RKey)
+			wrs[i].MW.bound(wrs[i].RKey, wrs[i].BindMR)
 		}
 	}
 	return nil
@@ -457,6 +473,82 @@ func (qp *QP) UnbindMW(mw *MW, id uint64, flags SendFlags) (uint32, error) {
 		return 0, invalid("QP.UnbindMW: the window was never bound")
 	}
 	return qp.bindMW(mw, mr, 0, 0, 0, id, flags)
+}
+
+// MWBind is one bind of a type 1 memory window in QP.BindMWs: Length
+// bytes at Addr of MR with Access, or, with Length 0, an unbind (MR nil:
+// the region of the window's last bind). RKey is set to the window's new
+// rkey when the bind is posted.
+type MWBind struct {
+	MW     *MW
+	MR     *MR
+	Addr   uint64
+	Length uint64
+	Access Access
+	ID     uint64
+	Flags  SendFlags
+	RKey   uint32
+}
+
+// BindMWs posts binds and unbinds of type 1 memory windows as one chain of
+// BIND_MW work requests: one call into the provider, and on SoftRoCE one
+// system call, where QP.BindMW makes one each. Each completes as a
+// QP.BindMW would. Verbs leave the posting of type 1 binds as work requests
+// to the provider: BindMWs works where ibv_bind_mw is itself such a post
+// (rdma_rxe) and fails with an error wrapping ErrNotSupported elsewhere
+// (Context.ChainsType1Binds; bind one by one there). Other errors: ErrInvalid
+// (a type 2 window, a window twice in the chain, an unbind of a window
+// never bound), ErrClosed, or a *PostError whose Index is the first bind
+// not posted (the binds before it were posted and have their new keys).
+// As with ibv_bind_mw, a bind that completes in error leaves MW.RKey at
+// the key it would have had: the caller must not reuse that window.
+func (qp *QP) BindMWs(binds []MWBind) error {
+	if len(binds) == 0 {
+		return nil
+	}
+	if !qp.pd.ctx.ChainsType1Binds() {
+		return fmt.Errorf("%w: chained type 1 binds on device %s", ErrNotSupported, qp.pd.ctx.Name())
+	}
+	wrs := make([]SendWR, len(binds))
+	for i := range binds {
+		b := &binds[i]
+		if b.MW == nil || b.MW.typ != MWType1 {
+			return invalid("bind %d: QP.BindMWs binds type 1 windows", i)
+		}
+		for j := range binds[:i] {
+			if binds[j].MW == b.MW {
+				return invalid("bind %d: the window of bind %d again (its key would be stale)", i, j)
+			}
+		}
+		mr := b.MR
+		if mr == nil && b.Length == 0 {
+			mr = b.MW.mr.Load()
+		}
+		if mr == nil {
+			return invalid("bind %d: no region (an unbind of a window never bound)", i)
+		}
+		access := b.Access
+		if b.Length == 0 {
+			access = 0
+		}
+		wrs[i] = SendWR{ID: b.ID, Op: OpBindMW, Flags: b.Flags, RKey: IncRKey(b.MW.RKey()), MW: b.MW,
+			BindMR: mr, BindAddr: b.Addr, BindLen: b.Length, BindAccess: access, type1: true}
+		if b.Length == 0 {
+			wrs[i].BindAddr = 0
+		}
+	}
+	err := qp.postSend(wrs)
+	n := len(wrs)
+	var pe *PostError
+	if errors.As(err, &pe) {
+		n = max(0, min(pe.Index, n))
+	} else if err != nil {
+		n = 0
+	}
+	for i := range binds[:n] {
+		binds[i].RKey = wrs[i].RKey
+	}
+	return err
 }
 
 // bindMW posts ibv_bind_mw for a type 1 window (length 0: an unbind).

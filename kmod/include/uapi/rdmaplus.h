@@ -24,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	5
+#define RDMAPLUS_ABI_VERSION	6
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -372,6 +372,29 @@ struct rdmaplus_rvma_post {
 	__u32 reserved;
 };
 
+#define RDMAPLUS_RVMA_MAX_POSTV	64	/* buffers of one RDMAPLUS_IOC_RVMA_POSTV */
+
+/**
+ * struct rdmaplus_rvma_postv - RDMAPLUS_IOC_RVMA_POSTV (ABI 6)
+ * @size:	sizeof(struct rdmaplus_rvma_postv)
+ * @count:	posts in @posts, 1..RDMAPLUS_RVMA_MAX_POSTV
+ * @posts:	user address of @count struct rdmaplus_rvma_post, each
+ *		checked and registered as RDMAPLUS_IOC_RVMA_POST would, in order
+ * @done:	out: how many were registered. The call stops at the first
+ *		post that fails and returns its error; the ones before it stay
+ *		registered.
+ * @reserved:	zero
+ *
+ * One system call for the buffers a process re-posts together.
+ */
+struct rdmaplus_rvma_postv {
+	__u32 size;
+	__u32 count;
+	__u64 posts;
+	__u32 done;
+	__u32 reserved;
+};
+
 /**
  * struct rdmaplus_rvma_end - RDMAPLUS_IOC_RVMA_END
  * @size:	sizeof(struct rdmaplus_rvma_end)
@@ -431,5 +454,7 @@ struct rdmaplus_rvma_end {
  * an eventfd or with a non-zero argument.
  */
 #define RDMAPLUS_IOC_RVMA_ARM	_IO(RDMAPLUS_IOC_MAGIC, 0x25)
+#define RDMAPLUS_IOC_RVMA_POSTV	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x26, struct rdmaplus_rvma_postv)
 
 #endif /* _UAPI_RDMAPLUS_H */

@@ -1,0 +1,148 @@
+package rvma
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+// Batching the re-keying of counted windows (docs/rvma.md, section 6).
+//
+// A window the kernel module counts needs, per epoch, one bind (the
+// completed buffer's memory window re-keyed: lent to the next buffer that
+// needs one, or unbound) and one registration with the module (the buffer
+// re-posted, once its old key is dead). Neither is needed at once: the
+// module closed the completed buffer already, so its old key is harmless
+// until the buffer is registered again, and a sender that keeps up by its
+// own count (senderKeepsUp) still holds the descriptors it needs. So the
+// engine keeps these binds back and posts them together, as one chain of
+// work requests (verbs.QP.BindMWs: one system call on rxe), when a window
+// must show senders a new entry, when maxDeferred have gathered, when a
+// window is freed, or when the progress loop idles. Their completions,
+// handled as one batch, then make one registration call for all the
+// buffers (kmod.Mailboxes.PostMany) and one chain for the binds that show
+// them. Other binds (windows the library counts, whose handover waits for
+// the unbind; read-only windows for Get) are posted at once.
+
+// maxDeferred bounds the binds kept back: each one keeps a buffer from
+// being re-posted.
+const maxDeferred = 32
+
+// deferredBind is a bind or unbind kept back: what engine.post would have
+// posted.
+type deferredBind struct {
+	id     uint64
+	op     bindOp
+	mw     *verbs.MW
+	mr     *verbs.MR
+	length uint64
+}
+
+// submit posts a bind or unbind, or keeps it back when it re-keys a
+// counted window's buffer and the device takes chained binds.
+func (e *engine) submit(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length uint64) {
+	if !e.chain || op.ex != nil || op.w == nil || !op.w.st.counted { // counted never changes
+		e.post(id, op, mw, mr, length)
+		return
+	}
+	e.mu.Lock()
+	if op.w.freed {
+		// The module forgets a freed window once its binds are done
+		// (maybeDropModuleWindow): none may wait here meanwhile.
+		e.mu.Unlock()
+		e.post(id, op, mw, mr, length)
+		return
+	}
+	e.deferred = append(e.deferred, deferredBind{id: id, op: op, mw: mw, mr: mr, length: length})
+	full := len(e.deferred) >= maxDeferred
+	e.mu.Unlock()
+	if full {
+		e.postDeferred()
+	}
+}
+
+// postDeferred posts the binds kept back, in the order they were
+// submitted, as chains of work requests (a memory window appears at most
+// once in a chain: the provider reads its current key when it is posted).
+func (e *engine) postDeferred() {
+	e.mu.Lock()
+	ds := e.deferred
+	e.deferred = nil
+	for _, d := range ds {
+		e.ops[d.id] = d.op
+	}
+	e.mu.Unlock()
+	for len(ds) > 0 {
+		n := 1
+		seen := map[*verbs.MW]bool{ds[0].mw: true}
+		for n < len(ds) && !seen[ds[n].mw] {
+			seen[ds[n].mw] = true
+			n++
+		}
+		e.postChain(ds[:n])
+		ds = ds[n:]
+	}
+}
+
+// postChain posts ds as one chain. The binds that were not posted fail
+// the engine, as a failed engine.post does.
+func (e *engine) postChain(ds []deferredBind) {
+	binds := make([]verbs.MWBind, len(ds))
+	for i, d := range ds {
+		binds[i] = verbs.MWBind{MW: d.mw, MR: d.mr, Addr: d.op.b.addr, Length: d.length,
+			Access: verbs.AccessRemoteWrite, ID: d.id, Flags: verbs.SendSignaled}
+	}
+	err := e.bindQP.BindMWs(binds)
+	posted := len(ds)
+	if err != nil {
+		posted = 0
+		var pe *verbs.PostError
+		if errors.As(err, &pe) {
+			posted = max(0, min(pe.Index, len(ds)))
+		}
+	}
+	for i, d := range ds {
+		d.op.key <- binds[i].RKey // 0 for one not posted
+		if i < posted {
+			continue
+		}
+		e.mu.Lock()
+		delete(e.ops, d.id)
+		e.mu.Unlock()
+	}
+	if posted < len(ds) {
+		e.fail(fmt.Errorf("rvma: binds for window %v: %w", ds[posted].op.w.mailbox, err))
+	}
+}
+
+// windowSet is the windows a batch of completions moved, each once.
+type windowSet struct {
+	fixed [4]*Window
+	n     int
+	more  []*Window
+}
+
+func (s *windowSet) add(w *Window) {
+	if w == nil {
+		return
+	}
+	for _, x := range s.all() {
+		if x == w {
+			return
+		}
+	}
+	if s.n < len(s.fixed) {
+		s.fixed[s.n] = w
+		s.n++
+		return
+	}
+	s.more = append(s.more, w)
+}
+
+func (s *windowSet) all() []*Window {
+	if s.more == nil {
+		return s.fixed[:s.n]
+	}
+	return append(s.fixed[:s.n:s.n], s.more...)
+}
