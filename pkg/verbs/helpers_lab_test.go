@@ -156,6 +156,18 @@ func (e *end) wc(id uint64) verbs.WC {
 }
 
 // ok waits for id and fails the test unless it succeeded.
+// write128 fills the first 128 bytes of e's region with id and writes them
+// to addr with rkey, signaled, and returns the completion.
+func (e *end) write128(id uint64, rkey uint32, addr uint64) verbs.WC {
+	e.t.Helper()
+	fill(e.mr.Bytes()[:128], byte(id))
+	if err := e.qp.PostSend(verbs.SendWR{ID: id, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+		SGL: []verbs.SGE{e.mr.SGE(0, 128)}, RemoteAddr: addr, RKey: rkey}); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.wc(id)
+}
+
 func (e *end) ok(id uint64) verbs.WC {
 	e.t.Helper()
 	w := e.wc(id)

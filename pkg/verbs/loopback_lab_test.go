@@ -544,14 +544,7 @@ func TestLoopbackMemoryWindows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(id uint64, rkey uint32, addr uint64) verbs.WC {
-		fill(a.mr.Bytes()[:128], byte(id))
-		if err := a.qp.PostSend(verbs.SendWR{ID: id, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{a.mr.SGE(0, 128)}, RemoteAddr: addr, RKey: rkey}); err != nil {
-			t.Fatal(err)
-		}
-		return a.wc(id)
-	}
+	write := func(id uint64, rkey uint32, addr uint64) verbs.WC { return a.write128(id, rkey, addr) }
 	// Type 1.
 	mw1, err := b.pd.AllocMW(verbs.MWType1)
 	if err != nil {
@@ -632,14 +625,7 @@ func TestLoopbackBindMWsChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(id uint64, rkey uint32, addr uint64) verbs.WC {
-		fill(a.mr.Bytes()[:128], byte(id))
-		if err := a.qp.PostSend(verbs.SendWR{ID: id, Op: verbs.OpWrite, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{a.mr.SGE(0, 128)}, RemoteAddr: addr, RKey: rkey}); err != nil {
-			t.Fatal(err)
-		}
-		return a.wc(id)
-	}
+	write := a.write128
 	mws := make([]*verbs.MW, 3)
 	binds := make([]verbs.MWBind, 3)
 	for i := range mws {
