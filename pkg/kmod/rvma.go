@@ -286,12 +286,18 @@ func (m *Mailboxes) Post(id uint32, p MailboxPost) error {
 	if m.closed {
 		return ErrClosed
 	}
+	a := p.raw(id)
+	return m.dev.ioctl("rvma post", iocRVMAPost, unsafe.Pointer(&a))
+}
+
+// raw is p as the module reads it, for window id.
+func (p MailboxPost) raw(id uint32) rawRVMAPost {
 	a := rawRVMAPost{Size: uint32(unsafe.Sizeof(rawRVMAPost{})), Win: id, Key: p.Key, IOVA: p.IOVA,
 		Length: p.Length, Threshold: p.Threshold, Gen: p.Gen, Record: p.Record}
 	if p.OneTime {
 		a.Flags = uint32(RecordOneTime)
 	}
-	return m.dev.ioctl("rvma post", iocRVMAPost, unsafe.Pointer(&a))
+	return a
 }
 
 // MaxPostMany is the most buffers one PostMany call registers.
@@ -312,11 +318,7 @@ func (m *Mailboxes) PostMany(id uint32, ps []MailboxPost) (int, error) {
 	for done < len(ps) {
 		chunk := ps[done:min(len(ps), done+MaxPostMany)]
 		for i, p := range chunk {
-			raw[i] = rawRVMAPost{Size: uint32(unsafe.Sizeof(rawRVMAPost{})), Win: id, Key: p.Key, IOVA: p.IOVA,
-				Length: p.Length, Threshold: p.Threshold, Gen: p.Gen, Record: p.Record}
-			if p.OneTime {
-				raw[i].Flags = uint32(RecordOneTime)
-			}
+			raw[i] = p.raw(id)
 		}
 		v := rawRVMAPostV{Size: uint32(unsafe.Sizeof(rawRVMAPostV{})), Count: uint32(len(chunk)),
 			Posts: uint64(uintptr(unsafe.Pointer(&raw[0])))}

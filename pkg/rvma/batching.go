@@ -3,6 +3,7 @@ package rvma
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
@@ -75,9 +76,7 @@ func (e *engine) postDeferred() {
 	e.mu.Unlock()
 	for len(ds) > 0 {
 		n := 1
-		seen := map[*verbs.MW]bool{ds[0].mw: true}
-		for n < len(ds) && !seen[ds[n].mw] {
-			seen[ds[n].mw] = true
+		for n < len(ds) && !slices.ContainsFunc(ds[:n], func(d deferredBind) bool { return d.mw == ds[n].mw }) {
 			n++
 		}
 		e.postChain(ds[:n])
@@ -116,33 +115,10 @@ func (e *engine) postChain(ds []deferredBind) {
 	}
 }
 
-// windowSet is the windows a batch of completions moved, each once.
-type windowSet struct {
-	fixed [4]*Window
-	n     int
-	more  []*Window
-}
-
-func (s *windowSet) add(w *Window) {
-	if w == nil {
-		return
+// appendOnce appends w to ws unless it is nil or in ws already.
+func appendOnce(ws []*Window, w *Window) []*Window {
+	if w == nil || slices.Contains(ws, w) {
+		return ws
 	}
-	for _, x := range s.all() {
-		if x == w {
-			return
-		}
-	}
-	if s.n < len(s.fixed) {
-		s.fixed[s.n] = w
-		s.n++
-		return
-	}
-	s.more = append(s.more, w)
-}
-
-func (s *windowSet) all() []*Window {
-	if s.more == nil {
-		return s.fixed[:s.n]
-	}
-	return append(s.fixed[:s.n:s.n], s.more...)
+	return append(ws, w)
 }

@@ -840,11 +840,12 @@ func (e *engine) handle(wcs []verbs.WC) {
 	bindQPN := e.bindQP.QPN()
 	var refill [64]verbs.RecvWR
 	n := 0
-	var moved windowSet // windows whose binds completed: flushed once, after the batch
+	var movedBuf [4]*Window
+	moved := movedBuf[:0] // windows whose binds completed: flushed once, after the batch
 	for _, wc := range wcs {
 		switch {
 		case wc.QPN == bindQPN:
-			moved.add(e.bindDone(wc))
+			moved = appendOnce(moved, e.bindDone(wc))
 		case wc.ID&sendTag != 0:
 			if e.links != nil {
 				e.links.sendDone(wc)
@@ -862,7 +863,7 @@ func (e *engine) handle(wcs []verbs.WC) {
 		}
 	}
 	e.refill(refill[:n])
-	for _, w := range moved.all() {
+	for _, w := range moved {
 		w.flush()
 		e.maybeDropModuleWindow(w)
 	}

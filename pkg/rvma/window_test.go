@@ -608,17 +608,15 @@ func TestShowsNew(t *testing.T) {
 	}
 }
 
-func TestWindowSet(t *testing.T) {
-	var s windowSet
+func TestAppendOnce(t *testing.T) {
 	ws := make([]*Window, 7)
 	for i := range ws {
 		ws[i] = &Window{}
 	}
-	s.add(nil)
+	got := appendOnce(nil, nil)
 	for _, w := range append(ws, ws[0], ws[5]) {
-		s.add(w)
+		got = appendOnce(got, w)
 	}
-	got := s.all()
 	if len(got) != len(ws) {
 		t.Fatalf("%d windows, want %d", len(got), len(ws))
 	}

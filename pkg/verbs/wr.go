@@ -280,18 +280,17 @@ func (qp *QP) postSend(wrs []SendWR) error {
 	}
 	var bad C.int
 	rc := C.shim_post_send(handle(qp.c), s.swr, C.int(len(wrs)), s.sge, C.uintptr_t(uintptr(s.wrs)), &bad)
+	posted := wrs
 	if rc != 0 {
-		for i := range wrs[:max(0, min(int(bad), len(wrs)))] {
-			if wrs[i].Op == OpBindMW {
-				wrs[i].MW.bound(wrs[i].RKey, wrs[i].BindMR)
-			}
-		}
-		return &PostError{Op: "ibv_post_send", Index: int(bad), Err: errnoOf(int(rc))}
+		posted = wrs[:max(0, min(int(bad), len(wrs)))]
 	}
-	for i := range wrs {
-		if wrs[i].Op == OpBindMW {
-			wrs[i].MW.bound(wrs[i].RKey, wrs[i].BindMR)
+	for i := range posted { // the binds posted have their new keys
+		if posted[i].Op == OpBindMW {
+			posted[i].MW.bound(posted[i].RKey, posted[i].BindMR)
 		}
+	}
+	if rc != 0 {
+		return &PostError{Op: "ibv_post_send", Index: int(bad), Err: errnoOf(int(rc))}
 	}
 	return nil
 }
@@ -527,14 +526,10 @@ func (qp *QP) BindMWs(binds []MWBind) error {
 		if mr == nil {
 			return invalid("bind %d: no region (an unbind of a window never bound)", i)
 		}
-		access := b.Access
-		if b.Length == 0 {
-			access = 0
-		}
 		wrs[i] = SendWR{ID: b.ID, Op: OpBindMW, Flags: b.Flags, RKey: IncRKey(b.MW.RKey()), MW: b.MW,
-			BindMR: mr, BindAddr: b.Addr, BindLen: b.Length, BindAccess: access, type1: true}
-		if b.Length == 0 {
-			wrs[i].BindAddr = 0
+			BindMR: mr, BindLen: b.Length, type1: true}
+		if b.Length > 0 { // an unbind names no range and grants nothing
+			wrs[i].BindAddr, wrs[i].BindAccess = b.Addr, b.Access
 		}
 	}
 	err := qp.postSend(wrs)
