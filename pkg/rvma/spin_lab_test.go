@@ -1,0 +1,65 @@
+//go:build lab
+
+package rvma_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+)
+
+// TestLabEndpointSpinTwoSenders is a halo exchange's receiving side: two
+// senders fill every epoch of one window together, and the receiver
+// takes each epoch with Spin and releases it before the next. With two
+// senders every change of the entry is due to both, and the receiver's
+// spin keeps its progress loop parked from one epoch to the next, so
+// the spin itself must move the binds and notices the senders wait for.
+// (The four-guest halo with Spin instead of Wait stalled for good once;
+// docs/benchmarks.md, "A scheduler trace".)
+func TestLabEndpointSpinTwoSenders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	recv := labListen(t, 7491, nil)
+	senders := []*rvma.Endpoint{labListen(t, 7492, nil), labListen(t, 7493, nil)}
+	const mb, size, buffers, epochs = rvma.Mailbox(0x5A1D0001), 256, 4, 30
+	_, _, posted := openPosted(t, recv, mb, rvma.WindowOptions{Threshold: 2 * size}, buffers, buffers, 2*size)
+	var srcs [2][]byte
+	for i, ep := range senders {
+		b, err := ep.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[i] = b
+	}
+	for e := 0; e < epochs; e++ {
+		var ops []*rvma.PutOp
+		for i, ep := range senders {
+			copy(srcs[i], pattern(size, byte(e*2+i)))
+			ops = append(ops, ep.PutAsync(ctx, recv.Addr(), mb, uint64(i*size), srcs[i]))
+		}
+		p := posted[e%buffers]
+		rec, err := p.Spin(ctx)
+		if err != nil {
+			t.Fatalf("epoch %d: %v (receiver %+v)", e, err, recv.Stats())
+		}
+		if rec.Epoch != uint64(e) || rec.Len != 2*size || rec.Ops != 2 {
+			t.Fatalf("epoch %d: record %+v, want %d bytes in 2 puts", e, rec, 2*size)
+		}
+		for i := range senders {
+			if got, want := p.Bytes()[i*size:(i+1)*size], pattern(size, byte(e*2+i)); !bytes.Equal(got, want) {
+				t.Fatalf("epoch %d, sender %d: bytes %x..., want %x...", e, i, got[:8], want[:8])
+			}
+		}
+		if err := p.Release(); err != nil {
+			t.Fatal(err)
+		}
+		for i, op := range ops {
+			if err := op.Wait(ctx); err != nil {
+				t.Fatalf("epoch %d, sender %d: %v", e, i, err)
+			}
+		}
+	}
+}
