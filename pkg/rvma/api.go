@@ -26,9 +26,9 @@ type windowDriver interface {
 	// windowClosed is told once, after the window's first Close, to start its
 	// linger (WindowOptions.Linger).
 	windowClosed(w *Window)
-	// entryChanged publishes e in the descriptor table and, when push is
-	// set, to the senders that hold a view of it.
-	entryChanged(w *Window, e Entry, push bool)
+	// entryChanged publishes e in the descriptor table and, as push
+	// says, to the senders that hold a view of it.
+	entryChanged(w *Window, e Entry, push pushMode)
 	// subscribers is the number of senders that hold a view of the
 	// window in slot.
 	subscribers(slot uint32) int
@@ -51,6 +51,15 @@ type windowDriver interface {
 	postDeferred()
 	progressDriver
 }
+
+// pushMode says whether, and when, an entry change goes to the senders.
+type pushMode uint8
+
+const (
+	pushNone pushMode = iota // the table only: senders need not know yet
+	pushSoon                 // to the senders; while the application spins, after its answer
+	pushNow                  // to the senders before the caller goes on
+)
 
 // progressSpinner lets a goroutine run the driver's progress itself while
 // it busy-waits (spin).
@@ -247,7 +256,7 @@ func (w *Window) flush() {
 	regs, ends := w.st.takeModuleActions()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
-	push, soon := false, false
+	push, soon := pushNone, false
 	if changed {
 		w.lastSeq = w.st.seq
 		e = w.st.entry(w.incarnation)
@@ -261,15 +270,26 @@ func (w *Window) flush() {
 		// since the last push by itself: it has moved on by its own
 		// count (senderView.commit) and still holds the descriptors it
 		// needs next (senderKeepsUp).
+		// Several senders that share epochs move on only when told
+		// (docs/rvma.md, section 5): a put issued before the notice
+		// arrives targets the completed epoch and is refused, which costs
+		// its stripe. So they are pushed every move of the head at once,
+		// bind or not, before the application can answer anyone (pushNow;
+		// one sender's push can wait for the answer, pushSoon), and the
+		// binds that follow only when they run short of descriptors.
 		// A counted window's binds may be kept back (batching.go): they
 		// go out one epoch before senders are due a new entry (soon),
 		// so that it is pushed without waiting for them.
 		pushed := w.pushed
 		differs := !sameForSenders(e, pushed)
-		due := differs && (subs != 1 || w.st.mustPush || !senderKeepsUp(pushed, e, 1))
+		moved := subs > 1 && e.Head != pushed.Head
+		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e, 1))
 		soon = due || differs && !senderKeepsUp(pushed, e, 2)
-		push = due && !w.st.settling()
-		if push {
+		if due && (moved || !w.st.settling()) {
+			push = pushSoon
+			if subs > 1 {
+				push = pushNow
+			}
 			w.pushed = e
 			w.st.mustPush = false
 		}

@@ -87,12 +87,13 @@ type engine struct {
 	waiters  atomic.Int32  // goroutines blocked on the engine's progress
 	kick     chan struct{} // wakes the parked progress loop
 	modKick  chan struct{} // wakes the module loop napping behind a spinner
-	// While the progress loop is parked (parked), entry pushes are
+	// While the progress loop is parked (parked), pushSoon pushes are
 	// deferred to the next idle poll (pushes), so that a notice does not
-	// go out between an arrival and the application's answer to it.
+	// go out between an arrival and the application's answer to it; so
+	// are pushes that could not reach every subscriber.
 	parked atomic.Bool
 	pushMu sync.Mutex
-	pushes map[uint32]*Window
+	pushes map[uint32]pendingPush
 	// pollMu is held from a poll of the CQ until its completions are
 	// handled, by whichever goroutine polls (the progress loop, a spinner,
 	// a waiter's progress steps), so that they are handled in CQ order.
@@ -150,7 +151,10 @@ type linkHandler interface {
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
 	late(wc verbs.WC, slot uint32, epoch uint64, stale bool) // a put wc counted late into the window in slot
-	pushEntry(slot uint32, entry []byte) bool                // false: push it again later
+	// pushEntry sends entry to the subscribers of slot: all of them, or
+	// only those an earlier push could not reach; false when some could
+	// not be reached now either (push again later, not all).
+	pushEntry(slot uint32, entry []byte, all bool) bool
 	dropSubscribers(slot uint32, entry []byte)
 	subscribers(slot uint32) int
 }
@@ -176,7 +180,7 @@ const (
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
-		ops: map[uint64]bindOp{}, pushes: map[uint32]*Window{},
+		ops: map[uint64]bindOp{}, pushes: map[uint32]pendingPush{},
 		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
 	defer func() {
 		if err != nil {
@@ -496,10 +500,11 @@ func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 }
 
 // entryChanged writes the window's entry into the descriptor table and,
-// if push, to the window's subscribers. A window already freed
-// (engine.free) publishes nothing: its slot may belong to another one;
-// nor does any window once Close released the table.
-func (e *engine) entryChanged(w *Window, en Entry, push bool) {
+// unless push is pushNone, to the window's subscribers: a pushSoon waits
+// for the next idle poll while the progress loop is parked. A window
+// already freed (engine.free) publishes nothing: its slot may belong to
+// another one; nor does any window once Close released the table.
+func (e *engine) entryChanged(w *Window, en Entry, push pushMode) {
 	e.descMu.RLock()
 	defer e.descMu.RUnlock()
 	if e.descGone {
@@ -509,31 +514,42 @@ func (e *engine) entryChanged(w *Window, en Entry, push bool) {
 		return
 	}
 	mem := e.writeEntry(w.slot, &en)
-	if mem == nil || !push || e.links == nil {
+	if mem == nil || push == pushNone || e.links == nil {
 		return
 	}
-	if en.State == StateOpen {
+	if push == pushSoon && en.State == StateOpen {
 		e.pushMu.Lock()
-		e.pushes[w.slot] = w
+		e.pushes[w.slot] = pendingPush{w: w, all: true}
 		e.pushMu.Unlock()
 		if e.parked.Load() {
 			return // the spinner's next idle poll, or the loop when it wakes, pushes it
 		}
-		e.pushMu.Lock()
-		if e.pushes[w.slot] == w {
-			delete(e.pushes, w.slot)
-		}
-		e.pushMu.Unlock()
 	}
-	if !e.links.pushEntry(w.slot, mem) {
+	// Pushed now: a deferred push of the same window is done by this one.
+	e.pushMu.Lock()
+	if p, ok := e.pushes[w.slot]; ok && p.w == w {
+		delete(e.pushes, w.slot)
+	}
+	e.pushMu.Unlock()
+	if !e.links.pushEntry(w.slot, mem, true) {
 		e.deferPush(w)
 	}
 }
 
-// deferPush makes the next idle poll (flushPushes) push w's entry.
+// pendingPush is an entry push deferred to the next idle poll: to every
+// subscriber (all), or only to those a push could not reach.
+type pendingPush struct {
+	w   *Window
+	all bool
+}
+
+// deferPush makes the next idle poll (flushPushes) push w's entry to the
+// subscribers a push could not reach (linkHandler.pushEntry).
 func (e *engine) deferPush(w *Window) {
 	e.pushMu.Lock()
-	e.pushes[w.slot] = w
+	if p, ok := e.pushes[w.slot]; !ok || p.w != w {
+		e.pushes[w.slot] = pendingPush{w: w}
+	}
 	e.pushMu.Unlock()
 }
 
@@ -658,14 +674,15 @@ func (e *engine) flushPushes() {
 		return
 	}
 	pending := e.pushes
-	e.pushes = make(map[uint32]*Window, len(pending))
+	e.pushes = make(map[uint32]pendingPush, len(pending))
 	e.pushMu.Unlock()
-	for slot, w := range pending {
+	for slot, p := range pending {
+		w := p.w
 		w.dispatch.Lock()
 		e.descMu.RLock() // after dispatch, as in entryChanged
 		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w && !e.descGone {
 			off := int(slot) * EntrySize
-			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize]) {
+			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize], p.all) {
 				e.deferPush(w)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -610,6 +611,9 @@ func (l *link) fail(err error, wait bool) {
 		}
 		ep.subs[slot] = kept
 	}
+	for slot, owed := range ep.owed {
+		ep.owed[slot] = slices.DeleteFunc(owed, func(s subscriber) bool { return s.l == l })
+	}
 	for _, v := range views {
 		ep.freeView(v)
 	}
@@ -800,29 +804,54 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 	return nil
 }
 
-// pushEntry mirrors a changed descriptor entry into every subscriber's
-// view slot (WRITE WITH IMMEDIATE, inline from the table). The engine
-// calls it under the window's dispatch lock, so the entry does not change
-// while it is copied. It reports false when a subscriber could not be sent
-// the entry for now (every stripe of its link is being replaced, or the
-// control share of the send queue is full): the engine pushes it again
-// later, since a sender that moves on by its own count may be waiting for
-// exactly this entry.
-func (ep *Endpoint) pushEntry(slot uint32, entry []byte) bool {
+// pushEntry mirrors a changed descriptor entry into the view slots of
+// slot's subscribers (WRITE WITH IMMEDIATE, inline from the table): all of
+// them, or (all false) only those an earlier push could not reach. The
+// engine calls it under the window's dispatch lock, so the entry does not
+// change while it is copied. It reports false when a subscriber could not
+// be sent the entry for now (every stripe of its link is being replaced,
+// or the control share of the send queue is full): it is owed the entry,
+// and the engine pushes again later, to the owed ones only (a sender that
+// moves on by its own count may be waiting for exactly this entry, and
+// the others need not be sent it twice).
+func (ep *Endpoint) pushEntry(slot uint32, entry []byte, all bool) bool {
 	if ep.holdNotices.Load() {
 		return true
 	}
 	ep.mu.Lock()
-	subs := append([]subscriber(nil), ep.subs[slot]...)
+	subs := ep.owed[slot]
+	delete(ep.owed, slot)
+	if all {
+		subs = append([]subscriber(nil), ep.subs[slot]...)
+	}
 	ep.mu.Unlock()
-	return ep.notifyAll(subs, entry)
+	failed := ep.notifyAll(subs, entry)
+	if len(failed) == 0 {
+		return true
+	}
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, s := range failed {
+		if slices.Contains(ep.subs[slot], s) { // not dropped with its link meanwhile
+			ep.oweLocked(slot, s)
+		}
+	}
+	return len(ep.owed[slot]) == 0
+}
+
+// oweLocked records that s is owed slot's current entry. The caller holds
+// ep.mu.
+func (ep *Endpoint) oweLocked(slot uint32, s subscriber) {
+	if !slices.Contains(ep.owed[slot], s) {
+		ep.owed[slot] = append(ep.owed[slot], s)
+	}
 }
 
 // notifyAll writes entry into every subscriber's view slot, counting the
-// notices sent and lost, and reports false if one could not be sent for
-// now (see pushEntry).
-func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) bool {
-	ok := true
+// notices sent and lost, and returns those that could not be sent for now
+// (see pushEntry).
+func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) []subscriber {
+	var failed []subscriber
 	for _, s := range subs {
 		switch err := s.l.notify(s.viewSlot, entry); {
 		case err == nil:
@@ -833,10 +862,10 @@ func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) bool {
 			// No live stripe, the control share of the send queue full,
 			// or a stripe that failed under the post (it is being
 			// replaced; a failed link drops its subscribers).
-			ok = false
+			failed = append(failed, s)
 		}
 	}
-	return ok
+	return failed
 }
 
 // dropSubscribers forgets every subscriber of slot after pushing them
@@ -847,6 +876,7 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 	ep.mu.Lock()
 	subs := ep.subs[slot]
 	delete(ep.subs, slot)
+	delete(ep.owed, slot)
 	ep.mu.Unlock()
 	if !ep.holdNotices.Load() {
 		ep.notifyAll(subs, entry)
@@ -854,21 +884,22 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 }
 
 // repush pushes the current entry of every window l's peer mirrors once
-// more: the notices in flight on a stripe that failed were lost with it,
-// and a sender that moves on by its own count may wait for exactly one of
-// them. A repeated entry changes nothing at a sender (views take only
-// newer entries).
+// more, to that peer only: the notices in flight on a stripe that failed
+// were lost with it, and a sender that moves on by its own count may wait
+// for exactly one of them. A repeated entry changes nothing at a sender
+// (views take only newer entries).
 func (ep *Endpoint) repush(l *link) {
 	ep.mu.Lock()
 	for slot, subs := range ep.subs {
+		_, _, w, ok := ep.e.table.Slot(slot)
+		if !ok || w == nil {
+			continue
+		}
 		for _, s := range subs {
-			if s.l != l {
-				continue
-			}
-			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
+			if s.l == l {
+				ep.oweLocked(slot, s)
 				ep.e.deferPush(w)
 			}
-			break
 		}
 	}
 	ep.mu.Unlock()

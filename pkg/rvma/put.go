@@ -380,6 +380,14 @@ func (ep *Endpoint) run(op *PutOp) {
 // trying again (no buffer yet, or the send queue is full and block is
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
+	// A put back at an epoch this sender already put to without filling
+	// it may be behind the entry that says other senders completed it,
+	// still in the CQ (a goroutine spinning on a counted window's record
+	// sees its peers' puts without polling the CQ): handle it first, or
+	// the put goes to the completed epoch and is refused, at the cost of
+	// its stripe.
+	for i := 0; i < awaitPolls && v.revisits() && ep.e.pollOnce(); i++ {
+	}
 	done, wait, err = ep.postOnce(op, l, v, block)
 	if errors.Is(err, errAwaitBuffer) && ep.e.pollOnce() {
 		// Completions were waiting, and one may be the entry the put
@@ -743,6 +751,14 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 		w.pushed = en
 		w.mu.Unlock()
 	}
+}
+
+// revisits reports whether v's next put goes to a generation this sender
+// already put to without reaching its threshold (senderView.revisits).
+func (v *remoteView) revisits() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.sv != nil && v.sv.revisits()
 }
 
 // notice handles a pushed entry update (engine callback).

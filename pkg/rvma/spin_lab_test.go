@@ -13,12 +13,15 @@ import (
 
 // TestLabEndpointSpinTwoSenders is a halo exchange's receiving side: two
 // senders fill every epoch of one window together, and the receiver
-// takes each epoch with Spin and releases it before the next. With two
-// senders every change of the entry is due to both, and the receiver's
-// spin keeps its progress loop parked from one epoch to the next, so
-// the spin itself must move the binds and notices the senders wait for.
-// (The four-guest halo with Spin instead of Wait stalled for good once;
-// docs/benchmarks.md, "A scheduler trace".)
+// takes each epoch with Spin and releases it before the next. Neither
+// sender can tell by its own count that an epoch completed, so each must
+// be told before its next put, or that put goes to the completed epoch
+// and is refused (a stale put, which costs its stripe). The receiver's
+// spin keeps its progress loop parked, so the spin and Release must send
+// the notices themselves, and at once. Before they did, a stale put and
+// its stripe's replacement came every second epoch, and a notice storm
+// (every retry of a push that could not reach one sender re-sent it to
+// both) 40 notices an epoch; docs/rvma.md, Plan 9.
 func TestLabEndpointSpinTwoSenders(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -61,5 +64,17 @@ func TestLabEndpointSpinTwoSenders(t *testing.T) {
 				t.Fatalf("epoch %d, sender %d: %v", e, i, err)
 			}
 		}
+	}
+	// One notice per sender and epoch (the head's move) and one each when
+	// it resolved; a rare stale put is allowed (a notice and a put may
+	// take different stripes), not one every second epoch.
+	stale := senders[0].Stats().StalePuts + senders[1].Stats().StalePuts
+	notices := recv.Stats().Notices
+	t.Logf("%d epochs: %d notices, %d stale puts", epochs, notices, stale)
+	if stale > 2 {
+		t.Errorf("%d stale puts in %d epochs, want at most 2", stale, epochs)
+	}
+	if limit := uint64(2*epochs + 8); notices > limit {
+		t.Errorf("%d notices for %d epochs of two senders, want at most %d", notices, epochs, limit)
 	}
 }

@@ -80,6 +80,14 @@ func (v *senderView) next() uint64 {
 	return g
 }
 
+// revisits reports whether the next put goes to a generation this sender
+// already put to without reaching its threshold alone: only other senders
+// can have completed it since, and only the receiver's next entry says so.
+func (v *senderView) revisits() bool {
+	c := v.mine[v.next()]
+	return c.bytes > 0 || c.ops > 0
+}
+
 // target returns the generation and descriptor a put of n bytes at offset
 // off must use. Errors: ErrMailboxClosed (closed with NACK), errDropped
 // (closed silently), errGone (freed: resolve again), ErrNoBuffer (no descriptor yet for the generation:

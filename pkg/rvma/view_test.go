@@ -52,10 +52,16 @@ func TestViewSingleSenderWalksEpochs(t *testing.T) {
 func TestViewSeveralSenders(t *testing.T) {
 	v := newSenderView(0x42, 1)
 	v.update(viewEntry(2, 0, EpochOps, 4, 3))
+	if v.revisits() {
+		t.Fatal("a first put revisits")
+	}
 	gen, _, _ := v.target(0, 10)
 	v.commit(gen, 10) // one of 4 ops: stay on gen 0
 	if gen, _, _ := v.target(10, 10); gen != 0 {
 		t.Fatalf("moved to %d on its own share", gen)
+	}
+	if !v.revisits() { // others may have completed gen 0: look for an update first
+		t.Fatal("a put back at a generation it shares does not revisit")
 	}
 	// Others completed gen 0: an out-of-date update is ignored, the new one moves the view.
 	v.update(viewEntry(6, 1, EpochOps, 4, 2))
@@ -75,8 +81,8 @@ func TestViewSeveralSenders(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		v.commit(2, 10)
 	}
-	if v.next() != 3 {
-		t.Fatal("own threshold reached: must move on")
+	if v.next() != 3 || v.revisits() {
+		t.Fatal("own threshold reached: must move on, to a generation not yet put to")
 	}
 	v.abort(2, 10) // a flushed put: gen 2 is targeted again
 	if c := v.mine[2]; c.ops != 3 || c.bytes != 30 || c.full || v.next() != 2 {
