@@ -6,7 +6,10 @@
 //
 //   - rvma: each guest opens two windows (mailboxes by step parity) whose
 //     epochs complete at two faces' worth of bytes, and puts its faces to
-//     its neighbours' mailboxes; it never learns a buffer address.
+//     its neighbours' mailboxes; it never learns a buffer address. It
+//     waits for each step's epoch with Posted.Wait (the goroutine parks);
+//     rvma-spin is the same exchange waiting with Posted.Spin, as the
+//     rdma mode spins on its CQ.
 //   - rdma: the same exchange on plain verbs, written the way an RDMA
 //     program must: buffers registered and their addresses and keys sent
 //     to the neighbours first (the setup, timed on its own), then per step
@@ -20,9 +23,12 @@
 //
 //	rvmahalo -mode rvma -face 4096 -steps 300 -run 1
 //
-// Output, one line per mode on every guest:
+// Output, one line per mode on every guest, and for the rvma modes one
+// more with the endpoint's counters (notices sent per step, stale puts,
+// puts that waited for a buffer, link failures):
 //
 //	HALO <mode> <guests> <face bytes> <steps> <steps/s> <setup µs>
+//	HALOSTATS <mode> <face bytes> notices/step <n> stale <n> bufferwaits <n> linkfailures <n>
 package main
 
 import (
@@ -34,6 +40,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -48,7 +55,7 @@ type ring struct {
 
 func main() {
 	var (
-		mode    = flag.String("mode", "rvma", "rvma or rdma")
+		mode    = flag.String("mode", "rvma", "rvma, rvma-spin or rdma")
 		face    = flag.Int("face", 4096, "bytes sent to each neighbour per step")
 		steps   = flag.Int("steps", 300, "steps to run")
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
@@ -73,7 +80,9 @@ func main() {
 	var res result
 	switch *mode {
 	case "rvma":
-		res, err = runRVMA(ctx, r, *face, *steps)
+		res, err = runRVMA(ctx, r, *face, *steps, false)
+	case "rvma-spin":
+		res, err = runRVMA(ctx, r, *face, *steps, true)
 	case "rdma":
 		res, err = runRDMA(ctx, r, *face, *steps)
 	default:
@@ -83,6 +92,13 @@ func main() {
 		log.Fatalf("%s: %v", *mode, err)
 	}
 	fmt.Printf("HALO %s %d %d %d %.1f %.0f\n", *mode, r.n, *face, *steps, float64(*steps)/res.run.Seconds(), float64(res.setup)/float64(time.Microsecond))
+	if st := res.rvma; st != nil {
+		// What the steps cost besides the puts: notices sent per step,
+		// puts refused as stale (each one replaces a stripe), and puts
+		// that found no buffer in their view and waited.
+		fmt.Printf("HALOSTATS %s %d notices/step %.2f stale %d bufferwaits %d linkfailures %d\n", *mode, *face,
+			float64(st.Notices)/float64(*steps), st.StalePuts, st.BufferWaits, st.LinkFailures)
+	}
 	os.Stdout.Sync()
 }
 
@@ -90,6 +106,7 @@ func main() {
 // the steps themselves.
 type result struct {
 	setup, run time.Duration
+	rvma       *rvma.EndpointStats // the endpoint's counters at the end (rvma modes)
 }
 
 func newRing() (*ring, error) {

@@ -16,8 +16,9 @@ const (
 
 // runRVMA runs the exchange over RVMA puts. Guest i's face for its right
 // neighbour lands at offset 0 of that neighbour's buffer, its face for
-// its left neighbour at offset face; an epoch is both faces.
-func runRVMA(ctx context.Context, r *ring, face, steps int) (result, error) {
+// its left neighbour at offset face; an epoch is both faces. With spin it
+// waits for each epoch with Posted.Spin instead of Posted.Wait.
+func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, error) {
 	start := time.Now()
 	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(r.self, haloPort), nil)
 	if err != nil {
@@ -70,7 +71,11 @@ func runRVMA(ctx context.Context, r *ring, face, steps int) (result, error) {
 			ep.PutAsync(ctx, left, mailbox(parity), uint64(face), area[face:]),
 		}
 		p := posted[parity][(s/2)%haloBuffers]
-		rec, err := p.Wait(ctx)
+		wait := p.Wait
+		if spin {
+			wait = p.Spin
+		}
+		rec, err := wait(ctx)
 		if err != nil {
 			return result{}, fmt.Errorf("step %d: %w", s, err)
 		}
@@ -97,7 +102,9 @@ func runRVMA(ctx context.Context, r *ring, face, steps int) (result, error) {
 		}
 	}
 	// Nobody leaves while a neighbour may still put to it.
-	return result{setup: setup, run: run}, r.barrier(ctx, "halo-rvma-done")
+	err = r.barrier(ctx, "halo-rvma-done")
+	st := ep.Stats()
+	return result{setup: setup, run: run, rvma: &st}, err
 }
 
 func mailbox(parity int) rvma.Mailbox { return rvma.Mailbox(0x4A10_0000 + parity) }

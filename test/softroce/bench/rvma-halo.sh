@@ -3,9 +3,11 @@
 #
 # Halo exchange on a ring of four guests (each exchanges a face with both
 # neighbours every step): RVMA puts into parity mailboxes with byte
-# thresholds, against the same exchange on plain verbs (buffers registered
+# thresholds, waiting with Posted.Wait (rvma) and with Posted.Spin
+# (rvma-spin), against the same exchange on plain verbs (buffers registered
 # and advertised first, then per step an RDMA WRITE plus a 1-byte SEND per
-# neighbour). Both run in this boot, alternating, REPS times per face size.
+# neighbour, the CQ spun). All run in this boot, alternating, REPS times
+# per face size.
 # Every guest prints
 #   HALO <mode> <guests> <face bytes> <steps> <steps/s> <setup µs>
 # and guest 1's lines are the ones recorded in docs/benchmarks.md.
@@ -16,7 +18,7 @@ STEPS=${STEPS:-200}
 k=0
 for rep in $(seq "$REPS"); do
 	for f in $FACES; do
-		for mode in rvma rdma; do
+		for mode in ${MODES:-rvma rvma-spin rdma}; do
 			k=$((k + 1))
 			# Fresh barrier names per run: the program's barriers are
 			# files that stay for the whole boot.
