@@ -574,6 +574,11 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 // IncEpoch, Put, PutOp.Wait) wake it at once; what nobody blocks on (a
 // PutOp's Done channel in a select, a completion pointer read directly)
 // may wait until its next look, at most 16 ms after the last spin ended.
+// At GOMAXPROCS 1 a spinning goroutine also leaves the goroutines of the
+// process that wait on file descriptors (sockets; rdma_cm events, such as
+// a link's stripe being dialled again) to the Go runtime's background
+// network poll, which comes every 10 ms: spin where nothing else in the
+// process needs prompt I/O meanwhile, or use Wait.
 func (p *Posted) Spin(ctx context.Context) (Record, error) {
 	p.w.mu.Lock()
 	done := p.b.done
