@@ -891,12 +891,11 @@ func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
 func (ep *Endpoint) repush(l *link) {
 	ep.mu.Lock()
 	for slot, subs := range ep.subs {
-		_, _, w, ok := ep.e.table.Slot(slot)
-		if !ok || w == nil {
-			continue
-		}
 		for _, s := range subs {
-			if s.l == l {
+			if s.l != l {
+				continue
+			}
+			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
 				ep.oweLocked(slot, s)
 				ep.e.deferPush(w)
 			}
