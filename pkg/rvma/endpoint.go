@@ -119,6 +119,10 @@ type Endpoint struct {
 	// holdNotices (tests only) stops pushing entry updates, so that a
 	// sender's view goes stale on purpose.
 	holdNotices atomic.Bool
+	// acceptDelay (tests only) holds an accepted stripe between its
+	// installation and its Accept, in nanoseconds: the interval in which
+	// its QP cannot send yet.
+	acceptDelay atomic.Int64
 
 	linkFailures atomic.Uint64
 	stalePuts    atomic.Uint64

@@ -56,6 +56,12 @@ type stripe struct {
 	id   *verbs.CMID
 	qp   *verbs.QP
 	dead atomic.Bool
+	// up: the QP can send (the accepting side's Accept returned). Until
+	// then pick and ctrlStripe pass over the stripe: a post on a QP still
+	// in INIT fails, and that failure would break a stripe that is fine.
+	up atomic.Bool
+	// replaces: it took the place of a failed stripe (set by addStripe).
+	replaces bool
 	// credits bounds the puts in flight on the send queue; control sends
 	// use the rest (ctrlReserve), counted in ctrlOut.
 	credits chan struct{}
@@ -232,6 +238,7 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 		id.Disconnect(ctx)
 		return err
 	}
+	st.up.Store(true) // Connect returned: the QP is ready to send
 	if !ep.addStripe(l, st, w.Views) {
 		return fmt.Errorf("link to %v: %w", l.peer, ErrClosed)
 	}
@@ -239,8 +246,9 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	return nil
 }
 
-// addStripe records a stripe of l. It reports false when the link failed
-// meanwhile.
+// addStripe records a stripe of l, replacing the one with its index. It
+// reports false when the link failed meanwhile. A stripe not yet up is
+// only known to the receiving path until stripeUp.
 func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
@@ -249,18 +257,52 @@ func (ep *Endpoint) addStripe(l *link, st *stripe, views tableRef) bool {
 	if ep.closed || l.err != nil {
 		return false
 	}
-	if old := l.stripes[st.idx].Load(); old != nil {
+	old := l.stripes[st.idx].Load()
+	if old != nil {
 		ep.retireStripe(old)
-		ep.spawnLocked(func() { ep.repush(l) })
 	} else {
 		l.connected++
 	}
+	st.replaces = old != nil
 	l.stripes[st.idx].Store(st)
 	l.peerViews = views
 	ep.byQPN[st.qp.QPN()] = st
+	if st.up.Load() {
+		ep.stripeUpLocked(st)
+	}
+	return true
+}
+
+// stripeUp marks an accepted stripe ready to send once its Accept
+// returned: puts and notices waiting for a live stripe go on, and if it
+// replaced a stripe, the entries its peer mirrors are pushed again. It
+// reports false if the stripe is no longer its link's (replaced again, or
+// the link failed).
+func (ep *Endpoint) stripeUp(st *stripe) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	l := st.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ep.closed || l.err != nil || l.stripes[st.idx].Load() != st {
+		return false
+	}
+	st.up.Store(true)
+	ep.stripeUpLocked(st)
+	return true
+}
+
+// stripeUpLocked wakes what waits for a live stripe of st's link and, for
+// a replacement, re-pushes the entries the peer mirrors (the notices in
+// flight on the old stripe were lost with it). The caller holds ep.mu and
+// the link's mu.
+func (ep *Endpoint) stripeUpLocked(st *stripe) {
+	l := st.l
 	close(l.stripeCh)
 	l.stripeCh = make(chan struct{})
-	return true
+	if st.replaces {
+		ep.spawnLocked(func() { ep.repush(l) })
+	}
 }
 
 // maxRetired bounds the replaced stripes whose control messages are still
@@ -272,10 +314,17 @@ type retiredQP struct {
 	l   *link
 }
 
-// retireStripe takes a replaced stripe out of service: the puts still
-// recorded on it (flushed by its error, never executed) are issued again,
-// Gets reading on it read again elsewhere, and it is disconnected and
-// destroyed. The caller holds ep.mu and l.mu.
+// retireStripe takes a replaced stripe out of service: Gets reading on it
+// read again elsewhere; its QP is moved to the error state, so that every
+// put still recorded on it completes, executed or flushed (sendDone
+// issues the flushed ones again), and once they did, or after
+// retireDrain, it is disconnected and destroyed. The caller holds ep.mu
+// and l.mu.
+//
+// On the accepting side the replacement is the dialer's doing, and this
+// side's QP may not have failed at all, or its completions may still wait
+// in the CQ: a put recorded on it may have been placed already, and
+// issuing it again would place it twice.
 func (ep *Endpoint) retireStripe(old *stripe) {
 	old.dead.Store(true)
 	qpn := old.qp.QPN()
@@ -297,25 +346,60 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 			g.st, g.inflight = nil, 0
 		}
 	}
+	ep.spawnLocked(func() {
+		old.qp.ToError() // a QP already in error stays so
+		ep.drainStripe(old)
+		old.close()
+	})
+}
+
+// retireDrain bounds how long a retired stripe's puts are waited for.
+const retireDrain = time.Second
+
+// drainStripe waits until no put is recorded on old (its QP is in the
+// error state, so each one completes), at most retireDrain while the
+// endpoint lives. What is left then is taken back and issued again, as a
+// flushed put.
+func (ep *Endpoint) drainStripe(old *stripe) {
+	ep.e.waitBegin() // the completions come from the engine's progress
+	defer ep.e.waitEnd()
+	for deadline := time.Now().Add(retireDrain); time.Now().Before(deadline) && ep.ctx.Err() == nil; {
+		if !ep.recordedOn(old) {
+			return
+		}
+		ep.e.pollOnce()
+		time.Sleep(100 * time.Microsecond)
+	}
 	var again []*PutOp
+	ep.mu.Lock()
 	for id, op := range ep.puts {
 		if op.st == old {
 			delete(ep.puts, id)
-			op.flushes++ // never executed, like a flushed put (sendDone)
+			op.flushes++ // never completed: handled like a flushed put (sendDone)
 			again = append(again, op)
 		}
 	}
-	ep.spawnLocked(func() {
-		for _, op := range again {
-			op.view.mu.Lock()
-			if op.view.sv != nil {
-				op.view.sv.abort(op.gen, uint64(op.n))
-			}
-			op.view.mu.Unlock()
-			go ep.run(op)
+	ep.mu.Unlock()
+	for _, op := range again {
+		op.view.mu.Lock()
+		if op.view.sv != nil {
+			op.view.sv.abort(op.gen, uint64(op.n))
 		}
-		old.close()
-	})
+		op.view.mu.Unlock()
+		go ep.run(op)
+	}
+}
+
+// recordedOn reports whether a put in flight is recorded on st.
+func (ep *Endpoint) recordedOn(st *stripe) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	for _, op := range ep.puts {
+		if op.st == st {
+			return true
+		}
+	}
+	return false
 }
 
 // close stops the stripe's watcher, disconnects the stripe (waiting a
@@ -427,6 +511,9 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 		err = fmt.Errorf("link to %v: %w", h.Listen, ErrClosed)
 		st = nil // not the link's: closed below
 	}
+	if d := ep.acceptDelay.Load(); err == nil && d > 0 {
+		time.Sleep(time.Duration(d))
+	}
 	if err == nil {
 		var w []byte
 		w, err = welcome{Views: tableRef{Addr: ep.viewMR.Addr(), RKey: ep.viewMR.RKey(), Slots: viewSlots},
@@ -456,6 +543,9 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 		}
 		l.fail(errPeer(h.Listen, fmt.Errorf("accept stripe %d: %w", h.Stripe, err)), false)
 		return
+	}
+	if !ep.stripeUp(st) {
+		return // replaced meanwhile (retired and closed as above), or the link failed
 	}
 	ep.startWatch(st)
 	l.flushLate() // reports held while the stripe was not ready to send
@@ -513,7 +603,7 @@ func (l *link) pick() *stripe {
 	start := l.rr.Add(1)
 	for i := uint32(0); i < n; i++ {
 		st := l.stripes[(start+i)%n].Load()
-		if st != nil && !st.dead.Load() {
+		if st != nil && st.up.Load() && !st.dead.Load() {
 			return st
 		}
 	}
@@ -524,7 +614,7 @@ func (l *link) pick() *stripe {
 // first live one, so that they stay in order while it lives.
 func (l *link) ctrlStripe() *stripe {
 	for i := range l.stripes {
-		if st := l.stripes[i].Load(); st != nil && !st.dead.Load() {
+		if st := l.stripes[i].Load(); st != nil && st.up.Load() && !st.dead.Load() {
 			return st
 		}
 	}
@@ -534,17 +624,21 @@ func (l *link) ctrlStripe() *stripe {
 // broken marks a stripe whose QP went to the error state (an RC error is
 // fatal to the QP on both sides). The dialling side connects a
 // replacement with the same index; if that fails, the link fails. The
-// accepting side waits for the replacement (or for the disconnection).
+// accepting side waits for the replacement, or for the disconnection,
+// at most replaceWait: a dialer that saw no error (the failure was local
+// to this side) or could not dial again would otherwise leave the link
+// without that stripe for good, and what waits for it would hang.
 func (st *stripe) broken(cause error) {
 	if st.dead.Swap(true) {
 		return
 	}
 	l, ep := st.l, st.l.ep
-	if !l.dial {
-		return
-	}
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
+	if !l.dial {
+		ep.spawnLocked(func() { st.awaitReplacement(cause) })
+		return
+	}
 	ep.spawnLocked(func() {
 		ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
 		defer cancel()
@@ -552,6 +646,38 @@ func (st *stripe) broken(cause error) {
 			l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and could not be replaced: %w", st.idx, cause, err)), false)
 		}
 	})
+}
+
+// replaceWait is how long the accepting side of a link waits for the
+// dialer to replace a failed stripe before it fails the link: twice what
+// the dialer may take to dial (Options.DialTimeout).
+func (ep *Endpoint) replaceWait() time.Duration { return 2 * ep.opts.DialTimeout }
+
+// awaitReplacement fails st's link unless the dialer replaces st within
+// replaceWait (the accepting side of broken).
+func (st *stripe) awaitReplacement(cause error) {
+	l, ep := st.l, st.l.ep
+	d := ep.replaceWait()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		replaced := l.replaced()
+		if l.stripes[st.idx].Load() != st {
+			return
+		}
+		select {
+		case <-replaced:
+		case <-l.dead:
+			return
+		case <-ep.ctx.Done():
+			return
+		case <-t.C:
+			if l.stripes[st.idx].Load() == st {
+				l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and the peer did not replace it within %v", st.idx, cause, d)), false)
+			}
+			return
+		}
+	}
 }
 
 // fail tears the link down: every put pending on it fails with err (which

@@ -11,12 +11,14 @@
 # API, putting to its own address over four rdma_cm stripes: epochs filled
 # in forward, reverse and random order, ErrTooLarge, ErrNoMailbox,
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
-# Get, control messages lost on the way (sent again by the asker), and two
-# senders overshooting shared epochs (late puts reported to their senders).
+# Get, control messages lost on the way (sent again by the asker), two
+# senders overshooting shared epochs (late puts reported to their senders),
+# and stripe replacements seen from the accepting side (puts wait for a
+# replacement's Accept; a stripe the dialer never replaces fails the link).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 # The endpoint tests run twice: with the kernel module counting puts (plain
 # WRITEs, records written by the module; also TestLabEndpointCounted), then
 # with the library counting them (WRITE WITH IMMEDIATE).
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl' -test.timeout 150s -rvma.counting=module
-lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl' -test.timeout 150s -rvma.counting=library
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe' -test.timeout 150s -rvma.counting=module
+lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe' -test.timeout 150s -rvma.counting=library
