@@ -25,7 +25,7 @@ var (
 	winLabels = []string{"endpoint", "mailbox"}
 
 	descUp           = prometheus.NewDesc("rvma_endpoint_up", "1 while the RVMA endpoint is open, 0 once it is closed.", epLabels, nil)
-	descLinks        = prometheus.NewDesc("rvma_endpoint_links", "Links to peer endpoints, connected or being connected.", epLabels, nil)
+	descLinks        = prometheus.NewDesc("rvma_endpoint_links", "Links this endpoint dialled to peer endpoints (its puts travel on them), connected or being connected.", epLabels, nil)
 	descRefused      = prometheus.NewDesc("rvma_endpoint_refused_writes_total", "Puts the NIC refused into this endpoint's windows (keys of buffers already handed over).", epLabels, nil)
 	descUnknown      = prometheus.NewDesc("rvma_endpoint_unknown_arrivals_total", "Arrivals for no window, or malformed.", epLabels, nil)
 	descStalePuts    = prometheus.NewDesc("rvma_endpoint_stale_puts_total", "This endpoint's puts refused because their epoch had completed.", epLabels, nil)

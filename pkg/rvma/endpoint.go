@@ -86,7 +86,7 @@ type Endpoint struct {
 	mu       sync.Mutex
 	closed   bool
 	failErr  error                    // wraps ErrFailed once the engine failed
-	links    map[netip.AddrPort]*link // usable or being dialled, by the peer's listening address
+	links    map[netip.AddrPort]*link // links this endpoint dialled (its puts go on them), by the peer's listening address
 	accepted map[uint64]*link         // links peers dialled, by link ID
 	byQPN    map[uint32]*stripe
 	dialing  map[uint32]*link // QPs of stripes being dialled, until addStripe records them (ctrl only)
@@ -308,7 +308,7 @@ func (ep *Endpoint) allLinksLocked() []*link {
 
 // EndpointStats are an endpoint's counters.
 type EndpointStats struct {
-	Links         int    // links connected or being connected
+	Links         int    // links this endpoint dialled (its puts travel on them), connected or being connected; links peers dialled are not counted
 	RefusedWrites uint64 // puts the NIC refused into this endpoint's windows (stale keys)
 	UnknownRecv   uint64 // arrivals for no window, or malformed
 	StalePuts     uint64 // this endpoint's puts refused as stale

@@ -16,8 +16,14 @@ import (
 )
 
 // link is the connection between two endpoints: its stripes (RC queue
-// pairs made with rdma_cm), used in both directions, and the sender views
-// of the peer's windows that this endpoint resolved over it.
+// pairs made with rdma_cm) and the sender views of the peer's windows that
+// this endpoint resolved over it. Puts travel only from the dialling side:
+// the accepting side sends on it the answers, entries and reports its
+// windows owe the dialer, and dials a link of its own to put to the peer.
+// So a put flushed by its stripe's failure never executed: the failure is
+// a refusal of one of the dialer's own puts (the responder discards what
+// follows it), never of a put going the other way, whose refusal leaves
+// what was in flight on this side executed or not, without telling which.
 type link struct {
 	ep    *Endpoint
 	id    uint64
@@ -559,9 +565,6 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 		case <-l.ready:
 		default:
 			first = true
-			if old := ep.links[l.peer]; old == nil {
-				ep.links[l.peer] = l
-			}
 		}
 	}
 	ep.mu.Unlock()

@@ -590,9 +590,11 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 			return
 		}
 	case errors.Is(err, verbs.WCWRFlushErr):
-		// Never executed: flushed behind another failure on its stripe.
-		// That says nothing about this put, so it is not a refusal;
-		// flushes have their own, larger bound.
+		// Never executed: flushed behind another failure on its stripe,
+		// a refusal of one of this endpoint's own puts (only the dialling
+		// side puts on a link; see link). That says nothing about this
+		// put, so it is not a refusal; flushes have their own, larger
+		// bound.
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()

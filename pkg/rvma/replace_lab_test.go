@@ -2,16 +2,17 @@
 
 package rvma
 
-// Stripe replacement seen from the accepting side of a link, which uses
-// the link for its own puts too (the peer dialled first):
+// Stripe replacement seen from the accepting side of a link (which sends
+// on it the entries, answers and reports its windows owe the dialer, and
+// puts to the dialer over a link of its own):
 //
-//   - a replacement stripe is installed before its Accept returns, and its
-//     QP cannot send until then: puts in that interval wait for it instead
-//     of failing on it (a post on a QP in INIT once broke the new stripe
-//     for good, and the four-guest halo exchange hung);
+//   - a replacement stripe installed before its Accept returned, whose QP
+//     cannot send yet: the dialer's puts and the entries pushed to it wait
+//     for it, and every put lands once;
 //   - a stripe broken only on the accepting side, which the dialer never
-//     replaces, fails the link after Endpoint.replaceWait, and the puts
-//     waiting for it dial a new link instead of hanging.
+//     replaces, fails the link after Endpoint.replaceWait, and the
+//     dialer's puts, which need the entries the accepting side can no
+//     longer push, go on over a new link instead of hanging.
 //
 // Run: go run ./test/softroce gotest ./pkg/rvma -test.run TestLabStripe -test.v
 
@@ -25,94 +26,104 @@ import (
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
-// replacePair returns endpoints a and b, a's window ma and b's window mb
-// (one-put epochs of 64 bytes, n buffers each, never released), with a
-// link that a dialled and b uses for its puts to a.
-func replacePair(t *testing.T, ctx context.Context, port uint16, n int, opts *Options) (a, b *Endpoint, ma, mb Mailbox, pa []*Posted) {
+// replacePair returns endpoints a and b and b's window mb (one-put epochs
+// of 64 bytes, n buffers, never released), with a link a dialled and b
+// accepted, and b's own link to a.
+func replacePair(t *testing.T, ctx context.Context, port uint16, n int, opts *Options) (a, b *Endpoint, mb Mailbox, pb []*Posted) {
 	t.Helper()
 	a = guestListen(t, port, &Options{Stripes: 1})
 	b = guestListen(t, port+1, opts)
-	ma, mb = Mailbox(0x5e1a), Mailbox(0x5e1b)
-	for _, x := range []struct {
-		ep *Endpoint
-		mb Mailbox
-	}{{a, ma}, {b, mb}} {
-		w, err := x.ep.InitWindow(x.mb, WindowOptions{Threshold: 64})
+	ma, mb := Mailbox(0x5e1a), Mailbox(0x5e1b)
+	if _, err := a.InitWindow(ma, WindowOptions{Threshold: 64}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := b.InitWindow(mb, WindowOptions{Threshold: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := b.Alloc(n * 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		p, err := w.Post(mem[i*64:(i+1)*64], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mem, err := x.ep.Alloc(n * 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < n; i++ {
-			p, err := w.Post(mem[i*64:(i+1)*64], nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if x.ep == a {
-				pa = append(pa, p)
-			}
-		}
+		pb = append(pb, p)
 	}
 	if err := a.Put(ctx, b.Addr(), mb, 0, patterned(64, 0)); err != nil {
 		t.Fatalf("a's first put to b: %v", err)
 	}
-	if err := b.Put(ctx, a.Addr(), ma, 0, patterned(64, 1)); err != nil {
-		t.Fatalf("b's first put to a: %v", err)
-	}
 	b.mu.Lock()
-	l := b.links[a.Addr()]
+	nb := len(b.links)
 	b.mu.Unlock()
-	if l == nil || l.dial {
-		t.Fatalf("b's link to a: %+v, want the one a dialled", l)
+	if nb != 0 {
+		t.Fatalf("b has %d links of its own before it put anything, want 0 (puts go only on links their sender dialled)", nb)
 	}
-	return a, b, ma, mb, pa
+	return a, b, mb, pb
 }
 
-func stripe0(ep, peer *Endpoint) *stripe {
+// stripe0 is stripe 0 of the link ep dialled to peer, or of the one peer
+// dialled to ep (accepted).
+func stripe0(ep, peer *Endpoint, accepted bool) *stripe {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
-	return ep.links[peer.Addr()].stripes[0].Load()
+	if !accepted {
+		return ep.links[peer.Addr()].stripes[0].Load()
+	}
+	for _, l := range ep.accepted {
+		if l.peer == peer.Addr() {
+			return l.stripes[0].Load()
+		}
+	}
+	return nil
+}
+
+// checkEpochs checks that b's epochs 0..n-1 hold a's puts 0..n-1, once each.
+func checkEpochs(t *testing.T, ctx context.Context, pb []*Posted, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		rec, err := pb[i].Wait(ctx)
+		if err != nil || rec.Len != 64 || !bytes.Equal(pb[i].Bytes(), patterned(64, i)) {
+			t.Fatalf("b's epoch %d: %+v %v", i, rec, err)
+		}
+	}
 }
 
 func TestLabStripeReplacedUnderAccept(t *testing.T) {
 	labenv.Device(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const puts = 5
-	a, b, ma, _, pa := replacePair(t, ctx, guestPort+50, puts+2, &Options{Stripes: 1})
+	const puts = 20 // more than a view's descriptors: the entries pushed meanwhile matter
+	a, b, mb, pb := replacePair(t, ctx, guestPort+50, puts+1, &Options{Stripes: 1})
 
 	// a replaces its stripe; b holds the replacement between installing it
-	// and accepting it, and puts to a in that interval.
-	old, oldB := stripe0(a, b), stripe0(b, a)
+	// and accepting it, while a puts (waiting for the stripe) and b owes a
+	// the entries of its window.
+	old, oldB := stripe0(a, b, false), stripe0(b, a, true)
 	b.acceptDelay.Store(int64(300 * time.Millisecond))
 	defer b.acceptDelay.Store(0)
 	old.broken(errors.New("test: stripe taken out of service"))
-	for stripe0(b, a) == oldB {
+	for stripe0(b, a, true) == oldB {
 		if ctx.Err() != nil {
 			t.Fatal("b never installed a replacement stripe")
 		}
 		time.Sleep(100 * time.Microsecond)
 	}
 	start := time.Now()
-	for i := 0; i < puts; i++ {
-		if err := b.Put(ctx, a.Addr(), ma, 0, patterned(64, 2+i)); err != nil {
-			t.Fatalf("put %d of b while its new stripe waits for Accept: %v", i, err)
+	for i := 1; i <= puts; i++ {
+		if err := a.Put(ctx, b.Addr(), mb, 0, patterned(64, i)); err != nil {
+			t.Fatalf("put %d of a across the replacement: %v", i, err)
 		}
 	}
-	t.Logf("%d puts of b in %v, issued while a replacement stripe was held 300 ms before Accept", puts, time.Since(start))
-	if now := stripe0(a, b); now == old || now == nil {
+	t.Logf("%d puts of a in %v across a replacement held 300 ms before Accept", puts, time.Since(start))
+	if now := stripe0(a, b, false); now == old || now == nil {
 		t.Fatal("a's stripe was not replaced")
 	}
-	for i := 0; i <= puts; i++ { // epoch 0 is b's first put
-		rec, err := pa[i].Wait(ctx)
-		if err != nil || rec.Len != 64 || !bytes.Equal(pa[i].Bytes(), patterned(64, 1+i)) {
-			t.Fatalf("a's epoch %d: %+v %v", i, rec, err)
-		}
-	}
-	if st := b.Stats(); st.LinkFailures != 0 {
-		t.Errorf("b saw %d link failures, want 0", st.LinkFailures)
+	checkEpochs(t, ctx, pb, puts+1)
+	if sa, sb := a.Stats(), b.Stats(); sa.LinkFailures != 0 || sb.LinkFailures != 0 {
+		t.Errorf("link failures: a %d, b %d, want 0", sa.LinkFailures, sb.LinkFailures)
 	}
 }
 
@@ -120,29 +131,25 @@ func TestLabStripeNotReplaced(t *testing.T) {
 	labenv.Device(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a, b, ma, mb, pa := replacePair(t, ctx, guestPort+52, 4, &Options{Stripes: 1, DialTimeout: time.Second})
+	const puts = 12 // beyond the descriptors a has: a needs b's entries
+	a, b, mb, pb := replacePair(t, ctx, guestPort+52, puts+1, &Options{Stripes: 1, DialTimeout: time.Second})
 
 	// b's side of the stripe fails alone: a sees nothing and never dials
-	// a replacement.
-	stripe0(b, a).broken(errors.New("test: failed on the accepting side only"))
+	// a replacement, and b cannot push its entries to a.
+	stripe0(b, a, true).broken(errors.New("test: failed on the accepting side only"))
 	start := time.Now()
-	if err := b.Put(ctx, a.Addr(), ma, 0, patterned(64, 2)); err != nil {
-		t.Fatalf("b's put after its stripe failed alone: %v", err)
+	for i := 1; i <= puts; i++ {
+		if err := a.Put(ctx, b.Addr(), mb, 0, patterned(64, i)); err != nil {
+			t.Fatalf("a's put %d after b's stripe failed alone: %v", i, err)
+		}
 	}
 	took := time.Since(start)
-	t.Logf("b's put went through after %v (replaceWait %v)", took, b.replaceWait())
+	t.Logf("a's %d puts took %v (b's replaceWait %v)", puts, took, b.replaceWait())
 	if took < b.replaceWait() {
-		t.Errorf("the put took %v, less than replaceWait %v: it should have waited for a replacement first", took, b.replaceWait())
+		t.Errorf("the puts took %v, less than replaceWait %v: one should have waited for b's entry until b failed the link", took, b.replaceWait())
 	}
-	rec, err := pa[1].Wait(ctx)
-	if err != nil || rec.Len != 64 || !bytes.Equal(pa[1].Bytes(), patterned(64, 2)) {
-		t.Fatalf("a's epoch 1: %+v %v", rec, err)
-	}
+	checkEpochs(t, ctx, pb, puts+1)
 	if st := b.Stats(); st.LinkFailures != 1 {
 		t.Errorf("b saw %d link failures, want 1", st.LinkFailures)
-	}
-	// a learns of the link's end from the disconnection and dials anew.
-	if err := a.Put(ctx, b.Addr(), mb, 0, patterned(64, 3)); err != nil {
-		t.Fatalf("a's put after b failed the link: %v", err)
 	}
 }
