@@ -327,10 +327,11 @@ type retiredQP struct {
 // retireDrain, it is disconnected and destroyed. The caller holds ep.mu
 // and l.mu.
 //
-// On the accepting side the replacement is the dialer's doing, and this
-// side's QP may not have failed at all, or its completions may still wait
-// in the CQ: a put recorded on it may have been placed already, and
-// issuing it again would place it twice.
+// A stripe is not always retired after its failure was polled: a post
+// that failed on a QP already in error, or a replacement the peer dialled,
+// can come while the completions of puts posted before it still wait in
+// the CQ. Such a put may have been placed already, and issuing it again
+// would place it twice.
 func (ep *Endpoint) retireStripe(old *stripe) {
 	old.dead.Store(true)
 	qpn := old.qp.QPN()
