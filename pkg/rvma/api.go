@@ -640,14 +640,15 @@ func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, boo
 
 // Release gives the buffer back to the window once the application is
 // done with its epoch. A reusable buffer is re-posted at the tail of the
-// queue when it has also left the rewind ring; a one-time buffer is not.
+// queue when it has also left the rewind ring; a one-time buffer is not,
+// nor any buffer of a closed window (a Wait on it returns ErrClosed).
 // Errors wrap ErrInvalid when the buffer is not held by the application
 // (still posted, or already released).
 func (p *Posted) Release() error {
 	p.w.syncCounted() // Spin may have seen the record before the endpoint did
 	p.w.mu.Lock()
 	err := p.w.st.release(p.b)
-	if err == nil && p.b.retired {
+	if err == nil && p.b.oneTime {
 		// A one-time buffer's completion slot serves another buffer later;
 		// its last record stays readable until then.
 		p.w.comps.put(p.b.comp)

@@ -615,10 +615,18 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	}
 
 	// Many waiters releasing while one sender streams 50 epochs of 4 ops.
+	// Which buffer takes which epoch depends on when each waiter releases
+	// (three buffers can carry the stream alone while the fourth waiter is
+	// not scheduled; the first waiter is made slow to have that happen), so
+	// the waiters run until Close ends their waits, and every epoch must
+	// have been seen exactly once. The slow waiter may release its buffer
+	// after Close: its next Wait must return ErrClosed, not block.
 	const epochs = 50
 	w3, _ := ep.InitWindow(0x53, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 4, Keep: 2})
 	m3, _ := ep.Alloc(4 * 64)
 	var wg sync.WaitGroup
+	var seenMu sync.Mutex
+	seen := map[uint64]int{}
 	for i := 0; i < 4; i++ {
 		p, err := w3.Post(m3[i*64:(i+1)*64], nil)
 		if err != nil {
@@ -629,6 +637,9 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 			defer wg.Done()
 			for {
 				r, err := p.Wait(ctx)
+				if errors.Is(err, rvma.ErrClosed) {
+					return
+				}
 				if err != nil {
 					t.Error(err)
 					return
@@ -636,11 +647,14 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 				if r.Ops != 4 || r.Len != 64 {
 					t.Errorf("record %+v", r)
 				}
+				seenMu.Lock()
+				seen[r.Epoch]++
+				seenMu.Unlock()
+				if i == 0 {
+					time.Sleep(3 * time.Millisecond)
+				}
 				if err := p.Release(); err != nil {
 					t.Error(err)
-					return
-				}
-				if r.Epoch >= epochs-4 {
 					return
 				}
 			}
@@ -657,9 +671,26 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The last epoch's waiter may not have been woken yet: give every
+	// waiter its record before Close turns the rest into ErrClosed
+	// (a put completes at its sender before the receiver counts it).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		seenMu.Lock()
+		n := len(seen)
+		seenMu.Unlock()
+		if n == epochs {
+			break
+		}
+	}
+	w3.Close() // the waiters' buffers have no next epoch
 	wg.Wait()
 	if s := w3.Stats(); s.EpochsCompleted != epochs || s.Puts != 4*epochs || s.Late != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+	for e := uint64(0); e < epochs; e++ {
+		if seen[e] != 1 {
+			t.Errorf("epoch %d seen by %d waiters, want 1", e, seen[e])
+		}
 	}
 	t.Logf("window API on real windows: completion pointers, one-time buffers, rewind and re-post, Spin, Close, %d streamed epochs with 4 waiters", epochs)
 }

@@ -768,6 +768,12 @@ func (w *windowState) release(b *buffer) error {
 		}
 		return nil
 	}
+	if w.closed() {
+		// No next epoch: a Wait on it returns at once, as one that was
+		// waiting when the window closed (retireWaiting).
+		b.retired = true
+		return nil
+	}
 	// Waiters now wait for the next epoch of this buffer.
 	b.done = make(chan struct{})
 	b.waiting = true

@@ -321,6 +321,14 @@ func TestWindowClose(t *testing.T) {
 			if b.state != bufDone {
 				t.Fatal("buffer re-posted to a closed window")
 			}
+			if !b.retired || len(f.w.waiting) != 0 {
+				t.Fatal("a buffer released after close waits for an epoch that never comes")
+			}
+			select {
+			case <-b.done:
+			default:
+				t.Fatal("a wait on a buffer released after close would block")
+			}
 		}
 		if bind, _, _ := f.w.takeActions(); len(bind) != 0 {
 			t.Fatal("bind after close")
