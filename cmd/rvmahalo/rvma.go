@@ -101,9 +101,11 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 			}
 		}
 	}
+	// Counted before the barrier, after which a neighbour's Close would
+	// count as a link failure.
+	st := ep.Stats()
 	// Nobody leaves while a neighbour may still put to it.
 	err = r.barrier(ctx, "halo-rvma-done")
-	st := ep.Stats()
 	return result{setup: setup, run: run, rvma: &st}, err
 }
 

@@ -108,6 +108,9 @@ type Endpoint struct {
 	nextID   uint64
 	subs     map[uint32][]subscriber // window slot -> links whose view slots mirror it
 	owed     map[uint32][]subscriber // window slot -> subscribers a push of its entry could not reach yet
+	// noticeVia: subscribers whose notices travel on this endpoint's own
+	// link to their peer instead of theirs (noticeLink, notice.go).
+	noticeVia map[subscriber]*link
 
 	lateMu  sync.Mutex          // guards lateOut and lateWR (after a link's lateMu)
 	lateOut map[uint64]lateSend // LATE reports posted, by work request ID, until their sends complete
@@ -168,7 +171,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}, owed: map[uint32][]subscriber{},
+		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}, owed: map[uint32][]subscriber{}, noticeVia: map[subscriber]*link{},
 		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)

@@ -44,6 +44,8 @@ type link struct {
 	peerViews tableRef
 	views     map[Mailbox]*remoteView
 	rr        atomic.Uint32
+	// noticed: a notice went on the link since its last put (putStripe).
+	noticed atomic.Bool
 
 	// LATE reports (late.go). As the receiver: those waiting for the
 	// control share of the send queue, and the next report number. As the
@@ -614,6 +616,18 @@ func (l *link) pick() *stripe {
 	return nil
 }
 
+// putStripe returns the stripe of the next put: the one notices travel
+// on when a notice went since the last put, so that at the peer the
+// notice comes first (notice.go); otherwise the next live one.
+func (l *link) putStripe() *stripe {
+	if l.noticed.Swap(false) && len(l.stripes) > 1 {
+		if st := l.ctrlStripe(); st != nil {
+			return st
+		}
+	}
+	return l.pick()
+}
+
 // ctrlStripe is the stripe control messages and notices travel on: the
 // first live one, so that they stay in order while it lives.
 func (l *link) ctrlStripe() *stripe {
@@ -743,6 +757,9 @@ func (l *link) fail(err error, wait bool) {
 	}
 	for slot, owed := range ep.owed {
 		ep.owed[slot] = slices.DeleteFunc(owed, func(s subscriber) bool { return s.l == l })
+	}
+	if ep.reroutedLocked(l) {
+		ep.spawnLocked(ep.e.flushPushes)
 	}
 	for _, v := range views {
 		ep.freeView(v)
@@ -932,128 +949,4 @@ func (l *link) postCtrl(wr verbs.SendWR, data []byte) error {
 		return fmt.Errorf("link to %v: %w", l.peer, err)
 	}
 	return nil
-}
-
-// pushEntry mirrors a changed descriptor entry into the view slots of
-// slot's subscribers (WRITE WITH IMMEDIATE, inline from the table): all of
-// them, or (all false) only those an earlier push could not reach. The
-// engine calls it under the window's dispatch lock, so the entry does not
-// change while it is copied. It reports false when a subscriber could not
-// be sent the entry for now (every stripe of its link is being replaced,
-// or the control share of the send queue is full): it is owed the entry,
-// and the engine pushes again later, to the owed ones only (a sender that
-// moves on by its own count may be waiting for exactly this entry, and
-// the others need not be sent it twice).
-func (ep *Endpoint) pushEntry(slot uint32, entry []byte, all bool) bool {
-	if ep.holdNotices.Load() {
-		return true
-	}
-	ep.mu.Lock()
-	subs := ep.owed[slot]
-	delete(ep.owed, slot)
-	if all {
-		subs = append([]subscriber(nil), ep.subs[slot]...)
-	}
-	ep.mu.Unlock()
-	failed := ep.notifyAll(subs, entry)
-	if len(failed) == 0 {
-		return true
-	}
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	for _, s := range failed {
-		if slices.Contains(ep.subs[slot], s) { // not dropped with its link meanwhile
-			ep.oweLocked(slot, s)
-		}
-	}
-	return len(ep.owed[slot]) == 0
-}
-
-// oweLocked records that s is owed slot's current entry. The caller holds
-// ep.mu.
-func (ep *Endpoint) oweLocked(slot uint32, s subscriber) {
-	if !slices.Contains(ep.owed[slot], s) {
-		ep.owed[slot] = append(ep.owed[slot], s)
-	}
-}
-
-// notifyAll writes entry into every subscriber's view slot, counting the
-// notices sent and lost, and returns those that could not be sent for now
-// (see pushEntry).
-func (ep *Endpoint) notifyAll(subs []subscriber, entry []byte) []subscriber {
-	var failed []subscriber
-	for _, s := range subs {
-		switch err := s.l.notify(s.viewSlot, entry); {
-		case err == nil:
-			ep.notices.Add(1)
-		case errors.Is(err, ErrInvalid):
-			ep.lostNotices.Add(1)
-		default:
-			// No live stripe, the control share of the send queue full,
-			// or a stripe that failed under the post (it is being
-			// replaced; a failed link drops its subscribers).
-			failed = append(failed, s)
-		}
-	}
-	return failed
-}
-
-// dropSubscribers forgets every subscriber of slot after pushing them
-// entry, the window's last (StateGone), so that they resolve the mailbox
-// again. The engine calls it under the window's dispatch lock, before
-// the slot is freed.
-func (ep *Endpoint) dropSubscribers(slot uint32, entry []byte) {
-	ep.mu.Lock()
-	subs := ep.subs[slot]
-	delete(ep.subs, slot)
-	delete(ep.owed, slot)
-	ep.mu.Unlock()
-	if !ep.holdNotices.Load() {
-		ep.notifyAll(subs, entry)
-	}
-}
-
-// repush pushes the current entry of every window l's peer mirrors once
-// more, to that peer only: the notices in flight on a stripe that failed
-// were lost with it, and a sender that moves on by its own count may wait
-// for exactly one of them. A repeated entry changes nothing at a sender
-// (views take only newer entries).
-func (ep *Endpoint) repush(l *link) {
-	ep.mu.Lock()
-	for slot, subs := range ep.subs {
-		for _, s := range subs {
-			if s.l != l {
-				continue
-			}
-			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
-				ep.oweLocked(slot, s)
-				ep.e.deferPush(w)
-			}
-		}
-	}
-	ep.mu.Unlock()
-	ep.e.flushPushes()
-	l.flushLate()
-}
-
-// subscribers is the number of links whose peers mirror slot.
-func (ep *Endpoint) subscribers(slot uint32) int {
-	ep.mu.Lock()
-	defer ep.mu.Unlock()
-	return len(ep.subs[slot])
-}
-
-func (l *link) notify(viewSlot uint32, entry []byte) error {
-	imm, err := Imm{Kind: KindNotice, Slot: viewSlot}.Encode()
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	pv := l.peerViews
-	l.mu.Unlock()
-	if viewSlot >= pv.Slots {
-		return invalidf("view slot %d beyond the peer's %d", viewSlot, pv.Slots)
-	}
-	return l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm, RemoteAddr: pv.Addr + uint64(viewSlot)*EntrySize,
-		RKey: pv.RKey}, entry)
 }

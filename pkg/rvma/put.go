@@ -381,19 +381,20 @@ func (ep *Endpoint) run(op *PutOp) {
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
 	// A put back at an epoch this sender already put to without filling
-	// it may be behind the entry that says other senders completed it,
-	// still in the CQ (a goroutine spinning on a counted window's record
-	// sees its peers' puts without polling the CQ): handle it first, or
-	// the put goes to the completed epoch and is refused, at the cost of
-	// its stripe.
-	for i := 0; i < awaitPolls && v.revisits() && ep.e.pollOnce(); i++ {
+	// it may be behind the entry that says other senders completed it.
+	// That entry is in the view slot as soon as the NIC placed it, before
+	// its notice's completion is handled (a goroutine spinning on a
+	// counted window's record sees its peers' puts without polling the
+	// CQ, and another goroutine may hold the notice's completion, polled
+	// but not yet handled): read it from there, or the put goes to the
+	// completed epoch and is refused, at the cost of its stripe.
+	if v.revisits() {
+		ep.reread(v)
 	}
 	done, wait, err = ep.postOnce(op, l, v, block)
-	if errors.Is(err, errAwaitBuffer) && ep.e.pollOnce() {
-		// Completions were waiting, and one may be the entry the put
-		// needs: a goroutine spinning on a counted window's record sees
-		// the peer's answer without polling the CQ, where the entry that
-		// came before it still is.
+	if errors.Is(err, errAwaitBuffer) && (ep.reread(v) || ep.e.pollOnce()) {
+		// The entry the put needs may be in the view slot already, or its
+		// notice among the completions waiting (as above).
 		done, wait, err = ep.postOnce(op, l, v, block)
 	}
 	if errors.Is(err, errAwaitBuffer) {
@@ -409,7 +410,7 @@ var errAwaitBuffer = errors.New("rvma: no buffer in the view yet")
 
 // postOnce is one attempt of post.
 func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
-	st := l.pick()
+	st := l.putStripe()
 	if st == nil { // every stripe is being replaced
 		wait = l.replaced()
 		if l.pick() != nil {
@@ -740,7 +741,7 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 	}
 	off := int(slot) * EntrySize
 	cur := ep.e.descMR.Bytes()[off : off+EntrySize]
-	if err := l.notify(m.ViewSlot, cur); err != nil {
+	if err := ep.noticeLink(sub).notify(m.ViewSlot, cur); err != nil {
 		ep.lostNotices.Add(1)
 		return
 	}
@@ -761,6 +762,19 @@ func (v *remoteView) revisits() bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.sv != nil && v.sv.revisits()
+}
+
+// reread refreshes v from its view slot and reports whether it took a
+// newer entry.
+func (ep *Endpoint) reread(v *remoteView) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.sv == nil {
+		return false
+	}
+	seq := v.sv.entry.Seq
+	ep.refreshView(v)
+	return v.sv.entry.Seq != seq
 }
 
 // notice handles a pushed entry update (engine callback).

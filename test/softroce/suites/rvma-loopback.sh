@@ -13,12 +13,15 @@
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
 # Get, control messages lost on the way (sent again by the asker), two
 # senders overshooting shared epochs (late puts reported to their senders),
-# and stripe replacements seen from the accepting side (puts wait for a
-# replacement's Accept; a stripe the dialer never replaces fails the link).
+# stripe replacements seen from the accepting side (puts wait for a
+# replacement's Accept; a stripe the dialer never replaces fails the link),
+# and where notices travel (over the receiver's own link to a peer it also
+# puts to, and back when that link fails; a three-endpoint halo exchange
+# without a stale put).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 # The endpoint tests run twice: with the kernel module counting puts (plain
 # WRITEs, records written by the module; also TestLabEndpointCounted), then
 # with the library counting them (WRITE WITH IMMEDIATE).
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe' -test.timeout 150s -rvma.counting=module
-lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe' -test.timeout 150s -rvma.counting=library
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice' -test.timeout 150s -rvma.counting=module
+lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice' -test.timeout 150s -rvma.counting=library
