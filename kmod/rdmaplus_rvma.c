@@ -122,8 +122,17 @@ struct rdmaplus_rvma_ctx {
 	bool armed;			/* under lock: signal evt at the next publication */
 	struct list_head mrs;		/* under lock */
 	unsigned int nranges;		/* under lock */
-	struct work_struct gc;		/* drops the hook after a dereg */
+	struct delayed_work gc;		/* drops the hook RVMA_UNHOOK_DELAY after the last range */
 };
+
+/*
+ * How long a file keeps its hook reference after its last range went.
+ * Registering and unregistering the ftrace hooks each wait for RCU grace
+ * periods (about 60 ms and 0.5 s on a TCG guest): a program that closes its
+ * only counted window and opens another, or re-registers its memory, would
+ * otherwise pay both every time.
+ */
+#define RVMA_UNHOOK_DELAY	HZ
 
 static DEFINE_SPINLOCK(rvma_hash_lock);
 static DEFINE_HASHTABLE(rvma_mrs, 8);
@@ -451,7 +460,7 @@ void rdmaplus_rvma_dereg(void *rxe_mr)
 		published += rvma_publish(ctx, w);
 	}
 	if (!ctx->nranges)
-		schedule_work(&ctx->gc);
+		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (wake)
@@ -477,9 +486,23 @@ static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
 	rdmaplus_hook_put();
 }
 
+/* Drop the hook later if the file gates nothing now; ctx->mutex held. */
+static void rvma_unhook_later(struct rdmaplus_rvma_ctx *ctx)
+{
+	unsigned long flags;
+	unsigned int n;
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	n = ctx->nranges;
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (ctx->hooked && !n)
+		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
+}
+
 static void rvma_gc(struct work_struct *work)
 {
-	struct rdmaplus_rvma_ctx *ctx = container_of(work, typeof(*ctx), gc);
+	struct rdmaplus_rvma_ctx *ctx = container_of(to_delayed_work(work),
+						     typeof(*ctx), gc);
 
 	mutex_lock(&ctx->mutex);
 	rvma_maybe_unhook(ctx);
@@ -654,7 +677,7 @@ static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	spin_lock_irqsave(&ctx->lock, flags);
 	rvma_win_forget(ctx, w);
 	spin_unlock_irqrestore(&ctx->lock, flags);
-	rvma_maybe_unhook(ctx);
+	rvma_unhook_later(ctx);
 out:
 	mutex_unlock(&ctx->mutex);
 	return ret;
@@ -811,7 +834,7 @@ out:
 	kfree(fresh);
 	kfree(nb);
 	if (ret)
-		rvma_maybe_unhook(ctx);
+		rvma_unhook_later(ctx);
 	mutex_unlock(&ctx->mutex);
 	return ret;
 }
@@ -958,7 +981,7 @@ struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
 	mutex_init(&ctx->mutex);
 	spin_lock_init(&ctx->lock);
 	INIT_LIST_HEAD(&ctx->mrs);
-	INIT_WORK(&ctx->gc, rvma_gc);
+	INIT_DELAYED_WORK(&ctx->gc, rvma_gc);
 	ctx->user = get_uid(current_user());
 	return ctx;
 }
@@ -977,7 +1000,7 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	mutex_unlock(&ctx->mutex);
 	synchronize_rcu();	/* no hook uses ctx any more */
-	cancel_work_sync(&ctx->gc);
+	cancel_delayed_work_sync(&ctx->gc);
 	if (ctx->hooked)
 		rdmaplus_hook_put();
 	if (ctx->evt)
