@@ -471,8 +471,8 @@ out:
 
 /* ---- configuration ---------------------------------------------------- */
 
-/* Drop the hook reference once the file gates nothing; ctx->mutex held. */
-static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
+/* Does the file hold the hook while it gates nothing? ctx->mutex held. */
+static bool rvma_hook_idle(struct rdmaplus_rvma_ctx *ctx)
 {
 	unsigned long flags;
 	unsigned int n;
@@ -480,7 +480,13 @@ static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
 	spin_lock_irqsave(&ctx->lock, flags);
 	n = ctx->nranges;
 	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (!ctx->hooked || n)
+	return ctx->hooked && !n;
+}
+
+/* Drop the hook reference once the file gates nothing; ctx->mutex held. */
+static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
+{
+	if (!rvma_hook_idle(ctx))
 		return;
 	ctx->hooked = false;
 	rdmaplus_hook_put();
@@ -489,13 +495,7 @@ static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
 /* Drop the hook later if the file gates nothing now; ctx->mutex held. */
 static void rvma_unhook_later(struct rdmaplus_rvma_ctx *ctx)
 {
-	unsigned long flags;
-	unsigned int n;
-
-	spin_lock_irqsave(&ctx->lock, flags);
-	n = ctx->nranges;
-	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (ctx->hooked && !n)
+	if (rvma_hook_idle(ctx))
 		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
 }
 

@@ -173,7 +173,7 @@ func (ep *Endpoint) noticeLink(s subscriber) *link {
 	if d := ep.links[s.l.peer]; d != nil && d.sharesViews(s.l) {
 		want = d
 	}
-	if want != cur && (cur.failed() || cur.ctrlIdle()) {
+	if want != cur && (cur.failure() != nil || cur.ctrlIdle()) {
 		cur = want
 		if cur == s.l {
 			delete(ep.noticeVia, s)
@@ -225,16 +225,6 @@ func (l *link) sharesViews(o *link) bool {
 	b := o.peerViews
 	o.mu.Unlock()
 	return a.valid() && a == b
-}
-
-// failed reports whether the link failed.
-func (l *link) failed() bool {
-	select {
-	case <-l.dead:
-		return true
-	default:
-		return false
-	}
 }
 
 // ctrlIdle reports whether no control message or notice sent on l is
