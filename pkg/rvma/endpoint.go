@@ -93,7 +93,7 @@ type Endpoint struct {
 	// retired holds the QPs of the last maxRetired stripes replaced, for
 	// linkOf: a message delivered on a stripe just before it broke may be
 	// polled after its replacement retired it.
-	retired      map[uint32]*link
+	retired      map[uint32]*stripe
 	retiredOrder []retiredQP
 	views        []*remoteView // by view slot; nil when free
 	freeViews    []uint32
@@ -171,7 +171,7 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
-		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*link{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}, owed: map[uint32][]subscriber{}, noticeVia: map[subscriber]*link{},
+		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}, owed: map[uint32][]subscriber{}, noticeVia: map[subscriber]*link{},
 		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)

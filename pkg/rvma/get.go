@@ -334,6 +334,7 @@ func (ep *Endpoint) readDone(wc verbs.WC) {
 	<-st.credits
 	err := wc.Err()
 	if err != nil {
+		st.noteFault(err)
 		st.broken(err)
 	}
 	op.finish(err)

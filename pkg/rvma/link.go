@@ -20,10 +20,11 @@ import (
 // this endpoint resolved over it. Puts travel only from the dialling side:
 // the accepting side sends on it the answers, entries and reports its
 // windows owe the dialer, and dials a link of its own to put to the peer.
-// So a put flushed by its stripe's failure never executed: the failure is
-// a refusal of one of the dialer's own puts (the responder discards what
-// follows it), never of a put going the other way, whose refusal leaves
-// what was in flight on this side executed or not, without telling which.
+// So a put flushed behind a refusal of one of the dialer's own requests
+// never executed (the responder discards what follows a NAK) and is
+// issued again; a put flushed after any other failure (an error on the
+// responder side of the QP, a fatal event, a disconnection) may have
+// executed, and fails with the link instead (stripe.fault).
 type link struct {
 	ep    *Endpoint
 	id    uint64
@@ -64,6 +65,9 @@ type stripe struct {
 	id   *verbs.CMID
 	qp   *verbs.QP
 	dead atomic.Bool
+	// fault is what the first failed send completion polled on the stripe
+	// says about the sends flushed behind it (noteFault).
+	fault atomic.Int32
 	// up: the QP can send (the accepting side's Accept returned). Until
 	// then pick and ctrlStripe pass over the stripe: a post on a QP still
 	// in INIT fails, and that failure would break a stripe that is fine.
@@ -82,6 +86,42 @@ type stripe struct {
 	closing   bool
 	stopWatch context.CancelFunc
 	watched   chan struct{} // closed when the watcher returned
+}
+
+// Stripe faults: what the first failed send completion polled on a stripe
+// says about the sends posted behind it, which complete flushed.
+const (
+	faultNone = iota
+	// faultRefused: the responder refused one of this side's requests (a
+	// NAK: remote access, invalid request, remote operation). A responder
+	// executes nothing after a NAK, and the NAK acknowledged everything
+	// before it, so every send flushed behind it never executed.
+	faultRefused
+	// faultInDoubt: anything else. A flush came first (the QP went to the
+	// error state for a reason on the responder side, a fatal event or a
+	// disconnection), or a retry limit or a local error did: a send
+	// flushed behind it may have executed at the peer, its acknowledgment
+	// lost with the QP.
+	faultInDoubt
+)
+
+// noteFault records err, a failed send completion polled on st, if it is
+// the stripe's first. The engine handles completions in the order it
+// polls them, under one lock, and a QP's send completions come in posting
+// order, so the first one noted is the cause of every flush after it.
+func (st *stripe) noteFault(err error) {
+	f := int32(faultInDoubt)
+	if errors.Is(err, verbs.WCRemAccessErr) || errors.Is(err, verbs.WCRemInvReqErr) || errors.Is(err, verbs.WCRemOpErr) {
+		f = faultRefused
+	}
+	st.fault.CompareAndSwap(faultNone, f)
+}
+
+// errInDoubt is the error of puts flushed on st after a fault other than
+// a refusal: they may have been placed, so they are not issued again. It
+// wraps ErrPeerGone.
+func (st *stripe) errInDoubt(n int, cause error) error {
+	return errPeer(st.l.peer, fmt.Errorf("%d put(s) flushed on stripe %d after a failure other than a refused request, so they may have been placed and are not issued again: %w", n, st.idx, cause))
 }
 
 const (
@@ -319,13 +359,14 @@ const maxRetired = 256
 
 type retiredQP struct {
 	qpn uint32
-	l   *link
+	st  *stripe
 }
 
 // retireStripe takes a replaced stripe out of service: Gets reading on it
 // read again elsewhere; its QP is moved to the error state, so that every
 // put still recorded on it completes, executed or flushed (sendDone
-// issues the flushed ones again), and once they did, or after
+// issues the flushed ones again if the stripe failed by a refusal, and
+// fails the link otherwise: stripe.fault), and once they did, or after
 // retireDrain, it is disconnected and destroyed. The caller holds ep.mu
 // and l.mu.
 //
@@ -339,13 +380,13 @@ func (ep *Endpoint) retireStripe(old *stripe) {
 	qpn := old.qp.QPN()
 	delete(ep.byQPN, qpn)
 	if len(ep.retiredOrder) == maxRetired {
-		if r := ep.retiredOrder[0]; ep.retired[r.qpn] == r.l {
+		if r := ep.retiredOrder[0]; ep.retired[r.qpn] == r.st {
 			delete(ep.retired, r.qpn)
 		}
 		ep.retiredOrder = ep.retiredOrder[1:]
 	}
-	ep.retired[qpn] = old.l
-	ep.retiredOrder = append(ep.retiredOrder, retiredQP{qpn, old.l})
+	ep.retired[qpn] = old
+	ep.retiredOrder = append(ep.retiredOrder, retiredQP{qpn, old})
 	for _, g := range ep.gets {
 		if g.st == old {
 			// One outcome per READ in flight: the Get counts them.
@@ -368,7 +409,8 @@ const retireDrain = time.Second
 // drainStripe waits until no put is recorded on old (its QP is in the
 // error state, so each one completes), at most retireDrain while the
 // endpoint lives. What is left then is taken back and issued again, as a
-// flushed put.
+// flushed put, if old failed by a refusal; otherwise it may have been
+// placed, and it fails with the link.
 func (ep *Endpoint) drainStripe(old *stripe) {
 	ep.e.waitBegin() // the completions come from the engine's progress
 	defer ep.e.waitEnd()
@@ -389,6 +431,14 @@ func (ep *Endpoint) drainStripe(old *stripe) {
 		}
 	}
 	ep.mu.Unlock()
+	if len(again) > 0 && old.fault.Load() != faultRefused {
+		err := old.errInDoubt(len(again), fmt.Errorf("no completion within %v of the stripe's retirement", retireDrain))
+		old.l.fail(err, false)
+		for _, op := range again {
+			op.finish(err)
+		}
+		return
+	}
 	for _, op := range again {
 		op.view.mu.Lock()
 		if op.view.sv != nil {
@@ -741,8 +791,8 @@ func (l *link) fail(err error, wait bool) {
 			delete(ep.byQPN, st.qp.QPN())
 		}
 	}
-	for qpn, rl := range ep.retired {
-		if rl == l {
+	for qpn, rs := range ep.retired {
+		if rs.l == l {
 			delete(ep.retired, qpn) // its order entry goes when it comes first
 		}
 	}

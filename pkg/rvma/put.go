@@ -221,7 +221,8 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // (ctx ended while no buffer was posted), ErrStale (the epoch completed
 // before the put landed and Options.NoRetryStale is set; nothing of the
 // put reached a buffer already handed over), ErrPeerGone (the link
-// failed), ErrClosed (this endpoint closed) or ctx's error. A put to a
+// failed; a put that was on the wire then may have been placed, and is
+// not issued again: the receiver's count tells), ErrClosed (this endpoint closed) or ctx's error. A put to a
 // window closed with CloseSilent succeeds without writing anything. A put
 // already on the wire when the window closes is refused like a stale one:
 // ErrStale with NoRetryStale, otherwise ErrMailboxClosed once its retry
@@ -540,14 +541,17 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 	}
 	if id&ctrlTag != 0 {
 		ep.mu.Lock()
-		st := ep.byQPN[wc.QPN]
+		st, old := ep.byQPN[wc.QPN], ep.retired[wc.QPN]
 		ep.mu.Unlock()
 		err := wc.Err()
 		if st != nil {
 			st.ctrlOut.Add(-1)
 			if err != nil {
+				st.noteFault(err)
 				st.broken(err)
 			}
+		} else if old != nil && err != nil {
+			old.noteFault(err) // its puts' flushes may follow
 		}
 		if lid := id &^ ctrlTag; lid != 0 {
 			ep.lateSent(lid, err == nil) // its stripe may be retired already
@@ -571,6 +575,7 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		op.finish(nil)
 		return
 	}
+	st.noteFault(err)
 	st.broken(err)
 	switch {
 	case errors.Is(err, verbs.WCRemAccessErr):
@@ -590,12 +595,20 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 			op.finish(fmt.Errorf("%w: %w", ErrStale, err))
 			return
 		}
+	case errors.Is(err, verbs.WCWRFlushErr) && st.fault.Load() != faultRefused:
+		// Flushed after something other than a refusal: the put may
+		// have been placed, and issuing it again could place it twice.
+		// It fails with the link, which drops the views and their counts
+		// (the next put resolves the mailbox anew).
+		err := st.errInDoubt(1, err)
+		st.l.fail(err, false)
+		op.finish(err)
+		return
 	case errors.Is(err, verbs.WCWRFlushErr):
-		// Never executed: flushed behind another failure on its stripe,
-		// a refusal of one of this endpoint's own puts (only the dialling
-		// side puts on a link; see link). That says nothing about this
-		// put, so it is not a refusal; flushes have their own, larger
-		// bound.
+		// Never executed: flushed behind a refusal of one of this
+		// endpoint's own requests on its stripe (only the dialling side
+		// puts on a link; see link). That says nothing about this put, so
+		// it is not a refusal; flushes have their own, larger bound.
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()
@@ -623,7 +636,10 @@ func (ep *Endpoint) linkOf(qpn uint32) *link {
 	if l := ep.dialing[qpn]; l != nil {
 		return l
 	}
-	return ep.retired[qpn]
+	if st := ep.retired[qpn]; st != nil {
+		return st.l
+	}
+	return nil
 }
 
 // ctrl handles a control message received on a link (engine callback).

@@ -17,11 +17,12 @@
 # replacement's Accept; a stripe the dialer never replaces fails the link),
 # and where notices travel (over the receiver's own link to a peer it also
 # puts to, and back when that link fails; a three-endpoint halo exchange
-# without a stale put).
+# without a stale put), and puts flushed by a stripe failure that was not
+# a refusal (failed with the link, never issued twice).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 # The endpoint tests run twice: with the kernel module counting puts (plain
 # WRITEs, records written by the module; also TestLabEndpointCounted), then
 # with the library counting them (WRITE WITH IMMEDIATE).
 set -euo pipefail
-lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice' -test.timeout 150s -rvma.counting=module
-lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice' -test.timeout 150s -rvma.counting=library
+lab_gotest rvma -test.v -test.run 'TestLabAssumptions|TestLabEngine$|TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice|TestLabFlush' -test.timeout 150s -rvma.counting=module
+lab_gotest rvma -test.v -test.run 'TestLabEndpoint|TestLabExamples|TestLabLostControl|TestLabStripe|TestLabNotice|TestLabFlush' -test.timeout 150s -rvma.counting=library
