@@ -23,11 +23,13 @@
 //
 //	rvmahalo -mode rvma -face 4096 -steps 300 -run 1
 //
-// Output, one line per mode on every guest, and for the rvma modes one
-// more with the endpoint's counters (notices sent per step, stale puts,
+// Output, two lines per mode on every guest (the steps, and the guest's
+// CPU time they took, kernel included), and for the rvma modes one more
+// with the endpoint's counters (notices sent per step, stale puts,
 // puts that waited for a buffer, link failures):
 //
 //	HALO <mode> <guests> <face bytes> <steps> <steps/s> <setup µs>
+//	HALOCPU <mode> <face bytes> ms/step <guest CPU ms per step> user <ms> sys <ms> irq <ms> busy <share of the guest's CPU time> reads/step <n> writes/step <n>
 //	HALOSTATS <mode> <face bytes> notices/step <n> stale <n> bufferwaits <n> linkfailures <n>
 package main
 
@@ -92,6 +94,10 @@ func main() {
 		log.Fatalf("%s: %v", *mode, err)
 	}
 	fmt.Printf("HALO %s %d %d %d %.1f %.0f\n", *mode, r.n, *face, *steps, float64(*steps)/res.run.Seconds(), float64(res.setup)/float64(time.Microsecond))
+	ms := func(sec float64) float64 { return 1000 * sec / float64(*steps) }
+	per := func(n uint64) float64 { return float64(n) / float64(*steps) }
+	fmt.Printf("HALOCPU %s %d ms/step %.2f user %.2f sys %.2f irq %.2f busy %.2f reads/step %.2f writes/step %.2f\n", *mode, *face,
+		ms(res.cpu.busy()), ms(res.cpu.user), ms(res.cpu.sys), ms(res.cpu.irq), res.cpu.share, per(res.cpu.reads), per(res.cpu.writes))
 	if st := res.rvma; st != nil {
 		// What the steps cost besides the puts: notices sent per step,
 		// puts refused as stale (each one replaces a stripe), and puts
@@ -106,6 +112,7 @@ func main() {
 // the steps themselves.
 type result struct {
 	setup, run time.Duration
+	cpu        cpuUse              // the guest's CPU time during the steps
 	rvma       *rvma.EndpointStats // the endpoint's counters at the end (rvma modes)
 }
 

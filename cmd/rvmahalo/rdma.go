@@ -72,6 +72,10 @@ func runRDMA(ctx context.Context, r *ring, face, steps int) (res result, err err
 	if err := r.barrier(ctx, "halo-rdma-ready"); err != nil {
 		return result{}, err
 	}
+	cpu0, err := readCPU()
+	if err != nil {
+		return result{}, err
+	}
 	t0 := time.Now()
 	for s := 0; s < steps; s++ {
 		parity := s % 2
@@ -92,7 +96,8 @@ func runRDMA(ctx context.Context, r *ring, face, steps int) (res result, err err
 		}
 	}
 	run := time.Since(t0)
-	return result{setup: setup, run: run}, r.barrier(ctx, "halo-rdma-done")
+	cpu := cpu0.since()
+	return result{setup: setup, run: run, cpu: cpu}, r.barrier(ctx, "halo-rdma-done")
 }
 
 // newConn creates the QP's resources on a CMID whose device is known.

@@ -56,6 +56,10 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 	left := netip.AddrPortFrom(r.addrs[r.left-1], haloPort)
 	right := netip.AddrPortFrom(r.addrs[r.right-1], haloPort)
 	var pending [2][]*rvma.PutOp
+	cpu0, err := readCPU()
+	if err != nil {
+		return result{}, err
+	}
 	t0 := time.Now()
 	for s := 0; s < steps; s++ {
 		parity := s % 2
@@ -94,6 +98,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 		}
 	}
 	run := time.Since(t0)
+	cpu := cpu0.since()
 	for _, ops := range pending {
 		for _, op := range ops {
 			if err := op.Wait(ctx); err != nil {
@@ -106,7 +111,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 	st := ep.Stats()
 	// Nobody leaves while a neighbour may still put to it.
 	err = r.barrier(ctx, "halo-rvma-done")
-	return result{setup: setup, run: run, rvma: &st}, err
+	return result{setup: setup, run: run, cpu: cpu, rvma: &st}, err
 }
 
 func mailbox(parity int) rvma.Mailbox { return rvma.Mailbox(0x4A10_0000 + parity) }
