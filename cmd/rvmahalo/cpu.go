@@ -7,12 +7,12 @@ import (
 	"strconv"
 )
 
-// cpuSample is the guest's CPU time so far, and this process's read and
-// write system calls (/proc/self/io; on rxe every doorbell, a post or a
-// bind, is a write to the uverbs device). The CPU time is, from the first line of
-// /proc/stat, in USER_HZ ticks summed over every CPU: the guest runs
-// nothing but the benchmark, so what the run adds is the exchange's cost
-// in the program and in the kernel (rxe's packet work included).
+// cpuSample is the guest's CPU time so far, from the first line of
+// /proc/stat in USER_HZ ticks (1/100 s) summed over every CPU, and this
+// process's read and write system calls (/proc/self/io; on rxe every
+// doorbell, a post or a bind, is a write to the uverbs device). The guest
+// runs nothing but the benchmark, so what a run adds is the exchange's
+// cost in the program and in the kernel (rxe's packet work included).
 type cpuSample struct{ user, sys, irq, total, reads, writes uint64 }
 
 func readCPU() (cpuSample, error) {
@@ -26,13 +26,10 @@ func readCPU() (cpuSample, error) {
 		return cpuSample{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	var s cpuSample
-	for i, v := range f[1:] {
+	for i, v := range f[1:min(len(f), 8)] { // not steal, guest, guest_nice: not this guest's work
 		n, err := strconv.ParseUint(string(v), 10, 64)
 		if err != nil {
 			return cpuSample{}, fmt.Errorf("/proc/stat: %w", err)
-		}
-		if i >= 7 { // steal, guest, guest_nice: not this guest's work
-			break
 		}
 		s.total += n
 		switch i {
@@ -61,8 +58,8 @@ func readCPU() (cpuSample, error) {
 	return s, nil
 }
 
-// cpuUse is the CPU time a run took, in seconds (ticks are 1/100 s), and
-// the busy share of the CPUs' time.
+// cpuUse is what a run took: CPU time in seconds, the busy share of the
+// CPUs' time, and system calls.
 type cpuUse struct {
 	user, sys, irq, share float64
 	reads, writes         uint64
@@ -76,8 +73,10 @@ func (s cpuSample) since() cpuUse {
 	if err != nil || now.total <= s.total {
 		return cpuUse{}
 	}
-	u := cpuUse{user: float64(now.user-s.user) / 100, sys: float64(now.sys-s.sys) / 100, irq: float64(now.irq-s.irq) / 100}
-	u.share = 100 * u.busy() / float64(now.total-s.total)
-	u.reads, u.writes = now.reads-s.reads, now.writes-s.writes
-	return u
+	user, sys, irq := now.user-s.user, now.sys-s.sys, now.irq-s.irq
+	return cpuUse{
+		user: float64(user) / 100, sys: float64(sys) / 100, irq: float64(irq) / 100,
+		share: float64(user+sys+irq) / float64(now.total-s.total),
+		reads: now.reads - s.reads, writes: now.writes - s.writes,
+	}
 }

@@ -334,8 +334,7 @@ func (ep *Endpoint) readDone(wc verbs.WC) {
 	<-st.credits
 	err := wc.Err()
 	if err != nil {
-		st.noteFault(err)
-		st.broken(err)
+		st.sendFailed(err)
 	}
 	op.finish(err)
 }

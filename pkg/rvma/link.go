@@ -105,6 +105,13 @@ const (
 	faultInDoubt
 )
 
+// sendFailed handles err, a failed send completion polled on st (a put, a
+// control message or a READ): it notes the fault and breaks the stripe.
+func (st *stripe) sendFailed(err error) {
+	st.noteFault(err)
+	st.broken(err)
+}
+
 // noteFault records err, a failed send completion polled on st, if it is
 // the stripe's first. The engine handles completions in the order it
 // polls them, under one lock, and a QP's send completions come in posting

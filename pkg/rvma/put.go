@@ -222,7 +222,8 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // before the put landed and Options.NoRetryStale is set; nothing of the
 // put reached a buffer already handed over), ErrPeerGone (the link
 // failed; a put that was on the wire then may have been placed, and is
-// not issued again: the receiver's count tells), ErrClosed (this endpoint closed) or ctx's error. A put to a
+// not issued again: the receiver's count tells), ErrClosed (this endpoint
+// closed) or ctx's error. A put to a
 // window closed with CloseSilent succeeds without writing anything. A put
 // already on the wire when the window closes is refused like a stale one:
 // ErrStale with NoRetryStale, otherwise ErrMailboxClosed once its retry
@@ -547,8 +548,7 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		if st != nil {
 			st.ctrlOut.Add(-1)
 			if err != nil {
-				st.noteFault(err)
-				st.broken(err)
+				st.sendFailed(err)
 			}
 		} else if old != nil && err != nil {
 			old.noteFault(err) // its puts' flushes may follow
@@ -575,8 +575,7 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		op.finish(nil)
 		return
 	}
-	st.noteFault(err)
-	st.broken(err)
+	st.sendFailed(err)
 	switch {
 	case errors.Is(err, verbs.WCRemAccessErr):
 		// The window's key changed under the put: its epoch completed.
