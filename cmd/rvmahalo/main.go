@@ -15,7 +15,9 @@
 //     to the neighbours first (the setup, timed on its own), then per step
 //     an RDMA WRITE of the face into the neighbour's buffer for that parity
 //     and a 1-byte SEND behind it on the same QP, which tells the
-//     neighbour the face is complete.
+//     neighbour the face is complete. It spins on its CQs; rdma-wait is
+//     the same exchange parked on a completion channel instead, which is
+//     what rvma's Posted.Wait is to be compared with.
 //
 // Every received face is checked (first and last bytes every step, every
 // byte every 16th step). It runs only inside the lab (test/softroce),
@@ -40,6 +42,7 @@ import (
 	"log"
 	"net/netip"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
@@ -57,11 +60,12 @@ type ring struct {
 
 func main() {
 	var (
-		mode    = flag.String("mode", "rvma", "rvma, rvma-spin or rdma")
+		mode    = flag.String("mode", "rvma", "rvma, rvma-spin, rdma or rdma-wait")
 		face    = flag.Int("face", 4096, "bytes sent to each neighbour per step")
 		steps   = flag.Int("steps", 300, "steps to run")
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
 		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
+		profile = flag.String("cpuprofile", "", "write a CPU profile of the run (setup and steps) to this file")
 	)
 	flag.Parse()
 	log.SetFlags(0)
@@ -77,6 +81,13 @@ func main() {
 		log.Fatal(err)
 	}
 	r.run = *runID
+	if *profile != "" {
+		stop, err := startProfile(*profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	var res result
@@ -86,7 +97,9 @@ func main() {
 	case "rvma-spin":
 		res, err = runRVMA(ctx, r, *face, *steps, true)
 	case "rdma":
-		res, err = runRDMA(ctx, r, *face, *steps)
+		res, err = runRDMA(ctx, r, *face, *steps, false)
+	case "rdma-wait":
+		res, err = runRDMA(ctx, r, *face, *steps, true)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -181,4 +194,23 @@ func check(b []byte, from, step int) error {
 		}
 	}
 	return nil
+}
+
+// startProfile starts a CPU profile into path; the returned function stops
+// it and closes the file.
+func startProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			log.Printf("cpu profile: %v", err)
+		}
+	}, nil
 }

@@ -17,6 +17,7 @@ const rdmaDepth = 64 // receives posted per connection
 type conn struct {
 	id     *verbs.CMID
 	pd     *verbs.PD
+	ch     *verbs.CompChannel // set when the CQ is waited on, not spun
 	cq     *verbs.CQ
 	mr     *verbs.MR // [0, 2·face): incoming faces by parity; [2·face, 4·face): outgoing; then 64 bytes for the SENDs
 	buf    *verbs.Buffer
@@ -31,8 +32,9 @@ type conn struct {
 // neighbours (this guest dials its right neighbour and accepts its left
 // one), buffers registered and advertised in the connection's private
 // data (the setup), then per step a WRITE and a 1-byte SEND behind it to
-// each neighbour, and a wait for both neighbours' SENDs.
-func runRDMA(ctx context.Context, r *ring, face, steps int) (res result, err error) {
+// each neighbour, and a wait for both neighbours' SENDs: spinning on the
+// CQ, or parked on its completion channel if wait is set.
+func runRDMA(ctx context.Context, r *ring, face, steps int, wait bool) (res result, err error) {
 	start := time.Now()
 	l, err := verbs.NewCMID(verbs.PSTCP)
 	if err != nil {
@@ -51,10 +53,10 @@ func runRDMA(ctx context.Context, r *ring, face, steps int) (res result, err err
 	}
 	ch := make(chan dialed, 1)
 	go func() {
-		c, err := dial(ctx, netip.AddrPortFrom(r.addrs[r.right-1], haloPort+1), face, r.right)
+		c, err := dial(ctx, netip.AddrPortFrom(r.addrs[r.right-1], haloPort+1), face, r.right, wait)
 		ch <- dialed{c, err}
 	}()
-	leftConn, aerr := accept(ctx, l, face, r.left)
+	leftConn, aerr := accept(ctx, l, face, r.left, wait)
 	d := <-ch
 	for _, c := range []*conn{leftConn, d.c} {
 		if c != nil {
@@ -100,8 +102,9 @@ func runRDMA(ctx context.Context, r *ring, face, steps int) (res result, err err
 	return result{setup: setup, run: run, cpu: cpu}, r.barrier(ctx, "halo-rdma-done")
 }
 
-// newConn creates the QP's resources on a CMID whose device is known.
-func newConn(id *verbs.CMID, face, from int) (*conn, error) {
+// newConn creates the QP's resources on a CMID whose device is known, with
+// a completion channel for the CQ if wait is set.
+func newConn(id *verbs.CMID, face, from int, wait bool) (*conn, error) {
 	dev, err := id.Context()
 	if err != nil {
 		return nil, err
@@ -110,7 +113,15 @@ func newConn(id *verbs.CMID, face, from int) (*conn, error) {
 	if c.pd, err = dev.AllocPD(); err != nil {
 		return nil, err
 	}
-	if c.cq, err = dev.NewCQ(4*rdmaDepth, nil); err != nil {
+	var opts *verbs.CQOptions
+	if wait {
+		if c.ch, err = dev.NewCompChannel(); err != nil {
+			c.close()
+			return nil, err
+		}
+		opts = &verbs.CQOptions{Channel: c.ch}
+	}
+	if c.cq, err = dev.NewCQ(4*rdmaDepth, opts); err != nil {
 		c.close()
 		return nil, err
 	}
@@ -149,9 +160,9 @@ func (c *conn) setRemote(b []byte, face int) error {
 	return nil
 }
 
-func dial(ctx context.Context, dst netip.AddrPort, face, from int) (*conn, error) {
+func dial(ctx context.Context, dst netip.AddrPort, face, from int, wait bool) (*conn, error) {
 	for {
-		c, err := dialOnce(ctx, dst, face, from)
+		c, err := dialOnce(ctx, dst, face, from, wait)
 		if err == nil || ctx.Err() != nil {
 			return c, err
 		}
@@ -159,7 +170,7 @@ func dial(ctx context.Context, dst netip.AddrPort, face, from int) (*conn, error
 	}
 }
 
-func dialOnce(ctx context.Context, dst netip.AddrPort, face, from int) (*conn, error) {
+func dialOnce(ctx context.Context, dst netip.AddrPort, face, from int, wait bool) (*conn, error) {
 	id, err := verbs.NewCMID(verbs.PSTCP)
 	if err != nil {
 		return nil, err
@@ -172,7 +183,7 @@ func dialOnce(ctx context.Context, dst netip.AddrPort, face, from int) (*conn, e
 		id.Close()
 		return nil, err
 	}
-	c, err := newConn(id, face, from)
+	c, err := newConn(id, face, from, wait)
 	if err != nil {
 		id.Close()
 		return nil, err
@@ -188,12 +199,12 @@ func dialOnce(ctx context.Context, dst netip.AddrPort, face, from int) (*conn, e
 	return c, nil
 }
 
-func accept(ctx context.Context, l *verbs.CMID, face, from int) (*conn, error) {
+func accept(ctx context.Context, l *verbs.CMID, face, from int, wait bool) (*conn, error) {
 	id, req, err := l.GetRequest(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, err := newConn(id, face, from)
+	c, err := newConn(id, face, from, wait)
 	if err != nil {
 		id.Reject(nil)
 		id.Close()
@@ -236,9 +247,14 @@ func (c *conn) send(step, parity, face, self int) error {
 	)
 }
 
-// poll spins on the connection's CQ once and counts arrived faces.
+// poll spins on the connection's CQ (or waits on it, with a channel)
+// until it returns completions, and counts arrived faces.
 func (c *conn) poll(ctx context.Context) error {
-	n, err := c.cq.Spin(ctx, c.wcs)
+	spin := c.cq.Spin
+	if c.ch != nil {
+		spin = c.cq.Wait
+	}
+	n, err := spin(ctx, c.wcs)
 	if err != nil {
 		return err
 	}
@@ -270,6 +286,9 @@ func (c *conn) close() {
 	}
 	if c.cq != nil {
 		c.cq.Close()
+	}
+	if c.ch != nil {
+		c.ch.Close()
 	}
 	if c.pd != nil {
 		c.pd.Close()

@@ -6,8 +6,9 @@
 # thresholds, waiting with Posted.Wait (rvma) and with Posted.Spin
 # (rvma-spin), against the same exchange on plain verbs (buffers registered
 # and advertised first, then per step an RDMA WRITE plus a 1-byte SEND per
-# neighbour, the CQ spun). All run in this boot, alternating, REPS times
-# per face size.
+# neighbour), its CQs spun (rdma) or waited on through a completion channel
+# (rdma-wait, the counterpart of Posted.Wait). All run in this boot,
+# alternating, REPS times per face size.
 # Every guest prints
 #   HALO <mode> <guests> <face bytes> <steps> <steps/s> <setup µs>
 # and guest 1's lines are the ones recorded in docs/benchmarks.md.
@@ -18,7 +19,7 @@ STEPS=${STEPS:-200}
 k=0
 for rep in $(seq "$REPS"); do
 	for f in $FACES; do
-		for mode in ${MODES:-rvma rvma-spin rdma}; do
+		for mode in ${MODES:-rvma rvma-spin rdma rdma-wait}; do
 			k=$((k + 1))
 			# Fresh barrier names per run: the program's barriers are
 			# files that stay for the whole boot.
