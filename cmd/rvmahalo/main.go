@@ -1,11 +1,13 @@
 // Command rvmahalo is the halo-exchange benchmark of docs/rvma.md: the
 // guests of a lab boot form a ring; every step each guest sends a face of
 // -face bytes to both neighbours and waits for both of theirs, then moves
-// to the next step. It runs the exchange twice in the same boot and prints
-// steps per second for each:
+// to the next step. It runs the exchange once in the mode -mode names
+// (test/softroce/bench/rvma-halo.sh runs every mode in one boot) and
+// prints its steps per second:
 //
 //   - rvma: each guest opens two windows (mailboxes by step parity) whose
-//     epochs complete at two faces' worth of bytes, and puts its faces to
+//     epochs complete at two faces' worth of bytes, posts -buffers buffers
+//     to each (MaxDescs+1 by default), and puts its faces to
 //     its neighbours' mailboxes; it never learns a buffer address. It
 //     waits for each step's epoch with Posted.Wait (the goroutine parks);
 //     rvma-spin is the same exchange waiting with Posted.Spin, as the
@@ -66,6 +68,7 @@ func main() {
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
 		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the run (setup and steps) to this file")
+		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per parity window (rvma modes); with MaxDescs+1 senders are shown a new descriptor every MaxDescs-1 epochs, and the receiver re-keys buffers in batches")
 	)
 	flag.Parse()
 	log.SetFlags(0)
@@ -73,8 +76,8 @@ func main() {
 	if !labenv.InLab() {
 		log.Fatal(labenv.ErrNotInLab)
 	}
-	if *face < 16 || *steps < 2 {
-		log.Fatal("-face must be at least 16 bytes and -steps at least 2")
+	if *face < 16 || *steps < 2 || *bufs < 1 {
+		log.Fatal("-face must be at least 16 bytes, -steps at least 2 and -buffers at least 1")
 	}
 	r, err := newRing()
 	if err != nil {
@@ -93,9 +96,9 @@ func main() {
 	var res result
 	switch *mode {
 	case "rvma":
-		res, err = runRVMA(ctx, r, *face, *steps, false)
+		res, err = runRVMA(ctx, r, *face, *steps, *bufs, false)
 	case "rvma-spin":
-		res, err = runRVMA(ctx, r, *face, *steps, true)
+		res, err = runRVMA(ctx, r, *face, *steps, *bufs, true)
 	case "rdma":
 		res, err = runRDMA(ctx, r, *face, *steps, false)
 	case "rdma-wait":

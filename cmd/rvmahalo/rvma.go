@@ -9,16 +9,14 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
 )
 
-const (
-	haloPort    = 7610
-	haloBuffers = 4 // buffers posted per parity window
-)
+const haloPort = 7610
 
 // runRVMA runs the exchange over RVMA puts. Guest i's face for its right
 // neighbour lands at offset 0 of that neighbour's buffer, its face for
-// its left neighbour at offset face; an epoch is both faces. With spin it
-// waits for each epoch with Posted.Spin instead of Posted.Wait.
-func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, error) {
+// its left neighbour at offset face; an epoch is both faces. Each parity
+// window has bufs buffers posted. With spin it waits for each epoch with
+// Posted.Spin instead of Posted.Wait.
+func runRVMA(ctx context.Context, r *ring, face, steps, bufs int, spin bool) (result, error) {
 	start := time.Now()
 	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(r.self, haloPort), nil)
 	if err != nil {
@@ -31,11 +29,11 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 		if err != nil {
 			return result{}, err
 		}
-		mem, err := ep.Alloc(haloBuffers * 2 * face)
+		mem, err := ep.Alloc(bufs * 2 * face)
 		if err != nil {
 			return result{}, err
 		}
-		for k := 0; k < haloBuffers; k++ {
+		for k := 0; k < bufs; k++ {
 			p, err := w.Post(mem[k*2*face:(k+1)*2*face], nil)
 			if err != nil {
 				return result{}, err
@@ -74,7 +72,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, spin bool) (result, 
 			ep.PutAsync(ctx, right, mailbox(parity), 0, area[:face]),
 			ep.PutAsync(ctx, left, mailbox(parity), uint64(face), area[face:]),
 		}
-		p := posted[parity][(s/2)%haloBuffers]
+		p := posted[parity][(s/2)%bufs]
 		wait := p.Wait
 		if spin {
 			wait = p.Spin
