@@ -68,7 +68,7 @@ func main() {
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
 		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the run (setup and steps) to this file")
-		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per parity window (rvma modes); with MaxDescs+1 senders are shown a new descriptor every MaxDescs-1 epochs, and the receiver re-keys buffers in batches")
+		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per parity window (rvma modes)")
 	)
 	flag.Parse()
 	log.SetFlags(0)

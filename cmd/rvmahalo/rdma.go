@@ -250,11 +250,11 @@ func (c *conn) send(step, parity, face, self int) error {
 // poll spins on the connection's CQ (or waits on it, with a channel)
 // until it returns completions, and counts arrived faces.
 func (c *conn) poll(ctx context.Context) error {
-	spin := c.cq.Spin
+	next := c.cq.Spin
 	if c.ch != nil {
-		spin = c.cq.Wait
+		next = c.cq.Wait
 	}
-	n, err := spin(ctx, c.wcs)
+	n, err := next(ctx, c.wcs)
 	if err != nil {
 		return err
 	}
