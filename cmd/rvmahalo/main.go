@@ -6,12 +6,17 @@
 // prints its steps per second:
 //
 //   - rvma: each guest opens two windows (mailboxes by step parity) whose
-//     epochs complete at two faces' worth of bytes, posts -buffers buffers
-//     to each (MaxDescs+1 by default), and puts its faces to
-//     its neighbours' mailboxes; it never learns a buffer address. It
+//     epochs complete at two faces' worth of bytes, one from each
+//     neighbour (with -share, the default, the windows promise that
+//     share: WindowOptions.Share), posts -buffers buffers to each
+//     (MaxDescs+1 by default), and puts its faces to its neighbours'
+//     mailboxes; it never learns a buffer address. It
 //     waits for each step's epoch with Posted.Wait (the goroutine parks);
 //     rvma-spin is the same exchange waiting with Posted.Spin, as the
-//     rdma mode spins on its CQ.
+//     rdma mode spins on its CQ. rvma-peer opens one window per parity
+//     and neighbour instead, each filled by that neighbour alone (an
+//     epoch is one face): the one-sender case, where a sender counts its
+//     own epochs and the receiver sends no notice per epoch.
 //   - rdma: the same exchange on plain verbs, written the way an RDMA
 //     program must: buffers registered and their addresses and keys sent
 //     to the neighbours first (the setup, timed on its own), then per step
@@ -62,13 +67,14 @@ type ring struct {
 
 func main() {
 	var (
-		mode    = flag.String("mode", "rvma", "rvma, rvma-spin, rdma or rdma-wait")
+		mode    = flag.String("mode", "rvma", "rvma, rvma-spin, rvma-peer, rdma or rdma-wait")
 		face    = flag.Int("face", 4096, "bytes sent to each neighbour per step")
 		steps   = flag.Int("steps", 300, "steps to run")
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
 		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the run (setup and steps) to this file")
-		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per parity window (rvma modes)")
+		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per window (rvma modes)")
+		share   = flag.Bool("share", true, "windows promise each neighbour's share of an epoch, WindowOptions.Share (rvma modes)")
 	)
 	flag.Parse()
 	log.SetFlags(0)
@@ -96,9 +102,11 @@ func main() {
 	var res result
 	switch *mode {
 	case "rvma":
-		res, err = runRVMA(ctx, r, *face, *steps, *bufs, false)
+		res, err = runRVMA(ctx, r, *face, *steps, haloOptions{bufs: *bufs, share: *share})
 	case "rvma-spin":
-		res, err = runRVMA(ctx, r, *face, *steps, *bufs, true)
+		res, err = runRVMA(ctx, r, *face, *steps, haloOptions{bufs: *bufs, share: *share, spin: true})
+	case "rvma-peer":
+		res, err = runRVMA(ctx, r, *face, *steps, haloOptions{bufs: *bufs, share: *share, perPeer: true})
 	case "rdma":
 		res, err = runRDMA(ctx, r, *face, *steps, false)
 	case "rdma-wait":

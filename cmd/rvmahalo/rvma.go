@@ -11,34 +11,73 @@ import (
 
 const haloPort = 7610
 
-// runRVMA runs the exchange over RVMA puts. Guest i's face for its right
-// neighbour lands at offset 0 of that neighbour's buffer, its face for
-// its left neighbour at offset face; an epoch is both faces. Each parity
-// window has bufs buffers posted. With spin it waits for each epoch with
-// Posted.Spin instead of Posted.Wait.
-func runRVMA(ctx context.Context, r *ring, face, steps, bufs int, spin bool) (result, error) {
+// haloOptions says how the RVMA exchange is set up and waited for.
+type haloOptions struct {
+	bufs    int  // buffers posted per window
+	spin    bool // wait with Posted.Spin instead of Posted.Wait
+	perPeer bool // one window per neighbour and parity instead of one per parity
+	share   bool // windows promise each neighbour's share (WindowOptions.Share)
+}
+
+// inbox is one window of a guest: the buffers posted to it, and the
+// neighbours whose faces fill its epochs (with the offset each puts at).
+type inbox struct {
+	posted []*rvma.Posted
+	from   []int    // neighbour indexes, 1-based
+	at     []uint64 // offset of each one's face in a buffer
+}
+
+// runRVMA runs the exchange over RVMA puts. By default each guest opens
+// one window per step parity, which both neighbours fill: the left
+// neighbour's face lands at offset 0, the right one's at offset face, and
+// an epoch is both faces; with share the windows promise that each
+// neighbour puts one face into every epoch (WindowOptions.Share), so that
+// each moves on by its own count and needs no notice per epoch. With
+// perPeer each guest opens one window per parity and neighbour, each
+// filled by that neighbour alone (an epoch is one face): the library's
+// one-sender case.
+func runRVMA(ctx context.Context, r *ring, face, steps int, o haloOptions) (result, error) {
 	start := time.Now()
 	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(r.self, haloPort), nil)
 	if err != nil {
 		return result{}, err
 	}
 	defer ep.Close()
-	var posted [2][]*rvma.Posted
+	// What each parity's windows expect, and where this guest's faces go.
+	layout := []inbox{{from: []int{r.left, r.right}, at: []uint64{0, uint64(face)}}}
+	// This guest is its right neighbour's left one and its left
+	// neighbour's right one.
+	toRight, toLeft := 0, 0 // window index at each neighbour
+	offRight, offLeft := uint64(0), uint64(face)
+	if o.perPeer {
+		layout = []inbox{{from: []int{r.left}, at: []uint64{0}}, {from: []int{r.right}, at: []uint64{0}}}
+		toLeft, offLeft = 1, 0
+	}
+	var boxes [2][]inbox
 	for parity := 0; parity < 2; parity++ {
-		w, err := ep.InitWindow(mailbox(parity), rvma.WindowOptions{Threshold: uint64(2 * face)})
-		if err != nil {
-			return result{}, err
-		}
-		mem, err := ep.Alloc(bufs * 2 * face)
-		if err != nil {
-			return result{}, err
-		}
-		for k := 0; k < bufs; k++ {
-			p, err := w.Post(mem[k*2*face:(k+1)*2*face], nil)
+		for i, l := range layout {
+			size := len(l.from) * face
+			wo := rvma.WindowOptions{Threshold: uint64(size)}
+			if o.share {
+				wo.Share = uint64(face)
+			}
+			w, err := ep.InitWindow(mailbox(parity, i), wo)
 			if err != nil {
 				return result{}, err
 			}
-			posted[parity] = append(posted[parity], p)
+			mem, err := ep.Alloc(o.bufs * size)
+			if err != nil {
+				return result{}, err
+			}
+			box := inbox{from: l.from, at: l.at}
+			for k := 0; k < o.bufs; k++ {
+				p, err := w.Post(mem[k*size:(k+1)*size], nil)
+				if err != nil {
+					return result{}, err
+				}
+				box.posted = append(box.posted, p)
+			}
+			boxes[parity] = append(boxes[parity], box)
 		}
 	}
 	// Send faces from endpoint memory (no copy), one area per step in
@@ -67,32 +106,16 @@ func runRVMA(ctx context.Context, r *ring, face, steps, bufs int, spin bool) (re
 			}
 		}
 		area := src[parity*2*face : (parity+1)*2*face]
-		fill(area, r.index, s)
+		fill(area[:face], r.index, s)
+		fill(area[face:], r.index, s)
 		pending[parity] = []*rvma.PutOp{
-			ep.PutAsync(ctx, right, mailbox(parity), 0, area[:face]),
-			ep.PutAsync(ctx, left, mailbox(parity), uint64(face), area[face:]),
+			ep.PutAsync(ctx, right, mailbox(parity, toRight), offRight, area[:face]),
+			ep.PutAsync(ctx, left, mailbox(parity, toLeft), offLeft, area[face:]),
 		}
-		p := posted[parity][(s/2)%bufs]
-		wait := p.Wait
-		if spin {
-			wait = p.Spin
-		}
-		rec, err := wait(ctx)
-		if err != nil {
-			return result{}, fmt.Errorf("step %d: %w", s, err)
-		}
-		if rec.Len != uint64(2*face) || rec.Ops != 2 {
-			return result{}, fmt.Errorf("step %d: epoch %d completed with %d bytes in %d puts", s, rec.Epoch, rec.Len, rec.Ops)
-		}
-		b := p.Bytes()
-		if err := check(b[:face], r.left, s); err != nil { // the left neighbour puts at 0
-			return result{}, err
-		}
-		if err := check(b[face:2*face], r.right, s); err != nil {
-			return result{}, err
-		}
-		if err := p.Release(); err != nil {
-			return result{}, err
+		for _, box := range boxes[parity] {
+			if err := box.take(ctx, s, face, o); err != nil {
+				return result{}, err
+			}
 		}
 	}
 	run := time.Since(t0)
@@ -112,4 +135,29 @@ func runRVMA(ctx context.Context, r *ring, face, steps, bufs int, spin bool) (re
 	return result{setup: setup, run: run, cpu: cpu, rvma: &st}, err
 }
 
-func mailbox(parity int) rvma.Mailbox { return rvma.Mailbox(0x4A10_0000 + parity) }
+// take waits for step s's epoch of the window, checks every face in it and
+// releases the buffer.
+func (b inbox) take(ctx context.Context, s, face int, o haloOptions) error {
+	p := b.posted[(s/2)%len(b.posted)]
+	wait := p.Wait
+	if o.spin {
+		wait = p.Spin
+	}
+	rec, err := wait(ctx)
+	if err != nil {
+		return fmt.Errorf("step %d: %w", s, err)
+	}
+	if rec.Len != uint64(len(b.from)*face) || rec.Ops != uint64(len(b.from)) {
+		return fmt.Errorf("step %d: epoch %d completed with %d bytes in %d puts", s, rec.Epoch, rec.Len, rec.Ops)
+	}
+	buf := p.Bytes()
+	for i, from := range b.from {
+		if err := check(buf[b.at[i]:b.at[i]+uint64(face)], from, s); err != nil {
+			return err
+		}
+	}
+	return p.Release()
+}
+
+// mailbox names window i of a step parity.
+func mailbox(parity, i int) rvma.Mailbox { return rvma.Mailbox(0x4A10_0000 + parity<<4 + i) }

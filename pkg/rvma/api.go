@@ -277,12 +277,15 @@ func (w *Window) flush() {
 		// bind or not, before the application can answer anyone (pushNow;
 		// one sender's push can wait for the answer, pushSoon), and the
 		// binds that follow only when they run short of descriptors.
+		// Unless the window promises each sender's share of an epoch
+		// (WindowOptions.Share): then each moves on by its own count, as
+		// the only sender does.
 		// A counted window's binds may be kept back (batching.go): they
 		// go out one epoch before senders are due a new entry (soon),
 		// so that it is pushed without waiting for them.
 		pushed := w.pushed
 		differs := !sameForSenders(e, pushed)
-		moved := subs > 1 && e.Head != pushed.Head
+		moved := subs > 1 && e.Share == 0 && e.Head != pushed.Head
 		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e, 1))
 		soon = due || differs && !senderKeepsUp(pushed, e, 2)
 		if due && (moved || !w.st.settling()) {

@@ -30,6 +30,10 @@
 // MaxDescs-1 after it), so an epoch costs one bind, and a sender that fills
 // epochs alone is sent a notice only when it is down to its last buffer:
 // post MaxDescs+1 buffers and it gets one every MaxDescs-1 epochs.
+// Senders that fill epochs together learn of every completed epoch from a
+// notice, unless the window promises each one's share
+// (WindowOptions.Share, as in a halo exchange): then each moves on by its
+// own count, as a lone sender does.
 //
 // Posted.Spin and the endpoint's goroutines hand work to each other; on a
 // host with one CPU leave GOMAXPROCS at the runtime's 1 (a second P only

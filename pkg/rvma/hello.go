@@ -14,7 +14,7 @@ import (
 
 const (
 	helloMagic   = "RVM1"
-	helloVersion = 3 // 2: knocks carry the window's incarnation; 3: 256-byte entries with 7 descriptors
+	helloVersion = 4 // 2: knocks carry the window's incarnation; 3: 256-byte entries with 7 descriptors; 4: entries carry Share
 	// helloSize is the encoded length of a hello (rdma_cm allows 56 bytes
 	// in a RoCE connect request).
 	helloSize = 52

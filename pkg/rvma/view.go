@@ -20,7 +20,9 @@ var errGone = fmt.Errorf("rvma: the window behind the view is gone")
 // stale) on, to which this sender has not itself contributed the
 // threshold. A generation whose threshold this sender reached alone
 // certainly completes (other senders can only add), so it is never
-// targeted again; a put taken back (abort: it failed before being placed)
+// targeted again; nor is one to which it put its share, when the window
+// promises one (Entry.Share: every sender puts that much into every
+// epoch, so the others complete it); a put taken back (abort: it failed before being placed)
 // removes its contribution, so its generation is targeted again — that is
 // what keeps an epoch from being abandoned when a put to it is flushed.
 //
@@ -36,7 +38,7 @@ type senderView struct {
 
 type contrib struct {
 	bytes, ops uint64
-	full       bool // this sender alone reached the generation's threshold
+	full       bool // this sender alone reached the generation's threshold, or put its share
 }
 
 func newSenderView(mb Mailbox, incarnation uint32) *senderView {
@@ -121,13 +123,26 @@ func (v *senderView) commit(gen, n uint64) {
 	c := v.mine[gen]
 	c.bytes += n
 	c.ops++
-	if d, ok := v.entry.Desc(gen); ok {
-		c.full = c.bytes >= d.Threshold
-		if v.entry.Kind == EpochOps {
-			c.full = c.ops >= d.Threshold
-		}
-	}
+	c.full = v.filled(gen, c)
 	v.mine[gen] = c
+}
+
+// filled reports whether contribution c alone completes this sender's
+// part of generation gen: its threshold, or the window's Share when the
+// receiver promised one (each sender then moves on by its own count).
+func (v *senderView) filled(gen uint64, c contrib) bool {
+	d, ok := v.entry.Desc(gen)
+	if !ok {
+		return false
+	}
+	limit := d.Threshold
+	if s := v.entry.Share; s > 0 && s < limit {
+		limit = s
+	}
+	if v.entry.Kind == EpochOps {
+		return c.ops >= limit
+	}
+	return c.bytes >= limit
 }
 
 // abort takes back a put that failed before being placed (flushed behind
@@ -142,13 +157,7 @@ func (v *senderView) abort(gen, n uint64) {
 	if c.ops > 0 {
 		c.ops--
 	}
-	c.full = false
-	if d, ok := v.entry.Desc(gen); ok {
-		c.full = c.bytes >= d.Threshold
-		if v.entry.Kind == EpochOps {
-			c.full = c.ops >= d.Threshold
-		}
-	}
+	c.full = v.filled(gen, c)
 	v.mine[gen] = c
 }
 

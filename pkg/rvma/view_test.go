@@ -91,6 +91,50 @@ func TestViewSeveralSenders(t *testing.T) {
 	v.abort(9, 1)
 }
 
+// With a promised share, each of several senders walks the epochs by its
+// own count, without an update from the receiver.
+func TestViewShare(t *testing.T) {
+	for _, kind := range []EpochKind{EpochBytes, EpochOps} {
+		v := newSenderView(0x42, 1)
+		e := viewEntry(2, 0, kind, 100, 3) // two senders, 50 bytes or 1 put each
+		e.Share = 50
+		if kind == EpochOps {
+			e.Descs[0].Threshold, e.Descs[1].Threshold, e.Descs[2].Threshold, e.Share = 2, 2, 2, 1
+		}
+		v.update(e)
+		for g := uint64(0); g < 3; g++ {
+			gen, _, err := v.target(0, 50)
+			if err != nil || gen != g || v.revisits() {
+				t.Fatalf("%v: epoch %d: gen %d revisits %v %v", kind, g, gen, v.revisits(), err)
+			}
+			v.commit(gen, 50)
+		}
+		if gen, _, err := v.target(0, 1); !errors.Is(err, ErrNoBuffer) || gen != 3 {
+			t.Fatalf("%v: beyond the descriptors: gen %d %v", kind, gen, err)
+		}
+		v.abort(2, 50) // flushed: its share of gen 2 is owed again
+		if v.next() != 2 {
+			t.Fatalf("%v: next %d after abort", kind, v.next())
+		}
+	}
+	// Half a share stays on the generation and revisits it.
+	v := newSenderView(0x42, 1)
+	e := viewEntry(2, 0, EpochBytes, 100, 3)
+	e.Share = 50
+	v.update(e)
+	v.commit(0, 25)
+	if v.next() != 0 || !v.revisits() {
+		t.Fatal("half a share moved on")
+	}
+	// A buffer whose own threshold is below the share completes at it.
+	e = viewEntry(4, 0, EpochBytes, 20, 3)
+	e.Share = 50
+	v.update(e)
+	if v.commit(0, 0); v.next() != 1 {
+		t.Fatalf("threshold below the share: next %d", v.next())
+	}
+}
+
 func TestViewErrors(t *testing.T) {
 	v := newSenderView(0x42, 1)
 	e := viewEntry(2, 0, EpochBytes, 100, 1)

@@ -50,6 +50,23 @@ type WindowOptions struct {
 	// EpochOps it must be at least 1. A buffer may override it
 	// (PostOptions.Threshold).
 	Threshold uint64
+	// Share promises that every sender puts exactly Share bytes
+	// (EpochBytes) or puts (EpochOps) into every epoch, as in a halo
+	// exchange where each neighbour sends one face per step. A sender
+	// then moves to the next epoch as soon as it has put its share, by
+	// its own count, as a window's only sender does, and the receiver
+	// tells senders of completed epochs only when they run short of
+	// buffers (about one notice per MaxDescs-1 epochs instead of one per
+	// epoch and sender; docs/rvma.md, section 5). 0 (the default) makes
+	// no promise: with several senders, each learns of every completed
+	// epoch from the receiver. Breaking the promise loses nothing but
+	// costs time: a sender that puts less than its share into an epoch
+	// the others complete has its next put to it refused (ErrStale, or
+	// retried into the next epoch unless Options.NoRetryStale), and one
+	// put carrying more than a share may complete an epoch early, so that
+	// another sender's share is refused the same way. InitWindow fails
+	// with ErrInvalid for a Share above a non-zero Threshold.
+	Share uint64
 	// Keep is the rewind depth: the records of the last Keep epochs stay
 	// available to Rewind, and their buffers are not re-posted.
 	Keep int
@@ -88,6 +105,9 @@ func (o WindowOptions) normalize() (WindowOptions, error) {
 	}
 	if o.Kind == EpochOps && o.Threshold == 0 {
 		return o, invalidf("an ops window needs a threshold of at least 1")
+	}
+	if o.Threshold > 0 && o.Share > o.Threshold {
+		return o, invalidf("share %d above the threshold %d", o.Share, o.Threshold)
 	}
 	if o.Keep < 0 {
 		return o, invalidf("negative rewind depth %d", o.Keep)
@@ -852,7 +872,7 @@ func (w *windowState) Stats() Stats {
 // generation still accepting puts, followed by up to MaxDescs bound
 // buffers that accept puts.
 func (w *windowState) entry(incarnation uint32) Entry {
-	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind}
+	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind, Share: w.opts.Share}
 	if w.counted {
 		e.Flags = EntryCounted
 	}

@@ -346,6 +346,12 @@ func TestWindowPostErrors(t *testing.T) {
 	if _, err := newWindowState(1, WindowOptions{Keep: -1}); !errors.Is(err, ErrInvalid) {
 		t.Fatal(err)
 	}
+	if _, err := newWindowState(1, WindowOptions{Threshold: 10, Share: 11}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("share above the threshold: %v", err)
+	}
+	if w, err := newWindowState(1, WindowOptions{Threshold: 10, Share: 5}); err != nil || w.entry(1).Share != 5 {
+		t.Fatalf("share of half the threshold: %v", err)
+	}
 	w, _ := newWindowState(1, WindowOptions{Threshold: 100, MaxPosted: 2})
 	if _, err := w.post(1, 50, PostOptions{}, nil); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("threshold beyond the buffer: %v", err)

@@ -214,6 +214,10 @@ type Entry struct {
 	Head        uint64 // the generation of Descs[0]
 	Descs       [MaxDescs]Desc
 	Flags       EntryFlags
+	// Share is the window's WindowOptions.Share: what each sender puts
+	// into every epoch (bytes or puts, as Kind counts), 0 if the window
+	// makes no such promise.
+	Share uint64
 }
 
 // EntryFlags tell senders how the receiver counts a window.
@@ -251,7 +255,9 @@ const (
 	entHead  = 24
 	entDescs = 32  // MaxDescs × 24 bytes
 	entFlags = 200 // EntryFlags
-	entRsvd  = 201 // 47 reserved bytes, zero
+	entRsvd  = 201 // 7 reserved bytes, zero
+	entShare = 208 // Share
+	entRsvd2 = 216 // 32 reserved bytes, zero
 	entCRC   = 248
 	entSeqLo = 252
 	descSize = 24
@@ -286,7 +292,9 @@ func MarshalEntry(b []byte, e *Entry) error {
 		return invalidf("entry flags %#x", uint8(e.Flags))
 	}
 	b[entFlags] = byte(e.Flags)
-	clear(b[entRsvd:entCRC])
+	clear(b[entRsvd:entShare])
+	le.PutUint64(b[entShare:], e.Share)
+	clear(b[entRsvd2:entCRC])
 	le.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
 	le.PutUint32(b[entSeqLo:], uint32(e.Seq))
 	return nil
@@ -333,6 +341,7 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	e.NDesc = le.Uint16(b[entNDesc:])
 	e.Head = le.Uint64(b[entHead:])
 	e.Flags = EntryFlags(b[entFlags])
+	e.Share = le.Uint64(b[entShare:])
 	if e.Seq == 0 {
 		return e, invalidf("entry never written")
 	}
@@ -351,12 +360,20 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	if e.Flags&^entryFlagsKnown != 0 {
 		return e, invalidf("entry flags %#x", uint8(e.Flags))
 	}
-	for _, c := range b[entRsvd:entCRC] {
-		if c != 0 {
-			return e, invalidf("entry with reserved bytes set")
-		}
+	if !zero(b[entRsvd:entShare]) || !zero(b[entRsvd2:entCRC]) {
+		return e, invalidf("entry with reserved bytes set")
 	}
 	return e, nil
+}
+
+// zero reports whether every byte of b is 0.
+func zero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // EagerHeaderSize is the length of the header in front of an eager put's

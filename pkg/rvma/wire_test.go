@@ -2,7 +2,9 @@ package rvma
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math/rand/v2"
 	"testing"
 )
@@ -68,7 +70,7 @@ func TestExpandGen(t *testing.T) {
 
 func sampleEntry() Entry {
 	return Entry{Seq: 42, Mailbox: 0x11FF0011, Incarnation: 3, State: StateOpen, Kind: EpochOps, NDesc: 2, Head: 1 << 33,
-		Descs: [MaxDescs]Desc{{0x7f0000001000, 0xabcd01, 4096, 4}, {0x7f0000002000, 0xabcd02, 8192, 4}},
+		Descs: [MaxDescs]Desc{{0x7f0000001000, 0xabcd01, 4096, 4}, {0x7f0000002000, 0xabcd02, 8192, 4}}, Share: 2,
 	}
 }
 
@@ -111,6 +113,18 @@ func TestEntryRoundTrip(t *testing.T) {
 	unknown.Flags = 0x80
 	if err := MarshalEntry(b, &unknown); !errors.Is(err, ErrInvalid) {
 		t.Fatal("unknown entry flag marshalled")
+	}
+	// A reserved byte set under a valid checksum (a newer or broken
+	// peer) is refused, on both sides of Share.
+	for _, i := range []int{entRsvd, entShare - 1, entRsvd2, entCRC - 1} {
+		if err := MarshalEntry(b, &e); err != nil {
+			t.Fatal(err)
+		}
+		b[i] = 1
+		binary.LittleEndian.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
+		if _, err := UnmarshalEntry(b); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrTorn) {
+			t.Fatalf("reserved byte %d set: %v", i, err)
+		}
 	}
 }
 

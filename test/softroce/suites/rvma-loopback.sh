@@ -13,6 +13,8 @@
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
 # Get, control messages lost on the way (sent again by the asker), two
 # senders overshooting shared epochs (late puts reported to their senders),
+# two senders keeping a promised share of each epoch without notices (and
+# one breaking the promise: refused as stale, retried, nothing changed),
 # stripe replacements seen from the accepting side (puts wait for a
 # replacement's Accept; a stripe the dialer never replaces fails the link),
 # and where notices travel (over the receiver's own link to a peer it also
