@@ -85,6 +85,69 @@ func Example_put() {
 	// epoch 0: "hello world" in 2 puts
 }
 
+// Two senders fill every epoch of one window together, as neighbours do
+// in a halo exchange, and the window promises each one's share: each
+// sender moves to the next epoch once it has put its share, without
+// waiting to be told that the epoch completed.
+func ExampleWindowOptions_share() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ip := deviceAddr()
+
+	rx, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, 7484), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer rx.Close()
+	const mailbox = rvma.Mailbox(0x4A10)
+	// An epoch is 10 bytes: 5 from each sender.
+	w, err := rx.InitWindow(mailbox, rvma.WindowOptions{Threshold: 10, Share: 5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mem, err := rx.Alloc(3 * 10)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var posted []*rvma.Posted
+	for i := 0; i < 3; i++ {
+		p, err := w.Post(mem[i*10:(i+1)*10], nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+
+	// Each sender puts its half of three epochs, without waiting for them.
+	var ops []*rvma.PutOp
+	for i, half := range []string{"ping ", "pong!"} {
+		tx, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, uint16(7485+i)), nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer tx.Close()
+		for epoch := 0; epoch < 3; epoch++ {
+			ops = append(ops, tx.PutAsync(ctx, rx.Addr(), mailbox, uint64(5*i), []byte(half)))
+		}
+	}
+	for _, op := range ops {
+		if err := op.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, p := range posted {
+		rec, err := p.Wait(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("epoch %d: %q\n", rec.Epoch, p.Bytes()[:rec.Len])
+	}
+	// The lab test TestLabExamples checks it prints:
+	// epoch 0: "ping pong!"
+	// epoch 1: "ping pong!"
+	// epoch 2: "ping pong!"
+}
+
 // A program that owns an endpoint exports its counters with a Collector;
 // here one scrape is printed in the Prometheus text format.
 func ExampleNewCollector() {

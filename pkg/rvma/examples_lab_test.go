@@ -18,6 +18,11 @@ func TestLabExamples(t *testing.T) {
 	if want := "epoch 0: \"hello world\" in 2 puts\n"; out != want {
 		t.Fatalf("Example_put printed %q, want %q", out, want)
 	}
+	out = labenv.CaptureStdout(t, ExampleWindowOptions_share)
+	t.Logf("ExampleWindowOptions_share printed:\n%s", out)
+	if want := "epoch 0: \"ping pong!\"\nepoch 1: \"ping pong!\"\nepoch 2: \"ping pong!\"\n"; out != want {
+		t.Fatalf("ExampleWindowOptions_share printed %q, want %q", out, want)
+	}
 	out = labenv.CaptureStdout(t, ExampleNewCollector)
 	t.Logf("ExampleNewCollector printed:\n%s", out)
 	if !strings.Contains(out, "# TYPE rvma_window_buffers_posted gauge") ||
