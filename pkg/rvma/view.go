@@ -22,9 +22,10 @@ var errGone = fmt.Errorf("rvma: the window behind the view is gone")
 // certainly completes (other senders can only add), so it is never
 // targeted again; nor is one to which it put its share, when the window
 // promises one (Entry.Share: every sender puts that much into every
-// epoch, so the others complete it); a put taken back (abort: it failed before being placed)
-// removes its contribution, so its generation is targeted again — that is
-// what keeps an epoch from being abandoned when a put to it is flushed.
+// epoch, so the others complete it). A put taken back (abort: it failed
+// before being placed) removes its contribution, so its generation is
+// targeted again — that is what keeps an epoch from being abandoned when
+// a put to it is flushed.
 //
 // It is not safe for concurrent use.
 type senderView struct {

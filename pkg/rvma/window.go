@@ -62,7 +62,9 @@ type WindowOptions struct {
 	// epoch from the receiver. Breaking the promise loses nothing but
 	// costs time: a sender that puts less than its share into an epoch
 	// the others complete has its next put to it refused (ErrStale, or
-	// retried into the next epoch unless Options.NoRetryStale), and one
+	// retried into the next epoch unless Options.NoRetryStale; one
+	// refusal, and one stripe replaced, for each epoch it fell behind
+	// since its entry was last pushed, at most MaxDescs-1), and one
 	// put carrying more than a share may complete an epoch early, so that
 	// another sender's share is refused the same way. InitWindow fails
 	// with ErrInvalid for a Share above a non-zero Threshold.
