@@ -20,11 +20,10 @@ type haloOptions struct {
 }
 
 // inbox is one window of a guest: the buffers posted to it, and the
-// neighbours whose faces fill its epochs (with the offset each puts at).
+// neighbours whose faces fill its epochs, from[i]'s face at offset i*face.
 type inbox struct {
 	posted []*rvma.Posted
-	from   []int    // neighbour indexes, 1-based
-	at     []uint64 // offset of each one's face in a buffer
+	from   []int // neighbour indexes, 1-based
 }
 
 // runRVMA runs the exchange over RVMA puts. By default each guest opens
@@ -44,13 +43,13 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, o haloOptions) (resu
 	}
 	defer ep.Close()
 	// What each parity's windows expect, and where this guest's faces go.
-	layout := []inbox{{from: []int{r.left, r.right}, at: []uint64{0, uint64(face)}}}
+	layout := []inbox{{from: []int{r.left, r.right}}}
 	// This guest is its right neighbour's left one and its left
 	// neighbour's right one.
 	toRight, toLeft := 0, 0 // window index at each neighbour
 	offRight, offLeft := uint64(0), uint64(face)
 	if o.perPeer {
-		layout = []inbox{{from: []int{r.left}, at: []uint64{0}}, {from: []int{r.right}, at: []uint64{0}}}
+		layout = []inbox{{from: []int{r.left}}, {from: []int{r.right}}}
 		toLeft, offLeft = 1, 0
 	}
 	var boxes [2][]inbox
@@ -69,7 +68,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, o haloOptions) (resu
 			if err != nil {
 				return result{}, err
 			}
-			box := inbox{from: l.from, at: l.at}
+			box := inbox{from: l.from}
 			for k := 0; k < o.bufs; k++ {
 				p, err := w.Post(mem[k*size:(k+1)*size], nil)
 				if err != nil {
@@ -152,7 +151,7 @@ func (b inbox) take(ctx context.Context, s, face int, o haloOptions) error {
 	}
 	buf := p.Bytes()
 	for i, from := range b.from {
-		if err := check(buf[b.at[i]:b.at[i]+uint64(face)], from, s); err != nil {
+		if err := check(buf[i*face:(i+1)*face], from, s); err != nil {
 			return err
 		}
 	}
