@@ -18,7 +18,8 @@
 // receiver waiting for its receive completion); setup_lat (registering a
 // fresh buffer and sending its address and key to the writer: what RDMA
 // pays per new buffer and RVMA does not); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
-// measures windows without the late-write guard); rvma_get_lat (an
+// measures windows without the late-write guard, -src heap puts from Go
+// memory, which pkg/rvma copies); rvma_get_lat (an
 // Endpoint.Get of a kept epoch, one at a time, against read_lat). See
 // rvma.go and notify.go.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
@@ -77,6 +78,9 @@ type config struct {
 	NoGuard bool // rvma tests: windows with rvma.GuardNone
 	// Counting: rvma tests: who counts puts (-counting).
 	Counting rvma.Counting
+	// HeapSrc: rvma tests: puts from Go heap memory, which pkg/rvma
+	// copies into registered memory, instead of endpoint memory (-src).
+	HeapSrc bool
 	// PostList caps the work requests one PostSend posts in the
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
 	// to the server.
@@ -114,6 +118,7 @@ func main() {
 		loop     = flag.String("loop", "go", "latency loop: go (the pkg/verbs API, posting through send plans), go-postsend (the same, one QP.PostSend per post) or c (perftest's loop in C on the same objects)")
 		guard    = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
 		counting = flag.String("counting", "auto", "rvma tests: who counts puts: auto (the kernel module if loaded), module or library")
+		srcMem   = flag.String("src", "endpoint", "rvma tests: where puts come from: endpoint (memory from Endpoint.Alloc, sent without a copy) or heap (a Go slice, which pkg/rvma copies into registered memory)")
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
@@ -148,6 +153,10 @@ func main() {
 		if *guard != "none" && *guard != "invalidate" {
 			log.Fatalf("-guard must be invalidate or none, not %q", *guard)
 		}
+		if *srcMem != "endpoint" && *srcMem != "heap" {
+			log.Fatalf("-src must be endpoint or heap, not %q", *srcMem)
+		}
+		cfg.HeapSrc = *srcMem == "heap"
 		if cfg.Iters == 0 {
 			cfg.Iters = 1000
 			if isBW(cfg.Test) {
@@ -276,9 +285,12 @@ func (c config) marshal() []byte {
 	if c.All {
 		all = 1
 	}
-	ng := int(c.Counting) << 1 // bit 0: NoGuard, bits 1-2: Counting
+	ng := int(c.Counting) << 1 // bit 0: NoGuard, bits 1-2: Counting, bit 3: HeapSrc
 	if c.NoGuard {
 		ng |= 1
+	}
+	if c.HeapSrc {
+		ng |= 8
 	}
 	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
@@ -298,6 +310,7 @@ func (c *config) unmarshal(b []byte) error {
 	}
 	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.Loop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], loopKind(v[9]), v[10]&1 == 1
 	c.Counting = rvma.Counting(v[10] >> 1 & 3)
+	c.HeapSrc = v[10]&8 != 0
 	return c.check()
 }
 

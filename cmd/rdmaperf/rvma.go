@@ -48,7 +48,7 @@ type rvmaBench struct {
 	conn   net.Conn
 	ep     *rvma.Endpoint
 	peer   netip.AddrPort
-	src    []byte // endpoint memory, sent without a copy
+	src    []byte // endpoint memory, sent without a copy; Go heap memory with -src heap
 	bufs   [][]byte
 	max    int
 }
@@ -84,7 +84,9 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	if cfg.Test == "rvma_bw" {
 		bufLen = b.max * rvmaBatch
 	}
-	if b.src, err = ep.Alloc(b.max); err != nil {
+	if cfg.HeapSrc {
+		b.src = make([]byte, b.max)
+	} else if b.src, err = ep.Alloc(b.max); err != nil {
 		return err
 	}
 	nbufs := rvmaBuffers
