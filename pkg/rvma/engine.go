@@ -52,6 +52,8 @@ type engine struct {
 	links linkHandler       // nil without an endpoint
 	trace func(Imm, uint32) // test hook: every DATA arrival, in order
 
+	bounce bounce // registered copies of small put sources (bounce.go)
+
 	mu     sync.Mutex
 	arenas []*verbs.MR
 	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
@@ -291,6 +293,7 @@ func (e *engine) Close() error {
 	e.descMu.Lock()
 	e.descGone = true // what the windows do from now on publishes nothing
 	e.descMu.Unlock()
+	e.bounce.close()
 	err := e.release()
 	e.mu.Lock()
 	ops := e.ops

@@ -37,3 +37,10 @@ func WithLabCounting(opts *Options) *Options {
 	}
 	return &o
 }
+
+// BounceLent is how many bounce chunks ep has lent and not got back, and
+// how many it has in all (0 before the first put from Go memory).
+func BounceLent(ep *Endpoint) (lent, all int) { return ep.e.bounce.lent() }
+
+// BounceMax is the most bounce chunks an endpoint registers.
+const BounceMax = bounceSlab * bounceMaxSlabs

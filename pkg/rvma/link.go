@@ -442,7 +442,7 @@ func (ep *Endpoint) drainStripe(old *stripe) {
 		err := old.errInDoubt(len(again), fmt.Errorf("no completion within %v of the stripe's retirement", retireDrain))
 		old.l.fail(err, false)
 		for _, op := range again {
-			op.finish(err)
+			op.finishInDoubt(err)
 		}
 		return
 	}
@@ -844,7 +844,7 @@ func (l *link) fail(err error, wait bool) {
 		v.wake()
 	}
 	for _, op := range ops {
-		op.finish(err)
+		op.finishInDoubt(err)
 	}
 	if !async {
 		teardown()

@@ -139,14 +139,15 @@ func (ep *Endpoint) dropView(l *link, v *remoteView) {
 // PutOp is a put in progress (PutAsync). Its methods are safe for
 // concurrent use.
 type PutOp struct {
-	ep   *Endpoint
-	ctx  context.Context
-	dst  netip.AddrPort
-	mb   Mailbox
-	off  uint64
-	n    int
-	sgl  []verbs.SGE
-	temp *verbs.MR // a registered copy of a source outside endpoint memory
+	ep    *Endpoint
+	ctx   context.Context
+	dst   netip.AddrPort
+	mb    Mailbox
+	off   uint64
+	n     int
+	sgl   []verbs.SGE
+	temp  *verbs.MR // a registered copy of a source outside endpoint memory
+	chunk int       // or the bounce chunk holding that copy (-1: none)
 
 	// set while the put is in flight (under ep.mu)
 	st       *stripe
@@ -183,7 +184,18 @@ func (op *PutOp) Wait(ctx context.Context) error {
 	return op.err
 }
 
-func (op *PutOp) finish(err error) {
+// finish ends the put: its work request completed, or was never posted,
+// or can no longer execute.
+func (op *PutOp) finish(err error) { op.end(err, false) }
+
+// finishInDoubt ends a put whose work request may still execute (its
+// stripe failed or retired without completing it, and is torn down
+// later): the registered copy of its source is deregistered, so that the
+// request fails if it runs, and a bounce chunk holding the copy is never
+// lent again, since another put's bytes there would be sent instead.
+func (op *PutOp) finishInDoubt(err error) { op.end(err, true) }
+
+func (op *PutOp) end(err error, inDoubt bool) {
 	op.once.Do(func() {
 		if err != nil {
 			var epoch uint64
@@ -194,6 +206,9 @@ func (op *PutOp) finish(err error) {
 		}
 		if op.temp != nil {
 			op.temp.Close()
+		}
+		if op.chunk >= 0 && !inDoubt {
+			op.ep.e.bounce.giveBack(op.chunk)
 		}
 		close(op.done)
 	})
@@ -210,7 +225,12 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // mailbox mb of the endpoint listening on dst and returns at once; the
 // put completes when the NIC placed the bytes. src may be reused when
 // PutAsync returns if it is not endpoint memory (Alloc), which is sent
-// without a copy and must stay unchanged until the put is done.
+// without a copy and must stay unchanged until the put is done. Other
+// memory is copied: up to 4 KiB into registered chunks the endpoint keeps
+// for this (at most 4 MiB of them, registered as needed), larger sources,
+// or any while every chunk is lent, into a registration of their own,
+// which costs far more than the copy. Large or frequent puts should come
+// from Alloc memory.
 //
 // The put targets the window's current epoch as this endpoint sees it; it
 // dials the peer and resolves the mailbox on first use, and if the window
@@ -231,7 +251,7 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // hand-over succeeds (its bytes are in the epoch); the receiver reports it
 // afterwards (Options.OnLate).
 func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) *PutOp {
-	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), done: make(chan struct{})}
+	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), chunk: -1, done: make(chan struct{})}
 	if err := ep.use(); err != nil {
 		op.finish(err)
 		return op
@@ -243,6 +263,9 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 	if len(src) > 0 {
 		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
 			op.sgl = []verbs.SGE{{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}}
+		} else if i, sge, ok := ep.e.bounce.lend(ep.e.pd, src); ok {
+			op.chunk = i
+			op.sgl = []verbs.SGE{sge}
 		} else {
 			mr, err := ep.e.pd.AllocMR(len(src), verbs.AccessLocalWrite)
 			if err != nil {

@@ -9,7 +9,8 @@
 # order through six epochs with the bytes checked, and a stale write
 # refused without touching any buffer; then the endpoint through its public
 # API, putting to its own address over four rdma_cm stripes: epochs filled
-# in forward, reverse and random order, ErrTooLarge, ErrNoMailbox,
+# in forward, reverse and random order, puts from Go memory (copied, more
+# in flight than the endpoint has bounce chunks), ErrTooLarge, ErrNoMailbox,
 # ErrNoBuffer at the deadline, IncEpoch, NACK and silent close, misuse,
 # Get, control messages lost on the way (sent again by the asker), two
 # senders overshooting shared epochs (late puts reported to their senders),

@@ -1,0 +1,50 @@
+package rvma
+
+import "testing"
+
+func TestChunkStack(t *testing.T) {
+	var s chunkStack
+	s.add(0, 3)
+	s.add(3, 2)
+	var got []int
+	for {
+		i, ok := s.take()
+		if !ok {
+			break
+		}
+		got = append(got, i)
+	}
+	want := []int{3, 4, 0, 1, 2}
+	if len(got) != len(want) {
+		t.Fatalf("took %v, want %v", got, want)
+	}
+	for k := range want {
+		if got[k] != want[k] {
+			t.Fatalf("took %v, want %v", got, want)
+		}
+	}
+	s.put(1)
+	if i, ok := s.take(); !ok || i != 1 {
+		t.Fatalf("take after put(1) = %d, %v", i, ok)
+	}
+	if _, ok := s.take(); ok {
+		t.Fatal("take from an empty stack succeeded")
+	}
+}
+
+// A source larger than a chunk, or any after close, is not lent; neither
+// touches the PD (nil here).
+func TestBounceRefuses(t *testing.T) {
+	var b bounce
+	if _, _, ok := b.lend(nil, make([]byte, bounceChunk+1)); ok {
+		t.Fatal("lent a chunk for a source larger than a chunk")
+	}
+	b.close()
+	if _, _, ok := b.lend(nil, make([]byte, 8)); ok {
+		t.Fatal("lent a chunk after close")
+	}
+	b.giveBack(0) // dropped, no panic
+	if lent, all := b.lent(); lent != 0 || all != 0 {
+		t.Fatalf("after close: %d of %d chunks lent", lent, all)
+	}
+}
