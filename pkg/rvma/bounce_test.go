@@ -1,6 +1,9 @@
 package rvma
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestChunkStack(t *testing.T) {
 	var s chunkStack
@@ -14,14 +17,8 @@ func TestChunkStack(t *testing.T) {
 		}
 		got = append(got, i)
 	}
-	want := []int{3, 4, 0, 1, 2}
-	if len(got) != len(want) {
+	if want := []int{3, 4, 0, 1, 2}; !slices.Equal(got, want) {
 		t.Fatalf("took %v, want %v", got, want)
-	}
-	for k := range want {
-		if got[k] != want[k] {
-			t.Fatalf("took %v, want %v", got, want)
-		}
 	}
 	s.put(1)
 	if i, ok := s.take(); !ok || i != 1 {

@@ -15,12 +15,14 @@ source "$LAB_DIR/test/softroce/bench/lib/rvma-pair.sh"
 
 NEW=$LAB_BIN/rdmaperf OLD=$LAB_BIN/rdmaperf-old
 for rep in 1 2 3; do
-	for t in "rvma_lat 8" "rvma_lat 4096" "rvma_bw 4096"; do
-		# shellcheck disable=SC2086 # $t is a test and a size
-		if [ -x "$OLD" ]; then P=$OLD rdmaperf old-heap $t -src heap; fi
-		# shellcheck disable=SC2086
-		P=$NEW rdmaperf heap $t -src heap
-		# shellcheck disable=SC2086
-		P=$NEW rdmaperf endpoint $t
+	for spec in rvma_lat:8 rvma_lat:4096 rvma_bw:4096; do
+		t=${spec%:*} s=${spec#*:}
+		if [ -x "$OLD" ]; then
+			P=$OLD
+			rdmaperf old-heap "$t" "$s" -src heap
+		fi
+		P=$NEW
+		rdmaperf heap "$t" "$s" -src heap
+		rdmaperf endpoint "$t" "$s"
 	done
 done
