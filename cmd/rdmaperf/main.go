@@ -18,8 +18,8 @@
 // receiver waiting for its receive completion); setup_lat (registering a
 // fresh buffer and sending its address and key to the writer: what RDMA
 // pays per new buffer and RVMA does not); rvma_lat and rvma_bw (pkg/rvma puts; -guard none
-// measures windows without the late-write guard, -src heap puts from Go
-// memory, which pkg/rvma copies); rvma_get_lat (an
+// measures windows without the late-write guard, -src heap puts from, and
+// Gets into, Go memory, which pkg/rvma copies); rvma_get_lat (an
 // Endpoint.Get of a kept epoch, one at a time, against read_lat). See
 // rvma.go and notify.go.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
@@ -78,8 +78,9 @@ type config struct {
 	NoGuard bool // rvma tests: windows with rvma.GuardNone
 	// Counting: rvma tests: who counts puts (-counting).
 	Counting rvma.Counting
-	// HeapSrc: rvma tests: puts from Go heap memory, which pkg/rvma
-	// copies into registered memory, instead of endpoint memory (-src).
+	// HeapSrc: rvma tests: puts from and Gets into Go heap memory, which
+	// pkg/rvma copies through registered memory, instead of endpoint
+	// memory (-src).
 	HeapSrc bool
 	// PostList caps the work requests one PostSend posts in the
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
@@ -118,7 +119,7 @@ func main() {
 		loop     = flag.String("loop", "go", "latency loop: go (the pkg/verbs API, posting through send plans), go-postsend (the same, one QP.PostSend per post) or c (perftest's loop in C on the same objects)")
 		guard    = flag.String("guard", "invalidate", "rvma tests: how completed buffers are guarded against late bytes: invalidate (the default) or none")
 		counting = flag.String("counting", "auto", "rvma tests: who counts puts: auto (the kernel module if loaded), module or library")
-		srcMem   = flag.String("src", "endpoint", "rvma tests: where puts come from: endpoint (memory from Endpoint.Alloc, sent without a copy) or heap (a Go slice, which pkg/rvma copies into registered memory)")
+		srcMem   = flag.String("src", "endpoint", "rvma tests: where puts come from and Gets go to: endpoint (memory from Endpoint.Alloc, which the NIC reads and writes directly) or heap (a Go slice, which pkg/rvma copies through registered memory)")
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")

@@ -298,8 +298,12 @@ func (b *rvmaBench) getLat(ctx context.Context, mb rvma.Mailbox, size int, p *rv
 	}
 	// Read into endpoint memory, which the NIC writes directly (the
 	// client's own posted buffers: nothing is put to them in this test),
-	// cleared before each checked Get.
+	// or with -src heap into a Go slice, which pkg/rvma reads through a
+	// registered copy; cleared before each checked Get.
 	into := b.bufs[0][:size]
+	if b.cfg.HeapSrc {
+		into = make([]byte, size)
+	}
 	samples := make([]time.Duration, 0, b.cfg.Iters)
 	for i := 0; i < b.cfg.Iters; i++ {
 		if i == 0 || i == b.cfg.Iters-1 {

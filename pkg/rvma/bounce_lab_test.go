@@ -90,6 +90,11 @@ func TestLabEndpointPutFromGoMemory(t *testing.T) {
 		if lent, _ := rvma.BounceLent(ep); lent != 0 {
 			t.Fatalf("round %d: %d bounce chunks still lent after every put completed", round, lent)
 		}
+		// The 12 puts of 6000 B, and the small ones beyond the chunks.
+		if got, want := ep.Stats().CopyRegistrations, uint64((round+1)*(puts-rvma.BounceMax)); got != want {
+			t.Fatalf("round %d: %d copies registered on their own, want %d", round, got, want)
+		}
 	}
+	checkMetrics(t, ep, mb, map[string]float64{"rvma_endpoint_copy_registrations_total": float64(2 * (puts - rvma.BounceMax))})
 	t.Logf("2 rounds of %d puts from Go memory (%d bytes each round, 1 B to 6000 B; %d bounce chunks), sources overwritten at once: every byte right, every chunk back", puts, total, rvma.BounceMax)
 }

@@ -29,15 +29,15 @@ func TestChunkStack(t *testing.T) {
 	}
 }
 
-// A source larger than a chunk, or any after close, is not lent; neither
+// A copy larger than a chunk, or any after close, is not lent; neither
 // touches the PD (nil here).
 func TestBounceRefuses(t *testing.T) {
 	var b bounce
-	if _, _, ok := b.lend(nil, make([]byte, bounceChunk+1)); ok {
-		t.Fatal("lent a chunk for a source larger than a chunk")
+	if _, _, _, ok := b.lend(nil, bounceChunk+1); ok {
+		t.Fatal("lent a chunk for a copy larger than a chunk")
 	}
 	b.close()
-	if _, _, ok := b.lend(nil, make([]byte, 8)); ok {
+	if _, _, _, ok := b.lend(nil, 8); ok {
 		t.Fatal("lent a chunk after close")
 	}
 	b.giveBack(0) // dropped, no panic

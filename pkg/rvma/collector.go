@@ -37,6 +37,7 @@ var (
 	descBufferWaits  = prometheus.NewDesc("rvma_endpoint_buffer_waits_total", "Times a put found no buffer posted for its epoch and waited for the receiver to post one.", epLabels, nil)
 	descGetsServed   = prometheus.NewDesc("rvma_endpoint_gets_served_total", "Peers' Gets answered with a kept buffer.", epLabels, nil)
 	descGetsRefused  = prometheus.NewDesc("rvma_endpoint_gets_refused_total", "Peers' Gets refused: the epoch had not completed or was no longer kept, or no such window.", epLabels, nil)
+	descCopyRegs     = prometheus.NewDesc("rvma_endpoint_copy_registrations_total", "This endpoint's puts from and Gets into memory outside Alloc that registered a copy of their own (larger than 4 KiB, or every kept chunk lent).", epLabels, nil)
 	descWindows      = prometheus.NewDesc("rvma_endpoint_windows", "Windows whose mailbox is reserved (open, or closed and lingering).", epLabels, nil)
 	descPuts         = prometheus.NewDesc("rvma_window_puts_total", "Puts counted into the window's epochs.", winLabels, nil)
 	descBytes        = prometheus.NewDesc("rvma_window_bytes_total", "Bytes counted into the window's epochs.", winLabels, nil)
@@ -48,7 +49,7 @@ var (
 	descNacks        = prometheus.NewDesc("rvma_window_nacks_total", "Puts refused with a NACK after the window closed.", winLabels, nil)
 	descDrops        = prometheus.NewDesc("rvma_window_drops_total", "Puts dropped silently after the window closed.", winLabels, nil)
 	descModRefused   = prometheus.NewDesc("rvma_window_module_refused_packets_total", "Write packets the kernel module refused for the window (a closed buffer, or a buffer's edge); 0 when the library counts.", winLabels, nil)
-	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descBufferWaits, descGetsServed, descGetsRefused, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops, descModRefused}
+	collectorDescs   = []*prometheus.Desc{descUp, descLinks, descRefused, descUnknown, descStalePuts, descLatePuts, descLinkFailures, descRejected, descLostNotices, descNotices, descBufferWaits, descGetsServed, descGetsRefused, descCopyRegs, descWindows, descPuts, descBytes, descEpochs, descPosted, descHeld, descLate, descStale, descNacks, descDrops, descModRefused}
 )
 
 // Describe sends the descriptions of every metric the collector exports.
@@ -86,6 +87,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descBufferWaits, st.BufferWaits, addr)
 	counter(descGetsServed, st.GetsServed, addr)
 	counter(descGetsRefused, st.GetsRefused, addr)
+	counter(descCopyRegs, st.CopyRegistrations, addr)
 	gauge(descWindows, float64(len(ws)), addr)
 	for _, w := range ws {
 		mb := w.Mailbox().String()

@@ -323,6 +323,11 @@ type EndpointStats struct {
 	BufferWaits   uint64 // times one of this endpoint's puts found no buffer posted for its epoch in its view and waited for the receiver's next entry update
 	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window
 	GetsRefused   uint64 // peers' Gets refused (epoch not completed or no longer kept, no such window)
+	// CopyRegistrations counts this endpoint's puts from, and Gets into,
+	// memory outside Alloc that registered a copy of their own (larger
+	// than 4 KiB, or every kept chunk lent): each costs system calls and
+	// pinning, where a copy into a kept chunk costs neither.
+	CopyRegistrations uint64
 }
 
 // Stats returns the endpoint's counters.
@@ -333,7 +338,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
 		StalePuts: ep.stalePuts.Load(), LatePuts: ep.latePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
 		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(), BufferWaits: ep.bufferWaits.Load(),
-		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load()}
+		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load(), CopyRegistrations: ep.e.bounce.registered.Load()}
 }
 
 // Windows returns the endpoint's windows, in slot order: the open ones

@@ -32,7 +32,8 @@ type GetResult struct {
 // resolves like a put. Only epochs the receiving window still keeps for
 // rewind can be read: their buffers do not change until they leave the
 // ring. into may be endpoint memory (Alloc), which the NIC writes
-// directly, or any other slice (read through a registered copy).
+// directly, or any other slice, read through a registered copy (for up to
+// 4 KiB one the endpoint keeps, see PutAsync).
 //
 // ctx bounds dialling, resolving, the receiver's answer and waiting for
 // room in the send queue; once the READ is posted Get waits for its
@@ -65,6 +66,9 @@ type getOp struct {
 	done     chan error // the outcome of each READ posted, one value each
 	st       *stripe    // the stripe of the READs in flight (under ep.mu)
 	inflight int        // READs posted on st whose outcome is not yet sent (under ep.mu)
+	// abandoned: read returned with READs in flight (the link died), which
+	// may still write into its destination.
+	abandoned bool
 }
 
 // readDepth is how many single-packet READs a Get keeps in flight, and
@@ -149,24 +153,22 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		return res, nil
 	}
 	sge := verbs.SGE{Addr: heapAddr(into), Length: uint32(n)}
-	var temp *verbs.MR
+	var cp regCopy
 	if mr := ep.e.arenaOf(sge.Addr, n); mr != nil {
 		sge.LKey = mr.LKey()
 	} else {
 		var err error
-		if temp, err = ep.e.pd.AllocMR(int(n), verbs.AccessLocalWrite); err != nil {
+		if cp, err = ep.e.newCopy(int(n)); err != nil {
 			return res, err
 		}
-		defer temp.Close()
-		sge.Addr, sge.LKey = temp.Addr(), temp.LKey()
+		defer func() { ep.e.dropCopy(cp, op.abandoned) }()
+		sge = cp.sge
 	}
 	for attempt := 1; ; attempt++ {
 		err := ep.read(ctx, op, sge, m.Addr+off, m.RKey)
 		switch {
 		case err == nil:
-			if temp != nil {
-				copy(into, temp.Bytes()[:n])
-			}
+			copy(into, cp.mem)
 			res.N = int(n)
 			return res, nil
 		case errors.Is(err, verbs.WCRemAccessErr):
@@ -286,6 +288,7 @@ func (ep *Endpoint) read(ctx context.Context, op *getOp, sge verbs.SGE, addr uin
 				first = err
 			}
 		case <-l.dead:
+			op.abandoned = inflight > 0
 			return l.failure()
 		case <-stop:
 			return fmt.Errorf("waiting for room in the send queue: %w", ctx.Err())

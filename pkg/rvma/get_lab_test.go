@@ -117,6 +117,12 @@ func TestLabEndpointGet(t *testing.T) {
 		t.Fatalf("get from a closed window: %+v %v", res, err)
 	}
 
+	// Gets of up to 4 KiB into Go memory read through the endpoint's kept
+	// chunks, as the puts' Go sources were copied into them.
+	if st := ep.Stats(); st.CopyRegistrations != 0 {
+		t.Fatalf("%d copies registered on their own for puts and Gets of 4 KiB at most", st.CopyRegistrations)
+	}
+
 	// A large epoch, read with many READs in flight: whole, into Go
 	// memory and into endpoint memory, and from an offset that is not a
 	// multiple of the path MTU.
@@ -142,6 +148,14 @@ func TestLabEndpointGet(t *testing.T) {
 		if err != nil || res.N != big-c.off || !bytes.Equal(c.into[:res.N], want[c.off:]) {
 			t.Fatalf("large get, %s: %+v %v", c.name, res, err)
 		}
+	}
+	// The large put and the two large Gets into Go memory registered
+	// their own copies; every kept chunk is back.
+	if st := ep.Stats(); st.CopyRegistrations != 3 {
+		t.Fatalf("%d copies registered on their own, want 3", st.CopyRegistrations)
+	}
+	if lent, _ := rvma.BounceLent(ep); lent != 0 {
+		t.Fatalf("%d bounce chunks still lent", lent)
 	}
 }
 

@@ -139,15 +139,14 @@ func (ep *Endpoint) dropView(l *link, v *remoteView) {
 // PutOp is a put in progress (PutAsync). Its methods are safe for
 // concurrent use.
 type PutOp struct {
-	ep    *Endpoint
-	ctx   context.Context
-	dst   netip.AddrPort
-	mb    Mailbox
-	off   uint64
-	n     int
-	sgl   []verbs.SGE
-	temp  *verbs.MR // a registered copy of a source outside endpoint memory
-	chunk int       // or the bounce chunk holding that copy (-1: none)
+	ep  *Endpoint
+	ctx context.Context
+	dst netip.AddrPort
+	mb  Mailbox
+	off uint64
+	n   int
+	sgl []verbs.SGE
+	cp  regCopy // the registered copy of a source outside endpoint memory (cp.mem nil: none)
 
 	// set while the put is in flight (under ep.mu)
 	st       *stripe
@@ -204,11 +203,8 @@ func (op *PutOp) end(err error, inDoubt bool) {
 			op.ep.mu.Unlock()
 			op.err = &PutError{Dest: op.dst.String(), Mailbox: op.mb, Offset: op.off, Len: op.n, Epoch: epoch, Err: err}
 		}
-		if op.temp != nil {
-			op.temp.Close()
-		}
-		if op.chunk >= 0 && !inDoubt {
-			op.ep.e.bounce.giveBack(op.chunk)
+		if op.cp.mem != nil {
+			op.ep.e.dropCopy(op.cp, inDoubt)
 		}
 		close(op.done)
 	})
@@ -229,8 +225,8 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // memory is copied: up to 4 KiB into registered chunks the endpoint keeps
 // for this (at most 4 MiB of them, registered as needed), larger sources,
 // or any while every chunk is lent, into a registration of their own,
-// which costs far more than the copy. Large or frequent puts should come
-// from Alloc memory.
+// which costs far more than the copy (EndpointStats.CopyRegistrations
+// counts them). Large or frequent puts should come from Alloc memory.
 //
 // The put targets the window's current epoch as this endpoint sees it; it
 // dials the peer and resolves the mailbox on first use, and if the window
@@ -251,7 +247,7 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // hand-over succeeds (its bytes are in the epoch); the receiver reports it
 // afterwards (Options.OnLate).
 func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) *PutOp {
-	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), chunk: -1, done: make(chan struct{})}
+	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), done: make(chan struct{})}
 	if err := ep.use(); err != nil {
 		op.finish(err)
 		return op
@@ -263,18 +259,15 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 	if len(src) > 0 {
 		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
 			op.sgl = []verbs.SGE{{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}}
-		} else if i, sge, ok := ep.e.bounce.lend(ep.e.pd, src); ok {
-			op.chunk = i
-			op.sgl = []verbs.SGE{sge}
 		} else {
-			mr, err := ep.e.pd.AllocMR(len(src), verbs.AccessLocalWrite)
+			cp, err := ep.e.newCopy(len(src))
 			if err != nil {
 				op.finish(err)
 				return op
 			}
-			copy(mr.Bytes(), src)
-			op.temp = mr
-			op.sgl = []verbs.SGE{{Addr: mr.Addr(), Length: uint32(len(src)), LKey: mr.LKey()}}
+			copy(cp.mem, src)
+			op.cp = cp
+			op.sgl = []verbs.SGE{cp.sge}
 		}
 	}
 	// Puts from one caller to one mailbox target epochs in the order they
