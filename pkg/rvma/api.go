@@ -404,10 +404,21 @@ func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 // unbound, waiters woken, the entry pushed). Every call that reads the
 // window's epochs calls it first, so that what Spin saw in a record is
 // seen there too, without waiting for the endpoint's module loop.
+//
+// The module writes a record before it raises the window's done counter,
+// and on another CPU Spin can see the record in between: so a head buffer
+// whose record is published counts as done even if the counter lags.
 func (w *Window) syncCounted() {
 	done := w.drv.published(w)
 	w.mu.Lock()
-	if !w.st.counted || done <= w.st.head {
+	if !w.st.counted {
+		w.mu.Unlock()
+		return
+	}
+	if w.st.headPublished() {
+		done = max(done, w.st.head+1)
+	}
+	if done <= w.st.head {
 		w.mu.Unlock()
 		return
 	}

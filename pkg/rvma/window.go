@@ -606,7 +606,21 @@ func (w *windowState) handOver() {
 	}
 }
 
-// counted takes the epochs the module published: done is the module's
+// headPublished reports whether the module published the record of the
+// head buffer's current epoch (a counted window).
+func (w *windowState) headPublished() bool {
+	if len(w.pending) == 0 {
+		return false
+	}
+	b := w.pending[0]
+	if !b.registered || b.state == bufReady || b.comp == nil {
+		return false
+	}
+	rec, seq := b.comp.load()
+	return seq > b.armedSeq && rec.Epoch == b.gen
+}
+
+// countedUpTo takes the epochs the module published: done is the module's
 // count of them, so the pending buffers of generations below done are
 // over. Their counts come from their records; each one's memory window
 // goes to the next buffer that needs one, or is unbound.

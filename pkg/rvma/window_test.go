@@ -640,3 +640,41 @@ func TestAppendOnce(t *testing.T) {
 		}
 	}
 }
+
+// On a counted window the module writes a buffer's record before it raises
+// the window's done counter; a head buffer whose record is out counts as
+// published (what Spin saw on another CPU), one holding an older record of
+// its completion slot does not.
+func TestWindowHeadPublished(t *testing.T) {
+	f := newFixture(t, WindowOptions{})
+	f.w.counted = true
+	b := f.post(64, PostOptions{})
+	if f.w.headPublished() {
+		t.Fatal("published before registration")
+	}
+	b.registered = true
+	if f.w.headPublished() {
+		t.Fatal("published before its record")
+	}
+	// An older publication in the slot (another buffer used it), even of
+	// the same epoch number, is not this buffer's.
+	b.comp.publish(Record{Epoch: b.gen + 1, Len: 1})
+	if f.w.headPublished() {
+		t.Fatal("published by a record of another epoch")
+	}
+	b.armedSeq = b.comp.publish(Record{Epoch: b.gen, Len: 2})
+	if f.w.headPublished() {
+		t.Fatal("published by a record older than the buffer's arming")
+	}
+	b.comp.publish(Record{Epoch: b.gen, Len: 64, Ops: 2, Cap: 64})
+	if !f.w.headPublished() {
+		t.Fatal("its record is out, but not published")
+	}
+	f.w.countedUpTo(f.w.head + 1)
+	if b.state != bufDone || b.rec.Len != 64 || b.rec.Ops != 2 || f.w.head != 1 {
+		t.Fatalf("after countedUpTo: state %v, record %+v, head %d", b.state, b.rec, f.w.head)
+	}
+	if f.w.headPublished() {
+		t.Fatal("no buffer is pending, yet the head is published")
+	}
+}

@@ -21,7 +21,9 @@
 # and where notices travel (over the receiver's own link to a peer it also
 # puts to, and back when that link fails; a three-endpoint halo exchange
 # without a stale put), and puts flushed by a stripe failure that was not
-# a refusal (failed with the link, never issued twice).
+# a refusal (failed with the link, never issued twice), and a Spin ping-pong
+# between two goroutines on the two CPUs (a record seen before the module
+# raised its done counter).
 # (TestLabEngineLatency prints figures and is left to benchmarks.)
 # The endpoint tests run twice: with the kernel module counting puts (plain
 # WRITEs, records written by the module; also TestLabEndpointCounted), then
