@@ -22,7 +22,8 @@ const (
 )
 
 // regCopy is registered memory standing in for n bytes of Go memory that
-// is not the endpoint's: a bounce chunk or a registration of its own.
+// is not the endpoint's: a bounce chunk or a registration of its own. The
+// zero value (mem nil) is no copy.
 type regCopy struct {
 	mem   []byte    // the copy's n bytes
 	sge   verbs.SGE // the same, for a work request
@@ -39,7 +40,7 @@ func (e *engine) newCopy(n int) (regCopy, error) {
 	}
 	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite)
 	if err != nil {
-		return regCopy{chunk: -1}, err
+		return regCopy{}, err
 	}
 	e.bounce.registered.Add(1)
 	return regCopy{mem: mr.Bytes()[:n], sge: verbs.SGE{Addr: mr.Addr(), Length: uint32(n), LKey: mr.LKey()}, chunk: -1, temp: mr}, nil
@@ -50,6 +51,9 @@ func (e *engine) newCopy(n int) (regCopy, error) {
 // request then fails if it runs), but a bounce chunk is never lent again,
 // since another operation's bytes would be read or overwritten there.
 func (e *engine) dropCopy(c regCopy, inDoubt bool) {
+	if c.mem == nil {
+		return
+	}
 	if c.temp != nil {
 		c.temp.Close()
 	}

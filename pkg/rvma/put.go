@@ -203,9 +203,7 @@ func (op *PutOp) end(err error, inDoubt bool) {
 			op.ep.mu.Unlock()
 			op.err = &PutError{Dest: op.dst.String(), Mailbox: op.mb, Offset: op.off, Len: op.n, Epoch: epoch, Err: err}
 		}
-		if op.cp.mem != nil {
-			op.ep.e.dropCopy(op.cp, inDoubt)
-		}
+		op.ep.e.dropCopy(op.cp, inDoubt)
 		close(op.done)
 	})
 }
