@@ -537,7 +537,7 @@ func (p *Posted) Load() (Record, bool) {
 	armed, gen := p.b.armedSeq, p.b.gen
 	p.w.mu.Unlock()
 	r, seq, ok := p.w.comps.load(p.b.comp)
-	if !ok || seq <= armed || r.Epoch != gen {
+	if !ok || !isOwnRecord(r, seq, armed, gen) {
 		return Record{}, false
 	}
 	return r, true
@@ -633,7 +633,7 @@ func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, boo
 		if !ok {
 			return Record{}, false, nil
 		}
-		if seq > armed && r.Epoch == gen {
+		if isOwnRecord(r, seq, armed, gen) {
 			if r.Flags&FlagClosed == 0 {
 				return r, true, nil
 			}

@@ -118,6 +118,13 @@ func (c *Completion) load() (Record, uint64) {
 	}
 }
 
+// isOwnRecord reports whether r, read from a completion slot at sequence
+// seq, is the record of epoch gen of the buffer armed on that slot at
+// sequence armed: published since the arming (a slot that served another
+// buffer holds that buffer's older records, possibly of the same epoch
+// number), and of this epoch.
+func isOwnRecord(r Record, seq, armed, gen uint64) bool { return seq > armed && r.Epoch == gen }
+
 // publish writes r as the slot's next publication and returns its
 // sequence: seq goes odd, the fields and the trailing copy are written, then
 // seq goes even, two above its previous value. Sequences only grow, also

@@ -617,7 +617,7 @@ func (w *windowState) headPublished() bool {
 		return false
 	}
 	rec, seq := b.comp.load()
-	return seq > b.armedSeq && rec.Epoch == b.gen
+	return isOwnRecord(rec, seq, b.armedSeq, b.gen)
 }
 
 // countedUpTo takes the epochs the module published: done is the module's
