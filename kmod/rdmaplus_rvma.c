@@ -19,15 +19,22 @@
  *    if a waiter armed it (RDMAPLUS_IOC_RVMA_ARM), the eventfd. A record
  *    thus never appears before its bytes, and a process that polls its
  *    records takes no wake-ups.
- *  - otherwise (gate closed, or straddling a buffer's edge) it is refused:
- *    rxe_mr_copy fails, rxe NAKs with a remote access error, memory is
- *    untouched and window_state.refused counts it.
+ *  - otherwise (gate closed, straddling a buffer's edge, or, for a buffer
+ *    posted with RDMAPLUS_RVMA_POST_F_RKEY, a message written with another
+ *    key) it is refused: rxe_mr_copy fails, rxe NAKs with a remote access
+ *    error, memory is untouched and window_state.refused counts it.
  *
  * Last-packet detection: rxe_mr_copy does not see the opcode, but the
  * payload sits in the received skb right after the BTH (and RETH, IMMDT),
- * and the BTH right after the UDP header (see rvma_last()). Zero-length
+ * and the BTH right after the UDP header (see rvma_parse()). Zero-length
  * WRITEs never reach rxe_mr_copy with a length and are not counted.
  * Reads, atomics and local transfers (copy_data) are never counted.
+ *
+ * Keys: the RETH (first packet of a message) carries the rkey the sender
+ * wrote with; the later packets carry none, but those of one queue pair's
+ * message arrive in order and uninterrupted, so the key of each QP's
+ * message in progress is kept (struct rvma_mr's msgs, by destination QPN)
+ * from its first packet to its last.
  *
  * Locking: ctx->mutex serialises a file's configuration;
  * ctx->lock (irqsave; hooks run in softirq or inline in a poster's system
@@ -52,6 +59,7 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 #include <linux/workqueue.h>
+#include <linux/xarray.h>
 #include <asm/unaligned.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/restrack.h>
@@ -89,6 +97,7 @@ struct rvma_mr {
 	void *rxe_mr;
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rb_root ranges;		/* struct rvma_buf by iova */
+	struct xarray msgs;		/* QPN -> rkey of its message in progress */
 	bool dead;
 	struct rcu_head rcu;
 };
@@ -102,6 +111,8 @@ struct rvma_buf {
 	u64 iova, length, threshold, gen;
 	u64 bytes, ops;
 	u32 record, flags;
+	u32 rkey;			/* with keyed: the only key let in */
+	bool keyed;
 	enum rvma_state state;
 };
 
@@ -199,19 +210,27 @@ static void rvma_range_insert(struct rvma_mr *m, struct rvma_buf *nb)
 	rb_insert_color(&nb->rb, &m->ranges);
 }
 
+/* What a write packet's transport headers say (rvma_parse()). */
+struct rvma_hdr {
+	bool last;	/* the last packet of its message (LAST or ONLY) */
+	bool reth;	/* the first packet (FIRST or ONLY): @rkey is set */
+	u32 rkey;
+	u32 qpn;	/* destination queue pair */
+};
+
 /*
- * Is this write packet the last of its RDMA WRITE message? 1 yes, 0 no,
- * -1 unknown. rxe passes rxe_mr_copy payload_addr(pkt): the skb's
- * (linear) data right after the transport headers, which follow the UDP
- * header (rxe_udp_encap_recv sets pkt->hdr = udp_hdr + 1; a loopback
- * packet keeps the headers its requester pushed). Each candidate BTH
- * offset admits only the write opcodes whose headers have that length:
- * BTH 12 (MIDDLE, LAST), + IMMDT 16 (LAST_WITH_IMMEDIATE), + RETH 28
- * (FIRST, ONLY), + RETH + IMMDT 32 (ONLY_WITH_IMMEDIATE); RC and UC. The
- * UDP header before it must have the RoCE v2 port and the length rxe
- * derived the payload size from: 8 + headers + len + pad + 4 (ICRC).
+ * Parse the headers of a write packet: 0, or -1 if they are not found.
+ * rxe passes rxe_mr_copy payload_addr(pkt): the skb's (linear) data right
+ * after the transport headers, which follow the UDP header
+ * (rxe_udp_encap_recv sets pkt->hdr = udp_hdr + 1; a loopback packet keeps
+ * the headers its requester pushed). Each candidate BTH offset admits only
+ * the write opcodes whose headers have that length: BTH 12 (MIDDLE, LAST),
+ * + IMMDT 16 (LAST_WITH_IMMEDIATE), + RETH 28 (FIRST, ONLY), + RETH +
+ * IMMDT 32 (ONLY_WITH_IMMEDIATE); RC and UC. The UDP header before it must
+ * have the RoCE v2 port and the length rxe derived the payload size from:
+ * 8 + headers + len + pad + 4 (ICRC).
  */
-static int rvma_last(const u8 *payload, u32 len)
+static int rvma_parse(const u8 *payload, u32 len, struct rvma_hdr *h)
 {
 	static const struct {
 		u8 off, op1, op2;
@@ -236,9 +255,39 @@ static int rvma_last(const u8 *payload, u32 len)
 		if (get_unaligned_be16(udp + 4) !=
 		    8 + cand[i].off + len + ((bth[1] >> 4) & 3) + 4)
 			continue;
-		return op >= 0x08;
+		h->last = op >= 0x08;
+		h->reth = cand[i].off >= 28;
+		/* RETH: virtual address 8, rkey 4, length 4 */
+		h->rkey = h->reth ? get_unaligned_be32(bth + 12 + 8) : 0;
+		h->qpn = get_unaligned_be32(bth + 4) & 0xffffff;
+		return 0;
 	}
 	return -1;
+}
+
+/*
+ * Was the message of this packet into keyed buffer b written with b's
+ * key (none for key 0)? A first packet's key is kept for the message's
+ * later packets, until its last. ctx->lock held.
+ */
+static bool rvma_key_ok(struct rvma_mr *m, struct rvma_buf *b, int parsed,
+			const struct rvma_hdr *h)
+{
+	void *ent;
+
+	if (parsed || !b->rkey)
+		return false;
+	if (h->reth) {
+		if (h->rkey != b->rkey)
+			return false;
+		if (h->last)
+			return true;
+		ent = xa_store(&m->msgs, h->qpn, xa_mk_value(h->rkey),
+			       GFP_ATOMIC);
+		return !xa_is_err(ent);
+	}
+	ent = h->last ? xa_erase(&m->msgs, h->qpn) : xa_load(&m->msgs, h->qpn);
+	return xa_is_value(ent) && xa_to_value(ent) == b->rkey;
 }
 
 static void rvma_record(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
@@ -328,9 +377,10 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	bool wake;
 	struct rvma_mr *m;
 	struct rvma_buf *b;
+	struct rvma_hdr h;
 	unsigned long flags;
 	bool reached;
-	int last;
+	int parsed;
 
 	if (!atomic_read(&rvma_nr_mrs))
 		return false;
@@ -338,7 +388,7 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	if (!m)
 		return false;
 	ctx = m->ctx;
-	last = rvma_last(payload, len);
+	parsed = rvma_parse(payload, len, &h);
 
 	spin_lock_irqsave(&ctx->lock, flags);
 	if (m->dead)
@@ -347,7 +397,8 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	if (!b || (b->iova > iova && b->iova - iova >= len))
 		goto pass;	/* touches no range */
 	if (b->state != RVMA_OPEN || b->iova > iova ||
-	    len > b->length - (iova - b->iova)) {
+	    len > b->length - (iova - b->iova) ||
+	    (b->keyed && !rvma_key_ok(m, b, parsed, &h))) {
 		rvma_refuse(regs, b->win);
 		goto out;
 	}
@@ -358,12 +409,12 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	b->bytes += len;
 	atomic64_inc(&rvma_st.packets);
 	atomic64_add(len, &rvma_st.bytes);
-	if (last < 0)
+	if (parsed)
 		atomic64_inc(&rvma_st.unparsed);
-	else if (last)
+	else if (h.last)
 		b->ops++;
 	if (b->win->kind == RDMAPLUS_RVMA_OPS)
-		reached = last > 0 && b->ops >= b->threshold;
+		reached = !parsed && h.last && b->ops >= b->threshold;
 	else
 		reached = b->bytes >= b->threshold;
 	if (reached) {
@@ -394,6 +445,7 @@ static void rvma_mr_unlink(struct rvma_mr *m)
 	hash_del_rcu(&m->hnode);
 	spin_unlock(&rvma_hash_lock);
 	list_del(&m->node);
+	xa_destroy(&m->msgs);
 	atomic_dec(&rvma_nr_mrs);
 	atomic64_dec(&rvma_st.mrs);
 	call_rcu(&m->rcu, rvma_mr_free_rcu);
@@ -734,6 +786,7 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 		m->rxe_mr = rmr;
 		m->ctx = ctx;
 		m->ranges = RB_ROOT;
+		xa_init(&m->msgs);
 		spin_lock(&rvma_hash_lock);
 		hash_add_rcu(rvma_mrs, &m->hnode, (unsigned long)rmr);
 		spin_unlock(&rvma_hash_lock);
@@ -752,7 +805,9 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	nb->threshold = a->threshold;
 	nb->gen = a->gen;
 	nb->record = a->record;
-	nb->flags = a->flags;
+	nb->flags = a->flags & RDMAPLUS_RVMA_REC_ONETIME;
+	nb->keyed = a->flags & RDMAPLUS_RVMA_POST_F_RKEY;
+	nb->rkey = a->rkey;
 	nb->state = RVMA_OPEN;
 	rvma_range_insert(m, nb);
 	list_add_tail(&nb->wnode, &w->bufs);
@@ -778,8 +833,9 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	void *rmr;
 	long ret;
 
-	if (a.size != sizeof(a) || a.reserved ||
-	    a.flags & ~RDMAPLUS_RVMA_REC_ONETIME ||
+	if (a.size != sizeof(a) ||
+	    a.flags & ~(RDMAPLUS_RVMA_REC_ONETIME | RDMAPLUS_RVMA_POST_F_RKEY) ||
+	    (a.rkey && !(a.flags & RDMAPLUS_RVMA_POST_F_RKEY)) ||
 	    !a.length || a.length > RDMAPLUS_RVMA_MAX_LENGTH ||
 	    a.iova + a.length < a.iova || !a.threshold)
 		return -EINVAL;
@@ -947,7 +1003,7 @@ static ssize_t rvma_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
 RVMA_ATTR(packets);	/* write packets placed into open buffers */
 RVMA_ATTR(bytes);	/* bytes placed */
 RVMA_ATTR(published);	/* records published */
-RVMA_ATTR(refused);	/* write packets refused: gate closed */
+RVMA_ATTR(refused);	/* write packets refused: gate closed, wrong key */
 RVMA_ATTR(unparsed);	/* placed packets whose opcode was not found */
 RVMA_ATTR(windows);	/* live windows */
 RVMA_ATTR(ranges);	/* gated ranges, pending and closed */

@@ -17,7 +17,8 @@ const (
 	notifyAdaptive  = 1
 	opPad           = 1
 
-	rvmaEndAll = 1 << 16
+	rvmaEndAll    = 1 << 16
+	rvmaPostKeyed = 1 << 17
 )
 
 func ioc(dir, nr, size uintptr) uintptr {
@@ -137,7 +138,7 @@ type rawRVMAPost struct {
 	Threshold uint64
 	Gen       uint64
 	Record    uint32
-	Reserved  uint32
+	RKey      uint32
 }
 
 type rawRVMAPostV struct {

@@ -62,7 +62,7 @@ func TestABIMatchesHeader(t *testing.T) {
 	}
 	if uapi.RVMARecPartial != uint32(RecordPartial) || uapi.RVMARecClosed != uint32(RecordClosed) ||
 		uapi.RVMARecLate != uint32(RecordLate) || uapi.RVMARecOneTime != uint32(RecordOneTime) ||
-		uapi.RVMAEndAll != rvmaEndAll {
+		uapi.RVMAEndAll != rvmaEndAll || uapi.RVMAPostKeyed != rvmaPostKeyed {
 		t.Errorf("record flags: %#x %#x %#x %#x, end all %#x", uapi.RVMARecPartial, uapi.RVMARecClosed,
 			uapi.RVMARecLate, uapi.RVMARecOneTime, uapi.RVMAEndAll)
 	}
@@ -79,6 +79,7 @@ func TestABIMatchesHeader(t *testing.T) {
 	eq("sizeof rvma win destroy", unsafe.Sizeof(rawRVMAWinDestroy{}), uapi.SizeRVMAWinDestroy)
 	eq("sizeof rvma post", unsafe.Sizeof(rawRVMAPost{}), uapi.SizeRVMAPost)
 	eq("sizeof rvma end", unsafe.Sizeof(rawRVMAEnd{}), uapi.SizeRVMAEnd)
+	eq("rvma post rkey", unsafe.Offsetof(rawRVMAPost{}.RKey), uapi.RVMAPostRKey)
 	eq("ioc rvma setup", iocRVMASetup, uapi.IocRVMASetup)
 	eq("ioc rvma win create", iocRVMAWinCreate, uapi.IocRVMAWinCreate)
 	eq("ioc rvma win destroy", iocRVMAWinDestroy, uapi.IocRVMAWinDestroy)

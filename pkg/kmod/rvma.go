@@ -270,6 +270,14 @@ type MailboxPost struct {
 	Gen       uint64 // greater than the window's last posted, not below Done
 	Record    uint32 // the record to publish into, not used by another pending buffer
 	OneTime   bool   // RecordOneTime in the record
+	// Keyed lets in only write messages sent with RKey (the key of the
+	// memory window senders of this generation were given): a write
+	// with the key of an earlier generation's window, still bound over
+	// the buffer, is refused like one into a closed gate. So are packets
+	// whose headers the module cannot parse. With RKey 0 no write is let
+	// in (a buffer posted only to be ended).
+	Keyed bool
+	RKey  uint32 // with Keyed; zero otherwise
 }
 
 // Post posts a buffer into window id with an open gate. Published buffers
@@ -296,6 +304,10 @@ func (p MailboxPost) raw(id uint32) rawRVMAPost {
 		Length: p.Length, Threshold: p.Threshold, Gen: p.Gen, Record: p.Record}
 	if p.OneTime {
 		a.Flags = uint32(RecordOneTime)
+	}
+	if p.Keyed {
+		a.Flags |= rvmaPostKeyed
+		a.RKey = p.RKey
 	}
 	return a
 }

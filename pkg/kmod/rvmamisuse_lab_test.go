@@ -206,7 +206,7 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 		{"a long size", func(p *rawRVMAPost) { p.Size = postSize + 8 }, syscall.EINVAL},
 		{"the partial flag", func(p *rawRVMAPost) { p.Flags = uint32(RecordPartial) }, syscall.EINVAL},
 		{"an unknown flag", func(p *rawRVMAPost) { p.Flags = 1 << 16 }, syscall.EINVAL},
-		{"reserved", func(p *rawRVMAPost) { p.Reserved = 1 }, syscall.EINVAL},
+		{"an rkey without the keyed flag", func(p *rawRVMAPost) { p.RKey = 1 }, syscall.EINVAL},
 		{"length 0", func(p *rawRVMAPost) { p.Length = 0 }, syscall.EINVAL},
 		{"length 4 GiB", func(p *rawRVMAPost) { p.Length = 1 << 32; p.Threshold = 1 }, syscall.EINVAL},
 		{"threshold 0", func(p *rawRVMAPost) { p.Threshold = 0 }, syscall.EINVAL},

@@ -24,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	6
+#define RDMAPLUS_ABI_VERSION	7
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -272,6 +272,8 @@ struct rdmaplus_aa_entry {
 
 /* RDMAPLUS_IOC_RVMA_END: end every pending generation >= gen. */
 #define RDMAPLUS_RVMA_END_F_ALL		(1U << 16)
+/* RDMAPLUS_IOC_RVMA_POST: only writes with the buffer's @rkey are let in */
+#define RDMAPLUS_RVMA_POST_F_RKEY	(1U << 17)
 
 /**
  * struct rdmaplus_rvma_setup - RDMAPLUS_IOC_RVMA_SETUP (once per open file)
@@ -345,8 +347,8 @@ struct rdmaplus_rvma_win_destroy {
  * @win:	window id
  * @key:	lkey or rkey of an rxe memory region registered through a
  *		uverbs file that the calling process has open
- * @flags:	record flags to OR into this buffer's record: only
- *		RDMAPLUS_RVMA_REC_ONETIME
+ * @flags:	RDMAPLUS_RVMA_REC_ONETIME (ORed into this buffer's record)
+ *		and RDMAPLUS_RVMA_POST_F_RKEY
  * @iova:	first byte of the buffer, in the region's address space
  * @length:	bytes, 1..RDMAPLUS_RVMA_MAX_LENGTH, inside the region
  * @threshold:	bytes window: 1..@length bytes; ops window: >= 1 messages
@@ -354,10 +356,21 @@ struct rdmaplus_rvma_win_destroy {
  *		and not below its done counter
  * @record:	index of the record to publish, 0..records-1, not used by
  *		another pending buffer of this file
+ * @rkey:	(ABI 7) with RDMAPLUS_RVMA_POST_F_RKEY, the remote key senders
+ *		of this generation write with (0: none, the buffer lets no
+ *		write in: one registered only to be ended); zero otherwise
  *
  * The buffer is pending with an open gate. A buffer overlapping a pending
  * one of this file in the same region is refused (EBUSY); published ones
  * it overlaps (kept to refuse late writes) are replaced.
+ *
+ * With RDMAPLUS_RVMA_POST_F_RKEY the gate also refuses every write message
+ * whose RETH carried another key (the key of an earlier generation's
+ * memory window, still bound), and every packet whose headers it cannot
+ * parse: a buffer can then keep several memory windows bound and use one
+ * per generation, without re-binding between epochs. The later packets
+ * of a message carry no RETH; the module remembers the key of each
+ * queue pair's message in progress from its first packet.
  */
 struct rdmaplus_rvma_post {
 	__u32 size;
@@ -369,7 +382,7 @@ struct rdmaplus_rvma_post {
 	__u64 threshold;
 	__u64 gen;
 	__u32 record;
-	__u32 reserved;
+	__u32 rkey;
 };
 
 #define RDMAPLUS_RVMA_MAX_POSTV	64	/* buffers of one RDMAPLUS_IOC_RVMA_POSTV */

@@ -18,6 +18,7 @@ static unsigned long off_data_len(void) { return OFF(rdmaplus_aa_entry, data_len
 static unsigned long off_value(void) { return OFF(rdmaplus_aa_entry, value); }
 static unsigned long off_ws_refused(void) { return OFF(rdmaplus_rvma_window_state, refused); }
 static unsigned long off_post_gen(void) { return OFF(rdmaplus_rvma_post, gen); }
+static unsigned long off_post_rkey(void) { return OFF(rdmaplus_rvma_post, rkey); }
 static unsigned long off_post_record(void) { return OFF(rdmaplus_rvma_post, record); }
 static unsigned long off_setup_mmap_offset(void) { return OFF(rdmaplus_rvma_setup, mmap_offset); }
 */
@@ -66,6 +67,7 @@ var (
 	RVMARecLate        = uint32(C.RDMAPLUS_RVMA_REC_LATE)
 	RVMARecOneTime     = uint32(C.RDMAPLUS_RVMA_REC_ONETIME)
 	RVMAEndAll         = uint32(C.RDMAPLUS_RVMA_END_F_ALL)
+	RVMAPostKeyed      = uint32(C.RDMAPLUS_RVMA_POST_F_RKEY)
 	RVMARecWords       = [8]int{C.RDMAPLUS_RVMA_REC_SEQ, C.RDMAPLUS_RVMA_REC_EPOCH, C.RDMAPLUS_RVMA_REC_ADDR, C.RDMAPLUS_RVMA_REC_LEN, C.RDMAPLUS_RVMA_REC_OPS, C.RDMAPLUS_RVMA_REC_CAP, C.RDMAPLUS_RVMA_REC_FLAGS, C.RDMAPLUS_RVMA_REC_SEQ2}
 	SizeRVMASetup      = uintptr(C.sizeof_struct_rdmaplus_rvma_setup)
 	SizeWindowState    = uintptr(C.sizeof_struct_rdmaplus_rvma_window_state)
@@ -84,6 +86,7 @@ var (
 	IocRVMAArm         = uintptr(C.RDMAPLUS_IOC_RVMA_ARM)
 	OffWSRefused       = uintptr(C.off_ws_refused())
 	OffPostGen         = uintptr(C.off_post_gen())
+	RVMAPostRKey       = uintptr(C.off_post_rkey())
 	OffPostRecord      = uintptr(C.off_post_record())
 	OffSetupMmapOffset = uintptr(C.off_setup_mmap_offset())
 )

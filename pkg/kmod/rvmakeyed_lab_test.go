@@ -1,0 +1,124 @@
+//go:build lab
+
+package kmod_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+// reconnect gives the pair two new connected QPs on its PDs and CQs: a
+// refused write leaves both QPs of a connection in the error state. The
+// target's region and the memory windows bound over it stay.
+func (p *pair) reconnect() {
+	p.t.Helper()
+	newQP := func(s *side) *verbs.QP {
+		qp, err := s.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: s.cq, RecvCQ: s.cq,
+			Cap: verbs.QPCap{MaxSendWR: 512, MaxRecvWR: 64, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		return qp
+	}
+	gid, err := p.ctx.RoCEv2GID(1, nil)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	src, dst := newQP(p.src), newQP(p.dst)
+	ia := verbs.QPInfo{QPN: src.QPN(), PSN: 100, GID: gid.GID}
+	ib := verbs.QPInfo{QPN: dst.QPN(), PSN: 200, GID: gid.GID}
+	opts := &verbs.ConnectOptions{GIDIndex: gid.Index, PathMTU: verbs.MTU1024}
+	if err := src.Connect(ia, ib, opts); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := dst.Connect(ib, ia, opts); err != nil {
+		p.t.Fatal(err)
+	}
+	p.src.keep, p.dst.keep = nil, nil
+	p.src.qp, p.dst.qp = src, dst
+}
+
+// A keyed buffer lets in only the messages written with its generation's
+// key: two memory windows bound over one buffer, generation 0 keyed to
+// the first and generation 1 to the second. A write with the other,
+// still bound, key is refused whether it is one packet or several, the
+// buffer is untouched, and the refusals are counted; the right key's
+// messages of one and of several packets (FIRST, MIDDLE, LAST: the later
+// packets carry no key) are placed and counted.
+func TestLabMailboxKeyed(t *testing.T) {
+	labenv.Device(t)
+	d := openDev(t)
+	before := mbStats(t)
+	mb := newMailboxes(t, d, 1, 2)
+	id := newWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 2, verbs.MTU1024)
+	keyA, keyB := p.bindMW(0, page), p.bindMW(0, page)
+	if keyA == keyB {
+		t.Fatalf("two windows with key %#x", keyA)
+	}
+	clear(p.dst.mr.Bytes())
+	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: page, Threshold: page,
+		Gen: 0, Record: 0, Keyed: true, RKey: keyA})
+
+	refused := func(what string, n int, key uint32, want uint64) {
+		t.Helper()
+		if err := p.writeKey(0, p.addr(0), key, pattern(n, 99)); !errors.Is(err, verbs.WCRemAccessErr) {
+			t.Fatalf("%s: %v, want %v", what, err, verbs.WCRemAccessErr)
+		}
+		if r := mb.Refused(id); r != want {
+			t.Fatalf("%s: window refused %d, want %d", what, r, want)
+		}
+		p.reconnect()
+	}
+	refused("one packet with the other key", 100, keyB, 1)
+	refused("three packets with the other key", 3000, keyB, 2)
+	checkBytes(t, p, 0, make([]byte, page))
+
+	data := pattern(page, 5)
+	if err := p.writeKey(0, p.addr(0), keyA, data[:3000]); err != nil {
+		t.Fatalf("three packets with the key: %v", err)
+	}
+	unpublished(t, mb, 0)
+	if err := p.writeKey(3000, p.addr(3000), keyA, data[3000:]); err != nil {
+		t.Fatalf("two packets with the key: %v", err)
+	}
+	wantDone(t, mb, id, 1)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(0), Len: page, Ops: 2, Cap: page})
+	checkBytes(t, p, 0, data)
+
+	// Generation 1 of the same buffer: the first key, still bound, is
+	// now an earlier generation's.
+	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: page, Threshold: 1024,
+		Gen: 1, Record: 1, Keyed: true, RKey: keyB})
+	refused("one packet with the last generation's key", 8, keyA, 3)
+	refused("two packets with the last generation's key", 2000, keyA, 4)
+	checkBytes(t, p, 0, data)
+	next := pattern(1024, 6)
+	if err := p.writeKey(0, p.addr(0), keyB, next); err != nil {
+		t.Fatalf("one packet with the new key: %v", err)
+	}
+	wantDone(t, mb, id, 2)
+	checkRecord(t, mb, 1, kmod.MailboxRecord{Epoch: 1, Addr: p.addr(0), Len: 1024, Ops: 1, Cap: page})
+	checkBytes(t, p, 0, append(next, data[1024:]...))
+
+	// Key 0: a buffer posted only to be ended lets no write in.
+	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: page, Threshold: page,
+		Gen: 2, Record: 0, Keyed: true})
+	refused("one packet into a buffer keyed to no key", 8, keyB, 5)
+	checkBytes(t, p, 0, append(next, data[1024:]...))
+	if err := mb.End(id, 2, kmod.RecordClosed, false); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, id, 3)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 2, Addr: p.addr(0), Cap: page, Flags: kmod.RecordClosed})
+
+	after := mbStats(t)
+	if after.Refused-before.Refused != 5 || after.Published-before.Published != 3 ||
+		after.Packets-before.Packets != 6 || after.Unparsed != before.Unparsed {
+		t.Fatalf("counters before %+v, after %+v", before, after)
+	}
+}
