@@ -17,7 +17,8 @@ import (
 type windowDriver interface {
 	addrOf(mem []byte) (uint64, error)
 	// bind binds a memory window over b: from's (see bindAction) or, with
-	// from nil, one of the driver's.
+	// from nil, one of the driver's; in a counted window, b's key ring
+	// (reported by noteRingBound). unbind unbinds it (the ring).
 	bind(w *Window, b, from *buffer)
 	unbind(w *Window, b *buffer)
 	// hide unbinds the read-only window a Get was served through over b,
@@ -256,7 +257,7 @@ func (w *Window) flush() {
 	regs, ends := w.st.takeModuleActions()
 	var e Entry
 	changed := w.st.seq != w.lastSeq
-	push, soon := pushNone, false
+	push := pushNone
 	if changed {
 		w.lastSeq = w.st.seq
 		e = w.st.entry(w.incarnation)
@@ -280,14 +281,10 @@ func (w *Window) flush() {
 		// Unless the window promises each sender's share of an epoch
 		// (WindowOptions.Share): then each moves on by its own count, as
 		// the only sender does.
-		// A counted window's binds may be kept back (batching.go): they
-		// go out one epoch before senders are due a new entry (soon),
-		// so that it is pushed without waiting for them.
 		pushed := w.pushed
 		differs := !sameForSenders(e, pushed)
 		moved := subs > 1 && e.Share == 0 && e.Head != pushed.Head
-		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e, 1))
-		soon = due || differs && !senderKeepsUp(pushed, e, 2)
+		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e))
 		if due && (moved || !w.st.settling()) {
 			push = pushSoon
 			if subs > 1 {
@@ -313,26 +310,12 @@ func (w *Window) flush() {
 	for _, b := range unbind {
 		w.drv.unbind(w, b)
 	}
-	if w.st.counted && (soon || showsNew(bind)) {
-		w.drv.postDeferred()
+	if w.st.counted && len(bind) > 0 {
+		w.drv.postDeferred() // a key ring: its buffer waits for it (batching.go)
 	}
 	if changed {
 		w.drv.entryChanged(w, e, push)
 	}
-}
-
-// showsNew reports whether binds take a memory window from the pool for
-// a buffer senders are to see (none was lent to it): a posted buffer, or
-// one the module counts again, that senders may be waiting for. Kept back
-// (batching.go), such a bind might wait for good, since the entry changes
-// only when it completes.
-func showsNew(binds []bindAction) bool {
-	for _, a := range binds {
-		if a.from == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // sameForSenders reports whether two entries differ only in their
@@ -345,16 +328,15 @@ func sameForSenders(a, b Entry) bool {
 // senderKeepsUp reports whether a sender holding entry p, whose own puts
 // alone completed every epoch from p.Head up to e.Head, can go on without
 // being shown e: the window is open in both, and p still describes the new
-// head and the spare generations after it exactly as e does (with spare 1,
-// a sender left with one descriptor is pushed the entry, so it never
-// waits for one).
-func senderKeepsUp(p, e Entry, spare uint64) bool {
+// head and the generation after it exactly as e does (a sender left with
+// one descriptor is pushed the entry, so it never waits for one).
+func senderKeepsUp(p, e Entry) bool {
 	if p.Seq == 0 || p.Mailbox != e.Mailbox || p.Incarnation != e.Incarnation ||
 		p.State != StateOpen || e.State != StateOpen || p.Kind != e.Kind || e.Head < p.Head {
 		return false
 	}
 	end := p.Head + uint64(p.NDesc)
-	if e.Head+spare >= end {
+	if e.Head+1 >= end {
 		return false
 	}
 	for g := e.Head; g < end; g++ {
@@ -371,6 +353,14 @@ func senderKeepsUp(p, e Entry, spare uint64) bool {
 func (w *Window) noteBound(b *buffer, d Desc) {
 	w.mu.Lock()
 	w.st.bound(b, d)
+	w.mu.Unlock()
+}
+
+// noteRingBound is the driver's report that the key ring of b (a counted
+// window's) was bound with keys; the driver flushes the window after it.
+func (w *Window) noteRingBound(b *buffer, keys []uint32) {
+	w.mu.Lock()
+	w.st.ringBound(b, keys)
 	w.mu.Unlock()
 }
 
@@ -400,8 +390,8 @@ func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 }
 
 // syncCounted takes the epochs the module published for a counted window
-// and carries out what follows (the buffers' memory windows lent or
-// unbound, waiters woken, the entry pushed). Every call that reads the
+// and carries out what follows (the next buffers registered and shown,
+// waiters woken, the entry pushed). Every call that reads the
 // window's epochs calls it first, so that what Spin saw in a record is
 // seen there too, without waiting for the endpoint's module loop.
 //

@@ -8,26 +8,20 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
-// Batching the re-keying of counted windows (docs/rvma.md, section 6).
+// Batching the binds of counted windows (docs/rvma.md, section 6).
 //
-// A window the kernel module counts needs, per epoch, one bind (the
-// completed buffer's memory window re-keyed: lent to the next buffer that
-// needs one, or unbound) and one registration with the module (the buffer
-// re-posted, once its old key is dead). Neither is needed at once: the
-// module closed the completed buffer already, so its old key is harmless
-// until the buffer is registered again, and a sender that keeps up by its
-// own count (senderKeepsUp) still holds the descriptors it needs. So the
-// engine keeps these binds back and posts them together, as one chain of
-// work requests (verbs.QP.BindMWs: one system call on rxe), when a window
-// must show senders a new entry, when maxDeferred have gathered, when a
-// window is freed, or when the progress loop idles. Their completions,
-// handled as one batch, then make one registration call for all the
-// buffers (kmod.Mailboxes.PostMany) and one chain for the binds that show
-// them. Other binds (windows the library counts, whose handover waits for
-// the unbind; read-only windows for Get) are posted at once.
+// A window the kernel module counts binds a buffer's key ring (ring.go:
+// ringKeys memory windows, one bind each) when the buffer is first shown
+// and again once its keys are used up, and unbinds it when the buffer is
+// retired. The engine keeps these binds back and posts them together, as
+// one chain of work requests (verbs.QP.BindMWs: one system call on rxe),
+// when a window must show senders its entry (a ring bind always: its
+// buffer waits for it), when maxDeferred have gathered, when a window is
+// freed, or when the progress loop idles. Other binds (windows the library
+// counts, whose handover waits for the unbind; read-only windows for Get)
+// are posted at once.
 
-// maxDeferred bounds the binds kept back: each one keeps a buffer from
-// being re-posted.
+// maxDeferred bounds the binds kept back.
 const maxDeferred = 32
 
 // deferredBind is a bind or unbind kept back: what engine.post would have
@@ -40,8 +34,8 @@ type deferredBind struct {
 	length uint64
 }
 
-// submit posts a bind or unbind, or keeps it back when it re-keys a
-// counted window's buffer and the device takes chained binds.
+// submit posts a bind or unbind, or keeps it back when it is of a counted
+// window's key ring and the device takes chained binds.
 func (e *engine) submit(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length uint64) {
 	if !e.chain || op.ex != nil || op.w == nil || !op.w.st.counted { // counted never changes
 		e.post(id, op, mw, mr, length)

@@ -58,6 +58,7 @@ type engine struct {
 	arenas []*verbs.MR
 	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
 	bound  map[*buffer]*verbs.MW     // windows bound over posted buffers
+	rings  map[*buffer]*keyRing      // counted windows' buffers: their key rings
 	// exposed holds the read-only windows over kept buffers that Get
 	// reads through (get.go).
 	exposed map[*buffer]*exposure
@@ -136,6 +137,10 @@ type bindOp struct {
 	retire bool // an unbind after the window was freed: the window is not told
 	// ex is set for the binds and unbinds of a read-only window for Get.
 	ex *exposure
+	// ring is set for the binds and unbinds of a counted window's key
+	// ring: this one is of its memory window slot.
+	ring *keyRing
+	slot int
 	// key receives the rkey QP.BindMW returned. The bind loop must take
 	// the key from here, not from MW.RKey(): on rxe the bind executes in
 	// the ibv_bind_mw call itself, so its completion can be polled before
@@ -181,7 +186,7 @@ const (
 // first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, rings: map[*buffer]*keyRing{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, pushes: map[uint32]pendingPush{},
 		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
 	defer func() {
@@ -442,6 +447,10 @@ func (e *engine) fail(err error) {
 }
 
 func (e *engine) bind(w *Window, b, from *buffer) {
+	if w.st.counted { // never changes
+		e.bindRing(w, b)
+		return
+	}
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	// The window to use: from's, lent to b; b's own, still bound from its
@@ -489,6 +498,9 @@ func (e *engine) unbind(w *Window, b *buffer) {
 // the window is not told when it completes) and reports whether there was
 // one.
 func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
+	if w.st.counted {
+		return e.unbindRing(w, b, retire)
+	}
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	mw := e.bound[b]
@@ -931,6 +943,10 @@ func (e *engine) bindDone(wc verbs.WC) *Window {
 	}
 	if op.ex != nil {
 		e.exposeDone(op)
+		return op.w
+	}
+	if op.ring != nil {
+		e.ringDone(op)
 		return op.w
 	}
 	if op.unbind {

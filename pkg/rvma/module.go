@@ -198,7 +198,8 @@ func (e *engine) register(w *Window, as []regAction) {
 	for i, a := range as {
 		mr := e.arenaOf(a.b.addr, a.b.cap)
 		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
-			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime}
+			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime,
+			Keyed: true, RKey: a.rkey}
 	}
 	if n, err := e.mod.mb.PostMany(w.kid, ps); err != nil {
 		e.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",

@@ -200,11 +200,14 @@ type buffer struct {
 	inKept    bool
 
 	// Counted windows (windowState.counted) only: the module knows the
-	// buffer's generation (registered); the buffer's memory window is
-	// being unbound or lent to another buffer (mwBusy: a stale key may
-	// still reach it, so it is not registered again until that completes);
-	// it was ended before it could be registered (endLater).
-	registered, mwBusy, endLater bool
+	// buffer's generation (registered), keyed to keys[nextKey-1]. keys
+	// are those of the memory windows bound over the buffer (its key
+	// ring, bound while binding is set), one per generation in turn:
+	// the module refuses every key but the current generation's, so the
+	// ring is bound again only once each key was used.
+	registered bool
+	keys       []uint32
+	nextKey    int
 
 	comp     *Completion
 	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
@@ -271,9 +274,10 @@ type windowState struct {
 	toHide []*buffer
 }
 
-// bindAction asks the driver to bind a memory window over b. When from is
-// set, the window is the one bound over from, which has stopped accepting
-// puts: the one bind both invalidates from's key and exposes b, and its
+// bindAction asks the driver to bind a memory window over b (in a counted
+// window: b's key ring, reported by ringBound). When from is set, the
+// window is the one bound over from, which has stopped accepting puts:
+// the one bind both invalidates from's key and exposes b, and its
 // completion reports both (unbound(from), then bound(b)).
 type bindAction struct {
 	b, from *buffer
@@ -284,6 +288,7 @@ type bindAction struct {
 type regAction struct {
 	b              *buffer
 	gen, threshold uint64
+	rkey           uint32 // the only key the module lets in (0: none)
 }
 
 // endAction asks the driver to end generation gen (b's) in the module now,
@@ -349,8 +354,10 @@ func (w *windowState) enqueue(b *buffer) {
 	b.threshold, _ = w.threshold(b)
 	b.gen = w.nextGen
 	w.nextGen++
-	b.state, b.bound, b.binding, b.desc = bufQueued, false, false, Desc{}
-	b.registered, b.endLater = false, false
+	b.state, b.bound, b.desc, b.registered = bufQueued, false, Desc{}, false
+	if !w.counted {
+		b.binding = false
+	} // else its key ring may still be being bound (ringBound)
 	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
 	if b.oneTime {
 		b.flags = FlagOneTime
@@ -364,33 +371,76 @@ func (w *windowState) enqueue(b *buffer) {
 	b.waiting = false
 	delete(w.waiting, b)
 	w.pending = append(w.pending, b)
-	w.register()
-	w.topUp(nil)
+	if w.counted {
+		w.showCounted()
+	} else {
+		w.topUp(nil)
+	}
 }
 
-// register schedules the registration with the module of the pending
-// buffers that are not registered yet, in generation order, stopping at
-// one whose memory window is still being unbound or lent (a write with its
-// old key could otherwise be counted into its new epoch). Registered
-// buffers are thus always a prefix of pending. A buffer ended before it
-// was registered is ended right after.
-func (w *windowState) register() {
-	if !w.counted {
-		return
-	}
+// showCounted registers with the module, in generation order, the pending
+// buffers of a counted window up to the MaxDescs first ones still queued
+// (those senders are shown), each keyed to the next unused key of its
+// ring, and shows it to senders at once. A buffer whose ring has no unused
+// key left (or none yet) has its ring bound again first, and the buffers
+// after it wait: registered buffers are always a prefix of pending. A
+// buffer ended before it was registered (IncEpoch, Close) is registered
+// keyed to no key, so that the module lets no write in, and ended there at
+// once: the module publishes every generation's record, in order.
+func (w *windowState) showCounted() {
+	queued := 0
 	for _, b := range w.pending {
+		if b.state == bufQueued {
+			if queued++; queued > MaxDescs {
+				return
+			}
+		}
 		if b.registered {
 			continue
 		}
-		if b.mwBusy {
+		if b.state != bufQueued {
+			b.registered = true
+			w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
+			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
+			continue
+		}
+		if b.binding {
 			return
 		}
-		b.registered = true
-		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
-		if b.endLater {
-			b.endLater = false
-			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
+		if b.nextKey >= len(b.keys) {
+			b.binding = true
+			w.toBind = append(w.toBind, bindAction{b: b})
+			return
 		}
+		key := b.keys[b.nextKey]
+		b.nextKey++
+		b.registered, b.bound = true, true
+		b.desc = Desc{Addr: b.addr, RKey: key, Len: uint32(b.cap), Threshold: b.threshold}
+		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold, rkey: key})
+		w.changed()
+	}
+}
+
+// ringBound records that the key ring of b (a counted window's) is bound
+// with keys. A buffer that can no longer be shown (the window closed, or
+// it was retired meanwhile) has its ring unbound at once.
+func (w *windowState) ringBound(b *buffer, keys []uint32) {
+	b.binding = false
+	b.keys, b.nextKey = keys, 0
+	if w.closed() || b.retired {
+		w.toUnbind = append(w.toUnbind, b)
+		return
+	}
+	w.showCounted()
+}
+
+// dropRing unbinds the key ring of a counted window's buffer that will
+// not be posted again (one-time, or the window closed): the module's gate
+// refuses its keys until then, but the memory is the application's again.
+// A ring still being bound is unbound when its bind completes (ringBound).
+func (w *windowState) dropRing(b *buffer) {
+	if w.counted && !b.binding && b.keys != nil {
+		w.toUnbind = append(w.toUnbind, b)
 	}
 }
 
@@ -435,9 +485,6 @@ func (w *windowState) topUp(from *buffer) (lent bool) {
 		if seen++; seen > MaxDescs {
 			break
 		}
-		if w.counted && !b.registered {
-			break // bound only once the module counts it
-		}
 		if b.bound || b.binding {
 			continue
 		}
@@ -460,13 +507,6 @@ func (w *windowState) lookup(gen uint64) *buffer {
 
 // bound records that b's memory window is bound: senders may now target it.
 func (w *windowState) bound(b *buffer, d Desc) {
-	if w.counted && b.state != bufQueued && !b.bound {
-		// Handed over (or ending) while its bind was in flight: the key
-		// must die before the buffer is registered again.
-		b.bound, b.binding, b.mwBusy = true, false, true
-		w.toUnbind = append(w.toUnbind, b)
-		return
-	}
 	if b.state != bufQueued || b.bound {
 		return // ended before its bind completed: the unbind follows
 	}
@@ -512,14 +552,14 @@ func (w *windowState) reached(b *buffer) bool {
 }
 
 // endCounted ends a queued buffer of a counted window (its flags hold f
-// already): the module closes it and publishes it (counted), now if it
-// knows the buffer, or right after registering it (endLater).
+// already): the module closes it and publishes it (countedUpTo), now if
+// it knows the buffer, or once registered (showCounted).
 func (w *windowState) endCounted(b *buffer, f Flags) {
 	b.state = bufCompleting
 	if b.registered {
 		w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: f})
 	} else {
-		b.endLater = true
+		w.showCounted()
 	}
 }
 
@@ -553,14 +593,12 @@ func (w *windowState) end(b *buffer, f Flags) {
 	w.changed()
 }
 
-// unbound records that b's memory window no longer accepts writes.
+// unbound records that b's memory window (a counted window's: its key
+// ring) no longer accepts writes.
 func (w *windowState) unbound(b *buffer) {
 	if w.counted {
-		// Only the key's death: the module handed the buffer over already.
-		b.bound, b.mwBusy = false, false
-		w.register()
-		w.topUp(nil)
-		w.changed()
+		// Only the keys' death: b was retired, the module handed it over.
+		b.keys, b.nextKey = nil, 0
 		return
 	}
 	if b.state != bufCompleting {
@@ -622,8 +660,8 @@ func (w *windowState) headPublished() bool {
 
 // countedUpTo takes the epochs the module published: done is the module's
 // count of them, so the pending buffers of generations below done are
-// over. Their counts come from their records; each one's memory window
-// goes to the next buffer that needs one, or is unbound.
+// over. Their counts come from their records. Their key rings stay bound:
+// the module refuses their keys from now on.
 func (w *windowState) countedUpTo(done uint64) {
 	for len(w.pending) > 0 && w.head < done {
 		b := w.pending[0]
@@ -644,17 +682,10 @@ func (w *windowState) countedUpTo(done uint64) {
 		if rec.Flags&FlagLate != 0 {
 			w.stats.Late++
 		}
-		b.state = bufReady
-		if b.bound {
-			b.mwBusy = true
-			if !w.topUp(b) {
-				w.toUnbind = append(w.toUnbind, b)
-			}
-		} else if b.binding {
-			b.mwBusy = true // bound (then unbound) when its bind completes
-		}
+		b.state, b.bound = bufReady, false
 		w.handOver()
 	}
+	w.showCounted()
 }
 
 // recycle re-posts a buffer the application released once it has left the
@@ -692,6 +723,7 @@ func (w *windowState) incEpoch() (*buffer, error) {
 func (w *windowState) retireWaiting() {
 	for b := range w.waiting {
 		b.retired = true
+		w.dropRing(b)
 		close(b.done)
 		delete(w.waiting, b)
 	}
@@ -799,6 +831,7 @@ func (w *windowState) release(b *buffer) error {
 	delete(w.held, b)
 	if b.oneTime {
 		b.retired = true // the application's for good: no longer readable by Get
+		w.dropRing(b)
 		if b.inKept {
 			w.toHide = append(w.toHide, b)
 		}
@@ -808,6 +841,7 @@ func (w *windowState) release(b *buffer) error {
 		// No next epoch: a Wait on it returns at once, as one that was
 		// waiting when the window closed (retireWaiting).
 		b.retired = true
+		w.dropRing(b)
 		return nil
 	}
 	// Waiters now wait for the next epoch of this buffer.

@@ -494,20 +494,12 @@ func TestSenderKeepsUp(t *testing.T) {
 		{"closed", func() Entry { e := next(6, d(6), d(7), d(8)); e.State = StateClosedNack; return e }(), false},
 		{"another incarnation", func() Entry { e := next(6, d(6), d(7), d(8)); e.Incarnation++; return e }(), false},
 	} {
-		if got := senderKeepsUp(p, c.e, 1); got != c.want {
+		if got := senderKeepsUp(p, c.e); got != c.want {
 			t.Errorf("%s: senderKeepsUp = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if senderKeepsUp(Entry{}, next(6, d(6), d(7), d(8)), 1) {
+	if senderKeepsUp(Entry{}, next(6, d(6), d(7), d(8))) {
 		t.Error("nothing pushed yet: the entry must be pushed")
-	}
-	// With two spare generations (a counted window's kept-back binds go
-	// out then, batching.go), one epoch on is already too few.
-	if !senderKeepsUp(p, next(5, d(5), d(6), d(7)), 2) {
-		t.Error("spare 2, head unchanged: three descriptors left, want true")
-	}
-	if senderKeepsUp(p, next(6, d(6), d(7), d(8)), 2) {
-		t.Error("spare 2, one epoch on: two descriptors left, want false")
 	}
 	f := newFixture(t, WindowOptions{Threshold: 10})
 	f.post(10, PostOptions{})
@@ -609,16 +601,6 @@ func TestWindowFail(t *testing.T) {
 	}
 	if e := f.w.entry(1); e.State != StateClosedNack {
 		t.Errorf("entry after fail: %+v", e)
-	}
-}
-
-func TestShowsNew(t *testing.T) {
-	a, b := &buffer{}, &buffer{}
-	if showsNew(nil) || showsNew([]bindAction{{b: a, from: b}}) {
-		t.Error("lent windows only: want false (they may be kept back)")
-	}
-	if !showsNew([]bindAction{{b: a, from: b}, {b: b}}) {
-		t.Error("a window from the pool: want true (senders may wait for it)")
 	}
 }
 

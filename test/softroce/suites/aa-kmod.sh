@@ -11,7 +11,8 @@
 # concurrent sources into one log, isolation between processes and
 # teardown on kill -9. Counted mailboxes (RVMA, TestLabMailbox*) on the
 # same hooks: bytes and ops windows through memory windows and rkeys,
-# in-order publication, late and straddling writes refused, END, READs
+# in-order publication, late and straddling writes refused, keyed buffers
+# refusing other keys (one and several packets), END, READs
 # untouched, every validation error (raw too), the range limit, and
 # teardown on close and on deregistration.
 set -euo pipefail
