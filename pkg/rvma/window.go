@@ -434,11 +434,13 @@ func (w *windowState) ringBound(b *buffer, keys []uint32) {
 	w.showCounted()
 }
 
-// dropRing unbinds the key ring of a counted window's buffer that will
-// not be posted again (one-time, or the window closed): the module's gate
-// refuses its keys until then, but the memory is the application's again.
-// A ring still being bound is unbound when its bind completes (ringBound).
-func (w *windowState) dropRing(b *buffer) {
+// retire marks a buffer that will not be posted again (one-time, or the
+// window closed). In a counted window its key ring is unbound: the
+// module's gate refuses its keys until then, but the memory is the
+// application's again. A ring still being bound is unbound when its bind
+// completes (ringBound).
+func (w *windowState) retire(b *buffer) {
+	b.retired = true
 	if w.counted && !b.binding && b.keys != nil {
 		w.toUnbind = append(w.toUnbind, b)
 	}
@@ -722,8 +724,7 @@ func (w *windowState) incEpoch() (*buffer, error) {
 // re-posted: the window closed, they have no next epoch.
 func (w *windowState) retireWaiting() {
 	for b := range w.waiting {
-		b.retired = true
-		w.dropRing(b)
+		w.retire(b)
 		close(b.done)
 		delete(w.waiting, b)
 	}
@@ -830,8 +831,7 @@ func (w *windowState) release(b *buffer) error {
 	b.released = true
 	delete(w.held, b)
 	if b.oneTime {
-		b.retired = true // the application's for good: no longer readable by Get
-		w.dropRing(b)
+		w.retire(b) // the application's for good: no longer readable by Get
 		if b.inKept {
 			w.toHide = append(w.toHide, b)
 		}
@@ -840,8 +840,7 @@ func (w *windowState) release(b *buffer) error {
 	if w.closed() {
 		// No next epoch: a Wait on it returns at once, as one that was
 		// waiting when the window closed (retireWaiting).
-		b.retired = true
-		w.dropRing(b)
+		w.retire(b)
 		return nil
 	}
 	// Waiters now wait for the next epoch of this buffer.
