@@ -21,7 +21,10 @@
 // measures windows without the late-write guard, -src heap puts from, and
 // Gets into, Go memory, which pkg/rvma copies); rvma_get_lat (an
 // Endpoint.Get of a kept epoch, one at a time, against read_lat). See
-// rvma.go and notify.go.
+// rvma.go and notify.go. rvma_lat -ab N alternates N blocks of the RVMA
+// ping-pong with N blocks of write_lat between the same two processes and
+// prints the median ratio of their t_typical: under TCG, separate runs
+// drift by more than the difference measured.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
 //
@@ -86,6 +89,9 @@ type config struct {
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
 	// to the server.
 	PostList int
+	// AB is rvma_lat's -ab: blocks of the ping-pong alternating with
+	// blocks of write_lat (0: none).
+	AB int
 }
 
 func main() {
@@ -123,6 +129,7 @@ func main() {
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
+		ab       = flag.Int("ab", 0, "rvma_lat: alternate N blocks of the RVMA ping-pong with N blocks of write_lat (the anchor (c)) on the same two processes, -n/N iterations each, and print the ratio of each pair's t_typical (client only)")
 		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
 	)
 	flag.Parse()
@@ -137,7 +144,7 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, NoGuard: *guard == "none", PostList: *postLst}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, NoGuard: *guard == "none", PostList: *postLst, AB: *ab}
 		var ok bool
 		if cfg.Loop, ok = loopKinds[*loop]; !ok {
 			log.Fatalf("-loop must be go, go-postsend or c, not %q", *loop)
@@ -276,6 +283,9 @@ func (c config) check() error {
 	if c.Test == "write_lat" && c.Size < 2 && !c.All {
 		return fmt.Errorf("write_lat needs at least 2 bytes")
 	}
+	if c.AB < 0 || c.AB > 0 && (c.Test != "rvma_lat" || c.Iters/c.AB < 2 || c.Size < 2) {
+		return fmt.Errorf("-ab needs rvma_lat, at least 2 bytes and at least 2 iterations per block")
+	}
 	return nil
 }
 
@@ -293,25 +303,26 @@ func (c config) marshal() []byte {
 	if c.HeapSrc {
 		ng |= 8
 	}
-	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng} {
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng, c.AB} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	return b
 }
 
 func (c *config) unmarshal(b []byte) error {
-	if len(b) < 1 || len(b) < 1+int(b[0])+44 {
+	if len(b) < 1 || len(b) < 1+int(b[0])+48 {
 		return fmt.Errorf("short config message")
 	}
 	c.Test = string(b[1 : 1+b[0]])
 	b = b[1+b[0]:]
-	v := make([]int, 11)
+	v := make([]int, 12)
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
 	c.Size, c.MaxSize, c.All, c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, c.Loop, c.NoGuard = v[0], v[1], v[2] == 1, v[3], v[4], v[5], v[6], v[7], v[8], loopKind(v[9]), v[10]&1 == 1
 	c.Counting = rvma.Counting(v[10] >> 1 & 3)
 	c.HeapSrc = v[10]&8 != 0
+	c.AB = v[11]
 	return c.check()
 }
 

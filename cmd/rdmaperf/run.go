@@ -35,86 +35,13 @@ type bench struct {
 const rxDepth = 64
 
 func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client bool, cfg config, out io.Writer) error {
-	calibrate()
-	dev, err := verbs.Open(devName)
+	b, mtu, err := newBench(conn, devName, gidIdx, client, cfg)
 	if err != nil {
 		return err
 	}
-	defer dev.Close()
-	b := &bench{cfg: cfg, client: client, conn: conn, dev: dev, wcs: make([]verbs.WC, 64)}
-	b.max = max(cfg.MaxSize, 64)
-	pd, err := dev.AllocPD()
-	if err != nil {
-		return err
-	}
-	if b.scq, err = dev.NewCQ(cfg.TxDepth*2+16, nil); err != nil {
-		return err
-	}
-	if b.rcq, err = dev.NewCQ(rxDepth*2, nil); err != nil {
-		return err
-	}
-	if b.qp, err = pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
-		Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: rxDepth, MaxInlineData: cfg.Inline}}); err != nil {
-		return fmt.Errorf("creating the QP (inline %d): %w", cfg.Inline, err)
-	}
-	if b.mr, err = pd.AllocMR(2*b.max+128, verbs.AccessAll); err != nil {
-		return err
-	}
-	gids, err := dev.GIDs()
-	if err != nil {
-		return err
-	}
-	var gid verbs.GID
-	for _, g := range gids {
-		if g.Index == gidIdx && g.Port == 1 {
-			gid = g.GID
-		}
-	}
-	local := verbs.QPInfo{QPN: b.qp.QPN(), PSN: uint32(os.Getpid()) & 0xffffff, GID: gid}
-	li, _ := local.MarshalBinary()
-	li = binary.BigEndian.AppendUint64(li, b.mr.Addr()+uint64(b.max))
-	li = binary.BigEndian.AppendUint32(li, b.mr.RKey())
-	if err := writeMsg(conn, li); err != nil {
-		return err
-	}
-	pi, err := readMsg(conn)
-	if err != nil {
-		return err
-	}
-	var remote verbs.QPInfo
-	if err := remote.UnmarshalBinary(pi); err != nil {
-		return err
-	}
-	b.peer = verbs.Remote{Addr: binary.BigEndian.Uint64(pi[verbs.QPInfoSize:]), RKey: binary.BigEndian.Uint32(pi[verbs.QPInfoSize+8:])}
-	gi := gidIdx
-	if gi == 0 {
-		gi = -1
-	}
-	mtu := verbs.MTU1024
-	if pa, err := dev.QueryPort(1); err == nil {
-		mtu = pa.ActiveMTU
-	}
-	if cfg.MTU != 0 {
-		mtu = verbs.MTUFromBytes(cfg.MTU)
-	}
-	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu}); err != nil {
-		return err
-	}
-	switch cfg.Test {
-	case "send_lat":
-		if err := b.postRecvs(rxDepth, 0); err != nil {
-			return err
-		}
-	case "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
-		if err := b.postNotifyRecvs(rxDepth); err != nil {
-			return err
-		}
-	}
-	if err := sync(conn); err != nil {
-		return err
-	}
+	defer b.dev.Close()
 	if client {
-		printHeader(out, cfg, dev.Name(), b.qp, mtu)
+		printHeader(out, cfg, b.dev.Name(), b.qp, mtu)
 	}
 	for _, size := range sizes(cfg.Size, cfg.MaxSize, cfg.All) {
 		if cfg.Test == "write_lat" && size < 2 {
@@ -128,6 +55,96 @@ func run(ctx context.Context, conn net.Conn, devName string, gidIdx int, client 
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 	}
 	return sync(conn)
+}
+
+// newBench opens the device, connects a QP to the peer's (exchanging
+// their numbers, addresses and keys over conn) and posts the receives
+// cfg.Test needs; it returns after both sides are ready, with the path
+// MTU it chose. Closing b.dev releases everything.
+func newBench(conn net.Conn, devName string, gidIdx int, client bool, cfg config) (b *bench, mtu verbs.MTU, err error) {
+	calibrate()
+	dev, err := verbs.Open(devName)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() {
+		if err != nil {
+			dev.Close()
+		}
+	}()
+	b = &bench{cfg: cfg, client: client, conn: conn, dev: dev, wcs: make([]verbs.WC, 64)}
+	b.max = max(cfg.MaxSize, 64)
+	pd, err := dev.AllocPD()
+	if err != nil {
+		return nil, 0, err
+	}
+	if b.scq, err = dev.NewCQ(cfg.TxDepth*2+16, nil); err != nil {
+		return nil, 0, err
+	}
+	if b.rcq, err = dev.NewCQ(rxDepth*2, nil); err != nil {
+		return nil, 0, err
+	}
+	if b.qp, err = pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: b.scq, RecvCQ: b.rcq,
+		Cap: verbs.QPCap{MaxSendWR: cfg.TxDepth + 1, MaxRecvWR: rxDepth, MaxInlineData: cfg.Inline}}); err != nil {
+		return nil, 0, fmt.Errorf("creating the QP (inline %d): %w", cfg.Inline, err)
+	}
+	if b.mr, err = pd.AllocMR(2*b.max+128, verbs.AccessAll); err != nil {
+		return nil, 0, err
+	}
+	gids, err := dev.GIDs()
+	if err != nil {
+		return nil, 0, err
+	}
+	var gid verbs.GID
+	for _, g := range gids {
+		if g.Index == gidIdx && g.Port == 1 {
+			gid = g.GID
+		}
+	}
+	local := verbs.QPInfo{QPN: b.qp.QPN(), PSN: uint32(os.Getpid()) & 0xffffff, GID: gid}
+	li, _ := local.MarshalBinary()
+	li = binary.BigEndian.AppendUint64(li, b.mr.Addr()+uint64(b.max))
+	li = binary.BigEndian.AppendUint32(li, b.mr.RKey())
+	if err := writeMsg(conn, li); err != nil {
+		return nil, 0, err
+	}
+	pi, err := readMsg(conn)
+	if err != nil {
+		return nil, 0, err
+	}
+	var remote verbs.QPInfo
+	if err := remote.UnmarshalBinary(pi); err != nil {
+		return nil, 0, err
+	}
+	b.peer = verbs.Remote{Addr: binary.BigEndian.Uint64(pi[verbs.QPInfoSize:]), RKey: binary.BigEndian.Uint32(pi[verbs.QPInfoSize+8:])}
+	gi := gidIdx
+	if gi == 0 {
+		gi = -1
+	}
+	mtu = verbs.MTU1024
+	if pa, err := dev.QueryPort(1); err == nil {
+		mtu = pa.ActiveMTU
+	}
+	if cfg.MTU != 0 {
+		mtu = verbs.MTUFromBytes(cfg.MTU)
+	}
+	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu}); err != nil {
+		return nil, 0, err
+	}
+	switch cfg.Test {
+	case "send_lat":
+		if err := b.postRecvs(rxDepth, 0); err != nil {
+			return nil, 0, err
+		}
+	case "write_send_lat", "write_wait_send_lat", "write_imm_lat", "setup_lat":
+		if err := b.postNotifyRecvs(rxDepth); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := sync(conn); err != nil {
+		return nil, 0, err
+	}
+	return b, mtu, nil
 }
 
 func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.MTU) {

@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
+	"slices"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
@@ -51,6 +54,7 @@ type rvmaBench struct {
 	src    []byte // endpoint memory, sent without a copy; Go heap memory with -src heap
 	bufs   [][]byte
 	max    int
+	anchor *bench // -ab: write_lat's QP to the same peer
 }
 
 func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, client bool, cfg config, out io.Writer) error {
@@ -80,6 +84,14 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	if err := b.peer.UnmarshalBinary(pa); err != nil {
 		return fmt.Errorf("peer endpoint address: %w", err)
 	}
+	if cfg.AB > 0 {
+		vcfg := cfg
+		vcfg.Test = "write_lat"
+		if b.anchor, _, err = newBench(conn, devName, gidIdx, client, vcfg); err != nil {
+			return fmt.Errorf("write_lat's QP for -ab: %w", err)
+		}
+		defer b.anchor.dev.Close()
+	}
 	bufLen := b.max
 	if cfg.Test == "rvma_bw" {
 		bufLen = b.max * rvmaBatch
@@ -105,6 +117,9 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
 		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n Counting       : %s\n", devName, ep.Addr(), b.peer, nbufs, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard], ep.Counting())
+		if cfg.AB > 0 {
+			fmt.Fprintf(out, " A/B blocks     : %d of %d iterations, each followed by write_lat's\n", cfg.AB, cfg.Iters/cfg.AB)
+		}
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		if cfg.Test == "rvma_bw" {
 			fmt.Fprint(out, bwHeader)
@@ -181,12 +196,18 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 	}
 	switch b.cfg.Test {
 	case "rvma_lat":
+		if b.anchor != nil {
+			if err := b.abLat(ctx, mb, size, posted, out); err != nil {
+				return err
+			}
+			break
+		}
 		var sw *procStat
 		var es rvma.EndpointStats
 		if showSwitches {
 			sw, es = readProcStat(), b.ep.Stats()
 		}
-		samples, err := b.lat(ctx, mb, size, posted)
+		samples, err := b.lat(ctx, mb, size, posted, 0, b.cfg.Iters)
 		if err != nil {
 			return err
 		}
@@ -222,14 +243,14 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 // earlier put is collected before the next one starts. A side releases
 // the buffer it received into right after its answering put, as an
 // application that answers first would: with rvmaBuffers posted, the
-// buffer is not needed again for rvmaBuffers-1 more epochs.
-func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted) ([]time.Duration, error) {
-	iters := b.cfg.Iters
+// buffer is not needed again for rvmaBuffers-1 more epochs. Epoch from+i
+// is the i-th of this call (calls of -ab continue the window's epochs).
+func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted, from, iters int) ([]time.Duration, error) {
 	stamps := make([]uint64, iters)
 	var prev *rvma.PutOp
 	var held *rvma.Posted
 	recv := func(i int) error {
-		p := posted[i%len(posted)]
+		p := posted[(from+i)%len(posted)]
 		rec, err := p.Spin(ctx)
 		if err != nil {
 			return err
@@ -274,6 +295,70 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 		return nil, err
 	}
 	return cyclesToDurations(stamps), release()
+}
+
+// abLat is rvma_lat with -ab: cfg.AB blocks of the ping-pong, each
+// followed by a block of write_lat (c) as long on the anchor's QP to the
+// same peer, so that both see the same moments of a TCG host, whose speed
+// drifts by more than the difference measured. Each tool runs with its
+// own GOMAXPROCS (main: the verbs loops' 2 where the runtime chose 1). The
+// client prints the RVMA samples of all blocks as the result, then the
+// median and quartiles of the blocks' (a)/(c) ratios of t_typical.
+func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted, out io.Writer) error {
+	n := b.cfg.Iters / b.cfg.AB
+	v := b.anchor
+	mem := v.mr.Bytes()
+	seed := byte(size) // the pattern checkPeerData expects
+	if b.client {
+		seed++
+	}
+	for i := range mem[:size] {
+		mem[i] = seed + byte(i*13)
+	}
+	procs := runtime.GOMAXPROCS(0)
+	anchorProcs := procs
+	if os.Getenv("GOMAXPROCS") == "" && procs < 2 {
+		anchorProcs = 2
+	}
+	var all []time.Duration
+	var ratios, ta, tc []float64
+	for k := 0; k < b.cfg.AB; k++ {
+		s, err := b.lat(ctx, mb, size, posted, k*n, n)
+		if err != nil {
+			return fmt.Errorf("block %d: %w", k, err)
+		}
+		all = append(all, s...)
+		a := latStats(s, 2).Typical
+		// The peer writes only after both cleared what it will write.
+		clear(mem[v.max : v.max+size])
+		if err := sync(b.conn); err != nil {
+			return err
+		}
+		runtime.GOMAXPROCS(anchorProcs)
+		s, err = v.writeLat(ctx, size, n)
+		runtime.GOMAXPROCS(procs)
+		if err != nil {
+			return fmt.Errorf("write_lat block %d: %w", k, err)
+		}
+		if err := v.checkPeerData(size-1, size); err != nil {
+			return fmt.Errorf("write_lat block %d: %w", k, err)
+		}
+		if err := sync(b.conn); err != nil {
+			return err
+		}
+		c := latStats(s, 2).Typical
+		ta, tc, ratios = append(ta, a), append(tc, c), append(ratios, a/c)
+	}
+	if b.client {
+		printLat(out, size, latStats(all, 2))
+		q := func(xs []float64, f float64) float64 {
+			slices.Sort(xs)
+			return xs[min(int(f*float64(len(xs))), len(xs)-1)]
+		}
+		fmt.Fprintf(out, "# ab: %d pairs of %d iterations: (a)/(c) median %.3f, quartiles %.3f to %.3f; t_typical medians (a) %.2f, (c) %.2f usec\n",
+			len(ratios), n, q(ratios, 0.5), q(ratios, 0.25), q(ratios, 0.75), q(ta, 0.5), q(tc, 0.5))
+	}
+	return nil
 }
 
 // getLat is rvma_get_lat: the client puts one epoch into the server's

@@ -56,6 +56,19 @@ func TestConfigRoundTrip(t *testing.T) {
 	if err := d.unmarshal(c.marshal()); err != nil || d != c {
 		t.Fatalf("%+v %v", d, err)
 	}
+	ab := config{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10, NoGuard: true, HeapSrc: true}
+	if err := d.unmarshal(ab.marshal()); err != nil || d != ab {
+		t.Fatalf("%+v %v", d, err)
+	}
+	for _, bad := range []config{
+		{Test: "write_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10}, // -ab is rvma_lat's
+		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 60},  // one iteration per block
+		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: -1},
+	} {
+		if err := bad.check(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
 	if err := d.unmarshal([]byte{3, 'a'}); err == nil {
 		t.Fatal("short message accepted")
 	}
