@@ -214,8 +214,8 @@ func main() {
 		}
 	}
 	defer conn.Close()
-	if os.Getenv("GOMAXPROCS") == "" && runtime.GOMAXPROCS(0) < 2 && !strings.HasPrefix(cfg.Test, "rvma") {
-		runtime.GOMAXPROCS(2)
+	if !strings.HasPrefix(cfg.Test, "rvma") {
+		runtime.GOMAXPROCS(verbsProcs())
 	}
 	go func() { <-ctx.Done(); conn.SetDeadline(time.Now()) }()
 	if *cpuprof != "" {
@@ -247,6 +247,16 @@ func main() {
 		trace.Stop()
 		log.Fatal(err)
 	}
+}
+
+// verbsProcs is the GOMAXPROCS the verbs loops run with: 2 where the
+// runtime chose 1, unless the environment sets it (see the package doc).
+func verbsProcs() int {
+	p := runtime.GOMAXPROCS(0)
+	if os.Getenv("GOMAXPROCS") == "" && p < 2 {
+		return 2
+	}
+	return p
 }
 
 func isBW(test string) bool { return test == "write_bw" || test == "read_bw" || test == "rvma_bw" }

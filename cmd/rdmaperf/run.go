@@ -179,13 +179,7 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 	mem := b.mr.Bytes()
 	clear(mem)
-	seed := byte(size)
-	if b.client {
-		seed++
-	}
-	for i := 0; i < size; i++ {
-		mem[i] = seed + byte(i*13)
-	}
+	fillPattern(mem[:size], size, b.client)
 	if err := sync(b.conn); err != nil {
 		return err
 	}
@@ -282,6 +276,19 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		return b.checkPeerData(size, size)
 	}
 	return nil
+}
+
+// fillPattern fills mem with the pattern of a side's messages of size
+// bytes, which checkPeerData and rvmaBench.checkData expect: seeded with
+// the size, plus one on the client.
+func fillPattern(mem []byte, size int, client bool) {
+	seed := byte(size)
+	if client {
+		seed++
+	}
+	for i := range mem {
+		mem[i] = seed + byte(i*13)
+	}
 }
 
 // checkPeerData verifies that the first n bytes of the receive area hold

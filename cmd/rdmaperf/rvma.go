@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"os"
 	"runtime"
 	"slices"
 	"time"
@@ -161,13 +160,7 @@ func deviceIP(devName string, gidIdx int) (netip.Addr, error) {
 }
 
 func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error {
-	seed := byte(size)
-	if b.client {
-		seed++
-	}
-	for i := range b.src[:size] {
-		b.src[i] = seed + byte(i*13)
-	}
+	fillPattern(b.src[:size], size, b.client)
 	mb := rvma.Mailbox(0x52564D41_00000000 | uint64(size))
 	threshold := uint64(size)
 	if b.cfg.Test == "rvma_bw" {
@@ -308,18 +301,8 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 	n := b.cfg.Iters / b.cfg.AB
 	v := b.anchor
 	mem := v.mr.Bytes()
-	seed := byte(size) // the pattern checkPeerData expects
-	if b.client {
-		seed++
-	}
-	for i := range mem[:size] {
-		mem[i] = seed + byte(i*13)
-	}
-	procs := runtime.GOMAXPROCS(0)
-	anchorProcs := procs
-	if os.Getenv("GOMAXPROCS") == "" && procs < 2 {
-		anchorProcs = 2
-	}
+	fillPattern(mem[:size], size, b.client)
+	procs, anchorProcs := runtime.GOMAXPROCS(0), verbsProcs()
 	var all []time.Duration
 	var ratios, ta, tc []float64
 	for k := 0; k < b.cfg.AB; k++ {
