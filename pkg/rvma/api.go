@@ -280,14 +280,17 @@ func (w *Window) flush() {
 		// binds that follow only when they run short of descriptors.
 		// Unless the window promises each sender's share of an epoch
 		// (WindowOptions.Share): then each moves on by its own count, as
-		// the only sender does.
+		// the only sender does. An epoch ended by IncEpoch or Close is
+		// pushed at once too, bind or not, to one sender as well: no
+		// sender can count it, and one that puts again before it knows
+		// targets the ended epoch and is refused.
 		pushed := w.pushed
 		differs := !sameForSenders(e, pushed)
 		moved := subs > 1 && e.Share == 0 && e.Head != pushed.Head
 		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e))
-		if due && (moved || !w.st.settling()) {
+		if due && (moved || w.st.mustPush || !w.st.settling()) {
 			push = pushSoon
-			if subs > 1 {
+			if subs > 1 || w.st.mustPush {
 				push = pushNow
 			}
 			w.pushed = e

@@ -734,8 +734,9 @@ func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[str
 // TestLabEndpointNotices streams epochs from the one sender of a window:
 // it moves on by its own count, so the receiver pushes its entry only when
 // the sender is about to run out of descriptors (with MaxDescs+1 buffers
-// posted, once every MaxDescs-1 epochs), and always after an IncEpoch,
-// which the sender cannot count.
+// posted, once every MaxDescs-1 epochs), and always, at once, after an
+// IncEpoch, which the sender cannot count: its next put goes to the next
+// epoch without being refused.
 func TestLabEndpointNotices(t *testing.T) {
 	ep := labListen(t, 7478, &rvma.Options{Stripes: 2})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -843,5 +844,11 @@ func TestLabEndpointNotices(t *testing.T) {
 	}
 	if st := w.Stats(); st.Late != 0 {
 		t.Errorf("window stats %+v: late bytes", st)
+	}
+	if st := ep.Stats(); st.StalePuts != 0 {
+		// IncEpoch pushes its entry before it returns. A put refused as
+		// stale would also cost its stripe, whose replacement pushes
+		// every entry again (the notices above).
+		t.Errorf("endpoint stats %+v: a put after IncEpoch was refused as stale", st)
 	}
 }
