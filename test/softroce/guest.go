@@ -128,6 +128,9 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 	if interactive {
 		args = append(args, "-mon", "chardev=con,mode=readline")
 	}
+	if l.GDBPort != 0 { // to look into a stuck vCPU (docs/lab.md)
+		args = append(args, "-gdb", fmt.Sprintf("tcp:127.0.0.1:%d", l.GDBPort+i-1))
+	}
 	return args
 }
 

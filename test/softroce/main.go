@@ -90,6 +90,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	fs.IntVar(&l.MemMiB, "mem", 1024, "guest memory in MiB")
 	fs.IntVar(&l.Smp, "smp", 0, "vCPUs per guest; 0: 2 for a single guest, 1 each for several (a suite's smp= overrides)")
 	fs.StringVar(&l.Append, "append", "", "extra guest kernel command line")
+	fs.IntVar(&l.GDBPort, "gdb", 0, "serve guest i's qemu gdbstub on 127.0.0.1:N+i-1 (0: none; docs/lab.md)")
 	guests := 1
 	var timeout time.Duration
 	if cmd == "gotest" || cmd == "shell" {
@@ -111,6 +112,9 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	l.Root = root
 	if guests < 1 || guests > maxGuests {
 		return usageError{fmt.Sprintf("-guests %d: want 1 to %d", guests, maxGuests)}
+	}
+	if l.GDBPort != 0 && (l.GDBPort < 1024 || l.GDBPort > 65535-maxGuests) {
+		return usageError{fmt.Sprintf("-gdb %d: want a port from 1024 to %d", l.GDBPort, 65535-maxGuests)}
 	}
 
 	switch cmd {

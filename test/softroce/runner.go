@@ -23,6 +23,7 @@ type Lab struct {
 	MemMiB     int
 	Smp        int
 	Append     string // extra kernel command line
+	GDBPort    int    // guest i serves qemu's gdbstub on 127.0.0.1:GDBPort+i-1; 0: none
 	out        *syncWriter
 
 	kernel *Kernel
