@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -214,5 +215,31 @@ func TestGuestEnv(t *testing.T) {
 func TestShellQuote(t *testing.T) {
 	if got := shellQuote(`it's -test.run 'X$'`); got != `'it'\''s -test.run '\''X$'\'''` {
 		t.Errorf("shellQuote = %s", got)
+	}
+}
+
+func TestGDBPort(t *testing.T) {
+	k := &Kernel{Name: "bookworm", ABI: "6.1.0-0-amd64", Root: t.TempDir()}
+	gdbArg := func(l *Lab, i int) string {
+		args := qemuArgs(l, k, "initrd", "run", "sock", "token", i, 1, false)
+		for j, a := range args {
+			if a == "-gdb" && j+1 < len(args) {
+				return args[j+1]
+			}
+		}
+		return ""
+	}
+	if a := gdbArg(&Lab{MemMiB: 1024}, 1); a != "" {
+		t.Errorf("no -gdb asked, got -gdb %s", a)
+	}
+	if a := gdbArg(&Lab{MemMiB: 1024, GDBPort: 1240}, 3); a != "tcp:127.0.0.1:1242" {
+		t.Errorf("guest 3 of -gdb 1240: got %q, want tcp:127.0.0.1:1242", a)
+	}
+	for _, bad := range []string{"80", "65535", "-1"} {
+		err := dispatch(t.Context(), "list", []string{"-gdb", bad})
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "-gdb") {
+			t.Errorf("-gdb %s: got %v, want a usage error naming -gdb", bad, err)
+		}
 	}
 }
