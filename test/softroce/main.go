@@ -113,8 +113,8 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	if guests < 1 || guests > maxGuests {
 		return usageError{fmt.Sprintf("-guests %d: want 1 to %d", guests, maxGuests)}
 	}
-	if l.GDBPort != 0 && (l.GDBPort < 1024 || l.GDBPort > 65535-maxGuests) {
-		return usageError{fmt.Sprintf("-gdb %d: want a port from 1024 to %d", l.GDBPort, 65535-maxGuests)}
+	if l.GDBPort != 0 && (l.GDBPort < 1024 || l.GDBPort > 65536-maxGuests) {
+		return usageError{fmt.Sprintf("-gdb %d: want a port from 1024 to %d", l.GDBPort, 65536-maxGuests)}
 	}
 
 	switch cmd {
