@@ -21,10 +21,11 @@
 // measures windows without the late-write guard, -src heap puts from, and
 // Gets into, Go memory, which pkg/rvma copies); rvma_get_lat (an
 // Endpoint.Get of a kept epoch, one at a time, against read_lat). See
-// rvma.go and notify.go. rvma_lat -ab N alternates N blocks of the RVMA
-// ping-pong with N blocks of write_lat between the same two processes and
-// prints the median ratio of their t_typical: under TCG, separate runs
-// drift by more than the difference measured.
+// rvma.go and notify.go. rvma_lat -ab N runs N rounds of a block of the
+// RVMA ping-pong followed by blocks of write_send_lat, write_wait_send_lat
+// and write_lat between the same two processes, and prints the median
+// ratios of their t_typical: under TCG, separate runs drift by more than
+// the differences measured.
 // As in perftest, write_lat spins on the last byte of its receive buffer,
 // not on the CQ; send completions are requested every -cq-mod posts.
 //
@@ -89,8 +90,8 @@ type config struct {
 	// bandwidth tests (perftest's -l; 0: no cap); client only, not sent
 	// to the server.
 	PostList int
-	// AB is rvma_lat's -ab: blocks of the ping-pong alternating with
-	// blocks of write_lat (0: none).
+	// AB is rvma_lat's -ab: rounds of a block of the ping-pong followed
+	// by blocks of (b1), (b2) and write_lat (0: none).
 	AB int
 }
 
@@ -129,7 +130,7 @@ func main() {
 		cpuprof  = flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
-		ab       = flag.Int("ab", 0, "rvma_lat: alternate N blocks of the RVMA ping-pong with N blocks of write_lat (the anchor (c)) on the same two processes, -n/N iterations each, and print the ratio of each pair's t_typical (client only)")
+		ab       = flag.Int("ab", 0, "rvma_lat: N rounds, each a block of the RVMA ping-pong (a) followed by blocks of write_send_lat (b1), write_wait_send_lat (b2) and write_lat (c) on the same two processes, -n/N iterations each; print per anchor the median and quartiles of the rounds' (a)/anchor ratios of t_typical (client only)")
 		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
 	)
 	flag.Parse()

@@ -12,7 +12,7 @@ import (
 // peer's buffer and then SENDs a 1-byte message, and the receiver learns
 // that the data is complete from the SEND's receive completion, never
 // from the data itself (on an unordered network the last byte may land
-// first). Ping-pong; latency is half the round trip.
+// first). Ping-pong of iters round trips; latency is half the round trip.
 //
 // wait selects where the SEND goes: false posts it right behind the WRITE
 // on the same QP, in one chain (RC orders the SEND's placement after the
@@ -23,8 +23,7 @@ import (
 // writeImmLat (imm) is RDMA's own one-operation notification, the
 // transport RVMA's puts ride on: an RDMA WRITE WITH IMMEDIATE, whose
 // receive completion says that its own data is placed.
-func (b *bench) notifyLat(ctx context.Context, size int, wait, imm bool) ([]time.Duration, error) {
-	iters := b.cfg.Iters
+func (b *bench) notifyLat(ctx context.Context, size, iters int, wait, imm bool) ([]time.Duration, error) {
 	stamps := make([]uint64, iters)
 	write := verbs.SendWR{Op: verbs.OpWrite, SGL: []verbs.SGE{b.mr.SGE(0, size)}, RemoteAddr: b.peer.Addr, RKey: b.peer.RKey}
 	send := verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{b.mr.SGE(2*b.max, 1)}}

@@ -226,7 +226,7 @@ func (b *bench) runSize(ctx context.Context, size int, out io.Writer) error {
 		}
 	case "write_send_lat", "write_wait_send_lat", "write_imm_lat":
 		var samples []time.Duration
-		samples, err = b.notifyLat(ctx, size, b.cfg.Test == "write_wait_send_lat", b.cfg.Test == "write_imm_lat")
+		samples, err = b.notifyLat(ctx, size, b.cfg.Iters, b.cfg.Test == "write_wait_send_lat", b.cfg.Test == "write_imm_lat")
 		if err == nil && b.client {
 			printLat(out, size, latStats(samples, 2))
 		}

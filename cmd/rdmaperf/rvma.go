@@ -53,7 +53,7 @@ type rvmaBench struct {
 	src    []byte // endpoint memory, sent without a copy; Go heap memory with -src heap
 	bufs   [][]byte
 	max    int
-	anchor *bench // -ab: write_lat's QP to the same peer
+	anchor *bench // -ab: the QP of the RDMA loops (b1), (b2) and (c) to the same peer
 }
 
 func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, client bool, cfg config, out io.Writer) error {
@@ -85,9 +85,9 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	}
 	if cfg.AB > 0 {
 		vcfg := cfg
-		vcfg.Test = "write_lat"
+		vcfg.Test = "write_send_lat" // its receives for the SENDs of (b1) and (b2) are posted
 		if b.anchor, _, err = newBench(conn, devName, gidIdx, client, vcfg); err != nil {
-			return fmt.Errorf("write_lat's QP for -ab: %w", err)
+			return fmt.Errorf("the RDMA loops' QP for -ab: %w", err)
 		}
 		defer b.anchor.dev.Close()
 	}
@@ -117,7 +117,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		fmt.Fprintf(out, "                    %s (rdmaperf, pkg/rvma)\n", title)
 		fmt.Fprintf(out, " Device         : %s\n Endpoint       : %v -> %v\n Stripes        : 1\n Buffers        : %d\n Guard          : %s\n Counting       : %s\n", devName, ep.Addr(), b.peer, nbufs, map[bool]string{false: "invalidate", true: "none"}[cfg.NoGuard], ep.Counting())
 		if cfg.AB > 0 {
-			fmt.Fprintf(out, " A/B blocks     : %d of %d iterations, each followed by write_lat's\n", cfg.AB, cfg.Iters/cfg.AB)
+			fmt.Fprintf(out, " A/B rounds     : %d of %d iterations, RVMA then (b1), (b2), (c)\n", cfg.AB, cfg.Iters/cfg.AB)
 		}
 		fmt.Fprintln(out, "---------------------------------------------------------------------------------------")
 		if cfg.Test == "rvma_bw" {
@@ -290,21 +290,42 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 	return cyclesToDurations(stamps), release()
 }
 
-// abLat is rvma_lat with -ab: cfg.AB blocks of the ping-pong, each
-// followed by a block of write_lat (c) as long on the anchor's QP to the
-// same peer, so that both see the same moments of a TCG host, whose speed
-// drifts by more than the difference measured. Each tool runs with its
-// own GOMAXPROCS (main: the verbs loops' 2 where the runtime chose 1). The
-// client prints the RVMA samples of all blocks as the result, then the
-// median and quartiles of the blocks' (a)/(c) ratios of t_typical.
+// abLat is rvma_lat with -ab: cfg.AB rounds, each a block of the
+// ping-pong (a) followed by blocks as long of the RDMA loops Figure 4
+// compares it with, on the anchor's QP to the same peer: (b1) WRITE and
+// SEND in one chain, (b2) the SEND after the WRITE's completion, (c)
+// write_lat. So every tool sees the same moments of a TCG host, whose
+// speed drifts by more than the differences measured. Each tool runs with
+// its own GOMAXPROCS (the verbs loops' 2 where the runtime chose 1). The
+// client prints the RVMA samples of all blocks as the result, then, per
+// anchor, the median and quartiles of the rounds' ratios of (a)'s
+// t_typical to the anchor's.
 func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted []*rvma.Posted, out io.Writer) error {
 	n := b.cfg.Iters / b.cfg.AB
 	v := b.anchor
 	mem := v.mr.Bytes()
 	fillPattern(mem[:size], size, b.client)
 	procs, anchorProcs := runtime.GOMAXPROCS(0), verbsProcs()
+	anchors := []struct {
+		name string
+		run  func() ([]time.Duration, error)
+	}{
+		{"b1", func() ([]time.Duration, error) { return v.notifyLat(ctx, size, n, false, false) }},
+		{"b2", func() ([]time.Duration, error) { return v.notifyLat(ctx, size, n, true, false) }},
+		{"c", func() ([]time.Duration, error) {
+			// write_lat spins on the last byte: the peer writes only
+			// after both cleared it.
+			clear(mem[v.max : v.max+size])
+			if err := sync(b.conn); err != nil {
+				return nil, err
+			}
+			return v.writeLat(ctx, size, n)
+		}},
+	}
 	var all []time.Duration
-	var ratios, ta, tc []float64
+	ta := make([]float64, 0, b.cfg.AB)
+	tx := make([][]float64, len(anchors))     // the anchors' t_typical per round
+	ratios := make([][]float64, len(anchors)) // (a)/anchor per round
 	for k := 0; k < b.cfg.AB; k++ {
 		s, err := b.lat(ctx, mb, size, posted, k*n, n)
 		if err != nil {
@@ -312,25 +333,26 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 		}
 		all = append(all, s...)
 		a := latStats(s, 2).Typical
-		// The peer writes only after both cleared what it will write.
-		clear(mem[v.max : v.max+size])
+		ta = append(ta, a)
+		for i, an := range anchors {
+			if err := sync(b.conn); err != nil {
+				return err
+			}
+			runtime.GOMAXPROCS(anchorProcs)
+			s, err := an.run()
+			runtime.GOMAXPROCS(procs)
+			if err == nil {
+				err = v.checkPeerData(size-1, size)
+			}
+			if err != nil {
+				return fmt.Errorf("(%s) block %d: %w", an.name, k, err)
+			}
+			c := latStats(s, 2).Typical
+			tx[i], ratios[i] = append(tx[i], c), append(ratios[i], a/c)
+		}
 		if err := sync(b.conn); err != nil {
 			return err
 		}
-		runtime.GOMAXPROCS(anchorProcs)
-		s, err = v.writeLat(ctx, size, n)
-		runtime.GOMAXPROCS(procs)
-		if err != nil {
-			return fmt.Errorf("write_lat block %d: %w", k, err)
-		}
-		if err := v.checkPeerData(size-1, size); err != nil {
-			return fmt.Errorf("write_lat block %d: %w", k, err)
-		}
-		if err := sync(b.conn); err != nil {
-			return err
-		}
-		c := latStats(s, 2).Typical
-		ta, tc, ratios = append(ta, a), append(tc, c), append(ratios, a/c)
 	}
 	if b.client {
 		printLat(out, size, latStats(all, 2))
@@ -338,8 +360,11 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 			slices.Sort(xs)
 			return xs[min(int(f*float64(len(xs))), len(xs)-1)]
 		}
-		fmt.Fprintf(out, "# ab: %d pairs of %d iterations: (a)/(c) median %.3f, quartiles %.3f to %.3f; t_typical medians (a) %.2f, (c) %.2f usec\n",
-			len(ratios), n, q(ratios, 0.5), q(ratios, 0.25), q(ratios, 0.75), q(ta, 0.5), q(tc, 0.5))
+		fmt.Fprintf(out, "# ab: %d rounds of %d iterations per tool; t_typical median (a) %.2f usec\n", b.cfg.AB, n, q(ta, 0.5))
+		for i, an := range anchors {
+			fmt.Fprintf(out, "# ab: (a)/(%s) median %.3f, quartiles %.3f to %.3f; t_typical median (%s) %.2f usec\n",
+				an.name, q(ratios[i], 0.5), q(ratios[i], 0.25), q(ratios[i], 0.75), an.name, q(tx[i], 0.5))
+		}
 	}
 	return nil
 }
