@@ -113,3 +113,40 @@ func printSwitches(w io.Writer, before, after map[int][2]int, iters int) {
 	fmt.Fprintf(w, "# context switches per iteration: voluntary %.2f, involuntary %.2f; threads %d; busy tid:vol/invol %s\n",
 		float64(tv)/float64(iters), float64(ti)/float64(iters), len(tids), strings.Join(per, " "))
 }
+
+// procSum adds up procStat differences over several blocks of one tool
+// (rvma_lat -ab -ctxsw), so that tools alternating in one process are
+// counted apart.
+type procSum struct {
+	total procStat
+	iters int
+}
+
+// add counts the block between before and after, of iters iterations;
+// nil stats (no /proc) add nothing.
+func (s *procSum) add(before, after *procStat, iters int) {
+	if before == nil || after == nil {
+		return
+	}
+	if s.total.sw == nil {
+		s.total.sw = map[int][2]int{}
+	}
+	for t, a := range after.sw {
+		b := before.sw[t] // a thread born during the block counts from zero
+		c := s.total.sw[t]
+		s.total.sw[t] = [2]int{c[0] + a[0] - b[0], c[1] + a[1] - b[1]}
+	}
+	s.total.sysr += after.sysr - before.sysr
+	s.total.sysw += after.sysw - before.sysw
+	s.iters += iters
+}
+
+// print prints printProcStat's lines for the blocks added, each headed by
+// name.
+func (s *procSum) print(w io.Writer, name string) {
+	if s.iters == 0 {
+		return
+	}
+	fmt.Fprintf(w, "# %s:\n", name)
+	printProcStat(w, &procStat{sw: map[int][2]int{}}, &s.total, s.iters)
+}

@@ -323,14 +323,27 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 		}},
 	}
 	var all []time.Duration
+	var es rvma.EndpointStats
+	sums := make([]procSum, 1+len(anchors)) // -ctxsw: (a), then the anchors
+	stat := func() *procStat {
+		if !showSwitches {
+			return nil
+		}
+		return readProcStat()
+	}
+	if showSwitches {
+		es = b.ep.Stats()
+	}
 	ta := make([]float64, 0, b.cfg.AB)
 	tx := make([][]float64, len(anchors))     // the anchors' t_typical per round
 	ratios := make([][]float64, len(anchors)) // (a)/anchor per round
 	for k := 0; k < b.cfg.AB; k++ {
+		before := stat()
 		s, err := b.lat(ctx, mb, size, posted, k*n, n)
 		if err != nil {
 			return fmt.Errorf("block %d: %w", k, err)
 		}
+		sums[0].add(before, stat(), n)
 		all = append(all, s...)
 		a := latStats(s, 2).Typical
 		ta = append(ta, a)
@@ -339,7 +352,9 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 				return err
 			}
 			runtime.GOMAXPROCS(anchorProcs)
+			before := stat()
 			s, err := an.run()
+			sums[1+i].add(before, stat(), n)
 			runtime.GOMAXPROCS(procs)
 			if err == nil {
 				err = v.checkPeerData(size-1, size)
@@ -364,6 +379,15 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 		for i, an := range anchors {
 			fmt.Fprintf(out, "# ab: (a)/(%s) median %.3f, quartiles %.3f to %.3f; t_typical median (%s) %.2f usec\n",
 				an.name, q(ratios[i], 0.5), q(ratios[i], 0.25), q(ratios[i], 0.75), an.name, q(tx[i], 0.5))
+		}
+	}
+	if showSwitches {
+		sums[0].print(out, "(a)")
+		e2, n := b.ep.Stats(), float64(sums[0].iters)
+		fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
+			float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
+		for i, an := range anchors {
+			sums[1+i].print(out, "("+an.name+")")
 		}
 	}
 	return nil
