@@ -37,6 +37,8 @@ void rdmaplus_hook_put(void);
  * restrack reference (rdma_restrack_put), or ERR_PTR(-EPERM/-ENOENT)
  */
 struct ib_mr *aa_lookup_mr(u32 key);
+/* whether the calling process has the uverbs file ufile open */
+bool aa_holds_ufile(const void *ufile);
 /* the struct rxe_mr around ibmr, or NULL if rxe's layout is unknown */
 void *aa_rxe_mr_of(struct ib_mr *ibmr);
 /* rxe's rxe_mr_copy (dir 0: into the MR); valid while hooked. Calls from

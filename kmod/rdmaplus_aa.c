@@ -1073,6 +1073,11 @@ static int aa_is_ufile(const void *ufile, struct file *f, unsigned int fd)
 	       !strcmp(module_name(f->f_op->owner), "ib_uverbs");
 }
 
+bool aa_holds_ufile(const void *ufile)
+{
+	return iterate_fd(current->files, 0, aa_is_ufile, ufile) != 0;
+}
+
 /*
  * Find the rxe user MR with this key that the calling process registered
  * (its uverbs file is open here) and take a restrack reference on it.

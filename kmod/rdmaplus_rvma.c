@@ -95,6 +95,8 @@ struct rvma_mr {
 	struct hlist_node hnode;	/* rvma_mrs, keyed by rxe_mr */
 	struct list_head node;		/* ctx->mrs */
 	void *rxe_mr;
+	u32 key;			/* the key it was first posted with */
+	const void *ufile;		/* its uverbs file (compared, never used) */
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rb_root ranges;		/* struct rvma_buf by iova */
 	struct xarray msgs;		/* QPN -> rkey of its message in progress */
@@ -746,6 +748,65 @@ static struct rvma_mr *rvma_hashed(void *rxe_mr)
 	return NULL;
 }
 
+/* The generation and record checks of every post; ctx->lock held. */
+static long rvma_post_check(struct rdmaplus_rvma_ctx *ctx,
+			    const struct rdmaplus_rvma_post *a,
+			    const struct rvma_win *w)
+{
+	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
+		return -EINVAL;
+	if (test_bit(a->record, ctx->rec_busy))
+		return -EBUSY;
+	return 0;
+}
+
+/* Open nb, a buffer in the ranges of its region, for a; ctx->lock held. */
+static void rvma_buf_open(struct rdmaplus_rvma_ctx *ctx,
+			  const struct rdmaplus_rvma_post *a,
+			  struct rvma_win *w, struct rvma_buf *nb)
+{
+	nb->win = w;
+	nb->threshold = a->threshold;
+	nb->gen = a->gen;
+	nb->bytes = 0;
+	nb->ops = 0;
+	nb->record = a->record;
+	nb->flags = a->flags & RDMAPLUS_RVMA_REC_ONETIME;
+	nb->keyed = a->flags & RDMAPLUS_RVMA_POST_F_RKEY;
+	nb->rkey = a->rkey;
+	nb->state = RVMA_OPEN;
+	list_add_tail(&nb->wnode, &w->bufs);
+	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
+	__set_bit(a->record, ctx->rec_busy);
+	w->posted = true;
+	w->last_gen = a->gen;
+}
+
+/*
+ * The closed buffer that a re-posts: the same range of a region this file
+ * gates under the same key, in a process that still has the region's
+ * uverbs file open, as the region lookup of a first post demands. A
+ * window's buffers rotate this way, and then the post needs neither the
+ * lookup nor an allocation. NULL otherwise. ctx->lock held.
+ */
+static struct rvma_buf *rvma_reposted(struct rdmaplus_rvma_ctx *ctx,
+				      const struct rdmaplus_rvma_post *a)
+{
+	struct rvma_mr *m;
+
+	list_for_each_entry(m, &ctx->mrs, node) {
+		struct rvma_buf *b;
+
+		if (m->dead || m->key != a->key)
+			continue;
+		b = rvma_range_at(m, a->iova);
+		if (b && b->iova == a->iova && b->length == a->length &&
+		    b->state == RVMA_CLOSED && aa_holds_ufile(m->ufile))
+			return b;
+	}
+	return NULL;
+}
+
 /*
  * Register the buffer under ctx->lock: the checks that depend on the
  * file's data-path state, then the insertion. fresh is used if the region
@@ -760,11 +821,11 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	unsigned int replaced = 0;
 	struct rvma_mr *m;
 	u64 end = a->iova + a->length;
+	long ret;
 
-	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
-		return -EINVAL;
-	if (test_bit(a->record, ctx->rec_busy))
-		return -EBUSY;
+	ret = rvma_post_check(ctx, a, w);
+	if (ret)
+		return ret;
 	spin_lock(&rvma_hash_lock);
 	m = rvma_hashed(rmr);
 	spin_unlock(&rvma_hash_lock);
@@ -799,22 +860,10 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 		rvma_buf_drop(ctx, b);	/* closed; m stays hashed for nb */
 	}
 	nb->m = m;
-	nb->win = w;
 	nb->iova = a->iova;
 	nb->length = a->length;
-	nb->threshold = a->threshold;
-	nb->gen = a->gen;
-	nb->record = a->record;
-	nb->flags = a->flags & RDMAPLUS_RVMA_REC_ONETIME;
-	nb->keyed = a->flags & RDMAPLUS_RVMA_POST_F_RKEY;
-	nb->rkey = a->rkey;
-	nb->state = RVMA_OPEN;
 	rvma_range_insert(m, nb);
-	list_add_tail(&nb->wnode, &w->bufs);
-	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
-	__set_bit(a->record, ctx->rec_busy);
-	w->posted = true;
-	w->last_gen = a->gen;
+	rvma_buf_open(ctx, a, w, nb);
 	ctx->nranges++;
 	atomic64_inc(&rvma_st.ranges);
 	return 0;
@@ -850,6 +899,19 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	if ((w->kind == RDMAPLUS_RVMA_BYTES && a.threshold > a.length) ||
 	    a.record >= ctx->nrec)
 		goto out;
+	spin_lock_irqsave(&ctx->lock, flags);
+	nb = rvma_reposted(ctx, &a);
+	if (nb) {
+		ret = rvma_post_check(ctx, &a, w);
+		if (!ret) {
+			list_del(&nb->wnode);	/* from its last window's */
+			rvma_buf_open(ctx, &a, w, nb);
+		}
+		nb = NULL;
+		spin_unlock_irqrestore(&ctx->lock, flags);
+		goto out;
+	}
+	spin_unlock_irqrestore(&ctx->lock, flags);
 	/*
 	 * The restrack reference holds off the region's deregistration
 	 * until it is hashed, where the dereg hook (registered first) finds
@@ -879,6 +941,8 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
 	if (!fresh || !nb)
 		goto put;
+	fresh->key = a.key;
+	fresh->ufile = ibmr->uobject->ufile;
 	spin_lock_irqsave(&ctx->lock, flags);
 	ret = rvma_post_locked(ctx, &a, w, rmr, &fresh, nb);
 	spin_unlock_irqrestore(&ctx->lock, flags);

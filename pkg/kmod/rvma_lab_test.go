@@ -344,6 +344,78 @@ func TestLabMailboxPostMany(t *testing.T) {
 	}
 }
 
+// A buffer re-posted over its own closed range (how a window's buffers
+// rotate) takes the module's short path: no region lookup, no allocation.
+// It must keep every rule of a first post: the generation order and busy
+// record checks, refusal while the range is pending, and a move to
+// another window, whose counting it then joins while the first window
+// sees nothing more. The module's range count does not grow.
+func TestLabMailboxRepost(t *testing.T) {
+	d := openDev(t)
+	mb := newMailboxes(t, d, 2, 4)
+	a, b := newWindow(t, mb, kmod.CountBytes), newWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 1, verbs.MTU1024)
+	buf := func(gen uint64, rec uint32) kmod.MailboxPost {
+		return kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: 1024, Threshold: 1024, Gen: gen, Record: rec}
+	}
+	mustPost(t, mb, a, buf(0, 0))
+	ranges := mbStats(t).Ranges
+	data := pattern(4*1024, 21)
+	put := func(i int) {
+		t.Helper()
+		if err := p.write(i*1024, 0, data[i*1024:(i+1)*1024]); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	put(0)
+	wantDone(t, mb, a, 1)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(0), Len: 1024, Ops: 1, Cap: 1024})
+
+	if err := mb.Post(a, buf(0, 1)); !errors.Is(err, kmod.ErrInvalid) {
+		t.Fatalf("re-post for an earlier generation: %v, want ErrInvalid", err)
+	}
+	mustPost(t, mb, a, buf(1, 2))
+	if err := mb.Post(b, buf(0, 1)); !errors.Is(err, kmod.ErrBusy) {
+		t.Fatalf("post of a pending range into another window: %v, want ErrBusy", err)
+	}
+	put(1)
+	wantDone(t, mb, a, 2)
+	checkRecord(t, mb, 2, kmod.MailboxRecord{Epoch: 1, Addr: p.addr(0), Len: 1024, Ops: 1, Cap: 1024})
+
+	// The closed range moves to window b, behind a first post there.
+	mustPost(t, mb, b, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(2048), Length: 1024, Threshold: 1024, Gen: 0, Record: 3})
+	if err := mb.Post(b, buf(1, 3)); !errors.Is(err, kmod.ErrBusy) {
+		t.Fatalf("re-post with a record still pending: %v, want ErrBusy", err)
+	}
+	mustPost(t, mb, b, buf(1, 1))
+	if got := mbStats(t).Ranges; got != ranges+1 {
+		t.Fatalf("ranges %d after re-posts, want %d (one first post since)", got, ranges+1)
+	}
+	put(2) // into window b's generation 1, behind its generation 0
+	wantDone(t, mb, b, 0)
+	if err := p.write(3*1024, 2048, data[3*1024:]); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, b, 2)
+	wantDone(t, mb, a, 2)
+	checkRecord(t, mb, 1, kmod.MailboxRecord{Epoch: 1, Addr: p.addr(0), Len: 1024, Ops: 1, Cap: 1024})
+	checkRecord(t, mb, 3, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(2048), Len: 1024, Ops: 1, Cap: 1024})
+	checkBytes(t, p, 0, data[2*1024:3*1024])
+	checkBytes(t, p, 2048, data[3*1024:])
+	if r := mb.Refused(a) + mb.Refused(b); r != 0 {
+		t.Fatalf("refused %d", r)
+	}
+
+	// A range that only starts where a closed one starts is no re-post:
+	// the first post's rules apply (the closed range is replaced).
+	mustPost(t, mb, a, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: 512, Threshold: 512, Gen: 2, Record: 0})
+	if err := p.write(0, 0, data[:512]); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, a, 3)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 2, Addr: p.addr(0), Len: 512, Ops: 1, Cap: 512})
+}
+
 // An ops window counts WRITE messages, not packets: three 10000-byte
 // WRITEs of 10 packets each (MTU 1024), and of 3 packets each (MTU 4096).
 func TestLabMailboxOps(t *testing.T) {
