@@ -875,7 +875,7 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 {
 	struct rdmaplus_rvma_post a = *ap;
 	struct rvma_mr *fresh = NULL;
-	struct rvma_buf *nb = NULL;
+	struct rvma_buf *nb = NULL, *old;
 	struct rvma_win *w;
 	struct ib_mr *ibmr;
 	unsigned long flags;
@@ -900,18 +900,17 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	    a.record >= ctx->nrec)
 		goto out;
 	spin_lock_irqsave(&ctx->lock, flags);
-	nb = rvma_reposted(ctx, &a);
-	if (nb) {
+	old = rvma_reposted(ctx, &a);
+	if (old) {
 		ret = rvma_post_check(ctx, &a, w);
 		if (!ret) {
-			list_del(&nb->wnode);	/* from its last window's */
-			rvma_buf_open(ctx, &a, w, nb);
+			list_del(&old->wnode);	/* from its last window's */
+			rvma_buf_open(ctx, &a, w, old);
 		}
-		nb = NULL;
-		spin_unlock_irqrestore(&ctx->lock, flags);
-		goto out;
 	}
 	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (old)
+		goto out;
 	/*
 	 * The restrack reference holds off the region's deregistration
 	 * until it is hashed, where the dereg hook (registered first) finds
