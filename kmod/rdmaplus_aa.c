@@ -1120,8 +1120,7 @@ struct ib_mr *aa_lookup_mr(u32 key)
 			if (mr->lkey != key && mr->rkey != key)
 				continue;
 			if (mr->type != IB_MR_TYPE_USER || !mr->uobject ||
-			    !iterate_fd(current->files, 0, aa_is_ufile,
-					mr->uobject->ufile)) {
+			    !aa_holds_ufile(mr->uobject->ufile)) {
 				foreign = true;
 				continue;
 			}
