@@ -252,7 +252,7 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 			return fmt.Errorf("epoch %d completed with %d bytes in %d puts, want %d in 1", rec.Epoch, rec.Len, rec.Ops, size)
 		}
 		held = p
-		return b.checkData(p.Bytes()[:size], size)
+		return b.checkData(p.Bytes()[:size], size, (from+i)%fullCheckEvery == 0)
 	}
 	release := func() error {
 		if held == nil {
@@ -456,9 +456,17 @@ func (b *rvmaBench) checkOwn(got []byte, size int) error {
 	return nil
 }
 
+// fullCheckEvery is how often checkData verifies every byte of an epoch:
+// once in this many epochs of a loop, so that verification, which the
+// RDMA loops compared with do once per block and perftest never does,
+// stays out of the latency and bandwidth figures (checking every epoch
+// added 17 % to a 256 KiB put's t_typical in loopback under TCG, and
+// 10 % at 4 KiB; docs/benchmarks.md).
+const fullCheckEvery = 64
+
 // checkData verifies the peer's pattern in a completed buffer: the first
-// and last bytes always, every byte once in a while.
-func (b *rvmaBench) checkData(got []byte, size int) error {
+// and last bytes always, every byte when full.
+func (b *rvmaBench) checkData(got []byte, size int, full bool) error {
 	peerSeed := byte(size)
 	if !b.client {
 		peerSeed++
@@ -475,7 +483,7 @@ func (b *rvmaBench) checkData(got []byte, size int) error {
 	if err := check(size - 1); err != nil {
 		return err
 	}
-	if got[0]&7 == 0 {
+	if full {
 		for i := range got {
 			if err := check(i); err != nil {
 				return err
@@ -524,7 +532,7 @@ func (b *rvmaBench) drain(ctx context.Context, size int, posted []*rvma.Posted) 
 			return fmt.Errorf("epoch %d completed with %d bytes in %d puts, want %d in %d", rec.Epoch, rec.Len, rec.Ops, size*rvmaBatch, rvmaBatch)
 		}
 		for k := 0; k < rvmaBatch; k++ {
-			if err := b.checkData(p.Bytes()[k*size:(k+1)*size], size); err != nil {
+			if err := b.checkData(p.Bytes()[k*size:(k+1)*size], size, e%fullCheckEvery == 0); err != nil {
 				return fmt.Errorf("epoch %d, put %d: %w", rec.Epoch, k, err)
 			}
 		}
