@@ -145,7 +145,8 @@ type PutOp struct {
 	mb  Mailbox
 	off uint64
 	n   int
-	sgl []verbs.SGE
+	sgl []verbs.SGE // nil or sge alone
+	sge [1]verbs.SGE
 	cp  regCopy // the registered copy of a source outside endpoint memory (cp.mem nil: none)
 
 	// set while the put is in flight (under ep.mu)
@@ -256,7 +257,8 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 	}
 	if len(src) > 0 {
 		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
-			op.sgl = []verbs.SGE{{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}}
+			op.sge[0] = verbs.SGE{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}
+			op.sgl = op.sge[:]
 		} else {
 			cp, err := ep.e.newCopy(len(src))
 			if err != nil {
@@ -265,7 +267,8 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 			}
 			copy(cp.mem, src)
 			op.cp = cp
-			op.sgl = []verbs.SGE{cp.sge}
+			op.sge[0] = cp.sge
+			op.sgl = op.sge[:]
 		}
 	}
 	// Puts from one caller to one mailbox target epochs in the order they
@@ -278,8 +281,9 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 		ep.mu.Unlock()
 		return op
 	}
+	l := ep.links[op.dst]
 	ep.mu.Unlock()
-	if ep.tryFast(op) {
+	if ep.tryFast(op, l) {
 		return op
 	}
 	ep.mu.Lock()
@@ -317,12 +321,10 @@ func (ep *Endpoint) drain(k putKey) {
 	}
 }
 
-// tryFast posts op at once if its link and view are ready, a buffer is
-// known and the send queue has room; otherwise run does the waiting.
-func (ep *Endpoint) tryFast(op *PutOp) bool {
-	ep.mu.Lock()
-	l := ep.links[op.dst]
-	ep.mu.Unlock()
+// tryFast posts op at once on l, the link to its destination if there
+// is one, if the link and view are ready, a buffer is known and the send
+// queue has room; otherwise run does the waiting.
+func (ep *Endpoint) tryFast(op *PutOp, l *link) bool {
 	if l == nil {
 		return false
 	}
