@@ -228,7 +228,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 			p := posted[e%3]
 			rec, err := p.Wait(ctx)
 			if err != nil {
-				t.Fatalf("%s ordering epoch %d: %v", kind, e, err)
+				t.Fatalf("%s ordering epoch %d: %v\n%s", kind, e, err, labDump(ep))
 			}
 			if rec.Epoch != uint64(e) || rec.Len != uint64(total) || rec.Ops != 8 {
 				t.Fatalf("%s ordering epoch %d: record %+v", kind, e, rec)
@@ -505,7 +505,7 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 			}
 			for i, op := range ops {
 				if err := op.Wait(ctx); err != nil {
-					t.Fatalf("ordering put %d to %v: %v", i, mb, err)
+					t.Fatalf("ordering put %d to %v: %v\n%s", i, mb, err, labDump(ep))
 				}
 			}
 		}
