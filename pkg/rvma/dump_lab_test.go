@@ -10,8 +10,9 @@ import (
 )
 
 // labDump describes ep's puts, links, views and windows for a lab test
-// that gave up waiting: what a hang left behind. It never blocks on a
-// lock another goroutine holds (it says "busy" instead).
+// that gave up waiting: what a hang left behind. Where another goroutine
+// holds the endpoint's, a link's, a view's or a window's lock, it says
+// "busy" instead of waiting.
 func labDump(ep *Endpoint) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
@@ -22,7 +23,7 @@ func labDump(ep *Endpoint) string {
 		p("  %s: busy", what)
 		return false
 	}
-	p("endpoint %v: %+v", ep.addr, ep.Stats())
+	p("endpoint %v", ep.addr)
 	var links []*link
 	if try(&ep.mu, "ep.mu") {
 		p("  puts in flight: %d", len(ep.puts))
@@ -44,6 +45,7 @@ func labDump(ep *Endpoint) string {
 		}
 		links = ep.allLinksLocked()
 		ep.mu.Unlock()
+		p("  %+v", ep.Stats()) // takes ep.mu
 	}
 	for _, l := range links {
 		p("  link %d peer %v dial %v", l.id, l.peer, l.dial)
