@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -403,6 +404,22 @@ func (g *guest) bootFailureOnly() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.state == stateNoBoot && len(g.kernel) == 0 && len(g.bootReports) == 0
+}
+
+// nicStall returns the guest's first report of a stalled NIC ("" if none),
+// and whether it has another kind of kernel report too.
+func (g *guest) nicStall() (msg string, other bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, r := range append(slices.Clone(g.kernel), g.bootReports...) {
+		switch {
+		case !nicStall.MatchString(r):
+			other = true
+		case msg == "":
+			msg = r
+		}
+	}
+	return msg, other
 }
 
 // stoppedForPeer reports whether the guest was only stopped because another

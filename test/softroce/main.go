@@ -256,18 +256,18 @@ func runSuites(ctx context.Context, l *Lab, suites []*Suite) error {
 }
 
 // runSuite runs a suite, and once more when the first attempt failed only
-// because a guest did not boot (see bootRetryReason): that is a rare hang of
-// the guest's boot, not a verdict on the suite. retried says why it ran
+// because of the lab (see retryReason): a guest that did not boot, or a
+// guest NIC that stopped sending, is not a verdict on the suite. retried says why it ran
 // twice ("" when it did not); the result is the second attempt's.
 func runSuite(ctx context.Context, l *Lab, s *Suite) (res *runResult, retried string, err error) {
 	res, err = l.Run(ctx, s, false, 1)
-	if err != nil || res.bootRetry == "" || ctx.Err() != nil {
+	if err != nil || res.retry == "" || ctx.Err() != nil {
 		return res, "", err
 	}
 	kept := filepath.Join(res.logs, "attempt1")
-	retried = fmt.Sprintf("second attempt: the first (%.1fs, logs in %s) failed only because a guest did not boot: %s", res.elapsed.Seconds(), kept, res.bootRetry)
-	logf("suite %s: RETRYING ONCE after %.1fs: the run failed only because a guest did not boot (%s); the first attempt's logs are kept in %s",
-		s.Name, res.elapsed.Seconds(), res.bootRetry, kept)
+	retried = fmt.Sprintf("second attempt: the first (%.1fs, logs in %s) failed only because of the lab: %s", res.elapsed.Seconds(), kept, res.retry)
+	logf("suite %s: RETRYING ONCE after %.1fs: the run failed only because of the lab (%s); the first attempt's logs are kept in %s",
+		s.Name, res.elapsed.Seconds(), res.retry, kept)
 	res, err = l.Run(ctx, s, false, 2)
 	if err != nil {
 		return nil, retried, fmt.Errorf("second attempt: %w", err)

@@ -75,6 +75,7 @@ func TestKernelReport(t *testing.T) {
 		"3,405,1,-;INFO: task kworker/0:1:12 blocked for more than 120 seconds.",
 		"0,406,1,-;watchdog: BUG: soft lockup - CPU#0 stuck for 22s!",
 		"3,407,1,-;rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+		"2,408,73933773,-;virtio_net virtio0 eth0: NETDEV WATCHDOG: CPU: 0: transmit queue 0 timed out 60360 ms",
 	}
 	for _, l := range bad {
 		if _, ok := kernelReport(l); !ok {

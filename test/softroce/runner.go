@@ -235,9 +235,9 @@ type runResult struct {
 	failures []string // one line a failed guest; empty when all passed
 	logs     string
 	elapsed  time.Duration
-	// bootRetry, when not empty, says why the run deserves a second
-	// attempt: it failed only because guests did not boot.
-	bootRetry string
+	// retry, when not empty, says why the run deserves a second
+	// attempt: it failed only because of the lab (retryReason).
+	retry string
 }
 
 // Run boots the suite's guests, runs it in each, and reports how each
@@ -352,16 +352,24 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 		res.failures = append(res.failures, fmt.Sprintf("qemu processes %v outlived the run (killed now)", orphans))
 	}
 	if len(orphans) == 0 && ctx.Err() == nil && !interactive {
-		res.bootRetry = bootRetryReason(guests, timeout)
+		res.retry = retryReason(guests, timeout)
 	}
 	return res, nil
 }
 
-// bootRetryReason decides whether a failed run is worth a second attempt:
-// only when at least one guest did not boot (killed by the boot watchdog,
-// with no kernel problem seen) and every other failed guest was merely
-// stopped because of that. It returns the failed guests' verdicts, or ""
-// (a test failure, a hang after boot, a kernel report: no retry).
+// retryReason decides whether a failed run is worth a second attempt: it
+// failed only because of the lab, in one of two known ways, and says how.
+func retryReason(guests []*guest, timeout time.Duration) string {
+	if why := bootRetryReason(guests, timeout); why != "" {
+		return why
+	}
+	return nicStallReason(guests, timeout)
+}
+
+// bootRetryReason: at least one guest did not boot (killed by the boot
+// watchdog, with no kernel problem seen) and every other failed guest was
+// merely stopped because of that. It returns the failed guests' verdicts,
+// or "" (a test failure, a hang after boot, a kernel report: no retry).
 func bootRetryReason(guests []*guest, timeout time.Duration) string {
 	var noBoot []string
 	for _, g := range guests {
@@ -376,6 +384,37 @@ func bootRetryReason(guests []*guest, timeout time.Duration) string {
 		}
 	}
 	return strings.Join(noBoot, "; ")
+}
+
+// nicStallReason: a guest's virtio NIC stopped sending (the kernel's NETDEV
+// WATCHDOG). Seen with qemu 7.2 under TCG about once in 40 boots of a
+// suite moving gigabytes between guests (docs/lab.md); its cause is not
+// known. From then on every failure in that boot may be a wait on the dead
+// link, so a failed run whose only kernel reports are such stalls is run
+// again, unless a guest ended without reporting (a panic, a crash). It
+// returns the stalled guests' reports, or "".
+func nicStallReason(guests []*guest, timeout time.Duration) string {
+	var stalls []string
+	failed := false
+	for _, g := range guests {
+		msg, other := g.nicStall()
+		if g.verdict(timeout) != "" {
+			failed = true
+		}
+		g.mu.Lock()
+		crashed := g.state == stateNoReport
+		g.mu.Unlock()
+		switch {
+		case crashed, other:
+			return ""
+		case msg != "":
+			stalls = append(stalls, fmt.Sprintf("%s: the NIC stopped sending (kernel %s)", g.name, msg))
+		}
+	}
+	if !failed {
+		return ""
+	}
+	return strings.Join(stalls, "; ")
 }
 
 // resetRunDir empties a suite's run directory. When keep is not empty the

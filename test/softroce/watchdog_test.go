@@ -217,6 +217,35 @@ func TestWaitGuestsBootWatchdog(t *testing.T) {
 	}
 }
 
+// A run whose only kernel reports are NIC stalls is run again: the lab
+// network died under it. Any other kernel report, or a guest that ended
+// without a result, is a verdict on the suite.
+func TestNICStallRetryReason(t *testing.T) {
+	const stall = "virtio_net virtio0 eth0: NETDEV WATCHDOG: CPU: 0: transmit queue 0 timed out 60360 ms"
+	failed := func(name string) *guest { return &guest{name: name, state: stateExited, status: 1} }
+	stalled := &guest{name: "s/g2", state: statePeerFailed, stopWhy: "stopped 10s after s/g1 failed", kernel: []string{stall, stall}}
+	for _, c := range []struct {
+		what   string
+		guests []*guest
+		retry  bool
+	}{
+		{"the sender's NIC stalled, the receiver timed out", []*guest{failed("s/g1"), stalled}, true},
+		{"a stall in the guest that failed", []*guest{{name: "s", state: stateExited, status: 1, kernel: []string{stall}}}, true},
+		{"a stall and a WARNING", []*guest{failed("s/g1"), {name: "s/g2", state: stateExited, status: 1, kernel: []string{stall, "WARNING: CPU: 0 PID: 1 at x"}}}, false},
+		{"a stall here, an Oops there", []*guest{{name: "s/g1", state: stateExited, status: 1, kernel: []string{"Oops: 0002"}}, stalled}, false},
+		{"a stall, and a guest that crashed", []*guest{{name: "s/g1", state: stateNoReport}, stalled}, false},
+		{"a test failure without a stall", []*guest{failed("s/g1"), {name: "s/g2", state: statePeerFailed, stopWhy: "stopped"}}, false},
+	} {
+		got := retryReason(c.guests, time.Minute)
+		if (got != "") != c.retry {
+			t.Errorf("%s: reason %q, want retry %v", c.what, got, c.retry)
+		}
+		if c.retry && !strings.Contains(got, "the NIC stopped sending (kernel "+stall) {
+			t.Errorf("%s: reason %q does not say why", c.what, got)
+		}
+	}
+}
+
 // A guest that booted and then hangs is left to the deadline.
 func TestWaitGuestsWatchdogSparesBootedGuests(t *testing.T) {
 	g := fakeGuest(t, "s", phaseReady)
