@@ -9,9 +9,9 @@ import (
 // WARNINGs, KASAN/UBSAN/KFENCE reports, lockdep splats, lockups, hung tasks,
 // RCU stalls, and a NIC's stalled transmit queue (NETDEV WATCHDOG: the
 // guest's virtio NIC stopped sending, so whatever fails after it in that
-// boot is the lab network's doing, not the code's). The stock guest kernel
-// has no lockdep or KASAN, but a debug kernel can be dropped in, so their
-// reports are recognised too.
+// boot may be waiting on the lab network; see nicStallReason). The stock
+// guest kernel has no lockdep or KASAN, but a debug kernel can be dropped
+// in, so their reports are recognised too.
 var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG:|kernel BUG at|Oops|general protection fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.* detected stalls|rcu: INFO: .* detected stalls|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking|(.*: )?NETDEV WATCHDOG:)`)
 
 // nicStall matches the kernel's report of a NIC whose transmit queue has

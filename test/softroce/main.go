@@ -257,8 +257,9 @@ func runSuites(ctx context.Context, l *Lab, suites []*Suite) error {
 
 // runSuite runs a suite, and once more when the first attempt failed only
 // because of the lab (see retryReason): a guest that did not boot, or a
-// guest NIC that stopped sending, is not a verdict on the suite. retried says why it ran
-// twice ("" when it did not); the result is the second attempt's.
+// guest NIC that stopped sending, is not a verdict on the suite. retried
+// says why it ran twice ("" when it did not); the result is the second
+// attempt's.
 func runSuite(ctx context.Context, l *Lab, s *Suite) (res *runResult, retried string, err error) {
 	res, err = l.Run(ctx, s, false, 1)
 	if err != nil || res.retry == "" || ctx.Err() != nil {
