@@ -105,6 +105,41 @@ func putLayout(size func(i int) int) (sizes, offs []int, total int) {
 	return
 }
 
+// postOrdering posts three buffers of an ordering epoch's size to w.
+func postOrdering(t *testing.T, ep *Endpoint, w *Window) []*Posted {
+	t.Helper()
+	_, _, total := orderSizes()
+	arena, err := ep.Alloc(3 * total)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var posted []*Posted
+	for i := 0; i < 3; i++ {
+		p, err := w.Post(arena[i*total:(i+1)*total], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		posted = append(posted, p)
+	}
+	return posted
+}
+
+// putOrdering issues the puts of epochs ordering epochs to mb, epoch e
+// filled from src with pattern seed+e, in issueOrder(e), and returns them
+// unwaited.
+func putOrdering(ctx context.Context, ep *Endpoint, dst netip.AddrPort, mb Mailbox, src []byte, epochs, seed int) []*PutOp {
+	sizes, offs, total := orderSizes()
+	var ops []*PutOp
+	for e := 0; e < epochs; e++ {
+		mem := src[e*total : (e+1)*total]
+		fillPattern(mem, seed+e)
+		for _, i := range issueOrder(e) {
+			ops = append(ops, ep.PutAsync(ctx, dst, mb, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
+		}
+	}
+	return ops
+}
+
 func issueOrder(epoch int) []int {
 	o := make([]int, 8)
 	for i := range o {
@@ -195,19 +230,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 		}
 		mu.Unlock()
 	}
-	post3 := func(w *Window) []*Posted {
-		arena, _ := ep.Alloc(3 * total)
-		var posted []*Posted
-		for i := 0; i < 3; i++ {
-			p, err := w.Post(arena[i*total:(i+1)*total], nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			posted = append(posted, p)
-		}
-		return posted
-	}
-	posted, opsPosted := post3(wo), post3(wops)
+	posted, opsPosted := postOrdering(t, ep, wo), postOrdering(t, ep, wops)
 
 	// Several senders, one epoch: each sender's share at its own offset.
 	senders := guests - 1
@@ -492,18 +515,10 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	wait("rvma-receiver-ready")
 
 	if idx == 2 {
-		sizes, offs, total := orderSizes()
+		_, _, total := orderSizes()
 		src, _ := ep.Alloc(orderEpochs * total)
 		order := func(mb Mailbox, epochs, seed int) {
-			var ops []*PutOp
-			for e := 0; e < epochs; e++ {
-				mem := src[e*total : (e+1)*total]
-				fillPattern(mem, seed+e)
-				for _, i := range issueOrder(e) {
-					ops = append(ops, ep.PutAsync(ctx, dst, mb, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
-				}
-			}
-			for i, op := range ops {
+			for i, op := range putOrdering(ctx, ep, dst, mb, src, epochs, seed) {
 				if err := op.Wait(ctx); err != nil {
 					t.Fatalf("ordering put %d to %v: %v\n%s", i, mb, err, labDump(ep))
 				}

@@ -145,9 +145,8 @@ type PutOp struct {
 	mb  Mailbox
 	off uint64
 	n   int
-	sgl []verbs.SGE // nil or sge alone
-	sge [1]verbs.SGE
-	cp  regCopy // the registered copy of a source outside endpoint memory (cp.mem nil: none)
+	sge [1]verbs.SGE // the put's scatter list (sgl)
+	cp  regCopy      // the registered copy of a source outside endpoint memory (cp.mem nil: none)
 
 	// set while the put is in flight (under ep.mu)
 	st       *stripe
@@ -159,6 +158,14 @@ type PutOp struct {
 	once sync.Once
 	done chan struct{}
 	err  error
+}
+
+// sgl is the put's scatter list: its one entry, or none for an empty put.
+func (op *PutOp) sgl() []verbs.SGE {
+	if op.n == 0 {
+		return nil
+	}
+	return op.sge[:]
 }
 
 // Done is closed when the put completed or failed.
@@ -258,7 +265,6 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 	if len(src) > 0 {
 		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
 			op.sge[0] = verbs.SGE{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}
-			op.sgl = op.sge[:]
 		} else {
 			cp, err := ep.e.newCopy(len(src))
 			if err != nil {
@@ -268,7 +274,6 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 			copy(cp.mem, src)
 			op.cp = cp
 			op.sge[0] = cp.sge
-			op.sgl = op.sge[:]
 		}
 	}
 	// Puts from one caller to one mailbox target epochs in the order they
@@ -521,7 +526,7 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 	ep.puts[id] = op
 	ep.mu.Unlock()
 	err = st.qp.PostSend(verbs.SendWR{ID: sendTag | id, Op: wop, Flags: verbs.SendSignaled,
-		SGL: op.sgl, Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey})
+		SGL: op.sgl(), Imm: imm, RemoteAddr: d.Addr + op.off, RKey: d.RKey})
 	if err != nil {
 		ep.mu.Lock()
 		delete(ep.puts, id)

@@ -27,7 +27,7 @@ func TestLabStressGuests(t *testing.T) {
 	idx, _ := labenv.Index()
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Second)
 	defer cancel()
-	sizes, offs, total := orderSizes()
+	_, _, total := orderSizes()
 	kinds := []struct {
 		mb     Mailbox
 		epochs int
@@ -45,14 +45,7 @@ func TestLabStressGuests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			arena, _ := ep.Alloc(3 * total)
-			for i := 0; i < 3; i++ {
-				p, err := w.Post(arena[i*total:(i+1)*total], nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				posted[k] = append(posted[k], p)
-			}
+			posted[k] = postOrdering(t, ep, w)
 		}
 		if err := labenv.Signal(*countingFlag + "-stress-ready"); err != nil {
 			t.Fatal(err)
@@ -97,15 +90,7 @@ func TestLabStressGuests(t *testing.T) {
 	src, _ := ep.Alloc(orderEpochs * total)
 	for r := 0; r < *stressRounds; r++ {
 		for _, kd := range kinds {
-			var ops []*PutOp
-			for e := 0; e < kd.epochs; e++ {
-				mem := src[e*total : (e+1)*total]
-				fillPattern(mem, kd.seed+e)
-				for _, i := range issueOrder(e) {
-					ops = append(ops, ep.PutAsync(ctx, dst, kd.mb, uint64(offs[i]), mem[offs[i]:offs[i]+sizes[i]]))
-				}
-			}
-			for i, op := range ops {
+			for i, op := range putOrdering(ctx, ep, dst, kd.mb, src, kd.epochs, kd.seed) {
 				wctx, wc := context.WithTimeout(ctx, 60*time.Second)
 				err := op.Wait(wctx)
 				wc()

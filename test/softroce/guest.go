@@ -411,7 +411,7 @@ func (g *guest) bootFailureOnly() bool {
 func (g *guest) nicStall() (msg string, other bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, r := range append(slices.Clone(g.kernel), g.bootReports...) {
+	for _, r := range slices.Concat(g.kernel, g.bootReports) {
 		switch {
 		case !nicStall.MatchString(r):
 			other = true

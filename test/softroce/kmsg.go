@@ -6,18 +6,23 @@ import (
 )
 
 // kernelProblem matches kernel log lines that fail a lab run: oopses, BUGs,
-// WARNINGs, KASAN/UBSAN/KFENCE reports, lockdep splats, lockups, hung tasks,
-// RCU stalls, and a NIC's stalled transmit queue (NETDEV WATCHDOG: the
-// guest's virtio NIC stopped sending, so whatever fails after it in that
-// boot may be waiting on the lab network; see nicStallReason). The stock
-// guest kernel has no lockdep or KASAN, but a debug kernel can be dropped
-// in, so their reports are recognised too.
-var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG:|kernel BUG at|Oops|general protection fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.* detected stalls|rcu: INFO: .* detected stalls|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking|(.*: )?NETDEV WATCHDOG:)`)
+// WARNINGs, KASAN/UBSAN/KFENCE reports, lockdep splats, lockups, hung tasks
+// and RCU stalls. The stock guest kernel has no lockdep or KASAN, but a
+// debug kernel can be dropped in, so their reports are recognised too.
+// A NIC's stalled transmit queue (nicStall) fails a run as well.
+var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG:|kernel BUG at|Oops|general protection fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.* detected stalls|rcu: INFO: .* detected stalls|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking)`)
 
 // nicStall matches the kernel's report of a NIC whose transmit queue has
 // not moved for its watchdog's timeout ("virtio_net virtio0 eth0: NETDEV
-// WATCHDOG: CPU: 0: transmit queue 0 timed out 60360 ms").
+// WATCHDOG: CPU: 0: transmit queue 0 timed out 60360 ms"): the guest's
+// virtio NIC stopped sending, so whatever fails after it in that boot may
+// be waiting on the lab network (see nicStallReason).
 var nicStall = regexp.MustCompile(`NETDEV WATCHDOG:`)
+
+// isKernelProblem reports whether a kernel message fails a lab run.
+func isKernelProblem(msg string) bool {
+	return kernelProblem.MatchString(msg) || nicStall.MatchString(msg)
+}
 
 // kmsgText returns the message of one /dev/kmsg record ("prio,seq,ts,flags;text").
 // Continuation lines (" KEY=value") and anything else come back as they are.
@@ -31,7 +36,7 @@ func kmsgText(line string) string {
 // kernelReport returns the message if a kernel log line reports a problem.
 func kernelReport(line string) (string, bool) {
 	msg := strings.TrimSpace(kmsgText(line))
-	if kernelProblem.MatchString(msg) {
+	if isKernelProblem(msg) {
 		return msg, true
 	}
 	return "", false
@@ -52,7 +57,7 @@ func consoleKernelReport(line string) (string, bool) {
 		return "", false
 	}
 	msg := strings.TrimSpace(line[loc[1]:])
-	if kernelProblem.MatchString(msg) {
+	if isKernelProblem(msg) {
 		return msg, true
 	}
 	return "", false
