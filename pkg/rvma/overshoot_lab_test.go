@@ -20,6 +20,8 @@ package rvma_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,11 +187,14 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	// puts beyond the threshold, it is flagged late exactly then, and its
 	// length counts every put it holds.
 	var total, flagged int
-	for _, p := range posted {
+	var seen strings.Builder // epoch:ops[flags] of every record, for a failure
+	for i, p := range posted {
 		rec, ok := p.Load()
 		if !ok {
+			fmt.Fprintf(&seen, " buffer%d:none", i)
 			continue
 		}
+		fmt.Fprintf(&seen, " %d:%d[%v]", rec.Epoch, rec.Ops, rec.Flags)
 		total += int(rec.Ops)
 		flagged += lateIn[rec.Epoch]
 		// The last epoch, ended by IncEpoch, may count a put whose
@@ -205,7 +210,8 @@ func TestLabEndpointOvershoot(t *testing.T) {
 		}
 	}
 	if uint64(total) != placed || uint64(flagged) != st.Late {
-		t.Fatalf("records hold %d puts (want %d) and %d late ones (window: %d)", total, placed, flagged, st.Late)
+		t.Fatalf("records hold %d puts (want %d) and %d late ones (window: %d); epoch:ops[flags]:%s; window %+v",
+			total, placed, flagged, st.Late, seen.String(), st)
 	}
 	mu.Lock()
 	nrep := len(reports[0]) + len(reports[1])
