@@ -63,6 +63,11 @@ type guest struct {
 	recent      []string // the command's last few console lines
 	failQuote   []string // a Go test's first failure, as the console showed it
 	finished    chan struct{}
+
+	// onNICStall, if set, is called once when the kernel first reports
+	// the NIC stalled; it must not block (probeSet.run).
+	onNICStall func()
+	stallSeen  bool
 }
 
 // Quoting a Go test's failure in the verdict: the lines before the first
@@ -120,7 +125,7 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 		"-chardev", "file,id=kmsg,path=/dev/fd/3", "-serial", "chardev:kmsg",
 		"-netdev", fmt.Sprintf("stream,id=net0,server=off,addr.type=unix,addr.path=%s", hubAddr(sockDir)),
 		// A speed, so that rxe's port queries do not log "speed is unknown".
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=net0,mac=52:54:00:4c:41:%02x,speed=10000,duplex=full", i),
+		"-device", fmt.Sprintf("virtio-net-pci,id=%s,netdev=net0,mac=52:54:00:4c:41:%02x,speed=10000,duplex=full", nicID, i),
 		"-fsdev", "local,id=lab,path=" + l.Root + ",security_model=none,readonly=on,multidevs=remap",
 		"-device", "virtio-9p-pci,fsdev=lab,mount_tag=lab",
 		"-fsdev", "local,id=labrun,path=" + runDir + ",security_model=none,multidevs=remap",
@@ -128,6 +133,9 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 	}
 	if interactive {
 		args = append(args, "-mon", "chardev=con,mode=readline")
+	} else { // for a look at a stalled NIC (probeNICStall)
+		args = append(args, "-chardev", fmt.Sprintf("socket,id=mon,path=%s,server=on,wait=off", monitorAddr(sockDir, i)),
+			"-mon", "chardev=mon,mode=readline")
 	}
 	if l.GDBPort != 0 { // to look into a stuck vCPU (docs/lab.md)
 		args = append(args, "-gdb", fmt.Sprintf("tcp:127.0.0.1:%d", l.GDBPort+i-1))
@@ -192,8 +200,15 @@ func startGuest(g *guest, args []string, dir string, token string, out *syncWrit
 			if msg, bad := kernelReport(line); bad {
 				g.mu.Lock()
 				g.kernel = append(g.kernel, msg)
+				probe := nicStall.MatchString(msg) && !g.stallSeen && g.onNICStall != nil
+				if probe {
+					g.stallSeen = true
+				}
 				g.mu.Unlock()
 				out.printf("[%s kernel] %s\n", g.name, msg)
+				if probe {
+					g.onNICStall()
+				}
 			}
 		}
 		kr.Close()

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A hub joins the guests of one boot into a single Ethernet segment. Each
@@ -35,6 +38,13 @@ type hub struct {
 type hubPort struct {
 	conn net.Conn
 	q    chan []byte
+	mac  atomic.Value // string: the source address of the guest's first frame
+
+	// Counters for a report on a stalled guest NIC (hub.report): frames
+	// taken from the guest and when the last one came; frames written to
+	// it, and since when a write has been blocked (0: none is).
+	in, out         atomic.Uint64
+	lastIn, blocked atomic.Int64 // unix nanoseconds
 }
 
 // hubQueue is how many frames may wait for one guest.
@@ -107,6 +117,11 @@ func (h *hub) read(from *hubPort) {
 			return
 		}
 		h.frames.Add(1)
+		from.in.Add(1)
+		from.lastIn.Store(time.Now().UnixNano())
+		if from.mac.Load() == nil && n >= 12 {
+			from.mac.Store(net.HardwareAddr(frame[4+6 : 4+12]).String())
+		}
 		h.mu.Lock()
 		for _, p := range h.outs {
 			if p == from {
@@ -127,19 +142,50 @@ func (h *hub) write(p *hubPort) {
 	defer h.wg.Done()
 	w := bufio.NewWriterSize(p.conn, 256*1024)
 	for frame := range p.q {
-		if _, err := w.Write(frame); err != nil {
+		p.blocked.Store(time.Now().UnixNano())
+		_, err := w.Write(frame)
+		// Batch what is already queued, then flush.
+		if err == nil && len(p.q) == 0 {
+			err = w.Flush()
+		}
+		p.blocked.Store(0)
+		if err != nil {
 			break
 		}
-		// Batch what is already queued, then flush.
-		if len(p.q) == 0 {
-			if err := w.Flush(); err != nil {
-				break
-			}
-		}
+		p.out.Add(1)
 	}
 	p.conn.Close()
 	for range p.q { // the reader closes q once the guest is gone
 	}
+}
+
+// report describes every guest's port at time now: what the hub took from
+// it and gave it, and whether a write to it is blocked (the guest's qemu
+// not reading). It is for a guest whose NIC stalled (probeNICStall).
+func (h *hub) report(now time.Time) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "hub: %d frames repeated, %d dropped\n", h.frames.Load(), h.dropped.Load())
+	for _, p := range h.outs {
+		mac, ok := p.mac.Load().(string)
+		if !ok {
+			mac = "(no frame yet)"
+		}
+		fmt.Fprintf(&b, "port %s: %d frames in, the last %v ago; %d out, %d queued", mac, p.in.Load(), since(now, p.lastIn.Load()), p.out.Load(), len(p.q))
+		if t := p.blocked.Load(); t != 0 {
+			fmt.Fprintf(&b, "; a write in progress for %v", since(now, t))
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func since(now time.Time, unixNano int64) time.Duration {
+	if unixNano == 0 {
+		return 0
+	}
+	return now.Sub(time.Unix(0, unixNano)).Round(time.Millisecond)
 }
 
 // Close stops the hub and waits for its goroutines.

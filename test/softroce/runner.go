@@ -302,7 +302,9 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 
 	start := time.Now()
 	guests := make([]*guest, s.Guests)
+	var probes probeSet
 	defer func() { // no qemu outlives a run, whatever happens
+		probes.wait() // a look at a stalled NIC needs its qemu
 		for _, g := range guests {
 			if g != nil && g.finished != nil {
 				g.kill(stateStopped, "stopped")
@@ -321,6 +323,14 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 		g := &guest{index: i, name: fmt.Sprintf("%s/g%d", s.Name, i)}
 		if s.Guests == 1 {
 			g.name = s.Name
+		}
+		if !interactive || i > 1 {
+			g.onNICStall = func() {
+				probes.run(func() {
+					sum := probeNICStall(sockDir, i, h, filepath.Join(gdir, "nicstall.txt"))
+					l.out.printf("[%s] NIC stall: %s\n", g.name, sum)
+				})
+			}
 		}
 		args := qemuArgs(l, l.kernel, l.initrd, runDir, sockDir, token, i, smp, interactive && i == 1)
 		if err := startGuest(g, args, gdir, token, l.out, interactive && i == 1); err != nil {
