@@ -868,33 +868,55 @@ func (e *engine) pollOnce() bool {
 }
 
 // handle processes a batch of completions and replenishes the SRQ.
+//
+// The batch's bind and unbind completions are taken last, after one more
+// poll of the CQ: an unbind's completion hands a buffer over, and a put
+// placed before the unbind took effect may have its completion behind the
+// unbind's (rxe posts it once the responder is done with the packet, on
+// whichever vCPU runs it). Counted first, it is late into its epoch, as it
+// should be, rather than stale after the handover. That narrows the race;
+// it cannot close it (docs/rvma.md, section 4).
 func (e *engine) handle(wcs []verbs.WC) {
 	bindQPN := e.bindQP.QPN()
 	var refill [64]verbs.RecvWR
 	n := 0
-	var movedBuf [4]*Window
-	moved := movedBuf[:0] // windows whose binds completed: flushed once, after the batch
-	for _, wc := range wcs {
-		switch {
-		case wc.QPN == bindQPN:
-			moved = appendOnce(moved, e.bindDone(wc))
-		case wc.ID&sendTag != 0:
-			if e.links != nil {
-				e.links.sendDone(wc)
+	var bindBuf [16]verbs.WC
+	binds := bindBuf[:0]
+	take := func(wcs []verbs.WC) {
+		for _, wc := range wcs {
+			switch {
+			case wc.QPN == bindQPN:
+				binds = append(binds, wc)
+			case wc.ID&sendTag != 0:
+				if e.links != nil {
+					e.links.sendDone(wc)
+				}
+			default:
+				// Everything else consumed a receive WQE (the opcode of an
+				// error completion is not reliable, so do not test it).
+				e.recvDone(wc)
+				if n == len(refill) {
+					e.refill(refill[:n])
+					n = 0
+				}
+				refill[n] = e.recvWR(wc.ID % engineSRQDepth)
+				n++
 			}
-		default:
-			// Everything else consumed a receive WQE (the opcode of an
-			// error completion is not reliable, so do not test it).
-			e.recvDone(wc)
-			if n == len(refill) {
-				e.refill(refill[:n])
-				n = 0
-			}
-			refill[n] = e.recvWR(wc.ID % engineSRQDepth)
-			n++
+		}
+	}
+	take(wcs)
+	if len(binds) > 0 {
+		var more [16]verbs.WC
+		if m, err := e.cq.Poll(more[:]); err == nil {
+			take(more[:m])
 		}
 	}
 	e.refill(refill[:n])
+	var movedBuf [4]*Window
+	moved := movedBuf[:0] // windows whose binds completed: flushed once, after the batch
+	for _, wc := range binds {
+		moved = appendOnce(moved, e.bindDone(wc))
+	}
 	for _, w := range moved {
 		w.flush()
 		e.maybeDropModuleWindow(w)

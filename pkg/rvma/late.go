@@ -16,8 +16,11 @@ import (
 // its puts differently from the receiver. Their bytes are in the epoch's buffer and
 // in its record's length (the record carries FlagLate), so no data was
 // lost; the report says the senders overshot. With Stale the epoch had
-// already been handed over (only a GuardNone window lets a put land then):
-// the bytes may have changed a buffer the application holds.
+// already been handed over when the receiver counted the puts, and its
+// record does not count them: a GuardNone window lets a put land then,
+// and when the library counts, a put placed just before its epoch's
+// unbind can have its completion taken after the hand-over (docs/rvma.md,
+// section 4). The bytes may have changed a buffer the application holds.
 //
 // Late puts of one epoch that the receiver could not report at once (its
 // control sends were backed up) arrive as one report.
