@@ -117,27 +117,69 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	}
 	placed := uint64(2*th*rounds - gaveUp[0] - gaveUp[1])
 
-	// Hand over what the last epochs hold: puts retried after a refusal
-	// may leave the head short of its threshold, and a sender that put
-	// the threshold into it by its own count has moved on to the next
-	// ones. A sender targets at most three generations from the first
-	// that still accepts puts, and the head may be one before it that
-	// reached its threshold and is not handed over yet: four IncEpochs
-	// reach every generation a put can have landed in.
-	for i := 0; i < 4; i++ {
+	// The receiver counts a put when it takes the put's completion (or
+	// the module's count), which may be several epochs after the sender's
+	// put completed: wait until it has counted them all. When the library
+	// counts, a put placed just before its epoch's unbind took effect can
+	// have its completion taken after the epoch was handed over: it is
+	// counted as stale, not into the record, and reported to its sender
+	// (LateReport.Stale). rxe does not fence a memory window's
+	// invalidation against a write that already passed its key check
+	// (docs/rvma.md, section 4); the engine narrows the race, and the
+	// test takes such puts into account exactly.
+	library := recv.Counting() != rvma.CountModule
+	afterHandover := func(st rvma.Stats) uint64 {
+		if library {
+			return st.Stale
+		}
+		return 0 // the module's Stale counts refusals, reported by their senders
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	st := w.Stats()
+	for ; st.Puts+afterHandover(st) != placed && time.Now().Before(deadline); st = w.Stats() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.Puts+afterHandover(st) != placed {
+		t.Fatalf("window counted %d puts (and %d after their epoch's handover), want %d (%d given up as stale): %+v", st.Puts, afterHandover(st), placed, gaveUp[0]+gaveUp[1], st)
+	}
+	placed -= afterHandover(st)
+
+	// Hand over what the last epochs hold. Those that reached their
+	// threshold are handed over on their own once unbound; those short of
+	// it (puts retried after a refusal, and a sender that put the
+	// threshold into one by its own count has moved on) only by IncEpoch,
+	// which ends the head whatever it holds and returns once it is handed
+	// over. So: until the records hold every put, end the head.
+	records := func() (recs []rvma.Record, total int, seen string) {
+		var b strings.Builder // epoch:ops[flags] of every record, for a failure
+		for i, p := range posted {
+			rec, ok := p.Load()
+			if !ok {
+				fmt.Fprintf(&b, " buffer%d:none", i)
+				continue
+			}
+			fmt.Fprintf(&b, " %d:%d[%v]", rec.Epoch, rec.Ops, rec.Flags)
+			recs = append(recs, rec)
+			total += int(rec.Ops)
+		}
+		return recs, total, b.String()
+	}
+	recs, total, seen := records()
+	for inc := 0; uint64(total) != placed && inc < len(posted); inc++ {
 		if _, err := w.IncEpoch(ctx); err != nil {
 			t.Fatalf("IncEpoch: %v", err)
 		}
+		recs, total, seen = records()
 	}
-	st := w.Stats()
-	if st.Puts != placed {
-		t.Fatalf("window counted %d puts, want %d (%d given up as stale): %+v", st.Puts, placed, gaveUp[0]+gaveUp[1], st)
+	if uint64(total) != placed {
+		t.Fatalf("records hold %d puts (want %d); epoch:ops[flags]:%s; window %+v", total, placed, seen, w.Stats())
 	}
+	st = w.Stats()
 	// Reports travel after the puts completed: wait for them.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline = time.Now().Add(10 * time.Second)
 	for {
 		got := senders[0].Stats().LatePuts + senders[1].Stats().LatePuts
-		if got == st.Late {
+		if got == st.Late+afterHandover(st) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -168,37 +210,40 @@ func TestLabEndpointOvershoot(t *testing.T) {
 
 	lateIn := map[uint64]int{}
 	calls := map[int]int{}
+	var staleReported uint64
 	mu.Lock()
 	for s, rs := range reports {
 		for _, r := range rs {
-			if r.Peer != recv.Addr() || r.Mailbox != mb || r.Puts < 1 || r.Bytes != uint64(r.Puts*size) || r.Stale {
+			if r.Peer != recv.Addr() || r.Mailbox != mb || r.Puts < 1 || r.Bytes != uint64(r.Puts*size) || r.Stale && !library {
 				t.Errorf("sender %d: report %+v", s, r)
 			}
-			lateIn[r.Epoch] += r.Puts
 			calls[s] += r.Puts
+			if r.Stale {
+				staleReported += uint64(r.Puts)
+				continue
+			}
+			lateIn[r.Epoch] += r.Puts
 		}
 		if uint64(calls[s]) != senders[s].Stats().LatePuts {
 			t.Errorf("sender %d: OnLate reported %d puts, LatePuts %d", s, calls[s], senders[s].Stats().LatePuts)
 		}
 	}
 	mu.Unlock()
+	if staleReported != afterHandover(st) {
+		t.Errorf("senders were told of %d puts counted after their epoch's handover, the window counted %d", staleReported, afterHandover(st))
+	}
 
 	// Every epoch's record: the late puts reported for it are exactly its
 	// puts beyond the threshold, it is flagged late exactly then, and its
 	// length counts every put it holds.
-	var total, flagged int
-	var seen strings.Builder // epoch:ops[flags] of every record, for a failure
-	for i, p := range posted {
-		rec, ok := p.Load()
-		if !ok {
-			fmt.Fprintf(&seen, " buffer%d:none", i)
-			continue
-		}
-		fmt.Fprintf(&seen, " %d:%d[%v]", rec.Epoch, rec.Ops, rec.Flags)
-		total += int(rec.Ops)
+	var flagged int
+	for _, rec := range recs {
 		flagged += lateIn[rec.Epoch]
-		// The last epoch, ended by IncEpoch, may count a put whose
-		// completion the receiver took after IncEpoch: late as well.
+	}
+	if uint64(flagged) != st.Late {
+		t.Fatalf("records hold %d late puts (window: %d); epoch:ops[flags]:%s; window %+v", flagged, st.Late, seen, st)
+	}
+	for _, rec := range recs {
 		if rec.Flags&rvma.FlagPartial == 0 && int(rec.Ops)-th != lateIn[rec.Epoch] {
 			t.Errorf("epoch %d: %d puts for a threshold of %d, %d reported late", rec.Epoch, rec.Ops, th, lateIn[rec.Epoch])
 		}
@@ -209,15 +254,11 @@ func TestLabEndpointOvershoot(t *testing.T) {
 			t.Errorf("epoch %d: %d bytes for %d puts", rec.Epoch, rec.Len, rec.Ops)
 		}
 	}
-	if uint64(total) != placed || uint64(flagged) != st.Late {
-		t.Fatalf("records hold %d puts (want %d) and %d late ones (window: %d); epoch:ops[flags]:%s; window %+v",
-			total, placed, flagged, st.Late, seen.String(), st)
-	}
 	mu.Lock()
 	nrep := len(reports[0]) + len(reports[1])
 	mu.Unlock()
-	t.Logf("%d puts from 2 senders into %d-put epochs: %d late (placed, counted, reported to their senders: %d and %d, in %d reports), %d refused and retried, %d and %d given up as stale; receiver's lost notices %d",
-		2*th*rounds, th, st.Late, senders[0].Stats().LatePuts, senders[1].Stats().LatePuts, nrep,
+	t.Logf("%d puts from 2 senders into %d-put epochs: %d late (placed, counted, reported to their senders: %d and %d, in %d reports), %d counted after their epoch's handover, %d refused and retried, %d and %d given up as stale; receiver's lost notices %d",
+		2*th*rounds, th, st.Late, senders[0].Stats().LatePuts, senders[1].Stats().LatePuts, nrep, afterHandover(st),
 		senders[0].Stats().StalePuts+senders[1].Stats().StalePuts, gaveUp[0], gaveUp[1], recv.Stats().LostNotices)
 	if n := recv.Stats().LostNotices; n != 0 {
 		t.Errorf("receiver lost %d notices", n)
