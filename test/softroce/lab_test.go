@@ -11,6 +11,18 @@ import (
 	"time"
 )
 
+// startHub starts a hub in a fresh directory, closed when the test ends.
+func startHub(t *testing.T) (*hub, string) {
+	t.Helper()
+	dir := t.TempDir()
+	h, err := newHub(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	return h, dir
+}
+
 // dialHub connects a fake qemu NIC to the hub.
 func dialHub(t *testing.T, dir string) net.Conn {
 	t.Helper()
@@ -43,12 +55,7 @@ func recvFrame(c net.Conn, wait time.Duration) ([]byte, error) {
 }
 
 func TestHubRepeatsToOthersOnly(t *testing.T) {
-	dir := t.TempDir()
-	h, err := newHub(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, dir := startHub(t)
 	g := []net.Conn{dialHub(t, dir), dialHub(t, dir), dialHub(t, dir)}
 	waitPorts(t, h, 3)
 	frame := []byte("an ethernet frame from guest 1")
@@ -74,12 +81,7 @@ func TestHubRepeatsToOthersOnly(t *testing.T) {
 // A guest that reads nothing loses frames (counted) but does not hold up
 // the others.
 func TestHubSlowGuestDoesNotBlockOthers(t *testing.T) {
-	dir := t.TempDir()
-	h, err := newHub(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, dir := startHub(t)
 	src, fast, _ := dialHub(t, dir), dialHub(t, dir), dialHub(t, dir) // the third never reads
 	waitPorts(t, h, 3)
 	frame := bytes.Repeat([]byte{0xab}, 1500)
@@ -107,12 +109,7 @@ func TestHubSlowGuestDoesNotBlockOthers(t *testing.T) {
 }
 
 func TestHubRejectsBadFraming(t *testing.T) {
-	dir := t.TempDir()
-	h, err := newHub(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, dir := startHub(t)
 	bad, good := dialHub(t, dir), dialHub(t, dir)
 	waitPorts(t, h, 2)
 	bad.Write([]byte{0xff, 0xff, 0xff, 0xff}) // a 4 GiB frame

@@ -108,12 +108,7 @@ func TestHMP(t *testing.T) {
 // TestHubReport checks that the hub names each guest's port by the source
 // address of its frames and counts what passed.
 func TestHubReport(t *testing.T) {
-	dir := t.TempDir()
-	h, err := newHub(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h, dir := startHub(t)
 	a, b := dialHub(t, dir), dialHub(t, dir)
 	waitPorts(t, h, 2)
 	frame := make([]byte, 64)
