@@ -15,8 +15,9 @@ import (
 )
 
 // When a guest's kernel reports its NIC stalled (nicStall), the lab looks
-// at the three parties that could hold the frames, twice a few seconds
-// apart, and keeps what it saw in the guest's nicstall.txt:
+// at everything that could hold the frames (qemu's virtio device and its
+// netdev, the hub, the host's sockets), twice a few seconds apart, and
+// keeps what it saw in the guest's nicstall.txt:
 //   - qemu's virtio transmit queue (the monitor's info virtio-queue-status):
 //     whether the guest made buffers available that qemu did not take
 //     (last_avail_idx behind avail), took without completing (inuse), or
