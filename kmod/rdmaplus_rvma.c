@@ -152,9 +152,33 @@ static DEFINE_HASHTABLE(rvma_mrs, 8);
 static atomic_t rvma_nr_mrs = ATOMIC_INIT(0);
 
 static struct {
-	atomic64_t packets, bytes, published, refused, unparsed;
+	atomic64_t packets, bytes, published, refused, unparsed, nomem;
 	atomic64_t windows, ranges, mrs;
 } rvma_st;
+
+/*
+ * For tests of the path no test could otherwise reach (the stock kernel
+ * has no fault injection): while positive, each first packet of a keyed
+ * multi-packet message fails to keep its key as an allocation failure
+ * would, and the count goes down by one.
+ */
+static unsigned int rvma_fail_key_stores;
+module_param(rvma_fail_key_stores, uint, 0644);
+MODULE_PARM_DESC(rvma_fail_key_stores,
+		 "testing: fail the next N key stores as GFP_ATOMIC would (the packets are refused)");
+
+static bool rvma_fail_key_store(void)
+{
+	unsigned int n = READ_ONCE(rvma_fail_key_stores), old;
+
+	while (n) {
+		old = cmpxchg(&rvma_fail_key_stores, n, n - 1);
+		if (old == n)
+			return true;
+		n = old;
+	}
+	return false;
+}
 
 /* ---- data path -------------------------------------------------------- */
 
@@ -284,9 +308,16 @@ static bool rvma_key_ok(struct rvma_mr *m, struct rvma_buf *b, int parsed,
 			return false;
 		if (h->last)
 			return true;
-		ent = xa_store(&m->msgs, h->qpn, xa_mk_value(h->rkey),
-			       GFP_ATOMIC);
-		return !xa_is_err(ent);
+		if (rvma_fail_key_store())
+			ent = XA_ERROR(-ENOMEM);
+		else
+			ent = xa_store(&m->msgs, h->qpn, xa_mk_value(h->rkey),
+				       GFP_ATOMIC | __GFP_NOWARN);
+		if (xa_is_err(ent)) {
+			atomic64_inc(&rvma_st.nomem);
+			return false;
+		}
+		return true;
 	}
 	ent = h->last ? xa_erase(&m->msgs, h->qpn) : xa_load(&m->msgs, h->qpn);
 	return xa_is_value(ent) && xa_to_value(ent) == b->rkey;
@@ -1068,6 +1099,7 @@ RVMA_ATTR(bytes);	/* bytes placed */
 RVMA_ATTR(published);	/* records published */
 RVMA_ATTR(refused);	/* write packets refused: gate closed, wrong key */
 RVMA_ATTR(unparsed);	/* placed packets whose opcode was not found */
+RVMA_ATTR(nomem);	/* refused: no memory to keep their message's key */
 RVMA_ATTR(windows);	/* live windows */
 RVMA_ATTR(ranges);	/* gated ranges, pending and closed */
 RVMA_ATTR(mrs);		/* memory regions with a gated range */
@@ -1078,6 +1110,7 @@ static struct attribute *rvma_attrs[] = {
 	&rvma_attr_published.kattr.attr,
 	&rvma_attr_refused.kattr.attr,
 	&rvma_attr_unparsed.kattr.attr,
+	&rvma_attr_nomem.kattr.attr,
 	&rvma_attr_windows.kattr.attr,
 	&rvma_attr_ranges.kattr.attr,
 	&rvma_attr_mrs.kattr.attr,

@@ -122,3 +122,58 @@ func TestLabMailboxKeyed(t *testing.T) {
 		t.Fatalf("counters before %+v, after %+v", before, after)
 	}
 }
+
+// A keyed buffer whose module cannot keep a message's key (no memory in
+// softirq) refuses the message at its first packet: nothing of it is
+// placed or counted, the refusal and its cause are counted, and the
+// sender sees a remote access error. A one-packet message needs no kept
+// key and is not affected; the same message sent again is placed.
+func TestLabMailboxKeyNoMemory(t *testing.T) {
+	labenv.Device(t)
+	d := openDev(t)
+	before := mbStats(t)
+	mb := newMailboxes(t, d, 1, 1)
+	id := newWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 1, verbs.MTU1024)
+	key := p.bindMW(0, page)
+	clear(p.dst.mr.Bytes())
+	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: page, Threshold: page,
+		Gen: 0, Record: 0, Keyed: true, RKey: key})
+	if err := labenv.SetKeyStoreFaults(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { labenv.SetKeyStoreFaults(0) })
+
+	data := pattern(page, 7)
+	if err := p.writeKey(0, p.addr(0), key, data[:100]); err != nil {
+		t.Fatalf("one packet: %v", err)
+	}
+	if err := p.writeKey(100, p.addr(100), key, data[100:3100]); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("three packets without memory for their key: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	if r := mb.Refused(id); r != 1 {
+		t.Fatalf("window refused %d, want 1", r)
+	}
+	if n, err := labenv.KeyStoreFaults(); n != 0 || err != nil {
+		t.Fatalf("key store faults left: %d %v, want 0", n, err)
+	}
+	checkBytes(t, p, 0, append(append([]byte(nil), data[:100]...), make([]byte, page-100)...))
+	unpublished(t, mb, 0)
+
+	p.reconnect()
+	if err := p.writeKey(100, p.addr(100), key, data[100:3100]); err != nil {
+		t.Fatalf("three packets sent again: %v", err)
+	}
+	if err := p.writeKey(3100, p.addr(3100), key, data[3100:]); err != nil {
+		t.Fatalf("the rest: %v", err)
+	}
+	wantDone(t, mb, id, 1)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(0), Len: page, Ops: 3, Cap: page})
+	checkBytes(t, p, 0, data)
+
+	after := mbStats(t)
+	if after.Refused-before.Refused != 1 || after.NoMem-before.NoMem != 1 ||
+		after.Packets-before.Packets != 1+3+1 || after.Unparsed != before.Unparsed {
+		t.Fatalf("counters before %+v, after %+v", before, after)
+	}
+}

@@ -55,7 +55,7 @@ func StatsFromDir(dir string) (Stats, error) {
 
 // MailboxSysfsDir is where the module publishes its counted-mailbox
 // counters, one decimal file per MailboxStats field (packets, bytes,
-// published, refused, unparsed, windows, ranges, mrs).
+// published, refused, unparsed, nomem, windows, ranges, mrs).
 const MailboxSysfsDir = "/sys/kernel/rdmaplus/rvma"
 
 // MailboxStats are the module-wide counters of the counted mailboxes.
@@ -63,8 +63,9 @@ type MailboxStats struct {
 	Packets   uint64 // write packets placed into open buffers
 	Bytes     uint64 // bytes placed
 	Published uint64 // records published
-	Refused   uint64 // write packets refused (gate closed, or straddling an edge)
+	Refused   uint64 // write packets refused (gate closed, straddling an edge, wrong key, NoMem)
 	Unparsed  uint64 // placed packets whose opcode was not found: must stay 0
+	NoMem     uint64 // first packets refused because their message's key could not be kept (no memory)
 	Windows   uint64 // live windows, all processes
 	Ranges    uint64 // gated ranges, pending and published
 	MRs       uint64 // memory regions with a gated range
@@ -72,8 +73,9 @@ type MailboxStats struct {
 
 // MailboxStatsFromSysfs reads the counters from MailboxSysfsDir under root
 // ("" or "/" for the running system). It returns an error wrapping
-// os.ErrNotExist when the module (ABI 4 or later) is not loaded, or one
-// naming the file that could not be parsed.
+// os.ErrNotExist when the module is not loaded or lacks one of the files
+// (a module older than this package), or one naming the file that could
+// not be parsed.
 func MailboxStatsFromSysfs(root string) (MailboxStats, error) {
 	dir := filepath.Join(root, MailboxSysfsDir)
 	var st MailboxStats
@@ -82,7 +84,8 @@ func MailboxStatsFromSysfs(root string) (MailboxStats, error) {
 		v    *uint64
 	}{
 		{"packets", &st.Packets}, {"bytes", &st.Bytes}, {"published", &st.Published},
-		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"windows", &st.Windows},
+		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"nomem", &st.NoMem},
+		{"windows", &st.Windows},
 		{"ranges", &st.Ranges}, {"mrs", &st.MRs},
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, f.name))

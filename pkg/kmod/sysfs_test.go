@@ -45,7 +45,7 @@ func TestMailboxStatsFromSysfs(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for i, n := range []string{"packets", "bytes", "published", "refused", "unparsed", "windows", "ranges", "mrs"} {
+	for i, n := range []string{"packets", "bytes", "published", "refused", "unparsed", "nomem", "windows", "ranges", "mrs"} {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(string(rune('1'+i))+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestMailboxStatsFromSysfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (MailboxStats{1, 2, 3, 4, 5, 6, 7, 8}) {
+	if st != (MailboxStats{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
 		t.Fatalf("%+v", st)
 	}
 	os.WriteFile(filepath.Join(dir, "ranges"), []byte("x\n"), 0o644)

@@ -218,3 +218,32 @@ func CaptureStdout(t TB, f func()) string {
 	}()
 	return string(<-done)
 }
+
+// keyStoreFaults is the kernel module's test knob (docs/kmod.md, "Keyed
+// buffers"): while positive, each first packet of a keyed multi-packet
+// write fails to keep its message's key, as a failed allocation would, and
+// is refused; each such failure takes one off.
+const keyStoreFaults = "/sys/module/rdmaplus/parameters/rvma_fail_key_stores"
+
+// SetKeyStoreFaults makes the next n key stores of the kernel module fail
+// (0: none). It fails when the module is not loaded.
+func SetKeyStoreFaults(n int) error {
+	if err := os.WriteFile(keyStoreFaults, []byte(strconv.Itoa(n)), 0o644); err != nil {
+		return fmt.Errorf("labenv: %w", err)
+	}
+	return nil
+}
+
+// KeyStoreFaults returns how many of the failures SetKeyStoreFaults asked
+// for have not happened yet.
+func KeyStoreFaults() (int, error) {
+	b, err := os.ReadFile(keyStoreFaults)
+	if err != nil {
+		return 0, fmt.Errorf("labenv: %w", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("labenv: %s: %w", keyStoreFaults, err)
+	}
+	return n, nil
+}
