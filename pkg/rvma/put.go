@@ -772,13 +772,27 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 	only := len(ep.subs[slot]) == 1
 	ep.mu.Unlock()
 	if err := l.sendCtrl(Ctrl{Type: CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {
-		ep.lostNotices.Add(1)
+		// Not a lost notice: the sender asks again (RESOLVE is sent again
+		// when a stripe is replaced and on a timeout) and is answered
+		// then. Every stripe of the link being replaced at once is how
+		// this happens, after refused puts.
 		return
 	}
 	off := int(slot) * EntrySize
 	cur := ep.e.descMR.Bytes()[off : off+EntrySize]
 	if err := ep.noticeLink(sub).notify(m.ViewSlot, cur); err != nil {
-		ep.lostNotices.Add(1)
+		if errors.Is(err, ErrInvalid) {
+			ep.lostNotices.Add(1)
+			return
+		}
+		// No live stripe, or the control share of the send queue full:
+		// the entry is owed and pushed later, as in pushEntry.
+		ep.mu.Lock()
+		if slices.Contains(ep.subs[slot], sub) {
+			ep.oweLocked(slot, sub)
+		}
+		ep.mu.Unlock()
+		ep.e.deferPush(w)
 		return
 	}
 	ep.notices.Add(1)
