@@ -32,7 +32,7 @@ var (
 	descLatePuts     = prometheus.NewDesc("rvma_endpoint_late_puts_total", "This endpoint's puts that receivers reported as landing after their epoch's threshold (overshoot).", epLabels, nil)
 	descLinkFailures = prometheus.NewDesc("rvma_endpoint_links_lost_total", "Links that ended other than by this endpoint's Close: the peer disconnected or died, or an error.", epLabels, nil)
 	descRejected     = prometheus.NewDesc("rvma_endpoint_rejected_connections_total", "Connection requests refused (not RVMA, or a bad hello).", epLabels, nil)
-	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates that could not be pushed to a sender.", epLabels, nil)
+	descLostNotices  = prometheus.NewDesc("rvma_endpoint_lost_notices_total", "Descriptor updates, and reports of late or refused puts, that could not be sent to their peer and will not be (its link failed, or a queue overflowed).", epLabels, nil)
 	descNotices      = prometheus.NewDesc("rvma_endpoint_notices_total", "Descriptor updates pushed to senders (one post each).", epLabels, nil)
 	descBufferWaits  = prometheus.NewDesc("rvma_endpoint_buffer_waits_total", "Times a put found no buffer posted for its epoch and waited for the receiver to post one.", epLabels, nil)
 	descGetsServed   = prometheus.NewDesc("rvma_endpoint_gets_served_total", "Peers' Gets answered with a kept buffer.", epLabels, nil)

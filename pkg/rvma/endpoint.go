@@ -318,7 +318,7 @@ type EndpointStats struct {
 	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
 	LatePuts      uint64 // this endpoint's puts that receivers reported as late (Options.OnLate)
-	LostNotices   uint64 // entry updates, and reports of late or refused puts, that could not be sent to their peer
+	LostNotices   uint64 // entry updates, and reports of late or refused puts, that could not be sent to their peer and will not be (its link failed, a queue overflowed)
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
 	BufferWaits   uint64 // times one of this endpoint's puts found no buffer posted for its epoch in its view and waited for the receiver's next entry update
 	GetsServed    uint64 // peers' Gets answered with a kept buffer's read-only window
