@@ -85,8 +85,7 @@ func MailboxStatsFromSysfs(root string) (MailboxStats, error) {
 	}{
 		{"packets", &st.Packets}, {"bytes", &st.Bytes}, {"published", &st.Published},
 		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"nomem", &st.NoMem},
-		{"windows", &st.Windows},
-		{"ranges", &st.Ranges}, {"mrs", &st.MRs},
+		{"windows", &st.Windows}, {"ranges", &st.Ranges}, {"mrs", &st.MRs},
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, f.name))
 		if err != nil {

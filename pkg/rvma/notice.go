@@ -54,6 +54,13 @@ func (ep *Endpoint) pushEntry(slot uint32, entry []byte, all bool) bool {
 	if len(failed) == 0 {
 		return true
 	}
+	return ep.owe(slot, failed)
+}
+
+// owe records that the subscribers in failed, those still subscribed, are
+// owed slot's current entry, and reports whether none is (else the engine
+// pushes again later: deferPush).
+func (ep *Endpoint) owe(slot uint32, failed []subscriber) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	for _, s := range failed {

@@ -786,13 +786,10 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 			return
 		}
 		// No live stripe, or the control share of the send queue full:
-		// the entry is owed and pushed later, as in pushEntry.
-		ep.mu.Lock()
-		if slices.Contains(ep.subs[slot], sub) {
-			ep.oweLocked(slot, sub)
+		// the entry is owed and pushed later, as by pushEntry.
+		if !ep.owe(slot, []subscriber{sub}) {
+			ep.e.deferPush(w)
 		}
-		ep.mu.Unlock()
-		ep.e.deferPush(w)
 		return
 	}
 	ep.notices.Add(1)
