@@ -33,15 +33,20 @@
  * Keys: the RETH (first packet of a message) carries the rkey the sender
  * wrote with; the later packets carry none, but those of one queue pair's
  * message arrive in order and uninterrupted, so the key of each QP's
- * message in progress is kept (struct rvma_mr's msgs, by destination QPN)
- * from its first packet to its last.
+ * message in progress is kept (ctx->msgs, by destination QPN) from its
+ * first packet to its last. Keeping a QP's first key allocates, in the
+ * hook; a QP the process named (RDMAPLUS_IOC_RVMA_QP) has its entry
+ * allocated beforehand, and it stays (key 0) between messages, so its
+ * packets never allocate.
  *
  * Locking: ctx->mutex serialises a file's configuration;
  * ctx->lock (irqsave; hooks run in softirq or inline in a poster's system
  * call) protects the file's ranges, buffers, windows' lists and counts
- * and the records; rvma_hash_lock (inside ctx->lock) the global hash of
- * regions, read under RCU by the hooks. A region is hashed while it has at
- * least one range; the file holds one hook reference while it has ranges.
+ * and the records; the xarray's own lock (ctx->msgs, IRQ-safe) nests
+ * inside ctx->lock or is taken alone; rvma_hash_lock (inside ctx->lock)
+ * protects the global hash of regions, read under RCU by the hooks. A
+ * region is hashed while it has at least one range; the file holds one
+ * hook reference while it has ranges.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -73,6 +78,7 @@
 #define RVMA_ROCE_PORT		4791
 #define RVMA_REC_WORDS		(RDMAPLUS_RVMA_RECORD_SIZE / 8)
 #define RVMA_END_FLAGS		(RDMAPLUS_RVMA_REC_PARTIAL | RDMAPLUS_RVMA_REC_CLOSED)
+#define RVMA_NAMED		1UL	/* ctx->msgs: the QP was named */
 
 enum rvma_state {
 	RVMA_OPEN,	/* pending, gate open */
@@ -99,7 +105,6 @@ struct rvma_mr {
 	const void *ufile;		/* its uverbs file (compared, never used) */
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rb_root ranges;		/* struct rvma_buf by iova */
-	struct xarray msgs;		/* QPN -> rkey of its message in progress */
 	bool dead;
 	struct rcu_head rcu;
 };
@@ -134,6 +139,13 @@ struct rdmaplus_rvma_ctx {
 	struct eventfd_ctx *evt;
 	bool armed;			/* under lock: signal evt at the next publication */
 	struct list_head mrs;		/* under lock */
+	/*
+	 * QPN -> value (key << 1 | RVMA_NAMED): the key of its message in
+	 * progress (0: none). Changed under lock; RVMA_NAMED only under
+	 * mutex too, so the mutex alone keeps it steady.
+	 */
+	struct xarray msgs;
+	unsigned int named;		/* under mutex: entries with RVMA_NAMED */
 	unsigned int nranges;		/* under lock */
 	struct delayed_work gc;		/* drops the hook RVMA_UNHOOK_DELAY after the last range */
 };
@@ -159,13 +171,13 @@ static struct {
 /*
  * For tests of the path no test could otherwise reach (the stock kernel
  * has no fault injection): while positive, each first packet of a keyed
- * multi-packet message fails to keep its key as an allocation failure
- * would, and the count goes down by one.
+ * multi-packet message whose QP has no entry (not named) fails to keep
+ * its key as an allocation failure would, and the count goes down by one.
  */
 static unsigned int rvma_fail_key_stores;
 module_param(rvma_fail_key_stores, uint, 0644);
 MODULE_PARM_DESC(rvma_fail_key_stores,
-		 "testing: fail the next N key stores as GFP_ATOMIC would (the packets are refused)");
+		 "testing: fail the next N key stores that need memory as GFP_ATOMIC would (the packets are refused)");
 
 static bool rvma_fail_key_store(void)
 {
@@ -292,35 +304,59 @@ static int rvma_parse(const u8 *payload, u32 len, struct rvma_hdr *h)
 }
 
 /*
+ * Keep key for qpn's message in progress, in ctx->msgs, whose entry for
+ * qpn is ent. An entry that is there takes no memory; a new one is
+ * allocated here, and if that fails the packet is refused. ctx->lock held.
+ */
+static bool rvma_keep(struct rdmaplus_rvma_ctx *ctx, u32 qpn, void *ent,
+		      u32 key)
+{
+	unsigned long named = ent ? xa_to_value(ent) & RVMA_NAMED : 0;
+
+	if (!ent && rvma_fail_key_store())
+		ent = XA_ERROR(-ENOMEM);
+	else
+		ent = xa_store(&ctx->msgs, qpn,
+			       xa_mk_value((unsigned long)key << 1 | named),
+			       GFP_ATOMIC | __GFP_NOWARN);
+	if (xa_is_err(ent)) {
+		atomic64_inc(&rvma_st.nomem);
+		return false;
+	}
+	return true;
+}
+
+/*
  * Was the message of this packet into keyed buffer b written with b's
  * key (none for key 0)? A first packet's key is kept for the message's
- * later packets, until its last. ctx->lock held.
+ * later packets, until its last: then a named QP's entry stays, with key
+ * 0, and another's goes. ctx->lock held.
  */
-static bool rvma_key_ok(struct rvma_mr *m, struct rvma_buf *b, int parsed,
-			const struct rvma_hdr *h)
+static bool rvma_key_ok(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b,
+			int parsed, const struct rvma_hdr *h)
 {
 	void *ent;
+	unsigned long v;
 
 	if (parsed || !b->rkey)
 		return false;
+	ent = xa_load(&ctx->msgs, h->qpn);
 	if (h->reth) {
 		if (h->rkey != b->rkey)
 			return false;
-		if (h->last)
-			return true;
-		if (rvma_fail_key_store())
-			ent = XA_ERROR(-ENOMEM);
-		else
-			ent = xa_store(&m->msgs, h->qpn, xa_mk_value(h->rkey),
-				       GFP_ATOMIC | __GFP_NOWARN);
-		if (xa_is_err(ent)) {
-			atomic64_inc(&rvma_st.nomem);
-			return false;
-		}
-		return true;
+		return h->last || rvma_keep(ctx, h->qpn, ent, h->rkey);
 	}
-	ent = h->last ? xa_erase(&m->msgs, h->qpn) : xa_load(&m->msgs, h->qpn);
-	return xa_is_value(ent) && xa_to_value(ent) == b->rkey;
+	if (!ent)
+		return false;
+	v = xa_to_value(ent);
+	if (h->last) {
+		if (v & RVMA_NAMED)
+			xa_store(&ctx->msgs, h->qpn, xa_mk_value(RVMA_NAMED),
+				 GFP_ATOMIC);	/* there: takes no memory */
+		else
+			xa_erase(&ctx->msgs, h->qpn);
+	}
+	return v >> 1 == b->rkey;
 }
 
 static void rvma_record(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
@@ -431,7 +467,7 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 		goto pass;	/* touches no range */
 	if (b->state != RVMA_OPEN || b->iova > iova ||
 	    len > b->length - (iova - b->iova) ||
-	    (b->keyed && !rvma_key_ok(m, b, parsed, &h))) {
+	    (b->keyed && !rvma_key_ok(ctx, b, parsed, &h))) {
 		rvma_refuse(regs, b->win);
 		goto out;
 	}
@@ -478,7 +514,6 @@ static void rvma_mr_unlink(struct rvma_mr *m)
 	hash_del_rcu(&m->hnode);
 	spin_unlock(&rvma_hash_lock);
 	list_del(&m->node);
-	xa_destroy(&m->msgs);
 	atomic_dec(&rvma_nr_mrs);
 	atomic64_dec(&rvma_st.mrs);
 	call_rcu(&m->rcu, rvma_mr_free_rcu);
@@ -878,7 +913,6 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 		m->rxe_mr = rmr;
 		m->ctx = ctx;
 		m->ranges = RB_ROOT;
-		xa_init(&m->msgs);
 		spin_lock(&rvma_hash_lock);
 		hash_add_rcu(rvma_mrs, &m->hnode, (unsigned long)rmr);
 		spin_unlock(&rvma_hash_lock);
@@ -1133,6 +1167,7 @@ struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
 	mutex_init(&ctx->mutex);
 	spin_lock_init(&ctx->lock);
 	INIT_LIST_HEAD(&ctx->mrs);
+	xa_init_flags(&ctx->msgs, XA_FLAGS_LOCK_IRQ);
 	INIT_DELAYED_WORK(&ctx->gc, rvma_gc);
 	ctx->user = get_uid(current_user());
 	return ctx;
@@ -1161,8 +1196,84 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	aa_uncharge(ctx->user, ctx->charged);
 	kvfree(ctx->wins);
 	bitmap_free(ctx->rec_busy);
+	xa_destroy(&ctx->msgs);
 	free_uid(ctx->user);
 	kfree(ctx);
+}
+
+/*
+ * Name a QP: its entry in msgs is allocated here, where allocating may
+ * sleep, and marked so that the hook keeps it between messages. The
+ * reservation makes the slot; the store under the lock then takes no
+ * memory. ctx->mutex held.
+ */
+static long rvma_qp_name(struct rdmaplus_rvma_ctx *ctx, u32 qpn)
+{
+	unsigned long flags, v;
+	void *ent;
+	int ret;
+
+	ent = xa_load(&ctx->msgs, qpn);
+	if (ent && xa_to_value(ent) & RVMA_NAMED)
+		return 0;
+	if (ctx->named >= RDMAPLUS_RVMA_MAX_QPS)
+		return -ENOSPC;
+	ret = xa_reserve_irq(&ctx->msgs, qpn, GFP_KERNEL_ACCOUNT);
+	if (ret)
+		return ret;
+	spin_lock_irqsave(&ctx->lock, flags);
+	ent = xa_load(&ctx->msgs, qpn);
+	v = ent ? xa_to_value(ent) : 0;
+	ent = xa_store(&ctx->msgs, qpn, xa_mk_value(v | RVMA_NAMED),
+		       GFP_ATOMIC | __GFP_NOWARN);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (xa_is_err(ent))
+		return xa_err(ent);
+	ctx->named++;
+	return 0;
+}
+
+/*
+ * Forget a QP: its entry goes, or, with a message still in progress,
+ * stays unnamed so that the message's last packet drops it. ctx->mutex
+ * held.
+ */
+static void rvma_qp_forget(struct rdmaplus_rvma_ctx *ctx, u32 qpn)
+{
+	unsigned long flags, v;
+	void *ent;
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	ent = xa_load(&ctx->msgs, qpn);
+	v = ent ? xa_to_value(ent) : 0;
+	if (v & RVMA_NAMED) {
+		ctx->named--;
+		if (v >> 1)
+			xa_store(&ctx->msgs, qpn, xa_mk_value(v & ~RVMA_NAMED),
+				 GFP_ATOMIC);	/* there: takes no memory */
+		else
+			xa_erase(&ctx->msgs, qpn);
+	}
+	spin_unlock_irqrestore(&ctx->lock, flags);
+}
+
+static long rvma_qp(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_qp a;
+	long ret = 0;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a) || a.qpn > 0xffffff || a.reserved ||
+	    a.flags & ~RDMAPLUS_RVMA_QP_F_FORGET)
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);
+	if (a.flags & RDMAPLUS_RVMA_QP_F_FORGET)
+		rvma_qp_forget(ctx, a.qpn);
+	else
+		ret = rvma_qp_name(ctx, a.qpn);
+	mutex_unlock(&ctx->mutex);
+	return ret;
 }
 
 static long rvma_arm(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
@@ -1207,6 +1318,8 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 		return rvma_end(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_ARM:
 		return rvma_arm(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_QP:
+		return rvma_qp(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;	/* not an RVMA request */
 	}

@@ -19,6 +19,7 @@ const (
 
 	rvmaEndAll    = 1 << 16
 	rvmaPostKeyed = 1 << 17
+	rvmaQPForget  = 1
 )
 
 func ioc(dir, nr, size uintptr) uintptr {
@@ -149,6 +150,13 @@ type rawRVMAPostV struct {
 	Reserved uint32
 }
 
+type rawRVMAQP struct {
+	Size     uint32
+	QPN      uint32
+	Flags    uint32
+	Reserved uint32
+}
+
 type rawRVMAEnd struct {
 	Size     uint32
 	Win      uint32
@@ -181,4 +189,5 @@ var (
 	iocRVMAEnd        = ioc(iocWrite, 0x24, unsafe.Sizeof(rawRVMAEnd{}))
 	iocRVMAArm        = ioc(iocNone, 0x25, 0)
 	iocRVMAPostV      = ioc(iocRead|iocWrite, 0x26, unsafe.Sizeof(rawRVMAPostV{}))
+	iocRVMAQP         = ioc(iocWrite, 0x27, unsafe.Sizeof(rawRVMAQP{}))
 )

@@ -20,7 +20,7 @@ import (
 const DevicePath = "/dev/rdmaplus"
 
 // ABIVersion is the RDMAPLUS_ABI_VERSION this package speaks.
-const ABIVersion = 7
+const ABIVersion = 8
 
 // Limits of the interface (uapi/rdmaplus.h).
 const (

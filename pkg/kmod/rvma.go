@@ -344,6 +344,40 @@ func (m *Mailboxes) PostMany(id uint32, ps []MailboxPost) (int, error) {
 	return done, nil
 }
 
+// MaxNamedQPs is the most queue pairs one Device may have named.
+const MaxNamedQPs = 65536
+
+// NameQP tells the module that the local queue pair qpn may receive writes
+// into keyed buffers (MailboxPost.Keyed) of this Device. The module keeps
+// the key of each queue pair's message in progress, and for a queue pair
+// it has not seen it allocates that entry as the first packet comes in;
+// when that allocation fails, the packet is refused and the sender sees a
+// remote access error, as for a stale write. A named queue pair's entry
+// is allocated here, so its writes never need memory. Naming a named
+// queue pair does nothing. Errors wrap ErrInvalid (qpn above 0xffffff),
+// ErrFull (MaxNamedQPs named), ErrNoMemory or ErrClosed.
+func (m *Mailboxes) NameQP(qpn uint32) error {
+	return m.qp("rvma name qp", qpn, 0)
+}
+
+// ForgetQP undoes NameQP; call it before destroying the queue pair, whose
+// number the device reuses. A message still in progress on it is let in
+// to its end. Forgetting a queue pair that is not named does nothing.
+// Errors wrap ErrInvalid (qpn above 0xffffff) or ErrClosed.
+func (m *Mailboxes) ForgetQP(qpn uint32) error {
+	return m.qp("rvma forget qp", qpn, rvmaQPForget)
+}
+
+func (m *Mailboxes) qp(op string, qpn, flags uint32) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	a := rawRVMAQP{Size: uint32(unsafe.Sizeof(rawRVMAQP{})), QPN: qpn, Flags: flags}
+	return m.dev.ioctl(op, iocRVMAQP, unsafe.Pointer(&a))
+}
+
 // End ends pending generation gen of window id now (with all, every
 // pending generation from gen on): its gate closes and it is published,
 // with the true counts and flags (RecordPartial and/or RecordClosed),

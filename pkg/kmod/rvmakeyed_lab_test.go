@@ -123,26 +123,34 @@ func TestLabMailboxKeyed(t *testing.T) {
 	}
 }
 
-// A keyed buffer whose module cannot keep a message's key (no memory in
-// softirq) refuses the message at its first packet: nothing of it is
-// placed or counted, the refusal and its cause are counted, and the
-// sender sees a remote access error. A one-packet message needs no kept
-// key and is not affected; the same message sent again is placed.
-func TestLabMailboxKeyNoMemory(t *testing.T) {
+// keyedPage posts one page keyed to a memory window bound over it, as the
+// only buffer of a bytes window (threshold: the page), and sets the
+// module's key store faults to faults until the test ends.
+func keyedPage(t *testing.T, faults int) (*kmod.Mailboxes, uint32, *pair, uint32) {
+	t.Helper()
 	labenv.Device(t)
-	d := openDev(t)
-	before := mbStats(t)
-	mb := newMailboxes(t, d, 1, 1)
+	mb := newMailboxes(t, openDev(t), 1, 1)
 	id := newWindow(t, mb, kmod.CountBytes)
 	p := mbPair(t, 1, verbs.MTU1024)
 	key := p.bindMW(0, page)
 	clear(p.dst.mr.Bytes())
 	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: page, Threshold: page,
 		Gen: 0, Record: 0, Keyed: true, RKey: key})
-	if err := labenv.SetKeyStoreFaults(1); err != nil {
+	if err := labenv.SetKeyStoreFaults(faults); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { labenv.SetKeyStoreFaults(0) })
+	return mb, id, p, key
+}
+
+// A keyed buffer whose module cannot keep a message's key (no memory in
+// softirq) refuses the message at its first packet: nothing of it is
+// placed or counted, the refusal and its cause are counted, and the
+// sender sees a remote access error. A one-packet message needs no kept
+// key and is not affected; the same message sent again is placed.
+func TestLabMailboxKeyNoMemory(t *testing.T) {
+	mb, id, p, key := keyedPage(t, 1)
+	before := mbStats(t)
 
 	data := pattern(page, 7)
 	if err := p.writeKey(0, p.addr(0), key, data[:100]); err != nil {
@@ -174,6 +182,69 @@ func TestLabMailboxKeyNoMemory(t *testing.T) {
 	after := mbStats(t)
 	if after.Refused-before.Refused != 1 || after.NoMem-before.NoMem != 1 ||
 		after.Packets-before.Packets != 1+3+1 || after.Unparsed != before.Unparsed {
+		t.Fatalf("counters before %+v, after %+v", before, after)
+	}
+}
+
+// A named QP's key is kept without memory taken on the data path: with
+// every key store failing, messages of several packets on the named QP
+// are placed and the fault knob is left untouched. Once the QP is
+// forgotten, its next message needs memory again and is refused.
+func TestLabMailboxNamedQP(t *testing.T) {
+	mb, id, p, key := keyedPage(t, 2)
+	before := mbStats(t)
+	qpn := p.dst.qp.QPN()
+	for range 2 { // naming twice is naming once
+		if err := mb.NameQP(qpn); err != nil {
+			t.Fatalf("NameQP(%#x): %v", qpn, err)
+		}
+	}
+
+	data := pattern(page, 9)
+	if err := p.writeKey(0, p.addr(0), key, data[:2500]); err != nil {
+		t.Fatalf("three packets on a named QP: %v", err)
+	}
+	if err := p.writeKey(2500, p.addr(2500), key, data[2500:3000]); err != nil {
+		t.Fatalf("one packet: %v", err)
+	}
+	if n, err := labenv.KeyStoreFaults(); n != 2 || err != nil {
+		t.Fatalf("key store faults left: %d %v, want 2 (no store took memory)", n, err)
+	}
+	if err := mb.ForgetQP(qpn); err != nil {
+		t.Fatalf("ForgetQP: %v", err)
+	}
+	if err := mb.ForgetQP(qpn); err != nil {
+		t.Fatalf("ForgetQP twice: %v", err)
+	}
+	if err := p.writeKey(3000, p.addr(3000), key, data[3000:]); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("two packets on the forgotten QP without memory: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	if n, err := labenv.KeyStoreFaults(); n != 1 || err != nil {
+		t.Fatalf("key store faults left: %d %v, want 1", n, err)
+	}
+	checkBytes(t, p, 0, append(append([]byte(nil), data[:3000]...), make([]byte, page-3000)...))
+	unpublished(t, mb, 0)
+
+	p.reconnect()
+	if err := mb.NameQP(p.dst.qp.QPN()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.writeKey(3000, p.addr(3000), key, data[3000:]); err != nil {
+		t.Fatalf("the rest on a new named QP: %v", err)
+	}
+	wantDone(t, mb, id, 1)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(0), Len: page, Ops: 3, Cap: page})
+	checkBytes(t, p, 0, data)
+	if n, err := labenv.KeyStoreFaults(); n != 1 || err != nil {
+		t.Fatalf("key store faults left at the end: %d %v, want 1", n, err)
+	}
+	if err := mb.NameQP(1 << 24); !errors.Is(err, kmod.ErrInvalid) {
+		t.Fatalf("NameQP(1<<24): %v, want ErrInvalid", err)
+	}
+
+	after := mbStats(t)
+	if after.Refused-before.Refused != 1 || after.NoMem-before.NoMem != 1 ||
+		after.Packets-before.Packets != 3+1+2 {
 		t.Fatalf("counters before %+v, after %+v", before, after)
 	}
 }

@@ -364,4 +364,41 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	if st, err = MailboxStatsFromSysfs(""); err != nil || st.Ranges != 0 || st.MRs != 0 {
 		t.Fatalf("after the region's deregistration: %+v, %v", st, err)
 	}
+
+	// Naming QPs: checks, and the per-file limit (no SETUP needed).
+	qpSize := uint32(unsafe.Sizeof(rawRVMAQP{}))
+	qp := func(d *Device, a rawRVMAQP) error {
+		if a.Size == 0 {
+			a.Size = qpSize
+		}
+		return d.ioctl("qp", iocRVMAQP, unsafe.Pointer(&a))
+	}
+	errno("QP with a short size", qp(d, rawRVMAQP{Size: qpSize - 4, QPN: 17}), syscall.EINVAL)
+	errno("QP with a long size", qp(d, rawRVMAQP{Size: qpSize + 8, QPN: 17}), syscall.EINVAL)
+	errno("QP with reserved", qp(d, rawRVMAQP{QPN: 17, Reserved: 1}), syscall.EINVAL)
+	errno("QP with unknown flags", qp(d, rawRVMAQP{QPN: 17, Flags: 2}), syscall.EINVAL)
+	errno("QP number beyond 24 bits", qp(d, rawRVMAQP{QPN: 1 << 24}), syscall.EINVAL)
+	errno("QP forget beyond 24 bits", qp(d, rawRVMAQP{QPN: 1 << 24, Flags: rvmaQPForget}), syscall.EINVAL)
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, d.f.Fd(), iocRVMAQP, 8); e != syscall.EFAULT {
+		t.Errorf("QP from an unmapped address: %v, want EFAULT", e)
+	}
+	names := open()
+	for i := uint32(0); i < MaxNamedQPs; i++ {
+		if err := qp(names, rawRVMAQP{QPN: 0xffffff - i}); err != nil {
+			t.Fatalf("naming QP %#x: %v", 0xffffff-i, err)
+		}
+	}
+	errno("naming beyond the limit", qp(names, rawRVMAQP{QPN: 1}), syscall.ENOSPC)
+	if err := qp(names, rawRVMAQP{QPN: 0xffffff}); err != nil {
+		t.Errorf("naming a named QP at the limit: %v", err)
+	}
+	if err := qp(names, rawRVMAQP{QPN: 1, Flags: rvmaQPForget}); err != nil {
+		t.Errorf("forgetting a QP never named: %v", err)
+	}
+	for _, a := range []rawRVMAQP{{QPN: 0xffffff, Flags: rvmaQPForget}, {QPN: 0xffffff, Flags: rvmaQPForget}, {QPN: 1}} {
+		if err := qp(names, a); err != nil {
+			t.Fatalf("%+v after the limit: %v", a, err)
+		}
+	}
+	errno("naming beyond the limit again", qp(names, rawRVMAQP{QPN: 2}), syscall.ENOSPC)
 }

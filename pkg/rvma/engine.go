@@ -20,8 +20,8 @@ import (
 // turn completions into window events. It implements windowDriver.
 //
 // The endpoint (links to peers, the sending half) hooks in through links;
-// a test without an endpoint attaches queue pairs to the SRQ with
-// attachRaw.
+// a test without an endpoint attaches queue pairs to the SRQ itself
+// (engine_lab_test.go).
 type engine struct {
 	dev   *verbs.Context
 	own   bool // dev is the engine's to close
@@ -1053,20 +1053,4 @@ func (e *engine) recvDone(wc verbs.WC) {
 		}
 		w.knock(r, 1)
 	}
-}
-
-// attachRaw creates a receiving QP on the SRQ connected to a peer QP
-// described by peer (test scaffolding until links exist).
-func (e *engine) attachRaw(peer verbs.QPInfo, psn uint32) (*verbs.QP, verbs.QPInfo, error) {
-	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SRQ: e.srq,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
-	if err != nil {
-		return nil, verbs.QPInfo{}, err
-	}
-	local := verbs.QPInfo{QPN: qp.QPN(), PSN: psn, GID: e.gid.GID}
-	if err := qp.Connect(local, peer, &verbs.ConnectOptions{GIDIndex: e.gid.Index}); err != nil {
-		qp.Close()
-		return nil, verbs.QPInfo{}, err
-	}
-	return qp, local, nil
 }

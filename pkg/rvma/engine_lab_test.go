@@ -357,3 +357,19 @@ func labEngineSetup(t *testing.T) (*engine, *labSender) {
 
 	return e, snd
 }
+
+// attachRaw creates a receiving QP on the SRQ connected to a peer QP
+// described by peer, as a link would.
+func (e *engine) attachRaw(peer verbs.QPInfo, psn uint32) (*verbs.QP, verbs.QPInfo, error) {
+	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SRQ: e.srq,
+		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
+	if err != nil {
+		return nil, verbs.QPInfo{}, err
+	}
+	local := verbs.QPInfo{QPN: qp.QPN(), PSN: psn, GID: e.gid.GID}
+	if err := qp.Connect(local, peer, &verbs.ConnectOptions{GIDIndex: e.gid.Index}); err != nil {
+		qp.Close()
+		return nil, verbs.QPInfo{}, err
+	}
+	return qp, local, nil
+}

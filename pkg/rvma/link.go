@@ -148,6 +148,10 @@ func (ep *Endpoint) qpAttr() *verbs.QPInitAttr {
 		Cap: verbs.QPCap{MaxSendWR: stripeSendWR, MaxSendSGE: 1, MaxInlineData: EntrySize}}
 }
 
+// newStripe creates a stripe's QP on id. Where the module counts, the QP
+// is named to it (kmod.Mailboxes.NameQP), so that the module never needs
+// memory to let in a put's later packets; whoever closes id after this
+// succeeded calls forgetQP first.
 func (ep *Endpoint) newStripe(l *link, idx int, id *verbs.CMID) (*stripe, error) {
 	qp, err := id.NewQP(ep.e.pd, ep.qpAttr())
 	if err != nil {
@@ -156,8 +160,22 @@ func (ep *Endpoint) newStripe(l *link, idx int, id *verbs.CMID) (*stripe, error)
 	if qp.Cap().MaxInlineData < EntrySize {
 		return nil, fmt.Errorf("QP inline data %d < %d: %w", qp.Cap().MaxInlineData, EntrySize, verbs.ErrNotSupported)
 	}
+	if m := ep.e.mod; m != nil {
+		if err := m.mb.NameQP(qp.QPN()); err != nil {
+			return nil, fmt.Errorf("naming QP %#x to the kernel module: %w", qp.QPN(), err)
+		}
+	}
 	st := &stripe{l: l, idx: idx, id: id, qp: qp, credits: make(chan struct{}, stripeSendWR-ctrlReserve)}
 	return st, nil
+}
+
+// forgetQP undoes newStripe's naming of st's QP, before its id is closed
+// (the device reuses the QP's number). Its error is dropped: the only
+// one possible is the module's file closed, which forgot every name.
+func (ep *Endpoint) forgetQP(st *stripe) {
+	if m := ep.e.mod; m != nil {
+		m.mb.ForgetQP(st.qp.QPN())
+	}
 }
 
 // link returns the usable link to dst, dialling it if there is none, and
@@ -246,8 +264,12 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	if err != nil {
 		return err
 	}
+	var st *stripe
 	defer func() {
 		if err != nil {
+			if st != nil {
+				ep.forgetQP(st)
+			}
 			id.Close()
 		}
 	}()
@@ -261,8 +283,7 @@ func (ep *Endpoint) dialStripe(ctx context.Context, l *link, i int) (err error) 
 	if dev.CPtr() != ep.e.dev.CPtr() {
 		return invalidf("%v is reached through device %s, not the endpoint's %s", l.peer, dev.Name(), ep.e.dev.Name())
 	}
-	st, err := ep.newStripe(l, i, id)
-	if err != nil {
+	if st, err = ep.newStripe(l, i, id); err != nil {
 		return err
 	}
 	h, err := hello{Stripe: uint8(i), Stripes: uint8(len(l.stripes)), LinkID: l.id, Listen: ep.addr,
@@ -482,6 +503,7 @@ func (st *stripe) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	st.id.Disconnect(ctx)
 	cancel()
+	st.l.ep.forgetQP(st)
 	st.id.Close()
 }
 
@@ -575,6 +597,7 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 	st, err := ep.newStripe(l, int(h.Stripe), id)
 	if err == nil && !ep.addStripe(l, st, h.Views) {
 		err = fmt.Errorf("link to %v: %w", h.Listen, ErrClosed)
+		ep.forgetQP(st)
 		st = nil // not the link's: closed below
 	}
 	if d := ep.acceptDelay.Load(); err == nil && d > 0 {

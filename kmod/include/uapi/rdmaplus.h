@@ -24,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	7
+#define RDMAPLUS_ABI_VERSION	8
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -427,6 +427,35 @@ struct rdmaplus_rvma_end {
 	__u64 gen;
 };
 
+#define RDMAPLUS_RVMA_QP_F_FORGET	(1U << 0)
+#define RDMAPLUS_RVMA_MAX_QPS		65536	/* named QPs per file */
+
+/**
+ * struct rdmaplus_rvma_qp - RDMAPLUS_IOC_RVMA_QP (ABI 8)
+ * @size:	sizeof(struct rdmaplus_rvma_qp)
+ * @qpn:	a local queue pair number, 0..0xffffff
+ * @flags:	0 to name the QP, RDMAPLUS_RVMA_QP_F_FORGET to forget it
+ * @reserved:	zero
+ *
+ * For buffers posted with RDMAPLUS_RVMA_POST_F_RKEY the module keeps the
+ * key of each queue pair's message in progress (see struct
+ * rdmaplus_rvma_post), and keeping a key for a QP it has not seen before
+ * takes memory, allocated while the packet is placed: if that fails, the
+ * packet is refused. Naming a QP that may receive writes into this
+ * file's buffers allocates its entry now, so that its messages never
+ * need memory on their way in. Naming a named QP does nothing; ENOSPC
+ * beyond RDMAPLUS_RVMA_MAX_QPS named. Forgetting an unnamed QP does
+ * nothing. Forget a QP before destroying it (its number is reused); a
+ * message still in progress on it keeps its key until its last packet.
+ * The file's names go with the file.
+ */
+struct rdmaplus_rvma_qp {
+	__u32 size;
+	__u32 qpn;
+	__u32 flags;
+	__u32 reserved;
+};
+
 /*
  * A completion record: eight little-endian 64-bit words, the layout of
  * pkg/rvma's Completion. Word 0 (seq) is odd while the module writes the
@@ -469,5 +498,6 @@ struct rdmaplus_rvma_end {
 #define RDMAPLUS_IOC_RVMA_ARM	_IO(RDMAPLUS_IOC_MAGIC, 0x25)
 #define RDMAPLUS_IOC_RVMA_POSTV	\
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x26, struct rdmaplus_rvma_postv)
+#define RDMAPLUS_IOC_RVMA_QP	_IOW(RDMAPLUS_IOC_MAGIC, 0x27, struct rdmaplus_rvma_qp)
 
 #endif /* _UAPI_RDMAPLUS_H */

@@ -221,12 +221,13 @@ func CaptureStdout(t TB, f func()) string {
 
 // keyStoreFaults is the kernel module's test knob (docs/kmod.md, "Keyed
 // buffers"): while positive, each first packet of a keyed multi-packet
-// write fails to keep its message's key, as a failed allocation would, and
-// is refused; each such failure takes one off.
+// write on a QP not named to the module fails to keep its message's key,
+// as a failed allocation would, and is refused; each such failure takes
+// one off. A named QP's keys take no memory and are never failed.
 const keyStoreFaults = "/sys/module/rdmaplus/parameters/rvma_fail_key_stores"
 
-// SetKeyStoreFaults makes the next n key stores of the kernel module fail
-// (0: none). It fails when the module is not loaded.
+// SetKeyStoreFaults makes the next n key stores of the kernel module that
+// need memory fail (0: none). It fails when the module is not loaded.
 func SetKeyStoreFaults(n int) error {
 	if err := os.WriteFile(keyStoreFaults, []byte(strconv.Itoa(n)), 0o644); err != nil {
 		return fmt.Errorf("labenv: %w", err)
