@@ -3,9 +3,9 @@ package main
 import (
 	"log/slog"
 
-	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/aametrics"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/config"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/devices"
+	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/kmodmetrics"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/service"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/softroce"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/sysfs"
@@ -19,6 +19,7 @@ func buildServices(cfg config.Config, log *slog.Logger) []service.Service {
 		// Provision first, so the devices it creates exist for the rest.
 		softroce.New(softroce.Netlink{FS: fs}, log.With("service", "softroce"), cfg),
 		devices.New(fs, log.With("service", "devices"), cfg),
-		aametrics.NewService(cfg.SysfsRoot, log.With("service", "activeaccess")),
+		kmodmetrics.NewActiveAccess(cfg.SysfsRoot, log.With("service", "activeaccess")),
+		kmodmetrics.NewMailboxes(cfg.SysfsRoot, log.With("service", "mailboxes")),
 	}
 }

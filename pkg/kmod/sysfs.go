@@ -28,29 +28,40 @@ func StatsFromSysfs(root string) (Stats, error) {
 func StatsFromDir(dir string) (Stats, error) {
 	var st Stats
 	var armed uint64
-	for _, f := range []struct {
-		name string
-		v    *uint64
-	}{
+	err := readCounters(dir, "active access", []counterFile{
 		{"hooks_armed", &armed}, {"domains", &st.Domains}, {"mrs", &st.MRs}, {"pages", &st.Pages},
 		{"entries", &st.Entries}, {"bytes", &st.Bytes}, {"data_bytes", &st.DataBytes},
 		{"writes", &st.Writes}, {"reads", &st.Reads}, {"atomics", &st.Atomics},
 		{"hidden_writes", &st.HiddenWrites}, {"zeroed_reads", &st.ZeroedReads},
 		{"refused_writes", &st.RefusedWrites}, {"refused_atomics", &st.RefusedAtomics},
 		{"lost_reads", &st.LostReads}, {"missed", &st.Missed},
-	} {
-		b, err := os.ReadFile(filepath.Join(dir, f.name))
-		if err != nil {
-			return Stats{}, fmt.Errorf("kmod: active access counters: %w", err)
-		}
-		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return Stats{}, fmt.Errorf("kmod: %s: %w", filepath.Join(dir, f.name), err)
-		}
-		*f.v = v
+	})
+	if err != nil {
+		return Stats{}, err
 	}
 	st.HooksArmed = armed != 0
 	return st, nil
+}
+
+type counterFile struct {
+	name string
+	v    *uint64
+}
+
+// readCounters reads each file of dir into its counter: one decimal value.
+func readCounters(dir, what string, files []counterFile) error {
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(dir, f.name))
+		if err != nil {
+			return fmt.Errorf("kmod: %s counters: %w", what, err)
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			return fmt.Errorf("kmod: %s: %w", filepath.Join(dir, f.name), err)
+		}
+		*f.v = v
+	}
+	return nil
 }
 
 // MailboxSysfsDir is where the module publishes its counted-mailbox
@@ -77,25 +88,21 @@ type MailboxStats struct {
 // (a module older than this package), or one naming the file that could
 // not be parsed.
 func MailboxStatsFromSysfs(root string) (MailboxStats, error) {
-	dir := filepath.Join(root, MailboxSysfsDir)
+	return MailboxStatsFromDir(filepath.Join(root, MailboxSysfsDir))
+}
+
+// MailboxStatsFromDir reads the counters from dir, the module's mailbox
+// counter directory (MailboxSysfsDir, or its place under another sysfs
+// mount). Errors as for MailboxStatsFromSysfs.
+func MailboxStatsFromDir(dir string) (MailboxStats, error) {
 	var st MailboxStats
-	for _, f := range []struct {
-		name string
-		v    *uint64
-	}{
+	err := readCounters(dir, "mailbox", []counterFile{
 		{"packets", &st.Packets}, {"bytes", &st.Bytes}, {"published", &st.Published},
 		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"nomem", &st.NoMem},
 		{"windows", &st.Windows}, {"ranges", &st.Ranges}, {"mrs", &st.MRs},
-	} {
-		b, err := os.ReadFile(filepath.Join(dir, f.name))
-		if err != nil {
-			return MailboxStats{}, fmt.Errorf("kmod: mailbox counters: %w", err)
-		}
-		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil {
-			return MailboxStats{}, fmt.Errorf("kmod: %s: %w", filepath.Join(dir, f.name), err)
-		}
-		*f.v = v
+	})
+	if err != nil {
+		return MailboxStats{}, err
 	}
 	return st, nil
 }

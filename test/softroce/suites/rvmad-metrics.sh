@@ -7,7 +7,9 @@
 # matching rdma statistic), the packet counters moving by at least the
 # perftest traffic sent, the CM counters moving with an rdma_cm connection,
 # the rdmaplus module's Active Access counters (rdmaplus_aa_*) equal to its
-# sysfs files and moving when a domain logs writes, and SIGTERM exiting 0
+# sysfs files and moving when a domain logs writes, its counted-mailbox
+# counters (rdmaplus_rvma_*) equal to theirs and moving with keyed writes
+# into a mailbox (one refused for want of memory), and SIGTERM exiting 0
 # while leaving the adopted rxe link in place.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
@@ -163,6 +165,31 @@ for m in rdmaplus_aa_log_entries_total rdmaplus_aa_write_packets_total rdmaplus_
 done
 [ "$(metric /tmp/m4 rdmaplus_aa_domains)" = 0 ] || lab_fail "a domain is left after the test process exited"
 [ "$(metric /tmp/m4 'rvmad_scrape_errors_total{service="activeaccess"}')" = 0 ] || lab_fail "activeaccess scrape errors: $(grep -i warn /tmp/rvmad.log)"
+
+echo "== Counted mailboxes: the module's counters, and how they move with keyed writes (one refused for want of memory)"
+mbx=/sys/kernel/rdmaplus/rvma
+[ "$(metric /tmp/m4 rdmaplus_rvma_module_loaded)" = 1 ] || lab_fail "rdmaplus_rvma_module_loaded is not 1 with the module loaded"
+lab_gotest kmod -test.run '^TestLabMailboxKeyNoMemory$' >/tmp/mbx-test.log 2>&1 || { cat /tmp/mbx-test.log; lab_fail "TestLabMailboxKeyNoMemory failed"; }
+scrape $base/metrics /tmp/m5
+# The test process is gone, so nothing is gated: each metric equals its file.
+for pair in windows:rdmaplus_rvma_windows ranges:rdmaplus_rvma_ranges mrs:rdmaplus_rvma_memory_regions \
+	packets:rdmaplus_rvma_placed_packets_total bytes:rdmaplus_rvma_placed_bytes_total \
+	published:rdmaplus_rvma_published_records_total refused:rdmaplus_rvma_refused_packets_total \
+	unparsed:rdmaplus_rvma_unparsed_packets_total nomem:rdmaplus_rvma_key_nomem_packets_total; do
+	f=${pair%%:*} m=${pair#*:}
+	got=$(metric /tmp/m5 "$m") want=$(cat "$mbx/$f")
+	ge "$got" "$want" && ge "$want" "$got" || lab_fail "$m is $got, $mbx/$f is $want"
+done
+for pair in rdmaplus_rvma_placed_packets_total:5 rdmaplus_rvma_placed_bytes_total:4096 \
+	rdmaplus_rvma_published_records_total:1 rdmaplus_rvma_refused_packets_total:1 rdmaplus_rvma_key_nomem_packets_total:1; do
+	m=${pair%%:*} min=${pair#*:}
+	d=$(delta /tmp/m4 /tmp/m5 "$m")
+	echo "  $m: +$d (at least $min)"
+	ge "$d" "$min" || lab_fail "$m moved by $d while TestLabMailboxKeyNoMemory wrote, want at least $min"
+done
+[ "$(metric /tmp/m5 rdmaplus_rvma_windows)" = 0 ] || lab_fail "a window is left after the test process exited"
+[ "$(metric /tmp/m5 rdmaplus_rvma_unparsed_packets_total)" = 0 ] || lab_fail "the module placed packets it could not parse"
+[ "$(metric /tmp/m5 'rvmad_scrape_errors_total{service="mailboxes"}')" = 0 ] || lab_fail "mailboxes scrape errors: $(grep -i warn /tmp/rvmad.log)"
 
 echo "== SIGTERM: exit 0, adopted $dev kept"
 rvmad_stop

@@ -1,0 +1,55 @@
+package kmodmetrics
+
+import (
+	"log/slog"
+
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
+)
+
+// NewActiveAccess returns the "activeaccess" service: the module's Active
+// Access counters (kernel/rdmaplus/aa under the sysfs mounted at
+// sysfsRoot: "/sys", or a fixture tree in tests) as rdmaplus_aa_*.
+func NewActiveAccess(sysfsRoot string, log *slog.Logger) *Service[kmod.Stats] {
+	s := newService("activeaccess", "Active Access", sysfsRoot, "kernel/rdmaplus/aa", "rdmaplus_aa_", kmod.StatsFromDir, log)
+	s.gauge("hooks_armed", "1 while the module's data-path probes on rdma_rxe are registered (some page is active), else 0 (kernel: hooks_armed).",
+		func(st kmod.Stats) uint64 {
+			if st.HooksArmed {
+				return 1
+			}
+			return 0
+		})
+	s.gauge("domains", "Active Access domains (access logs) alive, all processes (kernel: domains).", func(st kmod.Stats) uint64 { return st.Domains })
+	s.gauge("memory_regions", "Memory regions with at least one active page (kernel: mrs).", func(st kmod.Stats) uint64 { return st.MRs })
+	s.gauge("pages", "Active 4 KiB pages (kernel: pages).", func(st kmod.Stats) uint64 { return st.Pages })
+	s.counter("log_entries", "Access log entries written (kernel: entries).", func(st kmod.Stats) uint64 { return st.Entries })
+	s.counter("log_bytes", "Access log bytes written, entry headers and data (kernel: bytes).", func(st kmod.Stats) uint64 { return st.Bytes })
+	s.counter("log_data_bytes", "Access data copied into logs (WLD, RLD) (kernel: data_bytes).", func(st kmod.Stats) uint64 { return st.DataBytes })
+	s.counter("write_packets", "Incoming RDMA WRITE packets that touched an active page (kernel: writes).", func(st kmod.Stats) uint64 { return st.Writes })
+	s.counter("read_packets", "RDMA READ response packets that touched an active page (kernel: reads).", func(st kmod.Stats) uint64 { return st.Reads })
+	s.counter("atomics", "Remote atomics that touched an active page (kernel: atomics).", func(st kmod.Stats) uint64 { return st.Atomics })
+	s.counter("hidden_write_packets", "Write packets kept out of memory by W=0 (kernel: hidden_writes).", func(st kmod.Stats) uint64 { return st.HiddenWrites })
+	s.counter("zeroed_read_packets", "Read packets served as zeros by R=0 (kernel: zeroed_reads).", func(st kmod.Stats) uint64 { return st.ZeroedReads })
+	s.counter("refused_write_packets", "Write packets refused because a log was full; the writer got an error (kernel: refused_writes).", func(st kmod.Stats) uint64 { return st.RefusedWrites })
+	s.counter("refused_atomics", "Atomics refused (W=0, R=0 or a full log); the requester got an error (kernel: refused_atomics).", func(st kmod.Stats) uint64 { return st.RefusedAtomics })
+	s.counter("lost_read_packets", "Read packets served as zeros because a log was full (kernel: lost_reads).", func(st kmod.Stats) uint64 { return st.LostReads })
+	s.counter("missed_probes", "Probe hits the kernel skipped, each an access the module did not see; must stay 0 (kernel: missed).", func(st kmod.Stats) uint64 { return st.Missed })
+	return s
+}
+
+// NewMailboxes returns the "mailboxes" service: the module's counters of
+// RVMA's counted mailboxes (kernel/rdmaplus/rvma under the sysfs mounted at
+// sysfsRoot) as rdmaplus_rvma_*. They are module-wide, every process's
+// windows together; pkg/rvma's collector has each window's own.
+func NewMailboxes(sysfsRoot string, log *slog.Logger) *Service[kmod.MailboxStats] {
+	s := newService("mailboxes", "counted mailbox (RVMA)", sysfsRoot, "kernel/rdmaplus/rvma", "rdmaplus_rvma_", kmod.MailboxStatsFromDir, log)
+	s.gauge("windows", "Counted mailbox windows alive, all processes (kernel: windows).", func(st kmod.MailboxStats) uint64 { return st.Windows })
+	s.gauge("ranges", "Gated buffer ranges, pending and published, all processes (kernel: ranges).", func(st kmod.MailboxStats) uint64 { return st.Ranges })
+	s.gauge("memory_regions", "Memory regions with a gated range (kernel: mrs).", func(st kmod.MailboxStats) uint64 { return st.MRs })
+	s.counter("placed_packets", "Incoming RDMA WRITE packets the module placed into open buffers (kernel: packets).", func(st kmod.MailboxStats) uint64 { return st.Packets })
+	s.counter("placed_bytes", "Bytes the module placed into open buffers (kernel: bytes).", func(st kmod.MailboxStats) uint64 { return st.Bytes })
+	s.counter("published_records", "Completion records published, one per completed or ended buffer (kernel: published).", func(st kmod.MailboxStats) uint64 { return st.Published })
+	s.counter("refused_packets", "Write packets refused (a closed buffer, straddling its edge, another key, or no memory to keep a key); the writer got a remote access error (kernel: refused).", func(st kmod.MailboxStats) uint64 { return st.Refused })
+	s.counter("unparsed_packets", "Placed packets whose headers the module could not parse, counted as bytes but never as a message's end; must stay 0 (kernel: unparsed).", func(st kmod.MailboxStats) uint64 { return st.Unparsed })
+	s.counter("key_nomem_packets", "First packets refused because their message's key could not be kept for want of memory, on a queue pair not named to the module; also in refused_packets (kernel: nomem).", func(st kmod.MailboxStats) uint64 { return st.NoMem })
+	return s
+}
