@@ -340,12 +340,13 @@ static bool rvma_key_ok(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b,
 
 	if (parsed || !b->rkey)
 		return false;
-	ent = xa_load(&ctx->msgs, h->qpn);
-	if (h->reth) {
+	if (h->reth) {	/* an only packet keeps nothing: no lookup */
 		if (h->rkey != b->rkey)
 			return false;
-		return h->last || rvma_keep(ctx, h->qpn, ent, h->rkey);
+		return h->last ||
+		       rvma_keep(ctx, h->qpn, xa_load(&ctx->msgs, h->qpn), h->rkey);
 	}
+	ent = xa_load(&ctx->msgs, h->qpn);
 	if (!ent)
 		return false;
 	v = xa_to_value(ent);

@@ -398,13 +398,13 @@ func bootRetryReason(guests []*guest, timeout time.Duration) string {
 
 // nicStallReason: a guest's virtio NIC stopped sending (the kernel's NETDEV
 // WATCHDOG). Seen with qemu 7.2 under TCG in 5 of 48 boots of a stress
-// run moving 1.2 GB between guests: qemu misses the guest's kick and never
-// takes its frames again (docs/lab.md). The NIC has run without event
-// indices since, which may have cured it: 0 in 13 boots so far. From then on every failure in
-// that boot may be a wait on the dead link, so a failed run whose only
-// kernel reports are such stalls is run again, unless a guest ended
-// without reporting (a panic, a crash). It returns the stalled guests'
-// reports, or "".
+// run moving 1.2 GB between guests: qemu missed the guest's kick and never
+// took its frames again (docs/lab.md). The NIC has run without event
+// indices since, which may have cured it. Every failure in a boot after
+// such a stall may be a wait on the dead link, so a failed run whose only
+// kernel reports are stalls is run again, unless a guest ended without
+// reporting (a panic, a crash). It returns the stalled guests' reports,
+// or "".
 func nicStallReason(guests []*guest, timeout time.Duration) string {
 	var stalls []string
 	failed := false

@@ -9,6 +9,7 @@
 #   metric FILE SERIES           the value of SERIES (name{labels} exactly as exposed), fails when absent
 #   ge A B                       true when number A >= number B (floats, exponents)
 #   delta FILE1 FILE2 SERIES     SERIES in FILE2 minus in FILE1, as an integer
+#   equal_files FILE DIR F:M...  fail unless metric M in FILE equals the number in DIR/F, for each F:M
 #   show_changes FILE1 FILE2     print the device series (device= label) whose value changed
 #
 # For `make demo` (test/softroce/demo/demo.sh, with gobuild=./cmd/rvmad in its header):
@@ -72,6 +73,16 @@ delta() {
 	local a b
 	a=$(metric "$1" "$3") b=$(metric "$2" "$3")
 	awk -v a="$a" -v b="$b" 'BEGIN { printf "%.0f\n", b - a }'
+}
+
+equal_files() {
+	local file=$1 dir=$2 pair f m got want
+	shift 2
+	for pair in "$@"; do
+		f=${pair%%:*} m=${pair#*:}
+		got=$(metric "$file" "$m") want=$(cat "$dir/$f")
+		ge "$got" "$want" && ge "$want" "$got" || lab_fail "$m is $got, $dir/$f is $want"
+	done
 }
 
 show_changes() {
