@@ -3,8 +3,13 @@
 package kmod_test
 
 import (
+	"encoding/binary"
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
@@ -247,4 +252,107 @@ func TestLabMailboxNamedQP(t *testing.T) {
 		after.Packets-before.Packets != 3+1+2 {
 		t.Fatalf("counters before %+v, after %+v", before, after)
 	}
+}
+
+// A QP forgotten while one of its messages is in progress keeps that
+// message's key to its last packet: a 1 MiB write (4096 packets of 256
+// bytes) is caught between its first and last packet by a thread on the
+// other vCPU, which forgets the QP there, and the rest of the message is
+// still placed and counted. Its last packet drops the entry: with every
+// key store failing, the QP's next message of several packets needs
+// memory and is refused. The forget must land inside the message; a try
+// where the message ended first is repeated (the write then counts as one
+// more put).
+func TestLabMailboxForgetMidMessage(t *testing.T) {
+	const msg = 1 << 20
+	labenv.Device(t)
+	mb := newMailboxes(t, openDev(t), 1, 1)
+	id := newWindow(t, mb, kmod.CountOps)
+	p := mbPair(t, msg/page+1, verbs.MTU256)
+	key := p.bindMW(0, msg+page)
+	clear(p.dst.mr.Bytes())
+	mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(0), Length: msg + page, Threshold: 1000,
+		Gen: 0, Record: 0, Keyed: true, RKey: key})
+	qpn := p.dst.qp.QPN()
+	data := pattern(msg, 3)
+	copy(p.src.mr.Bytes(), data)
+	dst := p.dst.mr.Bytes()
+	word := func(off int) uint64 { return atomic.LoadUint64((*uint64)(unsafe.Pointer(&dst[off]))) }
+	last := binary.LittleEndian.Uint64(data[msg-8:])
+
+	// forget, on a thread of its own, waits for the message's first
+	// packet, forgets the QP and reports whether the last was placed.
+	type result struct {
+		caught bool
+		err    error
+	}
+	forget := func(ready chan<- struct{}, res chan<- result) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		close(ready)
+		deadline := time.Now().Add(20 * time.Second)
+		for word(0) == 0 {
+			if time.Now().After(deadline) {
+				res <- result{err: errors.New("the message's first packet never arrived")}
+				return
+			}
+		}
+		err := mb.ForgetQP(qpn)
+		res <- result{caught: word(msg-8) != last, err: err}
+	}
+
+	puts, caught := 0, false
+	for try := 0; try < 20 && !caught; try++ {
+		if err := mb.NameQP(qpn); err != nil {
+			t.Fatalf("NameQP: %v", err)
+		}
+		clear(dst[:msg])
+		ready, res := make(chan struct{}), make(chan result, 1)
+		go forget(ready, res)
+		<-ready
+		wr := verbs.SendWR{Op: verbs.OpWrite, Flags: verbs.SendSignaled,
+			SGL: []verbs.SGE{p.src.mr.SGE(0, msg)}, RemoteAddr: p.addr(0), RKey: key}
+		if err := p.src.qp.PostSend(wr); err != nil {
+			t.Fatalf("PostSend: %v", err)
+		}
+		werr := p.waitOne(p.src)
+		r := <-res
+		if r.err != nil {
+			t.Fatalf("try %d: %v", try, r.err)
+		}
+		caught = r.caught
+		if werr != nil {
+			t.Fatalf("try %d (forgotten %s): %v", try, map[bool]string{true: "mid-message", false: "after it"}[caught], werr)
+		}
+		puts++
+		checkBytes(t, p, 0, append(append([]byte(nil), data...), make([]byte, page)...))
+	}
+	if !caught {
+		t.Fatalf("the forget never landed inside the message in %d tries", puts)
+	}
+	t.Logf("caught mid-message at try %d", puts)
+	unpublished(t, mb, 0)
+
+	if err := labenv.SetKeyStoreFaults(1); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { labenv.SetKeyStoreFaults(0) })
+	tail := pattern(page, 4)
+	if err := p.writeKey(msg, p.addr(msg), key, tail[:2048]); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("two packets after the forgotten message, without memory: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	if n, err := labenv.KeyStoreFaults(); n != 0 || err != nil {
+		t.Fatalf("key store faults left: %d %v, want 0 (the entry was dropped)", n, err)
+	}
+	p.reconnect()
+	if err := p.writeKey(msg, p.addr(msg), key, tail); err != nil {
+		t.Fatalf("the tail on a new QP: %v", err)
+	}
+	if err := mb.End(id, 0, kmod.RecordPartial, false); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, id, 1)
+	checkRecord(t, mb, 0, kmod.MailboxRecord{Epoch: 0, Addr: p.addr(0), Len: uint64(puts*msg + page),
+		Ops: uint64(puts + 1), Cap: msg + page, Flags: kmod.RecordPartial})
+	checkBytes(t, p, 0, append(append([]byte(nil), data...), tail...))
 }
