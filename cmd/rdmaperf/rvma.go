@@ -195,11 +195,7 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 			}
 			break
 		}
-		var sw *procStat
-		var es rvma.EndpointStats
-		if showSwitches {
-			sw, es = readProcStat(), b.ep.Stats()
-		}
+		done := b.switches(out, b.cfg.Iters)
 		samples, err := b.lat(ctx, mb, size, posted, 0, b.cfg.Iters)
 		if err != nil {
 			return err
@@ -207,28 +203,42 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 		if b.client {
 			printLat(out, size, latStats(samples, 2))
 		}
-		if sw != nil {
-			printProcStat(out, sw, readProcStat(), b.cfg.Iters)
-			e2, n := b.ep.Stats(), float64(b.cfg.Iters)
-			fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
-				float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
-		}
+		done()
 	case "rvma_get_lat":
 		if err := b.getLat(ctx, mb, size, posted[0], out); err != nil {
 			return err
 		}
 	case "rvma_bw":
 		if b.client {
+			done := b.switches(out, b.cfg.Iters-b.cfg.Iters%rvmaBatch)
 			st, err := b.bw(ctx, mb, size)
 			if err != nil {
 				return err
 			}
 			printBW(out, size, st)
+			done()
 		} else if err := b.drain(ctx, size, posted); err != nil {
 			return err
 		}
 	}
 	return sync(b.conn)
+}
+
+// switches starts -ctxsw's count for a run of iters iterations; the
+// function it returns prints the process's context switches and system
+// calls and the endpoint's notices and buffer waits per iteration since
+// (nothing without -ctxsw).
+func (b *rvmaBench) switches(out io.Writer, iters int) func() {
+	if !showSwitches {
+		return func() {}
+	}
+	sw, es := readProcStat(), b.ep.Stats()
+	return func() {
+		printProcStat(out, sw, readProcStat(), iters)
+		e2, n := b.ep.Stats(), float64(iters)
+		fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
+			float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
+	}
 }
 
 // lat is the put ping-pong. Puts need no wait of their own: the answer
