@@ -131,7 +131,7 @@ func main() {
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
 		ab       = flag.Int("ab", 0, "rvma_lat: N rounds, each a block of the RVMA ping-pong (a) followed by blocks of write_send_lat (b1), write_wait_send_lat (b2) and write_lat (c) on the same two processes, -n/N iterations each; print per anchor the median and quartiles of the rounds' (a)/anchor ratios of t_typical (client only)")
-		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, and its read and write system calls per iteration")
+		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, its read and write system calls per iteration and, in the RVMA tests, the endpoint's notices, buffer waits and stale puts per iteration")
 	)
 	flag.Parse()
 	showSwitches = *ctxsw

@@ -235,10 +235,17 @@ func (b *rvmaBench) switches(out io.Writer, iters int) func() {
 	sw, es := readProcStat(), b.ep.Stats()
 	return func() {
 		printProcStat(out, sw, readProcStat(), iters)
-		e2, n := b.ep.Stats(), float64(iters)
-		fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
-			float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
+		printEndpointStats(out, es, b.ep.Stats(), iters)
 	}
+}
+
+// printEndpointStats prints -ctxsw's line of the endpoint's counters per
+// iteration between before and after: notices sent, puts that waited for
+// a buffer, and puts refused as stale (each one re-issued).
+func printEndpointStats(w io.Writer, before, after rvma.EndpointStats, iters int) {
+	n := float64(iters)
+	fmt.Fprintf(w, "# endpoint per iteration: notices %.2f, buffer waits %.2f, stale puts %.3f\n",
+		float64(after.Notices-before.Notices)/n, float64(after.BufferWaits-before.BufferWaits)/n, float64(after.StalePuts-before.StalePuts)/n)
 }
 
 // lat is the put ping-pong. Puts need no wait of their own: the answer
@@ -393,9 +400,7 @@ func (b *rvmaBench) abLat(ctx context.Context, mb rvma.Mailbox, size int, posted
 	}
 	if showSwitches {
 		sums[0].print(out, "(a)")
-		e2, n := b.ep.Stats(), float64(sums[0].iters)
-		fmt.Fprintf(out, "# endpoint per iteration: notices %.2f, buffer waits %.2f\n",
-			float64(e2.Notices-es.Notices)/n, float64(e2.BufferWaits-es.BufferWaits)/n)
+		printEndpointStats(out, es, b.ep.Stats(), sums[0].iters)
 		for i, an := range anchors {
 			sums[1+i].print(out, "("+an.name+")")
 		}
