@@ -226,8 +226,8 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 
 // switches starts -ctxsw's count for a run of iters iterations; the
 // function it returns prints the process's context switches and system
-// calls and the endpoint's notices and buffer waits per iteration since
-// (nothing without -ctxsw).
+// calls and the endpoint's counters (printEndpointStats) per iteration
+// since (nothing without -ctxsw).
 func (b *rvmaBench) switches(out io.Writer, iters int) func() {
 	if !showSwitches {
 		return func() {}
@@ -241,7 +241,7 @@ func (b *rvmaBench) switches(out io.Writer, iters int) func() {
 
 // printEndpointStats prints -ctxsw's line of the endpoint's counters per
 // iteration between before and after: notices sent, puts that waited for
-// a buffer, and puts refused as stale (each one re-issued).
+// a buffer, and puts refused as stale.
 func printEndpointStats(w io.Writer, before, after rvma.EndpointStats, iters int) {
 	n := float64(iters)
 	fmt.Fprintf(w, "# endpoint per iteration: notices %.2f, buffer waits %.2f, stale puts %.3f\n",
