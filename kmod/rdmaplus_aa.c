@@ -807,7 +807,12 @@ static void notrace aa_dereg_pre(struct pt_regs *regs)
  * poster's system call would reach memory unseen. ftrace only refuses
  * recursion within one context (task, softirq, hardirq, NMI), and a hook
  * never calls a hooked function except through the module itself, which
- * the callback recognises by the return address.
+ * the callback recognises by the return address. The callback takes
+ * ftrace's recursion lock itself (which also disables preemption), as
+ * livepatch's handler does, so the ops do not ask for
+ * FTRACE_OPS_FL_RECURSION: ftrace then calls it straight from the ops'
+ * trampoline instead of through ftrace_ops_assist_func, which would take
+ * the same lock a second time on every packet.
  */
 struct aa_hook {
 	void (*pre)(struct pt_regs *regs);
@@ -834,8 +839,7 @@ static void notrace aa_hook_cb(unsigned long ip, unsigned long parent_ip,
 }
 
 #define AA_HOOK(fn) { .pre = fn, .ops = { .func = aa_hook_cb, \
-	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY | \
-		 FTRACE_OPS_FL_RECURSION } }
+	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY } }
 enum { AA_HOOK_DEREG, AA_HOOK_RESP, AA_HOOK_COPY, AA_HOOK_ATOMIC, AA_NHOOKS };
 static struct aa_hook aa_hooks[AA_NHOOKS] = {
 	[AA_HOOK_DEREG] = AA_HOOK(aa_dereg_pre),

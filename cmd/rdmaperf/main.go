@@ -93,6 +93,10 @@ type config struct {
 	// AB is rvma_lat's -ab: rounds of a block of the ping-pong followed
 	// by blocks of (b1), (b2) and write_lat (0: none).
 	AB int
+	// QPTimeout is the exponent of the RDMA loops' local ACK timeout,
+	// 4.096 µs × 2^QPTimeout (perftest's -u; 14, 67 ms, by default). The
+	// RVMA tests' links keep rdma_cm's (2^19 on RoCE, 2.1 s).
+	QPTimeout int
 }
 
 func main() {
@@ -131,6 +135,7 @@ func main() {
 		traceTo  = flag.String("trace", "", "write a Go execution trace of the run to this file")
 		timeout  = flag.Duration("timeout", 2*time.Minute, "give up when the whole run takes longer")
 		ab       = flag.Int("ab", 0, "rvma_lat: N rounds, each a block of the RVMA ping-pong (a) followed by blocks of write_send_lat (b1), write_wait_send_lat (b2) and write_lat (c) on the same two processes, -n/N iterations each; print per anchor the median and quartiles of the rounds' (a)/anchor ratios of t_typical (client only)")
+		qpTmo    = flag.Int("u", 14, "RDMA loops: local ACK timeout exponent, 4.096 µs × 2^N, 1 to 31, as perftest's --qp-timeout (ACKs do not restart rxe 6.1's timer, so each time it runs out the request then in flight is sent again: a short timeout shows as retries and duplicates in a long run, without a lost packet)")
 		ctxsw    = flag.Bool("ctxsw", false, "after each size, print the context switches per iteration of every thread of this process, its read and write system calls per iteration and, in the RVMA tests, the endpoint's notices, buffer waits and stale puts per iteration")
 	)
 	flag.Parse()
@@ -145,7 +150,7 @@ func main() {
 	client := flag.NArg() > 0
 	var cfg config
 	if client {
-		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, NoGuard: *guard == "none", PostList: *postLst, AB: *ab}
+		cfg = config{Test: *test, Size: *size, MaxSize: *maxSize, All: *all, Iters: *iters, TxDepth: *txDepth, CQMod: *cqMod, Inline: *inline, Warmup: *warmup, MTU: *mtu, NoGuard: *guard == "none", PostList: *postLst, AB: *ab, QPTimeout: *qpTmo}
 		var ok bool
 		if cfg.Loop, ok = loopKinds[*loop]; !ok {
 			log.Fatalf("-loop must be go, go-postsend or c, not %q", *loop)
@@ -294,6 +299,9 @@ func (c config) check() error {
 	if c.Test == "write_lat" && c.Size < 2 && !c.All {
 		return fmt.Errorf("write_lat needs at least 2 bytes")
 	}
+	if c.QPTimeout < 1 || c.QPTimeout > 31 {
+		return fmt.Errorf("-u must be from 1 to 31, not %d", c.QPTimeout)
+	}
 	if c.AB < 0 || c.AB > 0 && (c.Test != "rvma_lat" || c.Iters/c.AB < 2 || c.Size < 2) {
 		return fmt.Errorf("-ab needs rvma_lat, at least 2 bytes and at least 2 iterations per block")
 	}
@@ -314,19 +322,19 @@ func (c config) marshal() []byte {
 	if c.HeapSrc {
 		ng |= 8
 	}
-	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng, c.AB} {
+	for _, v := range []int{c.Size, c.MaxSize, int(all), c.Iters, c.TxDepth, c.CQMod, c.Inline, c.Warmup, c.MTU, int(c.Loop), ng, c.AB, c.QPTimeout} {
 		b = binary.BigEndian.AppendUint32(b, uint32(v))
 	}
 	return b
 }
 
 func (c *config) unmarshal(b []byte) error {
-	if len(b) < 1 || len(b) < 1+int(b[0])+48 {
+	if len(b) < 1 || len(b) < 1+int(b[0])+52 {
 		return fmt.Errorf("short config message")
 	}
 	c.Test = string(b[1 : 1+b[0]])
 	b = b[1+b[0]:]
-	v := make([]int, 12)
+	v := make([]int, 13)
 	for i := range v {
 		v[i] = int(binary.BigEndian.Uint32(b[4*i:]))
 	}
@@ -334,6 +342,7 @@ func (c *config) unmarshal(b []byte) error {
 	c.Counting = rvma.Counting(v[10] >> 1 & 3)
 	c.HeapSrc = v[10]&8 != 0
 	c.AB = v[11]
+	c.QPTimeout = v[12]
 	return c.check()
 }
 

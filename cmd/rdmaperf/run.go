@@ -128,7 +128,7 @@ func newBench(conn net.Conn, devName string, gidIdx int, client bool, cfg config
 	if cfg.MTU != 0 {
 		mtu = verbs.MTUFromBytes(cfg.MTU)
 	}
-	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu}); err != nil {
+	if err := b.qp.Connect(local, remote, &verbs.ConnectOptions{GIDIndex: gi, PathMTU: mtu, Timeout: cfg.QPTimeout}); err != nil {
 		return nil, 0, err
 	}
 	switch cfg.Test {

@@ -51,19 +51,21 @@ func TestSizes(t *testing.T) {
 }
 
 func TestConfigRoundTrip(t *testing.T) {
-	c := config{Test: "read_bw", Size: 64, MaxSize: 4096, All: true, Iters: 10, TxDepth: 4, CQMod: 2, Inline: 0, Warmup: 3, MTU: 1024}
+	c := config{Test: "read_bw", Size: 64, MaxSize: 4096, All: true, Iters: 10, TxDepth: 4, CQMod: 2, Inline: 0, Warmup: 3, MTU: 1024, QPTimeout: 14}
 	var d config
 	if err := d.unmarshal(c.marshal()); err != nil || d != c {
 		t.Fatalf("%+v %v", d, err)
 	}
-	ab := config{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10, NoGuard: true, HeapSrc: true}
+	ab := config{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10, NoGuard: true, HeapSrc: true, QPTimeout: 19}
 	if err := d.unmarshal(ab.marshal()); err != nil || d != ab {
 		t.Fatalf("%+v %v", d, err)
 	}
 	for _, bad := range []config{
-		{Test: "write_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10}, // -ab is rvma_lat's
-		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 60},  // one iteration per block
-		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: -1},
+		{Test: "write_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 10, QPTimeout: 14}, // -ab is rvma_lat's
+		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: 60, QPTimeout: 14},  // one iteration per block
+		{Test: "rvma_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, AB: -1, QPTimeout: 14},
+		{Test: "write_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1},                // no ACK timeout
+		{Test: "write_lat", Size: 8, MaxSize: 8, Iters: 100, TxDepth: 1, CQMod: 1, QPTimeout: 32}, // beyond the field
 	} {
 		if err := bad.check(); err == nil {
 			t.Errorf("%+v accepted", bad)
