@@ -67,6 +67,8 @@ int rdmaplus_rvma_mmap(struct rdmaplus_rvma_ctx *ctx,
 		       struct vm_area_struct *vma);
 /* hooks (rcu_read_lock held by the caller of write) */
 bool rdmaplus_rvma_write(struct pt_regs *regs);
+struct sk_buff;
+void rdmaplus_rvma_request(struct sk_buff *skb);
 void rdmaplus_rvma_dereg(void *rxe_mr);
 
 #endif /* _RDMAPLUS_H */

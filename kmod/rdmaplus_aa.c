@@ -4,7 +4,7 @@
  *
  * A process creates domains (the paper's IUIDs), each with an access log
  * (a ring mapped into the process), and arms 4 KiB pages of its own rxe
- * memory regions with control bits W, R, WL, WLD, RL, RLD. Four hooks
+ * memory regions with control bits W, R, WL, WLD, RL, RLD. Five hooks
  * (ftrace callbacks, see struct aa_hook), registered only while some page
  * is armed, enforce them:
  *
@@ -15,6 +15,9 @@
  *  - iova_to_vaddr(mr, iova, length): incoming atomics.
  *  - rxe_responder(qp): remembers which QP this context is serving, so
  *    that an entry can name the source.
+ *  - rxe_resp_queue_pkt(qp, skb): every request packet, before the
+ *    responder sees it. Only RVMA uses it: it translates writes to
+ *    mailbox keys (rdmaplus_rvma_request()).
  *  - rxe_dereg_mr(ibmr, udata): forget a region being deregistered. It
  *    runs after ib_core removed the region from its resource table and
  *    waited for every reference taken there, so an arm that found the
@@ -697,6 +700,13 @@ out:
 	rcu_read_unlock();
 }
 
+static void notrace aa_queue_pre(struct pt_regs *regs)
+{
+	rcu_read_lock();
+	rdmaplus_rvma_request((struct sk_buff *)regs->si);
+	rcu_read_unlock();
+}
+
 static void notrace aa_atomic_pre(struct pt_regs *regs)
 {
 	u32 want = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
@@ -799,7 +809,7 @@ static void notrace aa_dereg_pre(struct pt_regs *regs)
 }
 
 /*
- * The hooks are ftrace callbacks at the entry of four functions, with the
+ * The hooks are ftrace callbacks at the entry of five functions, with the
  * caller's registers (a hook may change the arguments, or make the function
  * return at once). Not kprobes: the kprobe framework lets one probe handler
  * run per CPU and skips a hit while another is running, so an incoming
@@ -840,12 +850,16 @@ static void notrace aa_hook_cb(unsigned long ip, unsigned long parent_ip,
 
 #define AA_HOOK(fn) { .pre = fn, .ops = { .func = aa_hook_cb, \
 	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY } }
-enum { AA_HOOK_DEREG, AA_HOOK_RESP, AA_HOOK_COPY, AA_HOOK_ATOMIC, AA_NHOOKS };
+enum {
+	AA_HOOK_DEREG, AA_HOOK_RESP, AA_HOOK_COPY, AA_HOOK_ATOMIC,
+	AA_HOOK_QUEUE, AA_NHOOKS
+};
 static struct aa_hook aa_hooks[AA_NHOOKS] = {
 	[AA_HOOK_DEREG] = AA_HOOK(aa_dereg_pre),
 	[AA_HOOK_RESP] = AA_HOOK(aa_resp_pre),
 	[AA_HOOK_COPY] = AA_HOOK(aa_copy_pre),
 	[AA_HOOK_ATOMIC] = AA_HOOK(aa_atomic_pre),
+	[AA_HOOK_QUEUE] = AA_HOOK(aa_queue_pre),
 };
 
 static void aa_unregister(int n)
@@ -1762,19 +1776,22 @@ static int aa_find_rxe(struct module *owner)
 {
 	int (*size_offset)(unsigned long addr, unsigned long *size,
 			   unsigned long *off);
-	unsigned long copy, iova, data, dereg, resp, size = 0, off = 0;
+	unsigned long copy, iova, data, dereg, resp, queue, size = 0, off = 0;
 
 	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
 	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
 	data = aa_kallsyms("rdma_rxe:copy_data");
 	dereg = aa_kallsyms("rdma_rxe:rxe_dereg_mr");
 	resp = aa_kallsyms("rdma_rxe:rxe_responder");
+	queue = aa_kallsyms("rdma_rxe:rxe_resp_queue_pkt");
 	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
-	if (!copy || !iova || !data || !dereg || !resp || !size_offset) {
-		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, rxe_dereg_mr %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
+	if (!copy || !iova || !data || !dereg || !resp || !queue ||
+	    !size_offset) {
+		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, rxe_resp_queue_pkt %s, rxe_dereg_mr %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
 		       copy ? "found" : "missing", iova ? "found" : "missing",
 		       data ? "found" : "missing",
 		       resp ? "found" : "missing",
+		       queue ? "found" : "missing",
 		       dereg ? "found" : "missing");
 		return -ENOENT;
 	}
@@ -1786,6 +1803,7 @@ static int aa_find_rxe(struct module *owner)
 		       within_module(iova, owner) &&
 		       within_module(data, owner) &&
 		       within_module(resp, owner) &&
+		       within_module(queue, owner) &&
 		       within_module(dereg, owner))) {
 		pr_err("the device's driver %s is not the rdma_rxe whose functions were found\n",
 		       module_name(owner));
@@ -1799,6 +1817,7 @@ static int aa_find_rxe(struct module *owner)
 	aa_hooks[AA_HOOK_ATOMIC].addr = iova;
 	aa_hooks[AA_HOOK_DEREG].addr = dereg;
 	aa_hooks[AA_HOOK_RESP].addr = resp;
+	aa_hooks[AA_HOOK_QUEUE].addr = queue;
 	return 0;
 }
 

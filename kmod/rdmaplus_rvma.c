@@ -24,6 +24,21 @@
  *    key) it is refused: rxe_mr_copy fails, rxe NAKs with a remote access
  *    error, memory is untouched and window_state.refused counts it.
  *
+ * Mailbox keys (ABI 9): a window may have one (RDMAPLUS_RVMA_WIN_F_MBKEY).
+ * A hook on rxe_resp_queue_pkt(), which rxe calls for every request packet
+ * after checking its ICRC and before its responder reads the RETH, finds
+ * a write message's first packet written with a mailbox key, looks up the
+ * window's pending buffer of the generation its address names and
+ * rewrites the RETH to that buffer and its region's rkey (see
+ * rdmaplus_rvma_request()). The later packets of the message follow the
+ * responder's state. The hook marks the packets it translated in the
+ * BTH's six reserved bits (which the ICRC does not cover and rxe never
+ * reads) and clears them in every other write's first packet, so the gate
+ * of a mailbox-key window's buffer lets in only what it translated. Such
+ * buffers lie in guarded regions (RDMAPLUS_IOC_RVMA_GUARD), where the gate
+ * refuses every untranslated write, in a buffer or not: the region's rkey,
+ * which the translation needs, grants nothing by itself.
+ *
  * Last-packet detection: rxe_mr_copy does not see the opcode, but the
  * payload sits in the received skb right after the BTH (and RETH, IMMDT),
  * and the BTH right after the UDP header (see rvma_parse()). Zero-length
@@ -59,6 +74,7 @@
 #include <linux/mutex.h>
 #include <linux/rbtree.h>
 #include <linux/sched/user.h>
+#include <linux/skbuff.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 #include <linux/uaccess.h>
@@ -79,6 +95,12 @@
 #define RVMA_REC_WORDS		(RDMAPLUS_RVMA_RECORD_SIZE / 8)
 #define RVMA_END_FLAGS		(RDMAPLUS_RVMA_REC_PARTIAL | RDMAPLUS_RVMA_REC_CLOSED)
 #define RVMA_NAMED		1UL	/* ctx->msgs: the QP was named */
+/* the BTH's reserved bits (byte 4, below FECN and BECN) */
+#define RVMA_TAG_MASK		0x3f
+#define RVMA_TAG_PLACED		0x2a	/* translated by rdmaplus_rvma_request */
+/* mailbox key ids: bits 8..27 of the key, 1..RVMA_MBKEY_MAX_ID */
+#define RVMA_MBKEY_MAX_ID	0xfffffU
+#define RVMA_MBVA_OFF_MASK	((1ULL << RDMAPLUS_RVMA_MBVA_OFF_BITS) - 1)
 
 enum rvma_state {
 	RVMA_OPEN,	/* pending, gate open */
@@ -88,6 +110,8 @@ enum rvma_state {
 
 struct rvma_win {
 	u32 kind;			/* RDMAPLUS_RVMA_*, 0: free slot */
+	u32 mbkey;			/* its mailbox key, 0: none (under lock) */
+	struct rdmaplus_rvma_ctx *ctx;
 	bool posted;			/* a buffer was posted since creation */
 	u64 last_gen;			/* the last generation posted */
 	u64 done;			/* our copy of state->done */
@@ -102,9 +126,13 @@ struct rvma_mr {
 	struct list_head node;		/* ctx->mrs */
 	void *rxe_mr;
 	u32 key;			/* the key it was first posted with */
+	u32 rkey;			/* its rkey: mailbox translations use it */
 	const void *ufile;		/* its uverbs file (compared, never used) */
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rb_root ranges;		/* struct rvma_buf by iova */
+	/* RDMAPLUS_IOC_RVMA_GUARD: only translated writes get in, anywhere;
+	 * hashed while registered, ranges or not */
+	bool guarded;
 	bool dead;
 	struct rcu_head rcu;
 };
@@ -147,6 +175,7 @@ struct rdmaplus_rvma_ctx {
 	struct xarray msgs;
 	unsigned int named;		/* under mutex: entries with RVMA_NAMED */
 	unsigned int nranges;		/* under lock */
+	unsigned int nguarded;		/* under lock: guarded regions */
 	struct delayed_work gc;		/* drops the hook RVMA_UNHOOK_DELAY after the last range */
 };
 
@@ -162,10 +191,19 @@ struct rdmaplus_rvma_ctx {
 static DEFINE_SPINLOCK(rvma_hash_lock);
 static DEFINE_HASHTABLE(rvma_mrs, 8);
 static atomic_t rvma_nr_mrs = ATOMIC_INIT(0);
+/*
+ * Mailbox key id -> struct rvma_win. Read under RCU by the hook; changed
+ * in process context only (the xarray's own lock, inside ctx->lock on
+ * erase). A window's slot outlives its id (until the file's release,
+ * after an RCU grace period), and the hook checks w->mbkey under the
+ * file's lock.
+ */
+static DEFINE_XARRAY_ALLOC(rvma_mbkeys);
 
 static struct {
 	atomic64_t packets, bytes, published, refused, unparsed, nomem;
 	atomic64_t windows, ranges, mrs;
+	atomic64_t translated, untranslated;
 } rvma_st;
 
 /*
@@ -254,6 +292,7 @@ struct rvma_hdr {
 	bool reth;	/* the first packet (FIRST or ONLY): @rkey is set */
 	u32 rkey;
 	u32 qpn;	/* destination queue pair */
+	u8 tag;		/* the BTH's reserved bits (RVMA_TAG_PLACED) */
 };
 
 /*
@@ -298,6 +337,7 @@ static int rvma_parse(const u8 *payload, u32 len, struct rvma_hdr *h)
 		/* RETH: virtual address 8, rkey 4, length 4 */
 		h->rkey = h->reth ? get_unaligned_be32(bth + 12 + 8) : 0;
 		h->qpn = get_unaligned_be32(bth + 4) & 0xffffff;
+		h->tag = bth[4] & RVMA_TAG_MASK;
 		return 0;
 	}
 	return -1;
@@ -328,9 +368,11 @@ static bool rvma_keep(struct rdmaplus_rvma_ctx *ctx, u32 qpn, void *ent,
 
 /*
  * Was the message of this packet into keyed buffer b written with b's
- * key (none for key 0)? A first packet's key is kept for the message's
- * later packets, until its last: then a named QP's entry stays, with key
- * 0, and another's goes. ctx->lock held.
+ * key (none for key 0)? For a buffer of a window with a mailbox key, that
+ * is its region's rkey, and only in a message the module translated. A
+ * first packet's key is kept for the message's later packets, until its
+ * last: then a named QP's entry stays, with key 0, and another's goes.
+ * ctx->lock held.
  */
 static bool rvma_key_ok(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b,
 			int parsed, const struct rvma_hdr *h)
@@ -341,7 +383,8 @@ static bool rvma_key_ok(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b,
 	if (parsed || !b->rkey)
 		return false;
 	if (h->reth) {	/* an only packet keeps nothing: no lookup */
-		if (h->rkey != b->rkey)
+		if (h->rkey != b->rkey ||
+		    (b->win->mbkey && h->tag != RVMA_TAG_PLACED))
 			return false;
 		return h->last ||
 		       rvma_keep(ctx, h->qpn, xa_load(&ctx->msgs, h->qpn), h->rkey);
@@ -464,8 +507,13 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	if (m->dead)
 		goto pass;
 	b = rvma_range_at(m, iova);
-	if (!b || (b->iova > iova && b->iova - iova >= len))
-		goto pass;	/* touches no range */
+	if (!b || (b->iova > iova && b->iova - iova >= len)) {
+		if (!m->guarded)
+			goto pass;	/* touches no range */
+		atomic64_inc(&rvma_st.refused);	/* no window's */
+		regs->si = ~0ULL;
+		goto out;
+	}
 	if (b->state != RVMA_OPEN || b->iova > iova ||
 	    len > b->length - (iova - b->iova) ||
 	    (b->keyed && !rvma_key_ok(ctx, b, parsed, &h))) {
@@ -500,6 +548,93 @@ out:
 pass:
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	return false;
+}
+
+/*
+ * The BTH of a request packet rxe received or looped back: the transport
+ * header is the UDP header in both cases (rxe_udp_encap_recv() and
+ * prepare_udp_hdr()). NULL unless it is a write's first packet (RC or UC
+ * WRITE FIRST, ONLY, ONLY WITH IMMEDIATE) whose BTH and RETH lie in the
+ * linear data.
+ */
+static u8 *rvma_reth_bth(struct sk_buff *skb)
+{
+	u8 *udp, *bth;
+	u8 op;
+
+	if (!skb_transport_header_was_set(skb))
+		return NULL;
+	udp = skb_transport_header(skb);
+	bth = udp + 8;
+	if (bth + 28 > skb_tail_pointer(skb) ||
+	    get_unaligned_be16(udp + 2) != RVMA_ROCE_PORT)
+		return NULL;
+	op = bth[0];
+	if (op >> 5 > 1)
+		return NULL;	/* neither RC nor UC */
+	op &= 0x1f;
+	return op == 0x06 || op == 0x0a || op == 0x0b ? bth : NULL;
+}
+
+/* w's pending buffer of generation gen (mod 2^24); ctx->lock held. */
+static struct rvma_buf *rvma_pending_gen(struct rvma_win *w, u64 gen)
+{
+	struct rvma_buf *b;
+
+	list_for_each_entry(b, &w->pending, pnode)
+		if ((b->gen & RDMAPLUS_RVMA_MBVA_GEN_MASK) == gen)
+			return b;
+	return NULL;
+}
+
+/*
+ * The rxe_resp_queue_pkt hook (rdmaplus_aa.c), for every request packet,
+ * rcu_read_lock held: translate a write's first packet written with a
+ * mailbox key (see struct rdmaplus_rvma_win), and clear the reserved bits
+ * of every other so that no sender can pass for translated.
+ */
+void rdmaplus_rvma_request(struct sk_buff *skb)
+{
+	struct rdmaplus_rvma_ctx *ctx;
+	struct rvma_win *w;
+	struct rvma_buf *b;
+	unsigned long flags;
+	u64 va, off;
+	u32 rkey, len;
+	u8 *bth;
+
+	bth = rvma_reth_bth(skb);
+	if (!bth)
+		return;
+	bth[4] &= ~RVMA_TAG_MASK;
+	rkey = get_unaligned_be32(bth + 20);
+	len = get_unaligned_be32(bth + 24);
+	if ((rkey & RDMAPLUS_RVMA_MBKEY_MASK) != RDMAPLUS_RVMA_MBKEY_BITS ||
+	    !len)
+		return;
+	w = xa_load(&rvma_mbkeys, (rkey >> 8) & RVMA_MBKEY_MAX_ID);
+	if (!w)
+		return;		/* rxe refuses the key */
+	ctx = w->ctx;
+	va = get_unaligned_be64(bth + 12);
+	off = va & RVMA_MBVA_OFF_MASK;
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	if (w->mbkey != rkey)
+		goto out;	/* destroyed meanwhile */
+	b = rvma_pending_gen(w, va >> RDMAPLUS_RVMA_MBVA_OFF_BITS);
+	if (!b || b->state != RVMA_OPEN || off > b->length ||
+	    len > b->length - off) {
+		WRITE_ONCE(w->state->refused, ++w->refused);
+		atomic64_inc(&rvma_st.untranslated);
+		goto out;	/* the key stays: rxe refuses it */
+	}
+	put_unaligned_be64(b->iova + off, bth + 12);
+	put_unaligned_be32(b->m->rkey, bth + 20);
+	bth[4] |= RVMA_TAG_PLACED;
+	atomic64_inc(&rvma_st.translated);
+out:
+	spin_unlock_irqrestore(&ctx->lock, flags);
 }
 
 static void rvma_mr_free_rcu(struct rcu_head *r)
@@ -546,7 +681,7 @@ static void rvma_buf_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 	struct rvma_mr *m = b->m;
 
 	rvma_buf_drop(ctx, b);
-	if (RB_EMPTY_ROOT(&m->ranges) && !m->dead)
+	if (RB_EMPTY_ROOT(&m->ranges) && !m->dead && !m->guarded)
 		rvma_mr_unlink(m);
 }
 
@@ -580,7 +715,11 @@ void rdmaplus_rvma_dereg(void *rxe_mr)
 		rvma_buf_forget(ctx, b);
 		published += rvma_publish(ctx, w);
 	}
-	if (!ctx->nranges)
+	if (!m->dead) {	/* guarded: it stays without ranges */
+		ctx->nguarded--;
+		rvma_mr_unlink(m);
+	}
+	if (!ctx->nranges && !ctx->nguarded)
 		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
@@ -599,7 +738,7 @@ static bool rvma_hook_idle(struct rdmaplus_rvma_ctx *ctx)
 	unsigned int n;
 
 	spin_lock_irqsave(&ctx->lock, flags);
-	n = ctx->nranges;
+	n = ctx->nranges + ctx->nguarded;
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	return ctx->hooked && !n;
 }
@@ -693,6 +832,7 @@ static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		goto err_uncharge;
 	for (i = 0; i < c.windows; i++) {
 		wins[i].state = (struct rdmaplus_rvma_window_state *)area + i;
+		wins[i].ctx = ctx;
 		INIT_LIST_HEAD(&wins[i].pending);
 		INIT_LIST_HEAD(&wins[i].bufs);
 	}
@@ -731,12 +871,13 @@ static long rvma_win_create(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	struct rdmaplus_rvma_win c;
 	struct rvma_win *w = NULL;
 	unsigned long flags;
-	u32 i;
+	u32 i, id = 0;
 	long ret;
 
 	if (copy_from_user(&c, arg, sizeof(c)))
 		return -EFAULT;
-	if (c.size != sizeof(c) || c.reserved ||
+	if (c.size != sizeof(c) || c.reserved || c.mbkey ||
+	    c.flags & ~RDMAPLUS_RVMA_WIN_F_MBKEY ||
 	    (c.kind != RDMAPLUS_RVMA_BYTES && c.kind != RDMAPLUS_RVMA_OPS))
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);
@@ -749,12 +890,26 @@ static long rvma_win_create(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 			w = &ctx->wins[i];
 	if (!w)
 		goto out;
+	if (c.flags & RDMAPLUS_RVMA_WIN_F_MBKEY) {
+		/* the hook finds w only once w->mbkey is set, under lock */
+		ret = xa_alloc(&rvma_mbkeys, &id, w,
+			       XA_LIMIT(1, RVMA_MBKEY_MAX_ID), GFP_KERNEL);
+		if (ret == -EBUSY)
+			ret = -ENOSPC;
+		if (ret)
+			goto out;
+		c.mbkey = RDMAPLUS_RVMA_MBKEY_BITS | id << 8;
+	}
 	c.id = w - ctx->wins + 1;
 	ret = -EFAULT;
-	if (copy_to_user(arg, &c, sizeof(c)))
+	if (copy_to_user(arg, &c, sizeof(c))) {
+		if (id)
+			xa_erase(&rvma_mbkeys, id);
 		goto out;
+	}
 	spin_lock_irqsave(&ctx->lock, flags);
 	w->kind = c.kind;
+	w->mbkey = c.mbkey;
 	w->posted = false;
 	w->last_gen = 0;
 	w->done = 0;
@@ -776,6 +931,10 @@ static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w)
 
 	list_for_each_entry_safe(b, tmp, &w->bufs, wnode)
 		rvma_buf_forget(ctx, b);
+	if (w->mbkey) {
+		xa_erase(&rvma_mbkeys, (w->mbkey >> 8) & RVMA_MBKEY_MAX_ID);
+		w->mbkey = 0;
+	}
 	w->kind = 0;
 	atomic64_dec(&rvma_st.windows);
 }
@@ -839,8 +998,8 @@ static void rvma_buf_open(struct rdmaplus_rvma_ctx *ctx,
 	nb->ops = 0;
 	nb->record = a->record;
 	nb->flags = a->flags & RDMAPLUS_RVMA_REC_ONETIME;
-	nb->keyed = a->flags & RDMAPLUS_RVMA_POST_F_RKEY;
-	nb->rkey = a->rkey;
+	nb->keyed = a->flags & RDMAPLUS_RVMA_POST_F_RKEY || w->mbkey;
+	nb->rkey = w->mbkey ? nb->m->rkey : a->rkey;
 	nb->state = RVMA_OPEN;
 	list_add_tail(&nb->wnode, &w->bufs);
 	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
@@ -874,6 +1033,25 @@ static struct rvma_buf *rvma_reposted(struct rdmaplus_rvma_ctx *ctx,
 	return NULL;
 }
 
+/* Hash *fresh as region rmr of ctx and take it; ctx->lock held. */
+static struct rvma_mr *rvma_mr_add(struct rdmaplus_rvma_ctx *ctx, void *rmr,
+				   struct rvma_mr **fresh)
+{
+	struct rvma_mr *m = *fresh;
+
+	*fresh = NULL;
+	m->rxe_mr = rmr;
+	m->ctx = ctx;
+	m->ranges = RB_ROOT;
+	spin_lock(&rvma_hash_lock);
+	hash_add_rcu(rvma_mrs, &m->hnode, (unsigned long)rmr);
+	spin_unlock(&rvma_hash_lock);
+	list_add_tail(&m->node, &ctx->mrs);
+	atomic_inc(&rvma_nr_mrs);
+	atomic64_inc(&rvma_st.mrs);
+	return m;
+}
+
 /*
  * Register the buffer under ctx->lock: the checks that depend on the
  * file's data-path state, then the insertion. fresh is used if the region
@@ -898,6 +1076,8 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	spin_unlock(&rvma_hash_lock);
 	if (m && m->ctx != ctx)
 		return -EBUSY;	/* another file gates this region */
+	if (!w->mbkey != !(m && m->guarded))
+		return -EACCES;
 	if (m) {
 		for (b = rvma_range_at(m, a->iova); b && b->iova < end;
 		     b = rvma_next(b)) {
@@ -908,19 +1088,8 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	}
 	if (ctx->nranges - replaced >= RVMA_MAX_RANGES)
 		return -ENOSPC;
-	if (!m) {
-		m = *fresh;
-		*fresh = NULL;
-		m->rxe_mr = rmr;
-		m->ctx = ctx;
-		m->ranges = RB_ROOT;
-		spin_lock(&rvma_hash_lock);
-		hash_add_rcu(rvma_mrs, &m->hnode, (unsigned long)rmr);
-		spin_unlock(&rvma_hash_lock);
-		list_add_tail(&m->node, &ctx->mrs);
-		atomic_inc(&rvma_nr_mrs);
-		atomic64_inc(&rvma_st.mrs);
-	}
+	if (!m)
+		m = rvma_mr_add(ctx, rmr, fresh);
 	for (b = rvma_range_at(m, a->iova); b && b->iova < end; b = next) {
 		next = rvma_next(b);
 		rvma_buf_drop(ctx, b);	/* closed; m stays hashed for nb */
@@ -963,12 +1132,15 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 		goto out;
 	ret = -EINVAL;
 	if ((w->kind == RDMAPLUS_RVMA_BYTES && a.threshold > a.length) ||
-	    a.record >= ctx->nrec)
+	    a.record >= ctx->nrec ||
+	    (w->mbkey && a.flags & RDMAPLUS_RVMA_POST_F_RKEY))
 		goto out;
 	spin_lock_irqsave(&ctx->lock, flags);
 	old = rvma_reposted(ctx, &a);
 	if (old) {
 		ret = rvma_post_check(ctx, &a, w);
+		if (!ret && !w->mbkey != !old->m->guarded)
+			ret = -EACCES;
 		if (!ret) {
 			list_del(&old->wnode);	/* from its last window's */
 			rvma_buf_open(ctx, &a, w, old);
@@ -1007,6 +1179,7 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	if (!fresh || !nb)
 		goto put;
 	fresh->key = a.key;
+	fresh->rkey = ibmr->rkey;
 	fresh->ufile = ibmr->uobject->ufile;
 	spin_lock_irqsave(&ctx->lock, flags);
 	ret = rvma_post_locked(ctx, &a, w, rmr, &fresh, nb);
@@ -1138,6 +1311,8 @@ RVMA_ATTR(nomem);	/* refused: no memory to keep their message's key */
 RVMA_ATTR(windows);	/* live windows */
 RVMA_ATTR(ranges);	/* gated ranges, pending and closed */
 RVMA_ATTR(mrs);		/* memory regions with a gated range */
+RVMA_ATTR(translated);	/* write messages to a mailbox key translated */
+RVMA_ATTR(untranslated); /* ... refused: no open buffer of their gen, too long */
 
 static struct attribute *rvma_attrs[] = {
 	&rvma_attr_packets.kattr.attr,
@@ -1149,6 +1324,8 @@ static struct attribute *rvma_attrs[] = {
 	&rvma_attr_windows.kattr.attr,
 	&rvma_attr_ranges.kattr.attr,
 	&rvma_attr_mrs.kattr.attr,
+	&rvma_attr_translated.kattr.attr,
+	&rvma_attr_untranslated.kattr.attr,
 	NULL,
 };
 
@@ -1176,6 +1353,7 @@ struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
 
 void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 {
+	struct rvma_mr *m, *tmp;
 	unsigned long flags;
 	u32 i;
 
@@ -1184,7 +1362,12 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	for (i = 0; i < ctx->nwin; i++)
 		if (ctx->wins[i].kind)
 			rvma_win_forget(ctx, &ctx->wins[i]);
-	WARN_ON_ONCE(ctx->nranges || !list_empty(&ctx->mrs));
+	list_for_each_entry_safe(m, tmp, &ctx->mrs, node) {
+		if (!WARN_ON_ONCE(!m->guarded))
+			ctx->nguarded--;
+		rvma_mr_unlink(m);
+	}
+	WARN_ON_ONCE(ctx->nranges || ctx->nguarded);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	mutex_unlock(&ctx->mutex);
 	synchronize_rcu();	/* no hook uses ctx any more */
@@ -1277,6 +1460,76 @@ static long rvma_qp(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	return ret;
 }
 
+/* RDMAPLUS_IOC_RVMA_GUARD: see struct rdmaplus_rvma_guard. */
+static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_rvma_guard a;
+	struct rvma_mr *fresh = NULL, *m;
+	struct ib_mr *ibmr;
+	unsigned long flags;
+	void *rmr;
+	long ret;
+
+	if (copy_from_user(&a, arg, sizeof(a)))
+		return -EFAULT;
+	if (a.size != sizeof(a))
+		return -EINVAL;
+	if (!rdmaplus_aa_supported())
+		return -EOPNOTSUPP;
+	mutex_lock(&ctx->mutex);
+	ret = -ENXIO;
+	if (!ctx->setup)
+		goto out;
+	ibmr = aa_lookup_mr(a.key);
+	if (IS_ERR(ibmr)) {
+		ret = PTR_ERR(ibmr);
+		goto out;
+	}
+	ret = -EOPNOTSUPP;
+	rmr = aa_rxe_mr_of(ibmr);
+	if (!rmr)
+		goto put;
+	ret = -EINVAL;
+	if (!ibmr->rkey)
+		goto put;	/* no remote access: nothing to guard */
+	if (!ctx->hooked) {
+		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
+		if (ret)
+			goto put;
+		ctx->hooked = true;
+	}
+	ret = -ENOMEM;
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	if (!fresh)
+		goto put;
+	fresh->key = a.key;
+	fresh->rkey = ibmr->rkey;
+	fresh->ufile = ibmr->uobject->ufile;
+	spin_lock_irqsave(&ctx->lock, flags);
+	spin_lock(&rvma_hash_lock);
+	m = rvma_hashed(rmr);
+	spin_unlock(&rvma_hash_lock);
+	if (m && m->ctx != ctx)
+		ret = -EBUSY;	/* another file gates it */
+	else if (m)		/* guarded already, or gated for other windows */
+		ret = m->guarded ? 0 : -EBUSY;
+	else {
+		m = rvma_mr_add(ctx, rmr, &fresh);
+		m->guarded = true;
+		ctx->nguarded++;
+		ret = 0;
+	}
+	spin_unlock_irqrestore(&ctx->lock, flags);
+put:
+	rdma_restrack_put(&ibmr->res);
+out:
+	kfree(fresh);
+	if (ret)
+		rvma_unhook_later(ctx);
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
 static long rvma_arm(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	unsigned long flags;
@@ -1321,6 +1574,8 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 		return rvma_arm(ctx, arg);
 	case RDMAPLUS_IOC_RVMA_QP:
 		return rvma_qp(ctx, arg);
+	case RDMAPLUS_IOC_RVMA_GUARD:
+		return rvma_guard(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;	/* not an RVMA request */
 	}

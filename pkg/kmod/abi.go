@@ -20,6 +20,7 @@ const (
 	rvmaEndAll    = 1 << 16
 	rvmaPostKeyed = 1 << 17
 	rvmaQPForget  = 1
+	rvmaWinMBKey  = 1
 )
 
 func ioc(dir, nr, size uintptr) uintptr {
@@ -121,6 +122,8 @@ type rawRVMAWin struct {
 	Size     uint32
 	Kind     uint32
 	ID       uint32
+	Flags    uint32
+	MBKey    uint32
 	Reserved uint32
 }
 
@@ -148,6 +151,11 @@ type rawRVMAPostV struct {
 	Posts    uint64
 	Done     uint32
 	Reserved uint32
+}
+
+type rawRVMAGuard struct {
+	Size uint32
+	Key  uint32
 }
 
 type rawRVMAQP struct {
@@ -190,4 +198,5 @@ var (
 	iocRVMAArm        = ioc(iocNone, 0x25, 0)
 	iocRVMAPostV      = ioc(iocRead|iocWrite, 0x26, unsafe.Sizeof(rawRVMAPostV{}))
 	iocRVMAQP         = ioc(iocWrite, 0x27, unsafe.Sizeof(rawRVMAQP{}))
+	iocRVMAGuard      = ioc(iocWrite, 0x28, unsafe.Sizeof(rawRVMAGuard{}))
 )

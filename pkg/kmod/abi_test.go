@@ -93,6 +93,20 @@ func TestABIMatchesHeader(t *testing.T) {
 	eq("ioc rvma qp", iocRVMAQP, uapi.IocRVMAQP)
 	eq("qp forget", uintptr(rvmaQPForget), uintptr(uapi.RVMAQPForget))
 	eq("max named qps", uintptr(MaxNamedQPs), uintptr(uapi.RVMAMaxQPs))
+	eq("sizeof rvma guard", unsafe.Sizeof(rawRVMAGuard{}), uapi.SizeRVMAGuard)
+	eq("ioc rvma guard", iocRVMAGuard, uapi.IocRVMAGuard)
+	eq("win mbkey flag", uintptr(rvmaWinMBKey), uintptr(uapi.RVMAWinMBKey))
+	eq("mailbox offset bits", uintptr(MailboxOffsetBits), uintptr(uapi.RVMAMBVAOffBits))
+	if a, err := MailboxAddr(1<<24|0x123456, 0x789); err != nil || a != 0x123456<<40|0x789 ||
+		uapi.RVMAMBVAGenMask != 1<<24-1 {
+		t.Errorf("MailboxAddr: %#x, %v (gen mask %#x)", a, err, uapi.RVMAMBVAGenMask)
+	}
+	if _, err := MailboxAddr(0, 1<<MailboxOffsetBits); !errors.Is(err, ErrInvalid) {
+		t.Errorf("MailboxAddr beyond the offset bits: %v", err)
+	}
+	if uapi.RVMAMBKeyMask != 0xf00000ff || uapi.RVMAMBKeyBits != 0xf0000000 {
+		t.Errorf("mailbox key bits %#x/%#x", uapi.RVMAMBKeyBits, uapi.RVMAMBKeyMask)
+	}
 	eq("window state refused", unsafe.Offsetof(rawWindowState{}.Refused), uapi.OffWSRefused)
 	eq("post gen", unsafe.Offsetof(rawRVMAPost{}.Gen), uapi.OffPostGen)
 	eq("post record", unsafe.Offsetof(rawRVMAPost{}.Record), uapi.OffPostRecord)

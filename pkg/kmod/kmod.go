@@ -20,7 +20,7 @@ import (
 const DevicePath = "/dev/rdmaplus"
 
 // ABIVersion is the RDMAPLUS_ABI_VERSION this package speaks.
-const ABIVersion = 8
+const ABIVersion = 9
 
 // Limits of the interface (uapi/rdmaplus.h).
 const (
@@ -96,6 +96,8 @@ func (e *Error) Is(target error) bool {
 		return e.Err == syscall.ENOMEM
 	case ErrInvalid:
 		return e.Err == syscall.EINVAL
+	case ErrGuard:
+		return e.Err == syscall.EACCES
 	}
 	return false
 }

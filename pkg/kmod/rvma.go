@@ -35,6 +35,9 @@ var (
 	// ErrNotFound: no such window, or (End) no pending generation
 	// matches (ENOENT).
 	ErrNotFound = errors.New("kmod: no such window or pending generation")
+	// ErrGuard: a buffer of a window with a mailbox key posted outside a
+	// guarded region, or one of another window inside one (EACCES).
+	ErrGuard = errors.New("kmod: buffer and region guard disagree")
 )
 
 // CountKind is what the thresholds of a mailbox window count.
@@ -237,6 +240,69 @@ func (m *Mailboxes) CreateWindow(kind CountKind) (uint32, error) {
 	}
 	m.created[c.ID] = struct{}{}
 	return c.ID, nil
+}
+
+// CreateMailboxWindow creates a window as CreateWindow does, with a
+// mailbox key: senders RDMA WRITE to it with rkey key at remote address
+// MailboxAddr(gen, offset), and the module places each message into the
+// window's pending buffer of generation gen (modulo 2^24) at offset, if
+// that buffer's gate is open and the message fits; otherwise the sender's
+// write fails with a remote access error and Refused counts it. Buffers
+// are posted without Keyed, in regions that Guard made accept only what
+// the module translated, in the PD of the queue pairs that write to them
+// (Post fails with ErrGuard outside a guarded region). Before destroying
+// the window, End all of its generations and let the queue pairs that
+// write to it drain: a message translated just before may still be queued
+// at the responder. Errors as for CreateWindow; ErrFull also when every
+// mailbox key is in use.
+func (m *Mailboxes) CreateMailboxWindow(kind CountKind) (id, key uint32, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return 0, 0, ErrClosed
+	}
+	c := rawRVMAWin{Size: uint32(unsafe.Sizeof(rawRVMAWin{})), Kind: uint32(kind), Flags: rvmaWinMBKey}
+	if err := m.dev.ioctl("rvma window create", iocRVMAWinCreate, unsafe.Pointer(&c)); err != nil {
+		return 0, 0, err
+	}
+	m.created[c.ID] = struct{}{}
+	return c.ID, c.MBKey, nil
+}
+
+// Guard makes the memory region with key (an lkey or rkey of an rxe
+// region this process registered, with remote write and without remote
+// read) accept only the writes the module translates from a mailbox key,
+// until it is deregistered or the Mailboxes closed: its own rkey, which
+// the translation needs, then lets nothing in by itself. Buffers of
+// windows with a mailbox key must lie in guarded regions, and others
+// outside them. Guarding a region twice is not an error. Errors wrap
+// ErrInvalid (the region has no remote access), ErrNotFound (no region
+// has the key), ErrNotOwner (another process's region, or another file
+// gates it), ErrBusy (this Mailboxes gates it for windows without a
+// mailbox key), ErrNotSupported or ErrClosed.
+func (m *Mailboxes) Guard(key uint32) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	a := rawRVMAGuard{Size: uint32(unsafe.Sizeof(rawRVMAGuard{})), Key: key}
+	return m.dev.ioctl("rvma guard", iocRVMAGuard, unsafe.Pointer(&a))
+}
+
+// MailboxOffsetBits is how many low bits of a mailbox address hold the
+// offset; the 24 bits above them hold the generation.
+const MailboxOffsetBits = 40
+
+// MailboxAddr is the remote address of byte offset of generation gen's
+// buffer in a window with a mailbox key. Only gen's low 24 bits are sent:
+// the module takes the pending buffer whose generation matches them. An
+// offset of 1<<MailboxOffsetBits or more wraps ErrInvalid.
+func MailboxAddr(gen, offset uint64) (uint64, error) {
+	if offset>>MailboxOffsetBits != 0 {
+		return 0, fmt.Errorf("%w: mailbox offset %d needs more than %d bits", ErrInvalid, offset, MailboxOffsetBits)
+	}
+	return (gen&(1<<24-1))<<MailboxOffsetBits | offset, nil
 }
 
 // DestroyWindow forgets every buffer of window id, pending or published,

@@ -173,6 +173,10 @@ func TestLabMailboxRawMisuse(t *testing.T) {
 	errno("CREATE with a short size", d.ioctl("create", iocRVMAWinCreate, unsafe.Pointer(&bad)), syscall.EINVAL)
 	bad = rawRVMAWin{Size: winSize, Kind: uint32(CountBytes), Reserved: 1}
 	errno("CREATE with reserved", d.ioctl("create", iocRVMAWinCreate, unsafe.Pointer(&bad)), syscall.EINVAL)
+	bad = rawRVMAWin{Size: winSize, Kind: uint32(CountBytes), Flags: 2}
+	errno("CREATE with an unknown flag", d.ioctl("create", iocRVMAWinCreate, unsafe.Pointer(&bad)), syscall.EINVAL)
+	bad = rawRVMAWin{Size: winSize, Kind: uint32(CountBytes), Flags: rvmaWinMBKey, MBKey: 0xf0000100}
+	errno("CREATE with a mailbox key given in", d.ioctl("create", iocRVMAWinCreate, unsafe.Pointer(&bad)), syscall.EINVAL)
 	w1, err := create(d, uint32(CountBytes))
 	if err != nil || w1 != 1 {
 		t.Fatalf("CREATE: %d, %v", w1, err)

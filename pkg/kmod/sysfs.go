@@ -66,7 +66,8 @@ func readCounters(dir, what string, files []counterFile) error {
 
 // MailboxSysfsDir is where the module publishes its counted-mailbox
 // counters, one decimal file per MailboxStats field (packets, bytes,
-// published, refused, unparsed, nomem, windows, ranges, mrs).
+// published, refused, unparsed, nomem, windows, ranges, mrs, translated,
+// untranslated).
 const MailboxSysfsDir = "/sys/kernel/rdmaplus/rvma"
 
 // MailboxStats are the module-wide counters of the counted mailboxes.
@@ -80,6 +81,10 @@ type MailboxStats struct {
 	Windows   uint64 // live windows, all processes
 	Ranges    uint64 // gated ranges, pending and published
 	MRs       uint64 // memory regions with a gated range
+	// Translated counts write messages to a mailbox key the module
+	// rewrote to their buffer; Untranslated those it could not (no open
+	// buffer of their generation, or too long for it), which rxe refused.
+	Translated, Untranslated uint64
 }
 
 // MailboxStatsFromSysfs reads the counters from MailboxSysfsDir under root
@@ -100,6 +105,7 @@ func MailboxStatsFromDir(dir string) (MailboxStats, error) {
 		{"packets", &st.Packets}, {"bytes", &st.Bytes}, {"published", &st.Published},
 		{"refused", &st.Refused}, {"unparsed", &st.Unparsed}, {"nomem", &st.NoMem},
 		{"windows", &st.Windows}, {"ranges", &st.Ranges}, {"mrs", &st.MRs},
+		{"translated", &st.Translated}, {"untranslated", &st.Untranslated},
 	})
 	if err != nil {
 		return MailboxStats{}, err

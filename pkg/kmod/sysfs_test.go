@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 )
 
@@ -45,8 +46,8 @@ func TestMailboxStatsFromSysfs(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for i, n := range []string{"packets", "bytes", "published", "refused", "unparsed", "nomem", "windows", "ranges", "mrs"} {
-		if err := os.WriteFile(filepath.Join(dir, n), []byte(string(rune('1'+i))+"\n"), 0o644); err != nil {
+	for i, n := range []string{"packets", "bytes", "published", "refused", "unparsed", "nomem", "windows", "ranges", "mrs", "translated", "untranslated"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(strconv.Itoa(i+1)+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,7 +55,7 @@ func TestMailboxStatsFromSysfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st != (MailboxStats{1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+	if st != (MailboxStats{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) {
 		t.Fatalf("%+v", st)
 	}
 	os.WriteFile(filepath.Join(dir, "ranges"), []byte("x\n"), 0o644)

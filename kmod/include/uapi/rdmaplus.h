@@ -24,7 +24,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	8
+#define RDMAPLUS_ABI_VERSION	9
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -309,11 +309,53 @@ struct rdmaplus_rvma_setup {
  * @done:	epochs published: the next generation to publish (the
  *		module stores it with release order after the record)
  * @refused:	write packets refused because their buffer's gate was closed
- *		or they did not fit in one buffer
+ *		or they did not fit in one buffer, and (ABI 9) write messages
+ *		with the window's mailbox key that could not be translated
  */
 struct rdmaplus_rvma_window_state {
 	__u64 done;
 	__u64 refused;
+};
+
+/* RDMAPLUS_IOC_RVMA_WIN_CREATE: give the window a mailbox key (ABI 9) */
+#define RDMAPLUS_RVMA_WIN_F_MBKEY	(1U << 0)
+
+/*
+ * Mailbox addressing (ABI 9). A sender writes to a window with a mailbox
+ * key at a remote address that names a generation and an offset in its
+ * buffer; the module translates it to that buffer before rxe looks at
+ * the key. The generation is taken modulo 2^24.
+ */
+#define RDMAPLUS_RVMA_MBVA_OFF_BITS	40
+#define RDMAPLUS_RVMA_MBVA_GEN_MASK	0xffffffULL
+#define RDMAPLUS_RVMA_MBVA(gen, off) \
+	(((__u64)(gen) & RDMAPLUS_RVMA_MBVA_GEN_MASK) << \
+	 RDMAPLUS_RVMA_MBVA_OFF_BITS | (off))
+/* Every mailbox key has these bits: rxe has no region or memory window
+ * with such a key, so a write the module does not translate is refused.
+ */
+#define RDMAPLUS_RVMA_MBKEY_MASK	0xf00000ffU
+#define RDMAPLUS_RVMA_MBKEY_BITS	0xf0000000U
+
+/**
+ * struct rdmaplus_rvma_guard - RDMAPLUS_IOC_RVMA_GUARD (ABI 9)
+ * @size:	sizeof(struct rdmaplus_rvma_guard)
+ * @key:	lkey or rkey of an rxe memory region with remote write access,
+ *		registered through a uverbs file the calling process has open
+ *
+ * From now until the region is deregistered or this file is closed, the
+ * module refuses every write into the region that it did not translate
+ * from a mailbox key (struct rdmaplus_rvma_win), wherever it lands: the
+ * region's own rkey, which a translation needs, lets nothing in by
+ * itself. The buffers of windows with a mailbox key must lie in guarded
+ * regions, and those of other windows outside them (EACCES otherwise).
+ * Guarding a region twice is not an error. EBUSY if another file gates
+ * the region or this file gates it for windows without a mailbox key,
+ * EINVAL if it has no remote access.
+ */
+struct rdmaplus_rvma_guard {
+	__u32 size;
+	__u32 key;
 };
 
 /**
@@ -321,12 +363,50 @@ struct rdmaplus_rvma_window_state {
  * @size:	in: sizeof(struct rdmaplus_rvma_win)
  * @kind:	in: RDMAPLUS_RVMA_BYTES or RDMAPLUS_RVMA_OPS
  * @id:		out: window id, 1..windows; it uses window_state[id - 1]
+ * @flags:	in: 0 or RDMAPLUS_RVMA_WIN_F_MBKEY (ABI 9)
+ * @mbkey:	out: with RDMAPLUS_RVMA_WIN_F_MBKEY, the window's mailbox key
+ *		(unique among the live windows of every file and device);
+ *		0 otherwise
  * @reserved:	zero
+ *
+ * A window with a mailbox key (the RVMA paper's mailbox, with the NIC's
+ * translation done here) is written to without any key of its buffers: a
+ * sender RDMA WRITEs (RC or UC, with or without immediate) with rkey
+ * @mbkey at remote address RDMAPLUS_RVMA_MBVA(gen, offset). On arrival,
+ * before rxe checks the key, the module finds the window's pending buffer
+ * of that generation. If its gate is open and the whole message fits at
+ * @offset, the RETH is rewritten to the buffer's address and its region's
+ * rkey, and rxe places the message there, through the gate, which counts
+ * it as for any buffer. Otherwise (no such generation pending, its gate
+ * closed, or the message does not fit) the key stays, rxe refuses the
+ * write with a remote access error (the sender's work request fails,
+ * memory is untouched) and window_state.refused counts it. So senders
+ * need neither a buffer's address nor a key of their own per buffer, and
+ * the receiver binds no memory window.
+ *
+ * The buffers of such a window must lie in regions guarded with
+ * RDMAPLUS_IOC_RVMA_GUARD (so with remote write), in the PD of the queue
+ * pairs that write to them (rxe checks that after the translation), and
+ * are posted without RDMAPLUS_RVMA_POST_F_RKEY. Only messages the module
+ * translated get into those regions: a write with a region's own rkey is
+ * refused. Reads,
+ * atomics and zero-length writes with a mailbox key are not translated
+ * (rxe refuses the first two; a zero-length write touches no memory).
+ *
+ * A message translated just before its window's generation ended or the
+ * window was destroyed may still be queued at rxe's responder. The gate
+ * refuses it if the buffer is still known (closed); after
+ * RDMAPLUS_IOC_RVMA_WIN_DESTROY it is not, so end the window's
+ * generations (RDMAPLUS_IOC_RVMA_END with RDMAPLUS_RVMA_END_F_ALL) and
+ * let the queue pairs that write to it drain before destroying it and
+ * reusing the memory.
  */
 struct rdmaplus_rvma_win {
 	__u32 size;
 	__u32 kind;
 	__u32 id;
+	__u32 flags;
+	__u32 mbkey;
 	__u32 reserved;
 };
 
@@ -499,5 +579,7 @@ struct rdmaplus_rvma_qp {
 #define RDMAPLUS_IOC_RVMA_POSTV	\
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x26, struct rdmaplus_rvma_postv)
 #define RDMAPLUS_IOC_RVMA_QP	_IOW(RDMAPLUS_IOC_MAGIC, 0x27, struct rdmaplus_rvma_qp)
+#define RDMAPLUS_IOC_RVMA_GUARD	\
+	_IOW(RDMAPLUS_IOC_MAGIC, 0x28, struct rdmaplus_rvma_guard)
 
 #endif /* _UAPI_RDMAPLUS_H */

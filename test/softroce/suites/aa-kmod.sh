@@ -12,7 +12,9 @@
 # teardown on kill -9. Counted mailboxes (RVMA, TestLabMailbox*) on the
 # same hooks: bytes and ops windows through memory windows and rkeys,
 # in-order publication, late and straddling writes refused, keyed buffers
-# refusing other keys (one and several packets), END, READs
+# refusing other keys (one and several packets), windows with a mailbox
+# key (the module translating generation and offset into the buffer,
+# guarded regions refusing everything else), END, READs
 # untouched, every validation error (raw too), the range limit, and
 # teardown on close and on deregistration.
 set -euo pipefail

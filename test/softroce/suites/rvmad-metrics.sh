@@ -171,7 +171,8 @@ scrape $base/metrics /tmp/m5
 equal_files /tmp/m5 "$mbx" windows:rdmaplus_rvma_windows ranges:rdmaplus_rvma_ranges mrs:rdmaplus_rvma_memory_regions \
 	packets:rdmaplus_rvma_placed_packets_total bytes:rdmaplus_rvma_placed_bytes_total \
 	published:rdmaplus_rvma_published_records_total refused:rdmaplus_rvma_refused_packets_total \
-	unparsed:rdmaplus_rvma_unparsed_packets_total nomem:rdmaplus_rvma_key_nomem_packets_total
+	unparsed:rdmaplus_rvma_unparsed_packets_total nomem:rdmaplus_rvma_key_nomem_packets_total \
+	translated:rdmaplus_rvma_translated_messages_total untranslated:rdmaplus_rvma_untranslated_messages_total
 for pair in rdmaplus_rvma_placed_packets_total:5 rdmaplus_rvma_placed_bytes_total:4096 \
 	rdmaplus_rvma_published_records_total:1 rdmaplus_rvma_refused_packets_total:1 rdmaplus_rvma_key_nomem_packets_total:1; do
 	m=${pair%%:*} min=${pair#*:}

@@ -50,6 +50,8 @@ func NewMailboxes(sysfsRoot string, log *slog.Logger) *Service[kmod.MailboxStats
 	s.counter("published_records", "Completion records published, one per completed or ended buffer (kernel: published).", func(st kmod.MailboxStats) uint64 { return st.Published })
 	s.counter("refused_packets", "Write packets refused (a closed buffer, straddling its edge, another key, or no memory to keep a key); the writer got a remote access error (kernel: refused).", func(st kmod.MailboxStats) uint64 { return st.Refused })
 	s.counter("unparsed_packets", "Placed packets whose headers the module could not parse, counted as bytes but never as a message's end; must stay 0 (kernel: unparsed).", func(st kmod.MailboxStats) uint64 { return st.Unparsed })
+	s.counter("translated_messages", "Write messages to a window's mailbox key that the module translated to the buffer of their generation (kernel: translated).", func(st kmod.MailboxStats) uint64 { return st.Translated })
+	s.counter("untranslated_messages", "Write messages to a window's mailbox key that named no open buffer or did not fit it; rxe refused them with a remote access error (kernel: untranslated).", func(st kmod.MailboxStats) uint64 { return st.Untranslated })
 	s.counter("key_nomem_packets", "First packets refused because their message's key could not be kept for want of memory, on a queue pair not named to the module; also in refused_packets (kernel: nomem).", func(st kmod.MailboxStats) uint64 { return st.NoMem })
 	return s
 }

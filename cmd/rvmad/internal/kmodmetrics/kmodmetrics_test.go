@@ -64,7 +64,7 @@ rdmaplus_aa_hooks_armed 1
 	name:   "mailboxes",
 	make:   func(root string) collector { return NewMailboxes(root, quiet) },
 	dir:    "kernel/rdmaplus/rvma",
-	files:  []string{"packets", "bytes", "published", "refused", "unparsed", "nomem", "windows", "ranges", "mrs"},
+	files:  []string{"packets", "bytes", "published", "refused", "unparsed", "nomem", "windows", "ranges", "mrs", "translated", "untranslated"},
 	loaded: "rdmaplus_rvma_module_loaded",
 	want: `
 # HELP rdmaplus_rvma_module_loaded 1 when the rdmaplus module's counted mailbox (RVMA) counters can be read (/sys/kernel/rdmaplus/rvma), 0 when the module is not loaded.
