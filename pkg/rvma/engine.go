@@ -56,6 +56,11 @@ type engine struct {
 
 	mu     sync.Mutex
 	arenas []*verbs.MR
+	// placement: with the module, each arena's second registration, with
+	// remote write and guarded (kmod.Mailboxes.Guard): the module
+	// translates puts to a counted window's mailbox key into it, and
+	// lets nothing else in.
+	placement map[*verbs.MR]*verbs.MR
 	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
 	bound  map[*buffer]*verbs.MW     // windows bound over posted buffers
 	rings  map[*buffer]*keyRing      // counted windows' buffers: their key rings
@@ -348,14 +353,35 @@ func (e *engine) release() error {
 // buffers. The region grants no remote access itself: peers reach a
 // posted buffer only through the memory window bound to it (which needs
 // local write and MW binding on the region), never through the region's
-// own rkey, which is not sent anywhere.
+// own rkey, which is not sent anywhere. With the module, the memory is
+// registered a second time with remote write, for the module's
+// translation of mailbox keys alone: the module guards that registration,
+// refusing every write it did not translate.
 func (e *engine) alloc(n int) ([]byte, error) {
 	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessMWBind)
 	if err != nil {
 		return nil, err
 	}
+	var pm *verbs.MR
+	if e.mod != nil {
+		if pm, err = e.pd.RegMR(mr.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err == nil {
+			if err = e.mod.mb.Guard(pm.LKey()); err != nil {
+				pm.Close()
+			}
+		}
+		if err != nil {
+			mr.Close()
+			return nil, fmt.Errorf("registering %d bytes for mailbox keys: %w", n, err)
+		}
+	}
 	e.mu.Lock()
 	e.arenas = append(e.arenas, mr)
+	if pm != nil {
+		if e.placement == nil {
+			e.placement = map[*verbs.MR]*verbs.MR{}
+		}
+		e.placement[mr] = pm
+	}
 	e.mu.Unlock()
 	return mr.Bytes(), nil
 }

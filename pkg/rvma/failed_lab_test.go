@@ -8,10 +8,10 @@ package rvma
 // that never completes. (When the kernel module counts, the module guards
 // the epoch and publishes it before any unbind: the epoch is complete, and
 // Wait reports it whole, with ErrFailed if the failure came first. Nor
-// does the next epoch need a bind: each buffer's key ring holds the keys of
-// several. The failure shows when a buffer must have its ring bound again,
-// at the latest ringKeys epochs of that buffer later: then the endpoint
-// fails as it does here when the library counts.)
+// does any later epoch need a bind: senders write through the window's
+// mailbox key. The failure shows when a window the library counts binds a
+// memory window: then the endpoint fails as it does here when the library
+// counts.)
 //
 // Run: go run ./test/softroce gotest ./pkg/rvma -test.run TestLabEndpointFailed -test.v
 
@@ -74,7 +74,7 @@ func TestLabEndpointFailed(t *testing.T) {
 		t.Fatal("the first put's bytes changed")
 	}
 	if ep.Counting() == CountModule {
-		untilRingFails(ctx, t, ep, mb, []*Posted{p0, p1})
+		untilBindFails(ctx, t, ep, mb, []*Posted{p0, p1})
 	} else if r, err := p1.Wait(ctx); !errors.Is(err, ErrFailed) || r.Epoch != 1 || r.Len != 0 {
 		t.Fatalf("Wait on the next buffer: %+v, %v; want ErrFailed, empty", r, err)
 	}
@@ -105,35 +105,45 @@ func TestLabEndpointFailed(t *testing.T) {
 	}
 }
 
-// untilRingFails goes on with whole epochs of ps (p0 holds epoch 0,
-// handed over; the others are pending, in turn) until the endpoint fails,
-// which must happen when a buffer's key ring is bound again: every epoch
-// before is whole.
-func untilRingFails(ctx context.Context, t *testing.T, ep *Endpoint, mb Mailbox, ps []*Posted) {
+// untilBindFails goes on with whole epochs of ps (p0 holds epoch 0,
+// handed over; the others are pending, in turn): the module's windows
+// need no bind, so the broken bind queue pair does not stop them. Then a
+// window the library counts posts a buffer, whose memory window bind
+// fails the endpoint.
+func untilBindFails(ctx context.Context, t *testing.T, ep *Endpoint, mb Mailbox, ps []*Posted) {
 	t.Helper()
+	extra, err := ep.Alloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
 	full := bytes.Repeat([]byte{0x5A}, 4096)
 	if err := ps[0].Release(); err != nil {
 		t.Fatalf("Release of epoch 0: %v", err)
 	}
-	for epoch := uint64(1); ; epoch++ {
-		if epoch > uint64(len(ps)*(ringKeys+1)) {
-			t.Fatalf("epoch %d: no ring bound again, no failure", epoch)
-		}
+	for epoch := uint64(1); epoch <= 20; epoch++ {
 		p := ps[epoch%uint64(len(ps))]
 		putErr := ep.Put(ctx, ep.Addr(), mb, 0, full)
 		r, err := p.Wait(ctx)
-		if errors.Is(putErr, ErrFailed) || errors.Is(err, ErrFailed) {
-			t.Logf("epoch %d: the put: %v; Wait: %+v, %v", epoch, putErr, r, err)
-			if epoch < uint64(len(ps)*ringKeys-1) {
-				t.Fatalf("failed at epoch %d, before any ring was used up", epoch)
-			}
-			return
-		}
 		if putErr != nil || err != nil || r.Epoch != epoch || r.Len != 4096 || !bytes.Equal(p.Bytes(), full) {
-			t.Fatalf("epoch %d before the failure: put %v, Wait %+v, %v", epoch, putErr, r, err)
+			t.Fatalf("epoch %d without binds: put %v, Wait %+v, %v", epoch, putErr, r, err)
 		}
 		if err := p.Release(); err != nil {
 			t.Fatalf("Release of epoch %d: %v", epoch, err)
 		}
+	}
+	if ep.Err() != nil {
+		t.Fatalf("the endpoint failed without a bind: %v", ep.Err())
+	}
+	lw, err := ep.InitWindow(mb+2, WindowOptions{Kind: EpochBytes, Counting: CountLibrary})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lw.Post(extra, nil); err != nil && !errors.Is(err, ErrFailed) {
+		t.Fatalf("Post to a window the library counts: %v", err)
+	}
+	// The endpoint fails every window: the next epoch is handed over
+	// failed, empty.
+	if r, err := ps[21%len(ps)].Wait(ctx); !errors.Is(err, ErrFailed) || r.Epoch != 21 || r.Len != 0 {
+		t.Fatalf("Wait on the next buffer after the failed bind: %+v, %v; want ErrFailed, empty", r, err)
 	}
 }

@@ -165,15 +165,25 @@ func (e *engine) moduleWindow(w *Window) error {
 	if w.st.opts.Kind == EpochOps {
 		kind = kmod.CountOps
 	}
-	id, err := e.mod.mb.CreateWindow(kind)
+	id, key, err := e.mod.mb.CreateMailboxWindow(kind)
 	if err != nil {
 		return fmt.Errorf("window %v: %w", w.mailbox, err)
 	}
 	w.kid = id
+	w.st.mbkey = key
 	e.mod.mu.Lock()
 	e.mod.wins[id] = w
 	e.mod.mu.Unlock()
 	return nil
+}
+
+// mailboxAddr is the remote address of generation gen's buffer in a
+// window with a mailbox key: kmod.MailboxAddr at offset 0. A put adds its
+// offset, which the buffer's length (below 4 GiB) keeps within the
+// address's offset bits.
+func mailboxAddr(gen uint64) uint64 {
+	a, _ := kmod.MailboxAddr(gen, 0) // offset 0 always fits
+	return a
 }
 
 // dropModuleWindow forgets a counted window in the module: its buffers
@@ -197,9 +207,14 @@ func (e *engine) register(w *Window, as []regAction) {
 	ps := make([]kmod.MailboxPost, len(as))
 	for i, a := range as {
 		mr := e.arenaOf(a.b.addr, a.b.cap)
+		if w.st.mbkey != 0 {
+			e.mu.Lock()
+			mr = e.placement[mr]
+			e.mu.Unlock()
+		}
 		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
 			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime,
-			Keyed: true, RKey: a.rkey}
+			Keyed: w.st.mbkey == 0, RKey: a.rkey}
 	}
 	if n, err := e.mod.mb.PostMany(w.kid, ps); err != nil {
 		e.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",

@@ -261,6 +261,10 @@ type windowState struct {
 	// its records (docs/rvma.md, section 6); the state machine learns of
 	// completions from it (counted) instead of counting arrivals.
 	counted bool
+	// mbkey: a counted window's mailbox key (kmod.CreateMailboxWindow):
+	// senders write to it at an address naming the generation, the
+	// module translates, and no memory window is bound. 0: key rings.
+	mbkey uint32
 
 	toBind              []bindAction
 	toUnbind, published []*buffer
@@ -402,6 +406,13 @@ func (w *windowState) showCounted() {
 			b.registered = true
 			w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
 			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
+			continue
+		}
+		if w.mbkey != 0 {
+			b.registered, b.bound = true, true
+			b.desc = Desc{Addr: mailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
+			w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
+			w.changed()
 			continue
 		}
 		if b.binding {
