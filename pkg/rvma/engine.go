@@ -61,9 +61,9 @@ type engine struct {
 	// translates puts to a counted window's mailbox key into it, and
 	// lets nothing else in.
 	placement map[*verbs.MR]*verbs.MR
-	mws    map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
-	bound  map[*buffer]*verbs.MW     // windows bound over posted buffers
-	rings  map[*buffer]*keyRing      // counted windows' buffers: their key rings
+	mws       map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
+	bound     map[*buffer]*verbs.MW     // windows bound over posted buffers
+	rings     map[*buffer]*keyRing      // counted windows' buffers: their key rings
 	// exposed holds the read-only windows over kept buffers that Get
 	// reads through (get.go).
 	exposed map[*buffer]*exposure
