@@ -1104,6 +1104,50 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	return 0;
 }
 
+/*
+ * The calling process's rxe region with key, with a restrack reference
+ * (which holds off its deregistration until it is hashed, where the dereg
+ * hook, registered first, finds it), and its struct rxe_mr in *rmr.
+ */
+static struct ib_mr *rvma_region(u32 key, void **rmr)
+{
+	struct ib_mr *ibmr = aa_lookup_mr(key);
+
+	if (IS_ERR(ibmr))
+		return ibmr;
+	*rmr = aa_rxe_mr_of(ibmr);
+	if (!*rmr) {
+		rdma_restrack_put(&ibmr->res);
+		return ERR_PTR(-EOPNOTSUPP);
+	}
+	return ibmr;
+}
+
+/*
+ * Take the file's hook reference and allocate *fresh for region ibmr,
+ * posted or guarded under key, in case it is not hashed yet. ctx->mutex
+ * held.
+ */
+static long rvma_prepare(struct rdmaplus_rvma_ctx *ctx, struct ib_mr *ibmr,
+			 u32 key, struct rvma_mr **fresh)
+{
+	long ret;
+
+	if (!ctx->hooked) {
+		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
+		if (ret)
+			return ret;
+		ctx->hooked = true;
+	}
+	*fresh = kzalloc(sizeof(**fresh), GFP_KERNEL);
+	if (!*fresh)
+		return -ENOMEM;
+	(*fresh)->key = key;
+	(*fresh)->rkey = ibmr->rkey;
+	(*fresh)->ufile = ibmr->uobject->ufile;
+	return 0;
+}
+
 /* Register one buffer (RDMAPLUS_IOC_RVMA_POST, or one of a POSTV). */
 static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 			  const struct rdmaplus_rvma_post *ap)
@@ -1149,38 +1193,22 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (old)
 		goto out;
-	/*
-	 * The restrack reference holds off the region's deregistration
-	 * until it is hashed, where the dereg hook (registered first) finds
-	 * it.
-	 */
-	ibmr = aa_lookup_mr(a.key);
+	ibmr = rvma_region(a.key, &rmr);
 	if (IS_ERR(ibmr)) {
 		ret = PTR_ERR(ibmr);
 		goto out;
 	}
-	ret = -EOPNOTSUPP;
-	rmr = aa_rxe_mr_of(ibmr);
-	if (!rmr)
-		goto put;
 	ret = -ERANGE;
 	if (a.iova < ibmr->iova ||
 	    a.iova + a.length > ibmr->iova + ibmr->length)
 		goto put;
-	if (!ctx->hooked) {
-		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
-		if (ret)
-			goto put;
-		ctx->hooked = true;
-	}
-	ret = -ENOMEM;
-	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
-	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
-	if (!fresh || !nb)
+	ret = rvma_prepare(ctx, ibmr, a.key, &fresh);
+	if (ret)
 		goto put;
-	fresh->key = a.key;
-	fresh->rkey = ibmr->rkey;
-	fresh->ufile = ibmr->uobject->ufile;
+	ret = -ENOMEM;
+	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
+	if (!nb)
+		goto put;
 	spin_lock_irqsave(&ctx->lock, flags);
 	ret = rvma_post_locked(ctx, &a, w, rmr, &fresh, nb);
 	spin_unlock_irqrestore(&ctx->lock, flags);
@@ -1480,31 +1508,17 @@ static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	ret = -ENXIO;
 	if (!ctx->setup)
 		goto out;
-	ibmr = aa_lookup_mr(a.key);
+	ibmr = rvma_region(a.key, &rmr);
 	if (IS_ERR(ibmr)) {
 		ret = PTR_ERR(ibmr);
 		goto out;
 	}
-	ret = -EOPNOTSUPP;
-	rmr = aa_rxe_mr_of(ibmr);
-	if (!rmr)
-		goto put;
 	ret = -EINVAL;
 	if (!ibmr->rkey)
 		goto put;	/* no remote access: nothing to guard */
-	if (!ctx->hooked) {
-		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
-		if (ret)
-			goto put;
-		ctx->hooked = true;
-	}
-	ret = -ENOMEM;
-	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
-	if (!fresh)
+	ret = rvma_prepare(ctx, ibmr, a.key, &fresh);
+	if (ret)
 		goto put;
-	fresh->key = a.key;
-	fresh->rkey = ibmr->rkey;
-	fresh->ufile = ibmr->uobject->ufile;
 	spin_lock_irqsave(&ctx->lock, flags);
 	spin_lock(&rvma_hash_lock);
 	m = rvma_hashed(rmr);
