@@ -606,7 +606,8 @@ void rdmaplus_rvma_request(struct sk_buff *skb)
 	bth = rvma_reth_bth(skb);
 	if (!bth)
 		return;
-	bth[4] &= ~RVMA_TAG_MASK;
+	if (bth[4] & RVMA_TAG_MASK)
+		bth[4] &= ~RVMA_TAG_MASK;
 	rkey = get_unaligned_be32(bth + 20);
 	len = get_unaligned_be32(bth + 24);
 	if ((rkey & RDMAPLUS_RVMA_MBKEY_MASK) != RDMAPLUS_RVMA_MBKEY_BITS ||
@@ -974,15 +975,20 @@ static struct rvma_mr *rvma_hashed(void *rxe_mr)
 	return NULL;
 }
 
-/* The generation and record checks of every post; ctx->lock held. */
+/*
+ * The generation, record and guard checks of every post into region m
+ * (NULL: not hashed yet); ctx->lock held.
+ */
 static long rvma_post_check(struct rdmaplus_rvma_ctx *ctx,
 			    const struct rdmaplus_rvma_post *a,
-			    const struct rvma_win *w)
+			    const struct rvma_win *w, const struct rvma_mr *m)
 {
 	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
 		return -EINVAL;
 	if (test_bit(a->record, ctx->rec_busy))
 		return -EBUSY;
+	if (!w->mbkey != !(m && m->guarded))
+		return -EACCES;
 	return 0;
 }
 
@@ -1068,16 +1074,14 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	u64 end = a->iova + a->length;
 	long ret;
 
-	ret = rvma_post_check(ctx, a, w);
-	if (ret)
-		return ret;
 	spin_lock(&rvma_hash_lock);
 	m = rvma_hashed(rmr);
 	spin_unlock(&rvma_hash_lock);
 	if (m && m->ctx != ctx)
 		return -EBUSY;	/* another file gates this region */
-	if (!w->mbkey != !(m && m->guarded))
-		return -EACCES;
+	ret = rvma_post_check(ctx, a, w, m);
+	if (ret)
+		return ret;
 	if (m) {
 		for (b = rvma_range_at(m, a->iova); b && b->iova < end;
 		     b = rvma_next(b)) {
@@ -1182,9 +1186,7 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	spin_lock_irqsave(&ctx->lock, flags);
 	old = rvma_reposted(ctx, &a);
 	if (old) {
-		ret = rvma_post_check(ctx, &a, w);
-		if (!ret && !w->mbkey != !old->m->guarded)
-			ret = -EACCES;
+		ret = rvma_post_check(ctx, &a, w, old->m);
 		if (!ret) {
 			list_del(&old->wnode);	/* from its last window's */
 			rvma_buf_open(ctx, &a, w, old);

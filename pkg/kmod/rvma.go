@@ -229,17 +229,23 @@ func (m *Mailboxes) Refused(id uint32) uint64 {
 // its id (1..Windows()); its done and refused counters start at 0. Errors
 // wrap ErrInvalid (unknown kind), ErrFull (every slot in use) or ErrClosed.
 func (m *Mailboxes) CreateWindow(kind CountKind) (uint32, error) {
+	c, err := m.create(kind, 0)
+	return c.ID, err
+}
+
+// create creates a window with flags (rvmaWinMBKey or 0).
+func (m *Mailboxes) create(kind CountKind, flags uint32) (rawRVMAWin, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, ErrClosed
+		return rawRVMAWin{}, ErrClosed
 	}
-	c := rawRVMAWin{Size: uint32(unsafe.Sizeof(rawRVMAWin{})), Kind: uint32(kind)}
+	c := rawRVMAWin{Size: uint32(unsafe.Sizeof(rawRVMAWin{})), Kind: uint32(kind), Flags: flags}
 	if err := m.dev.ioctl("rvma window create", iocRVMAWinCreate, unsafe.Pointer(&c)); err != nil {
-		return 0, err
+		return rawRVMAWin{}, err
 	}
 	m.created[c.ID] = struct{}{}
-	return c.ID, nil
+	return c, nil
 }
 
 // CreateMailboxWindow creates a window as CreateWindow does, with a
@@ -256,17 +262,8 @@ func (m *Mailboxes) CreateWindow(kind CountKind) (uint32, error) {
 // at the responder. Errors as for CreateWindow; ErrFull also when every
 // mailbox key is in use.
 func (m *Mailboxes) CreateMailboxWindow(kind CountKind) (id, key uint32, err error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return 0, 0, ErrClosed
-	}
-	c := rawRVMAWin{Size: uint32(unsafe.Sizeof(rawRVMAWin{})), Kind: uint32(kind), Flags: rvmaWinMBKey}
-	if err := m.dev.ioctl("rvma window create", iocRVMAWinCreate, unsafe.Pointer(&c)); err != nil {
-		return 0, 0, err
-	}
-	m.created[c.ID] = struct{}{}
-	return c.ID, c.MBKey, nil
+	c, err := m.create(kind, rvmaWinMBKey)
+	return c.ID, c.MBKey, err
 }
 
 // Guard makes the memory region with key (an lkey or rkey of an rxe
