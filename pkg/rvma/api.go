@@ -17,8 +17,9 @@ import (
 type windowDriver interface {
 	addrOf(mem []byte) (uint64, error)
 	// bind binds a memory window over b: from's (see bindAction) or, with
-	// from nil, one of the driver's; in a counted window, b's key ring
-	// (reported by noteRingBound). unbind unbinds it (the ring).
+	// from nil, one of the driver's. unbind unbinds it. A counted window
+	// binds none: senders write to its mailbox key (docs/rvma.md,
+	// section 6).
 	bind(w *Window, b, from *buffer)
 	unbind(w *Window, b *buffer)
 	// hide unbinds the read-only window a Get was served through over b,
@@ -48,8 +49,6 @@ type windowDriver interface {
 	// refusedPackets is how many write packets the module refused for a
 	// counted window (0 for others).
 	refusedPackets(w *Window) uint64
-	// postDeferred posts the binds the driver kept back (batching.go).
-	postDeferred()
 	progressDriver
 }
 
@@ -179,11 +178,8 @@ type Window struct {
 	st       *windowState
 	comps    completionSource
 	kid      uint32 // the module's id of a counted window
-	// freed and dropped (under the engine's mu): the engine freed the
-	// window (its linger ended), and forgot it in the module.
-	freed, dropped bool
-	lastSeq        uint64
-	pushed         Entry // the last entry pushed to senders
+	lastSeq  uint64
+	pushed   Entry // the last entry pushed to senders
 }
 
 func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
@@ -313,9 +309,6 @@ func (w *Window) flush() {
 	for _, b := range unbind {
 		w.drv.unbind(w, b)
 	}
-	if w.st.counted && len(bind) > 0 {
-		w.drv.postDeferred() // a key ring: its buffer waits for it (batching.go)
-	}
 	if changed {
 		w.drv.entryChanged(w, e, push)
 	}
@@ -356,14 +349,6 @@ func senderKeepsUp(p, e Entry) bool {
 func (w *Window) noteBound(b *buffer, d Desc) {
 	w.mu.Lock()
 	w.st.bound(b, d)
-	w.mu.Unlock()
-}
-
-// noteRingBound is the driver's report that the key ring of b (a counted
-// window's) was bound with keys; the driver flushes the window after it.
-func (w *Window) noteRingBound(b *buffer, keys []uint32) {
-	w.mu.Lock()
-	w.st.ringBound(b, keys)
 	w.mu.Unlock()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,20 +64,12 @@ type engine struct {
 	placement map[*verbs.MR]*verbs.MR
 	mws       map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
 	bound     map[*buffer]*verbs.MW     // windows bound over posted buffers
-	rings     map[*buffer]*keyRing      // counted windows' buffers: their key rings
 	// exposed holds the read-only windows over kept buffers that Get
 	// reads through (get.go).
 	exposed map[*buffer]*exposure
 	ops     map[uint64]bindOp // bind work request id -> what it was
 	nextID  uint64
-	// deferred are binds and unbinds of counted windows' memory windows
-	// not posted yet (batching.go): they go out together, as one chain of
-	// work requests, when a window must show senders its entry, when
-	// maxDeferred have gathered, when a window is freed, or when the
-	// progress loop idles.
-	deferred []deferredBind
-	chain    bool // the device takes chained type 1 binds (verbs.Context.ChainsType1Binds)
-	closed   bool
+	closed  bool
 	// lingering holds the closed windows whose mailbox is still reserved,
 	// each with the timer that frees it (WindowOptions.Linger).
 	lingering map[*Window]*time.Timer
@@ -142,10 +135,6 @@ type bindOp struct {
 	retire bool // an unbind after the window was freed: the window is not told
 	// ex is set for the binds and unbinds of a read-only window for Get.
 	ex *exposure
-	// ring is set for the binds and unbinds of a counted window's key
-	// ring: this one is of its memory window slot.
-	ring *keyRing
-	slot int
 	// key receives the rkey QP.BindMW returned. The bind loop must take
 	// the key from here, not from MW.RKey(): on rxe the bind executes in
 	// the ibv_bind_mw call itself, so its completion can be polled before
@@ -191,7 +180,7 @@ const (
 // first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, rings: map[*buffer]*keyRing{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
 		ops: map[uint64]bindOp{}, pushes: map[uint32]pendingPush{},
 		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
 	defer func() {
@@ -207,7 +196,6 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 		return nil, fmt.Errorf("rvma: device %s: %w", e.dev.Name(), verbs.ErrNotSupported)
 	}
 	e.rdDepth = max(1, min(readDepth, attr.MaxQPRdAtom, attr.MaxQPInitRdAtom))
-	e.chain = e.dev.ChainsType1Binds()
 	if e.gid, err = e.dev.RoCEv2GID(1, ip); err != nil {
 		return nil, err
 	}
@@ -308,10 +296,6 @@ func (e *engine) Close() error {
 	e.mu.Lock()
 	ops := e.ops
 	e.ops = map[uint64]bindOp{}
-	for _, d := range e.deferred {
-		ops[d.id] = d.op
-	}
-	e.deferred = nil
 	e.mu.Unlock()
 	for _, op := range ops {
 		switch {
@@ -473,10 +457,6 @@ func (e *engine) fail(err error) {
 }
 
 func (e *engine) bind(w *Window, b, from *buffer) {
-	if w.st.counted { // never changes
-		e.bindRing(w, b)
-		return
-	}
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	// The window to use: from's, lent to b; b's own, still bound from its
@@ -511,7 +491,7 @@ func (e *engine) bind(w *Window, b, from *buffer) {
 	e.mu.Lock()
 	e.bound[b] = mw
 	e.mu.Unlock()
-	e.submit(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
+	e.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
 func (e *engine) unbind(w *Window, b *buffer) {
@@ -524,9 +504,6 @@ func (e *engine) unbind(w *Window, b *buffer) {
 // the window is not told when it completes) and reports whether there was
 // one.
 func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
-	if w.st.counted {
-		return e.unbindRing(w, b, retire)
-	}
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	mw := e.bound[b]
@@ -536,7 +513,7 @@ func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 	if mw == nil {
 		return false
 	}
-	e.submit(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
+	e.post(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
 	return true
 }
 
@@ -632,8 +609,9 @@ func (e *engine) windowClosed(w *Window) {
 // last entry (StateGone, so they resolve the mailbox again), its slot is
 // freed (a later InitWindow may take the mailbox), and memory windows
 // still bound over its buffers (GuardNone hands buffers over bound) are
-// unbound and return to the pool. It does nothing for a window not
-// lingering, or once the engine is closed.
+// unbound and return to the pool; a counted window is forgotten in the
+// module. It does nothing for a window not lingering, or once the engine
+// is closed.
 func (e *engine) free(w *Window) {
 	w.dispatch.Lock()
 	defer w.dispatch.Unlock()
@@ -658,7 +636,6 @@ func (e *engine) free(w *Window) {
 	e.table.Free(w.slot, w.incarnation)
 
 	// Buffers with a bind or unbind in flight are left to it.
-	e.postDeferred()
 	e.mu.Lock()
 	busy := make(map[*buffer]bool, len(e.ops))
 	for _, op := range e.ops {
@@ -671,30 +648,6 @@ func (e *engine) free(w *Window) {
 			e.postUnbind(w, b, true)
 		}
 	}
-	e.postDeferred()
-	e.mu.Lock()
-	w.freed = true
-	e.mu.Unlock()
-	e.maybeDropModuleWindow(w)
-}
-
-// maybeDropModuleWindow forgets a freed counted window in the module once
-// no bind or unbind of its buffers is in flight: every key that reached
-// its buffers is dead by then.
-func (e *engine) maybeDropModuleWindow(w *Window) {
-	e.mu.Lock()
-	if !w.freed || w.dropped {
-		e.mu.Unlock()
-		return
-	}
-	for _, op := range e.ops {
-		if op.w == w {
-			e.mu.Unlock()
-			return
-		}
-	}
-	w.dropped = true
-	e.mu.Unlock()
 	e.dropModuleWindow(w)
 }
 
@@ -761,7 +714,6 @@ func (e *engine) progress(ctx context.Context) {
 		if !e.waitNoSpinner(ctx) {
 			return
 		}
-		e.postDeferred()
 		e.flushPushes()
 		n, err := e.next(ctx, wcs)
 		if err != nil {
@@ -945,7 +897,6 @@ func (e *engine) handle(wcs []verbs.WC) {
 	}
 	for _, w := range moved {
 		w.flush()
-		e.maybeDropModuleWindow(w)
 	}
 }
 
@@ -991,10 +942,6 @@ func (e *engine) bindDone(wc verbs.WC) *Window {
 	}
 	if op.ex != nil {
 		e.exposeDone(op)
-		return op.w
-	}
-	if op.ring != nil {
-		e.ringDone(op)
 		return op.w
 	}
 	if op.unbind {
@@ -1079,4 +1026,12 @@ func (e *engine) recvDone(wc verbs.WC) {
 		}
 		w.knock(r, 1)
 	}
+}
+
+// appendOnce appends w to ws unless it is nil or in ws already.
+func appendOnce(ws []*Window, w *Window) []*Window {
+	if w == nil || slices.Contains(ws, w) {
+		return ws
+	}
+	return append(ws, w)
 }

@@ -186,9 +186,8 @@ func mailboxAddr(gen uint64) uint64 {
 	return a
 }
 
-// dropModuleWindow forgets a counted window in the module: its buffers
-// are no longer counted nor closed to stale writes, so the keys of every
-// memory window that was bound over them must be dead.
+// dropModuleWindow forgets a counted window in the module: its mailbox
+// key is refused from then on, and its buffers are no longer counted.
 func (e *engine) dropModuleWindow(w *Window) {
 	if e.mod == nil || w.kid == 0 {
 		return
@@ -207,14 +206,11 @@ func (e *engine) register(w *Window, as []regAction) {
 	ps := make([]kmod.MailboxPost, len(as))
 	for i, a := range as {
 		mr := e.arenaOf(a.b.addr, a.b.cap)
-		if w.st.mbkey != 0 {
-			e.mu.Lock()
-			mr = e.placement[mr]
-			e.mu.Unlock()
-		}
+		e.mu.Lock()
+		mr = e.placement[mr]
+		e.mu.Unlock()
 		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
-			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime,
-			Keyed: w.st.mbkey == 0, RKey: a.rkey}
+			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime}
 	}
 	if n, err := e.mod.mb.PostMany(w.kid, ps); err != nil {
 		e.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",

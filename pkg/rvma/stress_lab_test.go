@@ -18,9 +18,8 @@ var stressRounds = flag.Int("rvma.rounds", 25, "rounds of TestLabStressGuests")
 // guests for -rvma.rounds rounds: each round 9 epochs into the window that
 // counts bytes and 6 into the one that counts operations, 8 puts each over
 // 4 stripes, issued in order, reversed and shuffled, every byte checked. At
-// 25 rounds each buffer serves 75 and 50 generations, so that every buffer's
-// key ring is bound again several times (TestLabGuests reaches 3), and about
-// 1.2 GB cross the lab network. It is a stress run, not part of the
+// 25 rounds each buffer serves 75 and 50 generations (TestLabGuests 3 and
+// 2), and about 1.2 GB cross the lab network. It is a stress run, not part of the
 // suites: test/softroce/bench/rvma-stress.sh.
 func TestLabStressGuests(t *testing.T) {
 	labenv.Device(t)

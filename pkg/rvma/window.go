@@ -199,15 +199,9 @@ type buffer struct {
 	released  bool
 	inKept    bool
 
-	// Counted windows (windowState.counted) only: the module knows the
-	// buffer's generation (registered), keyed to keys[nextKey-1]. keys
-	// are those of the memory windows bound over the buffer (its key
-	// ring, bound while binding is set), one per generation in turn:
-	// the module refuses every key but the current generation's, so the
-	// ring is bound again only once each key was used.
+	// registered: in a counted window (windowState.counted), the module
+	// knows the buffer's generation.
 	registered bool
-	keys       []uint32
-	nextKey    int
 
 	comp     *Completion
 	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
@@ -263,7 +257,7 @@ type windowState struct {
 	counted bool
 	// mbkey: a counted window's mailbox key (kmod.CreateMailboxWindow):
 	// senders write to it at an address naming the generation, the
-	// module translates, and no memory window is bound. 0: key rings.
+	// module translates, and no memory window is bound.
 	mbkey uint32
 
 	toBind              []bindAction
@@ -278,8 +272,8 @@ type windowState struct {
 	toHide []*buffer
 }
 
-// bindAction asks the driver to bind a memory window over b (in a counted
-// window: b's key ring, reported by ringBound). When from is set, the
+// bindAction asks the driver to bind a memory window over b (never in a
+// counted window). When from is set, the
 // window is the one bound over from, which has stopped accepting puts:
 // the one bind both invalidates from's key and exposes b, and its
 // completion reports both (unbound(from), then bound(b)).
@@ -292,7 +286,6 @@ type bindAction struct {
 type regAction struct {
 	b              *buffer
 	gen, threshold uint64
-	rkey           uint32 // the only key the module lets in (0: none)
 }
 
 // endAction asks the driver to end generation gen (b's) in the module now,
@@ -358,10 +351,7 @@ func (w *windowState) enqueue(b *buffer) {
 	b.threshold, _ = w.threshold(b)
 	b.gen = w.nextGen
 	w.nextGen++
-	b.state, b.bound, b.desc, b.registered = bufQueued, false, Desc{}, false
-	if !w.counted {
-		b.binding = false
-	} // else its key ring may still be being bound (ringBound)
+	b.state, b.bound, b.binding, b.desc, b.registered = bufQueued, false, false, Desc{}, false
 	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
 	if b.oneTime {
 		b.flags = FlagOneTime
@@ -384,13 +374,11 @@ func (w *windowState) enqueue(b *buffer) {
 
 // showCounted registers with the module, in generation order, the pending
 // buffers of a counted window up to the MaxDescs first ones still queued
-// (those senders are shown), each keyed to the next unused key of its
-// ring, and shows it to senders at once. A buffer whose ring has no unused
-// key left (or none yet) has its ring bound again first, and the buffers
-// after it wait: registered buffers are always a prefix of pending. A
-// buffer ended before it was registered (IncEpoch, Close) is registered
-// keyed to no key, so that the module lets no write in, and ended there at
-// once: the module publishes every generation's record, in order.
+// (those senders are shown), and shows each to senders at once as the
+// window's mailbox key at its generation's address: registered buffers
+// are always a prefix of pending. A buffer ended before it was registered
+// (IncEpoch, Close) is registered and ended there at once, so that the
+// module publishes every generation's record, in order.
 func (w *windowState) showCounted() {
 	queued := 0
 	for _, b := range w.pending {
@@ -408,52 +396,10 @@ func (w *windowState) showCounted() {
 			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
 			continue
 		}
-		if w.mbkey != 0 {
-			b.registered, b.bound = true, true
-			b.desc = Desc{Addr: mailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
-			w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
-			w.changed()
-			continue
-		}
-		if b.binding {
-			return
-		}
-		if b.nextKey >= len(b.keys) {
-			b.binding = true
-			w.toBind = append(w.toBind, bindAction{b: b})
-			return
-		}
-		key := b.keys[b.nextKey]
-		b.nextKey++
 		b.registered, b.bound = true, true
-		b.desc = Desc{Addr: b.addr, RKey: key, Len: uint32(b.cap), Threshold: b.threshold}
-		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold, rkey: key})
+		b.desc = Desc{Addr: mailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
+		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
 		w.changed()
-	}
-}
-
-// ringBound records that the key ring of b (a counted window's) is bound
-// with keys. A buffer that can no longer be shown (the window closed, or
-// it was retired meanwhile) has its ring unbound at once.
-func (w *windowState) ringBound(b *buffer, keys []uint32) {
-	b.binding = false
-	b.keys, b.nextKey = keys, 0
-	if w.closed() || b.retired {
-		w.toUnbind = append(w.toUnbind, b)
-		return
-	}
-	w.showCounted()
-}
-
-// retire marks a buffer that will not be posted again (one-time, or the
-// window closed). In a counted window its key ring is unbound: the
-// module's gate refuses its keys until then, but the memory is the
-// application's again. A ring still being bound is unbound when its bind
-// completes (ringBound).
-func (w *windowState) retire(b *buffer) {
-	b.retired = true
-	if w.counted && !b.binding && b.keys != nil {
-		w.toUnbind = append(w.toUnbind, b)
 	}
 }
 
@@ -606,14 +552,8 @@ func (w *windowState) end(b *buffer, f Flags) {
 	w.changed()
 }
 
-// unbound records that b's memory window (a counted window's: its key
-// ring) no longer accepts writes.
+// unbound records that b's memory window no longer accepts writes.
 func (w *windowState) unbound(b *buffer) {
-	if w.counted {
-		// Only the keys' death: b was retired, the module handed it over.
-		b.keys, b.nextKey = nil, 0
-		return
-	}
 	if b.state != bufCompleting {
 		return
 	}
@@ -673,8 +613,8 @@ func (w *windowState) headPublished() bool {
 
 // countedUpTo takes the epochs the module published: done is the module's
 // count of them, so the pending buffers of generations below done are
-// over. Their counts come from their records. Their key rings stay bound:
-// the module refuses their keys from now on.
+// over. Their counts come from their records. The module refuses writes
+// to their generations from now on.
 func (w *windowState) countedUpTo(done uint64) {
 	for len(w.pending) > 0 && w.head < done {
 		b := w.pending[0]
@@ -735,7 +675,7 @@ func (w *windowState) incEpoch() (*buffer, error) {
 // re-posted: the window closed, they have no next epoch.
 func (w *windowState) retireWaiting() {
 	for b := range w.waiting {
-		w.retire(b)
+		b.retired = true
 		close(b.done)
 		delete(w.waiting, b)
 	}
@@ -842,7 +782,7 @@ func (w *windowState) release(b *buffer) error {
 	b.released = true
 	delete(w.held, b)
 	if b.oneTime {
-		w.retire(b) // the application's for good: no longer readable by Get
+		b.retired = true // the application's for good: no longer readable by Get
 		if b.inKept {
 			w.toHide = append(w.toHide, b)
 		}
@@ -851,7 +791,7 @@ func (w *windowState) release(b *buffer) error {
 	if w.closed() {
 		// No next epoch: a Wait on it returns at once, as one that was
 		// waiting when the window closed (retireWaiting).
-		w.retire(b)
+		b.retired = true
 		return nil
 	}
 	// Waiters now wait for the next epoch of this buffer.

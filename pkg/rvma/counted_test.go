@@ -1,0 +1,199 @@
+package rvma
+
+import (
+	"testing"
+)
+
+// testMailboxKey is the mailbox key the counted fixtures' windows have.
+const testMailboxKey = 0xf0000100
+
+// countedFixture drives a counted window's state as the engine does: the
+// module's side is played by publish, and the window never asks for a
+// bind or an unbind.
+type countedFixture struct {
+	*fixture
+	regs []regAction // registrations so far
+	ends []endAction // ends so far
+}
+
+func newCountedFixture(t *testing.T, o WindowOptions) *countedFixture {
+	t.Helper()
+	f := &countedFixture{fixture: newFixture(t, o)}
+	f.w.counted, f.w.mbkey = true, testMailboxKey
+	return f
+}
+
+// flush takes the module's actions; it fails on any bind or unbind.
+func (f *countedFixture) flush() {
+	f.t.Helper()
+	bind, unbind, _ := f.w.takeActions()
+	if len(bind) != 0 || len(unbind) != 0 {
+		f.t.Fatalf("a counted window asked for binds %+v and unbinds %d", bind, len(unbind))
+	}
+	regs, ends := f.w.takeModuleActions()
+	f.regs, f.ends = append(f.regs, regs...), append(f.ends, ends...)
+}
+
+// publish completes the head's epoch as the module would: its record
+// carries the flags it was ended with.
+func (f *countedFixture) publish() *buffer {
+	f.t.Helper()
+	b := f.w.pending[0]
+	if !b.registered {
+		f.t.Fatalf("head gen %d not registered", b.gen)
+	}
+	var fl Flags
+	for _, a := range f.ends {
+		if a.gen == b.gen {
+			fl |= a.flags
+		}
+	}
+	b.comp.publish(Record{Epoch: b.gen, Addr: b.addr, Len: b.cap, Ops: 1, Cap: b.cap, Flags: fl})
+	f.w.countedUpTo(f.w.head + 1)
+	if b.state != bufDone {
+		f.t.Fatalf("gen %d: state %v after its publication", b.gen, b.state)
+	}
+	return b
+}
+
+// ended reports whether generation gen was ended in the module with flags
+// f among its own.
+func (f *countedFixture) ended(gen uint64, fl Flags) bool {
+	for _, a := range f.ends {
+		if a.gen == gen && a.flags&fl == fl {
+			return true
+		}
+	}
+	return false
+}
+
+// A counted window shows each generation as the mailbox key at the
+// generation's address, never the buffer's address or a key of its own,
+// and registers each generation with the module as it is shown, in order.
+func TestWindowCountedMailboxDescs(t *testing.T) {
+	f := newCountedFixture(t, WindowOptions{})
+	b0, b1 := f.post(64, PostOptions{}), f.post(128, PostOptions{Threshold: 32})
+	f.flush()
+	if len(f.regs) != 2 {
+		t.Fatalf("after posting: %d registrations", len(f.regs))
+	}
+	for epoch := uint64(0); epoch < 20; epoch++ {
+		b := f.w.pending[0]
+		if b.gen != epoch || (b != b0 && b != b1) {
+			t.Fatalf("epoch %d: head gen %d", epoch, b.gen)
+		}
+		e := f.w.entry(1)
+		if e.Head != epoch || e.NDesc != 2 {
+			t.Fatalf("epoch %d: entry %+v", epoch, e)
+		}
+		for g := epoch; g < epoch+2; g++ {
+			d, ok := e.Desc(g)
+			pb := f.w.lookup(g)
+			want := Desc{Addr: mailboxAddr(g), RKey: testMailboxKey, Len: uint32(pb.cap), Threshold: pb.threshold}
+			if !ok || d != want {
+				t.Fatalf("epoch %d: generation %d shown as %+v, want %+v", epoch, g, d, want)
+			}
+			if d.Addr == pb.addr {
+				t.Fatalf("generation %d shown at the buffer's address", g)
+			}
+		}
+		if r := f.regs[len(f.regs)-1]; r.gen != epoch+1 || r.b != f.w.lookup(epoch+1) {
+			t.Fatalf("epoch %d: last registration %+v", epoch, r)
+		}
+		if err := f.w.release(f.publish()); err != nil {
+			t.Fatal(err)
+		}
+		f.flush()
+	}
+	if len(f.regs) != 22 {
+		t.Fatalf("%d registrations for 22 generations", len(f.regs))
+	}
+	for i, r := range f.regs {
+		if r.gen != uint64(i) || r.threshold != r.b.threshold {
+			t.Fatalf("registration %d: %+v", i, r)
+		}
+	}
+}
+
+// Only the first MaxDescs queued buffers are registered and shown; the
+// next one is when the head completes.
+func TestWindowCountedShowsMaxDescs(t *testing.T) {
+	f := newCountedFixture(t, WindowOptions{})
+	var bs []*buffer
+	for range MaxDescs + 2 {
+		bs = append(bs, f.post(64, PostOptions{}))
+	}
+	f.flush()
+	if len(f.regs) != MaxDescs || bs[MaxDescs].registered {
+		t.Fatalf("%d registrations for %d buffers", len(f.regs), len(bs))
+	}
+	f.publish()
+	f.flush()
+	if len(f.regs) != MaxDescs+1 || !bs[MaxDescs].registered || bs[MaxDescs+1].registered {
+		t.Fatalf("after one epoch: %d registrations", len(f.regs))
+	}
+	if e := f.w.entry(1); e.NDesc != MaxDescs || e.Head != 1 {
+		t.Fatalf("entry %+v", e)
+	}
+}
+
+// IncEpoch ends the registered head in the module (partial). Close ends
+// every pending buffer there, including those never shown, which are
+// registered and ended at once so that the module publishes every
+// generation in order. Releasing buffers of a closed window retires them
+// and asks for no unbind.
+func TestWindowCountedEnds(t *testing.T) {
+	f := newCountedFixture(t, WindowOptions{})
+	b0 := f.post(64, PostOptions{})
+	f.flush()
+	if _, err := f.w.incEpoch(); err != nil {
+		t.Fatal(err)
+	}
+	f.flush()
+	if len(f.regs) != 1 || !f.ended(0, FlagPartial) {
+		t.Fatalf("IncEpoch: registrations %+v, ends %+v", f.regs, f.ends)
+	}
+	if err := f.w.release(f.publish()); err != nil {
+		t.Fatal(err)
+	}
+	f.flush()
+	if r := f.regs[len(f.regs)-1]; r.b != b0 || r.gen != 1 {
+		t.Fatalf("re-posted: registration %+v", r)
+	}
+
+	one := f.post(64, PostOptions{OneTime: true})
+	var more []*buffer
+	for range MaxDescs {
+		more = append(more, f.post(64, PostOptions{}))
+	}
+	f.flush()
+	if more[MaxDescs-1].registered {
+		t.Fatal("a buffer beyond MaxDescs registered before Close")
+	}
+	if !f.w.close() {
+		t.Fatal("close")
+	}
+	f.flush()
+	last := more[MaxDescs-1].gen
+	for g := uint64(1); g <= last; g++ {
+		if !f.ended(g, FlagClosed) {
+			t.Fatalf("generation %d not ended closed: ends %+v", g, f.ends)
+		}
+	}
+	if n := len(f.regs); n != int(last)+1 {
+		t.Fatalf("%d registrations for %d generations", n, last+1)
+	}
+	for _, want := range append([]*buffer{b0, one}, more...) {
+		b := f.publish()
+		if b != want || b.rec.Flags&FlagClosed == 0 {
+			t.Fatalf("handed over gen %d (%+v), want gen %d", b.gen, b.rec, want.gen)
+		}
+		if err := f.w.release(b); err != nil {
+			t.Fatal(err)
+		}
+		f.flush()
+		if !b.retired {
+			t.Fatalf("gen %d of a closed window not retired once released", b.gen)
+		}
+	}
+}
