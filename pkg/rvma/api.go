@@ -331,7 +331,7 @@ func senderKeepsUp(p, e Entry) bool {
 		p.State != StateOpen || e.State != StateOpen || p.Kind != e.Kind || e.Head < p.Head {
 		return false
 	}
-	end := p.Head + uint64(p.NDesc)
+	end := p.End()
 	if e.Head+1 >= end {
 		return false
 	}

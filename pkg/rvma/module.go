@@ -177,15 +177,6 @@ func (e *engine) moduleWindow(w *Window) error {
 	return nil
 }
 
-// mailboxAddr is the remote address of generation gen's buffer in a
-// window with a mailbox key: kmod.MailboxAddr at offset 0. A put adds its
-// offset, which the buffer's length (below 4 GiB) keeps within the
-// address's offset bits.
-func mailboxAddr(gen uint64) uint64 {
-	a, _ := kmod.MailboxAddr(gen, 0) // offset 0 always fits
-	return a
-}
-
 // dropModuleWindow forgets a counted window in the module: its mailbox
 // key is refused from then on, and its buffers are no longer counted.
 func (e *engine) dropModuleWindow(w *Window) {

@@ -373,19 +373,16 @@ func (w *windowState) enqueue(b *buffer) {
 }
 
 // showCounted registers with the module, in generation order, the pending
-// buffers of a counted window up to the MaxDescs first ones still queued
-// (those senders are shown), and shows each to senders at once as the
-// window's mailbox key at its generation's address: registered buffers
-// are always a prefix of pending. A buffer ended before it was registered
-// (IncEpoch, Close) is registered and ended there at once, so that the
-// module publishes every generation's record, in order.
+// buffers of a counted window (up to MaxThrough generations from the
+// head), and shows each to senders at once as the window's mailbox key at
+// its generation's address: registered buffers are always a prefix of
+// pending. A buffer ended before it was registered (IncEpoch, Close) is
+// registered and ended there at once, so that the module publishes every
+// generation's record, in order.
 func (w *windowState) showCounted() {
-	queued := 0
-	for _, b := range w.pending {
-		if b.state == bufQueued {
-			if queued++; queued > MaxDescs {
-				return
-			}
+	for i, b := range w.pending {
+		if i >= MaxThrough {
+			return
 		}
 		if b.registered {
 			continue
@@ -891,6 +888,19 @@ func (w *windowState) entry(incarnation uint32) Entry {
 		}
 		e.Descs[e.NDesc] = b.desc
 		e.NDesc++
+	}
+	if !w.counted || e.NDesc < MaxDescs {
+		return e
+	}
+	// The queued buffers after the descriptors, as long as they look like
+	// the last one, go as Through: senders derive their descriptors.
+	last := e.Descs[MaxDescs-1]
+	for ; i < len(w.pending) && w.pending[i].gen-e.Head < MaxThrough; i++ {
+		b := w.pending[i]
+		if b.state != bufQueued || !b.registered || uint32(b.cap) != last.Len || b.threshold != last.Threshold {
+			break
+		}
+		e.Through = b.gen
 	}
 	return e
 }

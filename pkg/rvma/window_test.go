@@ -501,6 +501,32 @@ func TestSenderKeepsUp(t *testing.T) {
 	if senderKeepsUp(Entry{}, next(6, d(6), d(7), d(8))) {
 		t.Error("nothing pushed yet: the entry must be pushed")
 	}
+
+	// A counted window's entry with Through: the sender keeps up until it
+	// is down to the last generation derived.
+	md := func(g uint64) Desc { return Desc{Addr: mailboxAddr(g), RKey: 0xf0000100, Len: 64, Threshold: 64} }
+	mbox := func(seq, head, through uint64) Entry {
+		e := Entry{Seq: seq, Mailbox: 7, Incarnation: 1, State: StateOpen, Kind: EpochBytes, Flags: EntryCounted,
+			NDesc: MaxDescs, Head: head, Through: through}
+		for i := range MaxDescs {
+			e.Descs[i] = md(head + uint64(i))
+		}
+		return e
+	}
+	mp := mbox(20, 5, 30)
+	for _, c := range []struct {
+		head, through uint64
+		want          bool
+	}{
+		{20, 40, true},  // past the pushed descriptors, within its Through
+		{29, 40, true},  // two derived generations left
+		{30, 40, false}, // the last one
+		{20, 25, false}, // the receiver describes fewer now (cannot happen: they were registered)
+	} {
+		if got := senderKeepsUp(mp, mbox(22, c.head, c.through)); got != c.want {
+			t.Errorf("through %d, head %d, now through %d: senderKeepsUp = %v, want %v", mp.Through, c.head, c.through, got, c.want)
+		}
+	}
 	f := newFixture(t, WindowOptions{Threshold: 10})
 	f.post(10, PostOptions{})
 	if _, err := f.w.incEpoch(); err != nil || !f.w.mustPush {

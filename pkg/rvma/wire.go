@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
 // This file holds every format that crosses the network or is shared with a
@@ -182,9 +184,10 @@ func (s EntryState) String() string {
 }
 
 // Desc describes one posted buffer to senders: where the NIC writes (a
-// type 1 memory window's address and rkey), how long it is and the
-// threshold of its epoch. It is library-internal: applications never see
-// it.
+// type 1 memory window's address and rkey, or in a counted window the
+// window's mailbox key at the generation's mailbox address), how long it
+// is and the threshold of its epoch. It is library-internal: applications
+// never see it.
 type Desc struct {
 	Addr      uint64
 	RKey      uint32
@@ -198,6 +201,10 @@ type Desc struct {
 // with MaxDescs+1 buffers posted it is pushed one entry per MaxDescs-1
 // epochs.
 const MaxDescs = 7
+
+// MaxThrough bounds the generations one entry describes (Entry.Through):
+// far fewer than the 2^24 generations a mailbox address tells apart.
+const MaxThrough = 1 << 16
 
 // EntrySize is the length of an encoded Entry.
 const EntrySize = 256
@@ -218,6 +225,13 @@ type Entry struct {
 	// into every epoch (bytes or puts, as Kind counts), 0 if the window
 	// makes no such promise.
 	Share uint64
+	// Through, when not 0, is the last generation the entry describes,
+	// beyond its descriptors (a counted window, whose descriptors follow
+	// from the generation): each generation after the last descriptor's
+	// up to Through has a buffer of the last descriptor's length and
+	// threshold, written with its key at the generation's mailbox address
+	// (kmod.MailboxAddr). Through-Head is below MaxThrough.
+	Through uint64
 }
 
 // EntryFlags tell senders how the receiver counts a window.
@@ -236,10 +250,49 @@ const (
 // Desc returns the descriptor of generation gen and whether the entry has
 // it.
 func (e *Entry) Desc(gen uint64) (Desc, bool) {
-	if gen < e.Head || gen-e.Head >= uint64(e.NDesc) {
+	if gen < e.Head {
 		return Desc{}, false
 	}
-	return e.Descs[gen-e.Head], true
+	if gen-e.Head < uint64(e.NDesc) {
+		return e.Descs[gen-e.Head], true
+	}
+	if e.Through == 0 || gen > e.Through || e.NDesc == 0 {
+		return Desc{}, false
+	}
+	d := e.Descs[e.NDesc-1]
+	d.Addr = mailboxAddr(gen)
+	return d, true
+}
+
+// End is the generation after the last one the entry describes.
+func (e *Entry) End() uint64 {
+	if e.Through != 0 {
+		return e.Through + 1
+	}
+	return e.Head + uint64(e.NDesc)
+}
+
+// checkThrough validates Through: it extends descriptors that end with a
+// mailbox descriptor, by 1 to MaxThrough-NDesc generations.
+func (e *Entry) checkThrough() error {
+	if e.Through == 0 {
+		return nil
+	}
+	last := e.Head + uint64(e.NDesc) - 1
+	if e.NDesc == 0 || e.Through <= last || e.Through-e.Head >= MaxThrough ||
+		e.Descs[e.NDesc-1].Addr != mailboxAddr(last) {
+		return invalidf("entry through generation %d after %d descriptors from %d", e.Through, e.NDesc, e.Head)
+	}
+	return nil
+}
+
+// mailboxAddr is the remote address of generation gen's buffer in a
+// window with a mailbox key: kmod.MailboxAddr at offset 0. A put adds its
+// offset, which the buffer's length (below 4 GiB) keeps within the
+// address's offset bits.
+func mailboxAddr(gen uint64) uint64 {
+	a, _ := kmod.MailboxAddr(gen, 0) // offset 0 always fits
+	return a
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -257,7 +310,8 @@ const (
 	entFlags = 200 // EntryFlags
 	entRsvd  = 201 // 7 reserved bytes, zero
 	entShare = 208 // Share
-	entRsvd2 = 216 // 32 reserved bytes, zero
+	entThru  = 216 // Through
+	entRsvd2 = 224 // 24 reserved bytes, zero
 	entCRC   = 248
 	entSeqLo = 252
 	descSize = 24
@@ -277,6 +331,9 @@ func MarshalEntry(b []byte, e *Entry) error {
 	if e.NDesc > MaxDescs {
 		return invalidf("entry with %d descriptors, at most %d", e.NDesc, MaxDescs)
 	}
+	if err := e.checkThrough(); err != nil {
+		return err
+	}
 	le := binary.LittleEndian
 	le.PutUint64(b[entSeq:], e.Seq)
 	le.PutUint64(b[entMbox:], uint64(e.Mailbox))
@@ -294,6 +351,7 @@ func MarshalEntry(b []byte, e *Entry) error {
 	b[entFlags] = byte(e.Flags)
 	clear(b[entRsvd:entShare])
 	le.PutUint64(b[entShare:], e.Share)
+	le.PutUint64(b[entThru:], e.Through)
 	clear(b[entRsvd2:entCRC])
 	le.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
 	le.PutUint32(b[entSeqLo:], uint32(e.Seq))
@@ -342,6 +400,7 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	e.Head = le.Uint64(b[entHead:])
 	e.Flags = EntryFlags(b[entFlags])
 	e.Share = le.Uint64(b[entShare:])
+	e.Through = le.Uint64(b[entThru:])
 	if e.Seq == 0 {
 		return e, invalidf("entry never written")
 	}
@@ -362,6 +421,9 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 	}
 	if !zero(b[entRsvd:entShare]) || !zero(b[entRsvd2:entCRC]) {
 		return e, invalidf("entry with reserved bytes set")
+	}
+	if err := e.checkThrough(); err != nil {
+		return e, err
 	}
 	return e, nil
 }

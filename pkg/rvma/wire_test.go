@@ -128,6 +128,68 @@ func TestEntryRoundTrip(t *testing.T) {
 	}
 }
 
+// Through extends an entry's descriptors with the generations after the
+// last one, derived from it (a counted window's mailbox descriptors), and
+// is refused where it cannot be derived.
+func TestEntryThrough(t *testing.T) {
+	const head, key = 1<<24 - 2, 0xf0000100 // the mailbox address wraps at 2^24
+	e := Entry{Seq: 2, Mailbox: 9, Incarnation: 1, State: StateOpen, Kind: EpochBytes, Flags: EntryCounted,
+		Head: head, NDesc: 2, Through: head + 5}
+	for i := range 2 {
+		e.Descs[i] = Desc{Addr: mailboxAddr(head + uint64(i)), RKey: key, Len: 64, Threshold: 32}
+	}
+	b := make([]byte, EntrySize)
+	if err := MarshalEntry(b, &e); err != nil {
+		t.Fatal(err)
+	}
+	got, err := UnmarshalEntry(b)
+	if err != nil || got != e {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if got.End() != head+6 {
+		t.Fatalf("End %d", got.End())
+	}
+	for g := uint64(head); g <= head+5; g++ {
+		d, ok := got.Desc(g)
+		if want := (Desc{Addr: mailboxAddr(g), RKey: key, Len: 64, Threshold: 32}); !ok || d != want {
+			t.Fatalf("Desc(%d) = %+v, %v; want %+v", g, d, ok, want)
+		}
+	}
+	if _, ok := got.Desc(head + 6); ok {
+		t.Fatal("Desc beyond Through")
+	}
+	plain := e
+	plain.Through = 0
+	if plain.End() != head+2 {
+		t.Fatalf("End without Through: %d", plain.End())
+	}
+	bad := map[string]func(*Entry){
+		"through inside the descriptors": func(e *Entry) { e.Through = head + 1 },
+		"through without descriptors":    func(e *Entry) { e.NDesc = 0 },
+		"through too far":                func(e *Entry) { e.Through = head + MaxThrough },
+		"last descriptor not a mailbox":  func(e *Entry) { e.Descs[1].Addr = 0x1000 },
+	}
+	for name, f := range bad {
+		x := e
+		f(&x)
+		if err := MarshalEntry(b, &x); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%s: marshalled (%v)", name, err)
+		}
+		// The same entry under a valid checksum (a broken peer).
+		if err := MarshalEntry(b, &e); err != nil {
+			t.Fatal(err)
+		}
+		raw := x
+		raw.Through = 0
+		_ = MarshalEntry(b, &raw)
+		binary.LittleEndian.PutUint64(b[entThru:], x.Through)
+		binary.LittleEndian.PutUint32(b[entCRC:], crc32.Checksum(b[:entCRC], castagnoli))
+		if _, err := UnmarshalEntry(b); !errors.Is(err, ErrInvalid) || errors.Is(err, ErrTorn) {
+			t.Fatalf("%s: unmarshalled (%v)", name, err)
+		}
+	}
+}
+
 // Any single changed byte, and any mixture of two versions, is detected.
 func TestEntryTorn(t *testing.T) {
 	e1, e2 := sampleEntry(), sampleEntry()
