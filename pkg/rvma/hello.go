@@ -14,7 +14,7 @@ import (
 
 const (
 	helloMagic   = "RVM1"
-	helloVersion = 4 // 2: knocks carry the window's incarnation; 3: 256-byte entries with 7 descriptors; 4: entries carry Share
+	helloVersion = 5 // 2: knocks carry the window's incarnation; 3: 256-byte entries with 7 descriptors; 4: entries carry Share; 5: entries carry Through
 	// helloSize is the encoded length of a hello (rdma_cm allows 56 bytes
 	// in a RoCE connect request).
 	helloSize = 52

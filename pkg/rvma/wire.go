@@ -195,11 +195,11 @@ type Desc struct {
 	Threshold uint64
 }
 
-// MaxDescs is the number of posted buffers an entry describes: the head
-// and the six after it. A sender that fills epochs alone is pushed a new
-// entry only when it is down to its last descriptor (senderKeepsUp), so
-// with MaxDescs+1 buffers posted it is pushed one entry per MaxDescs-1
-// epochs.
+// MaxDescs is the number of descriptors an entry lists: the head and the
+// six after it. A sender that fills epochs alone is pushed a new entry
+// only when it is down to its last described generation (senderKeepsUp),
+// so with MaxDescs+1 buffers posted it is pushed one entry per MaxDescs-1
+// epochs; a counted window describes more (Entry.Through).
 const MaxDescs = 7
 
 // MaxThrough bounds the generations one entry describes (Entry.Through):
