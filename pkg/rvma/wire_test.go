@@ -74,8 +74,9 @@ func sampleEntry() Entry {
 	}
 }
 
-func TestEntryRoundTrip(t *testing.T) {
-	e := sampleEntry()
+// roundTrip marshals e and unmarshals it, which must give e back.
+func roundTrip(t *testing.T, e Entry) Entry {
+	t.Helper()
 	b := make([]byte, EntrySize)
 	if err := MarshalEntry(b, &e); err != nil {
 		t.Fatal(err)
@@ -84,6 +85,13 @@ func TestEntryRoundTrip(t *testing.T) {
 	if err != nil || got != e {
 		t.Fatalf("%+v %v", got, err)
 	}
+	return got
+}
+
+func TestEntryRoundTrip(t *testing.T) {
+	e := sampleEntry()
+	b := make([]byte, EntrySize)
+	got := roundTrip(t, e)
 	if d, ok := got.Desc(1<<33 + 1); !ok || d.RKey != 0xabcd02 {
 		t.Fatal("Desc(head+1)")
 	}
@@ -139,13 +147,7 @@ func TestEntryThrough(t *testing.T) {
 		e.Descs[i] = Desc{Addr: mailboxAddr(head + uint64(i)), RKey: key, Len: 64, Threshold: 32}
 	}
 	b := make([]byte, EntrySize)
-	if err := MarshalEntry(b, &e); err != nil {
-		t.Fatal(err)
-	}
-	got, err := UnmarshalEntry(b)
-	if err != nil || got != e {
-		t.Fatalf("%+v %v", got, err)
-	}
+	got := roundTrip(t, e)
 	if got.End() != head+6 {
 		t.Fatalf("End %d", got.End())
 	}
