@@ -370,9 +370,24 @@ func (e *engine) alloc(n int) ([]byte, error) {
 	return mr.Bytes(), nil
 }
 
+// arenaOf returns the endpoint's arena (Alloc) holding [a, a+n), or nil.
 func (e *engine) arenaOf(a, n uint64) *verbs.MR {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.arenaLocked(a, n)
+}
+
+// placementOf returns the guarded registration (placement) of the arena
+// holding [a, a+n), which the module translates mailbox-key writes into;
+// nil if there is none.
+func (e *engine) placementOf(a, n uint64) *verbs.MR {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.placement[e.arenaLocked(a, n)]
+}
+
+// arenaLocked is arenaOf with e.mu held.
+func (e *engine) arenaLocked(a, n uint64) *verbs.MR {
 	for _, mr := range e.arenas {
 		if a >= mr.Addr() && a+n <= mr.Addr()+uint64(mr.Len()) {
 			return mr
@@ -920,9 +935,9 @@ func (e *engine) bindsPending() bool {
 }
 
 // bindDone takes a bind or unbind completion into its window's state and
-// returns the window, which the caller flushes (and may forget in the
-// module) once the whole batch of completions is in: the completions of
-// one chain then make one registration call and one chain of binds.
+// returns the window, which the caller flushes once the whole batch of
+// completions is in: a window with several binds completed is flushed
+// once.
 func (e *engine) bindDone(wc verbs.WC) *Window {
 	e.mu.Lock()
 	op, ok := e.ops[wc.ID]

@@ -196,10 +196,11 @@ func (e *engine) dropModuleWindow(w *Window) {
 func (e *engine) register(w *Window, as []regAction) {
 	ps := make([]kmod.MailboxPost, len(as))
 	for i, a := range as {
-		mr := e.arenaOf(a.b.addr, a.b.cap)
-		e.mu.Lock()
-		mr = e.placement[mr]
-		e.mu.Unlock()
+		mr := e.placementOf(a.b.addr, a.b.cap)
+		if mr == nil { // cannot happen: alloc guards every arena when the module counts
+			e.fail(fmt.Errorf("rvma: buffer at %#x of window %v is in no guarded registration", a.b.addr, w.mailbox))
+			return
+		}
 		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
 			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime}
 	}
