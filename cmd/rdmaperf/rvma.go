@@ -289,13 +289,17 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 				return nil, err
 			}
 		}
+		stamps[i] = rdtsc()
+		op := b.ep.PutAsync(ctx, b.peer, mb, 0, b.src[:size])
+		// The previous put's outcome is checked once this one is on its
+		// way: nothing this put does waits for it, and its completion
+		// may still be in the CQ, which the wait would poll first.
 		if prev != nil {
 			if err := prev.Wait(ctx); err != nil {
 				return nil, err
 			}
 		}
-		stamps[i] = rdtsc()
-		prev = b.ep.PutAsync(ctx, b.peer, mb, 0, b.src[:size])
+		prev = op
 		if err := release(); err != nil {
 			return nil, err
 		}

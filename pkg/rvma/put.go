@@ -403,17 +403,6 @@ func (ep *Endpoint) run(op *PutOp) {
 // trying again (no buffer yet, or the send queue is full and block is
 // false), or an error that ends the put.
 func (ep *Endpoint) post(op *PutOp, l *link, v *remoteView, block bool) (done bool, wait <-chan struct{}, err error) {
-	// A put back at an epoch this sender already put to without filling
-	// it may be behind the entry that says other senders completed it.
-	// That entry is in the view slot as soon as the NIC placed it, before
-	// its notice's completion is handled (a goroutine spinning on a
-	// counted window's record sees its peers' puts without polling the
-	// CQ, and another goroutine may hold the notice's completion, polled
-	// but not yet handled): read it from there, or the put goes to the
-	// completed epoch and is refused, at the cost of its stripe.
-	if v.revisits() {
-		ep.reread(v)
-	}
 	done, wait, err = ep.postOnce(op, l, v, block)
 	if errors.Is(err, errAwaitBuffer) && (ep.reread(v) || ep.e.pollOnce()) {
 		// The entry the put needs may be in the view slot already, or its
@@ -468,6 +457,17 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		v.mu.Unlock()
 		<-st.credits
 		return false, nil, err
+	}
+	// A put back at an epoch this sender already put to without filling
+	// it may be behind the entry that says other senders completed it.
+	// That entry is in the view slot as soon as the NIC placed it, before
+	// its notice's completion is handled (a goroutine spinning on a
+	// counted window's record sees its peers' puts without polling the
+	// CQ, and another goroutine may hold the notice's completion, polled
+	// but not yet handled): read it from there, or the put goes to the
+	// completed epoch and is refused, at the cost of its stripe.
+	if v.sv.revisits() {
+		ep.refreshView(v)
 	}
 	gen, d, err := v.sv.target(op.off, uint64(op.n))
 	switch {
@@ -801,14 +801,6 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 		w.pushed = en
 		w.mu.Unlock()
 	}
-}
-
-// revisits reports whether v's next put goes to a generation this sender
-// already put to without reaching its threshold (senderView.revisits).
-func (v *remoteView) revisits() bool {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.sv != nil && v.sv.revisits()
 }
 
 // reread refreshes v from its view slot and reports whether it took a

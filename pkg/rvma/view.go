@@ -34,6 +34,7 @@ type senderView struct {
 	entry       Entry
 	valid       bool
 	floor       uint64 // no generation below it is targeted: max(entry head, last stale + 1)
+	cursor      uint64 // next(): the first generation from floor on that mine does not mark full
 	mine        map[uint64]contrib
 }
 
@@ -72,15 +73,35 @@ func (v *senderView) raise(floor uint64) {
 			delete(v.mine, g)
 		}
 	}
+	if v.cursor < floor {
+		v.cursor = floor
+		v.advance()
+	}
 }
 
-// next returns the generation the next put targets.
-func (v *senderView) next() uint64 {
-	g := v.floor
-	for v.mine[g].full {
-		g++
+// next returns the generation the next put targets. It is kept as a
+// cursor rather than found by a walk from floor, which would cost a map
+// lookup per generation this sender filled since the last entry it took
+// (with derived descriptors, up to MaxThrough).
+func (v *senderView) next() uint64 { return v.cursor }
+
+// advance moves the cursor past the generations this sender filled.
+func (v *senderView) advance() {
+	for v.mine[v.cursor].full {
+		v.cursor++
 	}
-	return g
+}
+
+// set records contribution c to gen and keeps the cursor on the first
+// generation from floor on that is not full.
+func (v *senderView) set(gen uint64, c contrib) {
+	v.mine[gen] = c
+	switch {
+	case c.full && gen == v.cursor:
+		v.advance()
+	case !c.full && gen >= v.floor && gen < v.cursor:
+		v.cursor = gen
+	}
 }
 
 // revisits reports whether the next put goes to a generation this sender
@@ -125,7 +146,7 @@ func (v *senderView) commit(gen, n uint64) {
 	c.bytes += n
 	c.ops++
 	c.full = v.filled(gen, c)
-	v.mine[gen] = c
+	v.set(gen, c)
 }
 
 // filled reports whether contribution c alone completes this sender's
@@ -159,7 +180,7 @@ func (v *senderView) abort(gen, n uint64) {
 		c.ops--
 	}
 	c.full = v.filled(gen, c)
-	v.mine[gen] = c
+	v.set(gen, c)
 }
 
 // stale records that a put to gen was refused because gen had completed:

@@ -2,6 +2,7 @@ package rvma
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -135,6 +136,50 @@ func TestViewShare(t *testing.T) {
 	}
 }
 
+// The view's cursor always names what a walk from its floor over the
+// generations it filled would: through random puts, aborts, stale
+// refusals and entries moving the head, with and without a share.
+func TestViewCursorMatchesWalk(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	walk := func(v *senderView) uint64 {
+		g := v.floor
+		for v.mine[g].full {
+			g++
+		}
+		return g
+	}
+	for _, share := range []uint64{0, 25} {
+		v := newSenderView(0x42, 1)
+		seq, head := uint64(1), uint64(0)
+		e := viewEntry(seq, head, EpochBytes, 100, 7)
+		e.Share = share
+		v.update(e)
+		for i := 0; i < 20000; i++ {
+			switch k := r.IntN(20); {
+			case k < 12:
+				if gen, _, err := v.target(0, 50); err == nil {
+					v.commit(gen, 50)
+				}
+			case k < 15:
+				v.abort(v.floor+uint64(r.IntN(8)), 50)
+			case k < 16:
+				v.stale(v.floor + uint64(r.IntN(3)))
+			case k < 19:
+				seq++
+				head += uint64(r.IntN(3))
+				e := viewEntry(seq, head, EpochBytes, 100, 7)
+				e.Share = share
+				v.update(e)
+			default:
+				v.update(viewEntry(seq, head, EpochBytes, 100, 7)) // a duplicate: ignored
+			}
+			if got, want := v.next(), walk(v); got != want {
+				t.Fatalf("share %d, step %d: cursor %d, a walk from floor %d finds %d", share, i, got, v.floor, want)
+			}
+		}
+	}
+}
+
 func TestViewErrors(t *testing.T) {
 	v := newSenderView(0x42, 1)
 	e := viewEntry(2, 0, EpochBytes, 100, 1)
@@ -197,5 +242,28 @@ func TestResolveSeq(t *testing.T) {
 		if q := resolveSeq(s, 1<<31-1); q%viewSlots != s || q&GetSeqBit != 0 {
 			t.Fatalf("slot %d, a wrapped generation: seq %#x", s, q)
 		}
+	}
+}
+
+// BenchmarkViewPutThrough is a lone sender putting one epoch after the
+// other within one entry that derives MaxThrough-1 generations: the cost
+// per put of choosing its generation, which must not grow with the
+// generations filled since the entry came.
+func BenchmarkViewPutThrough(b *testing.B) {
+	const key = 0xf0000100
+	e := Entry{Seq: 1, Mailbox: 0x42, Incarnation: 1, State: StateOpen, Kind: EpochOps, Flags: EntryCounted,
+		NDesc: 1, Through: MaxThrough - 1}
+	e.Descs[0] = Desc{Addr: mailboxAddr(0), RKey: key, Len: 64, Threshold: 1}
+	var v *senderView
+	for i := range b.N {
+		if i%(MaxThrough-1) == 0 {
+			v = newSenderView(0x42, 1)
+			v.update(e)
+		}
+		gen, _, err := v.target(0, 8)
+		if err != nil {
+			b.Fatal(err)
+		}
+		v.commit(gen, 8)
 	}
 }
