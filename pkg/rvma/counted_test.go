@@ -1,6 +1,7 @@
 package rvma
 
 import (
+	"fmt"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ type countedFixture struct {
 	ends []endAction // ends so far
 }
 
-func newCountedFixture(t *testing.T, o WindowOptions) *countedFixture {
+func newCountedFixture(t testing.TB, o WindowOptions) *countedFixture {
 	t.Helper()
 	f := &countedFixture{fixture: newFixture(t, o)}
 	f.w.counted, f.w.mbkey = true, testMailboxKey
@@ -229,5 +230,29 @@ func TestWindowCountedEnds(t *testing.T) {
 		if !b.retired {
 			t.Fatalf("gen %d of a closed window not retired once released", b.gen)
 		}
+	}
+}
+
+// BenchmarkWindowCountedEpoch is a counted window's work per epoch with n
+// buffers posted: the entry, the head's publication, its release and
+// re-post, and the module's actions.
+func BenchmarkWindowCountedEpoch(b *testing.B) {
+	for _, n := range []int{32, 1024} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			f := newCountedFixture(b, WindowOptions{})
+			f.slab = newCompletionSlab(n)
+			for range n {
+				f.post(64, PostOptions{})
+			}
+			f.flush()
+			for range b.N {
+				_ = f.w.entry(1)
+				if err := f.w.release(f.publish()); err != nil {
+					b.Fatal(err)
+				}
+				f.regs = f.regs[:0]
+				f.flush()
+			}
+		})
 	}
 }

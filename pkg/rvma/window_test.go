@@ -9,7 +9,7 @@ import (
 // fixture drives a windowState as the endpoint will: binds and unbinds
 // complete when flush is called.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	w     *windowState
 	slab  *completionSlab
 	rkey  uint32
@@ -17,7 +17,7 @@ type fixture struct {
 	binds int
 }
 
-func newFixture(t *testing.T, o WindowOptions) *fixture {
+func newFixture(t testing.TB, o WindowOptions) *fixture {
 	t.Helper()
 	w, err := newWindowState(0x11FF0011, o)
 	if err != nil {
