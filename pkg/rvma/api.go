@@ -458,13 +458,14 @@ func (w *Window) Rewind(n int) []Record {
 }
 
 // Close ends the window: every buffer not yet handed over is handed over
-// with FlagClosed once its memory window is unbound, later puts fail with
+// with FlagClosed once it no longer takes writes, later puts fail with
 // ErrMailboxClosed at their senders (or are dropped silently with
 // CloseSilent) and are counted. The mailbox stays reserved for
 // WindowOptions.Linger (so that late senders learn it closed rather than
 // that it never existed); then, or when InitWindow takes the mailbox
 // again, puts to it resolve anew. Close is idempotent and does not wait
-// for the unbinds; Posted.Wait does.
+// for the buffers to be closed (an unbind, where the library counts);
+// Posted.Wait does.
 func (w *Window) Close() error {
 	w.mu.Lock()
 	first := w.st.close()

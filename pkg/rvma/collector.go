@@ -12,7 +12,8 @@ import (
 // series disappear once its mailbox is freed. After the endpoint is closed
 // a scrape reports rvma_endpoint_up 0 and nothing else. Safe for
 // concurrent use; register it with prometheus.MustRegister or a registry of
-// your own (rvmad does).
+// your own. (rvmad runs no endpoint: it exports the kernel module's RVMA
+// counters, rdmaplus_rvma_*, which cover every process's counted windows.)
 type Collector struct {
 	ep *Endpoint
 }

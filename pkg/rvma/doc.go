@@ -20,16 +20,23 @@
 //	p, err := w.Post(mem, nil)
 //	rec, err := p.Wait(ctx) // after a peer's ep.Put(ctx, addr, 0x11FF0011, 0, data)
 //
-// Large puts are written by the NIC straight into the posted buffer (RDMA
-// WRITE WITH IMMEDIATE into a type 1 memory window bound over it); a buffer
-// is unbound before it is handed over, so bytes arriving late for a
-// completed epoch are refused by the NIC and never change it (the sender
-// gets ErrStale or, by default, its put is re-issued into the next epoch,
-// up to 8 times).
-// A window binds only the buffers senders are shown (the head and up to
-// MaxDescs-1 after it), so an epoch costs one bind, and a sender that fills
-// epochs alone is sent a notice only when it is down to its last buffer:
-// post MaxDescs+1 buffers and it gets one every MaxDescs-1 epochs.
+// Large puts are written by the NIC straight into the posted buffer. Where
+// the rdmaplus kernel module is loaded (the default; Endpoint.Counting), a
+// put is a plain RDMA WRITE to the window's mailbox key at the epoch's
+// mailbox address: the module translates it into the buffer posted for
+// that epoch, counts the bytes and writes the completion record, as the
+// paper's NIC would, and binds nothing. Without the module a put is an
+// RDMA WRITE WITH IMMEDIATE into a type 1 memory window bound over the
+// buffer, and the library counts the immediates. Either way a buffer is
+// closed to writes before it is handed over, so bytes arriving late for a
+// completed epoch are refused and never change it (the sender gets
+// ErrStale or, by default, its put is re-issued into the next epoch, up to
+// 8 times).
+// A sender that fills epochs alone is sent a notice only when it runs out
+// of the buffers it was shown: with n buffers of one shape posted, once
+// every n-2 epochs where the module counts (an entry derives every queued
+// generation from its mailbox addresses), once every MaxDescs-1 epochs
+// where the library does (post MaxDescs+1 buffers).
 // Senders that fill epochs together learn of every completed epoch from a
 // notice, unless the window promises each one's share
 // (WindowOptions.Share, as in a halo exchange): then each moves on by its

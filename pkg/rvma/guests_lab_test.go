@@ -164,6 +164,10 @@ const (
 	mbGone   = Mailbox(0x0E)
 	mbOpsOrd = Mailbox(0x0F)
 	mbPoll   = Mailbox(0x10)
+	mbStream = Mailbox(0x11) // the dying receiver's window that puts keep landing in
+
+	streamBuf = 64 << 10 // its one buffer
+	streamPut = 4 << 10  // the puts streamed into it
 
 	orderEpochs  = 9
 	opsEpochs    = 6 // the same puts into a window that counts operations
@@ -489,6 +493,20 @@ func TestLabChildReceiver(t *testing.T) {
 	if _, err := ep.InitWindow(mbGone, WindowOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A window whose one buffer never completes (a threshold of puts far
+	// beyond the test's), so the sender's puts keep landing in it until
+	// this process dies.
+	w, err := ep.InitWindow(mbStream, WindowOptions{Kind: EpochOps, Threshold: 1 << 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := ep.Alloc(streamBuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Post(mem, nil); err != nil {
+		t.Fatal(err)
+	}
 	fmt.Println("child-ready")
 	select {}
 }
@@ -615,17 +633,81 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	child.Wait()
 	signal("rvma-dies-gone")
 
-	// The receiver dies while a put waits for a buffer.
+	// The receiver dies while a put waits for a buffer, and while puts
+	// stream into another of its windows: every put ends, landed or
+	// failed with ErrPeerGone, and none hangs.
 	wait("rvma-gone-ready")
 	gone := guestAddr(t, 1, guestPort+2)
 	op := ep.PutAsync(ctx, gone, mbGone, 0, []byte("nobody"))
-	time.Sleep(300 * time.Millisecond)
-	signal("rvma-gone-waiting")
+	stream := streamUntilGone(t, ctx, ep, gone, signal)
 	start := time.Now()
 	if err := op.Wait(ctx); !errors.Is(err, ErrPeerGone) {
 		t.Fatalf("put to a receiver that died: %v", err)
 	} else {
 		t.Logf("put to a receiver that died failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	}
+	landed, failed := stream()
+	t.Logf("puts streaming to a receiver that died: %d landed, then %d failed with ErrPeerGone, none hung", landed, failed)
 	signal("rvma-done")
+}
+
+// streamUntilGone puts streamPut bytes at a time into mbStream at dst,
+// with up to 16 puts in flight, and signals rvma-gone-waiting once 32 have
+// landed, so the receiver is killed while puts are on the wire. It goes on
+// until a put fails; the function it returns waits for every put issued
+// and fails the test unless each landed or failed with ErrPeerGone (none
+// may hang: ctx bounds the wait) and the failures came after the landings
+// it signalled for. It returns how many landed and failed.
+func streamUntilGone(t *testing.T, ctx context.Context, ep *Endpoint, dst netip.AddrPort, signal func(string)) func() (landed, failed int) {
+	t.Helper()
+	src, err := ep.Alloc(streamPut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillPattern(src, 300)
+	done := make(chan struct{})
+	var landed, failed int
+	var bad error
+	go func() {
+		defer close(done)
+		var ops []*PutOp
+		end := func(op *PutOp) bool { // whether the stream goes on
+			err := op.Wait(ctx)
+			switch {
+			case err == nil:
+				landed++
+				if landed == 32 {
+					signal("rvma-gone-waiting")
+				}
+				return failed == 0
+			case errors.Is(err, ErrPeerGone):
+				failed++
+				return false
+			default:
+				bad = err
+				return false
+			}
+		}
+		for i := 0; ; i++ {
+			if len(ops) == 16 {
+				goOn := end(ops[0])
+				ops = ops[1:]
+				if !goOn {
+					break
+				}
+			}
+			off := uint64(i%(streamBuf/streamPut)) * streamPut
+			ops = append(ops, ep.PutAsync(ctx, dst, mbStream, off, src))
+		}
+		for _, op := range ops {
+			end(op)
+		}
+	}()
+	return func() (int, int) {
+		<-done
+		if bad != nil || landed < 32 || failed == 0 {
+			t.Fatalf("puts streaming to a receiver that died: %d landed, %d failed with ErrPeerGone, other error %v\n%s", landed, failed, bad, labDump(ep))
+		}
+		return landed, failed
+	}
 }

@@ -26,9 +26,11 @@ type Guard uint8
 
 // Guards.
 const (
-	// GuardInvalidate unbinds a buffer's memory window before its
-	// completion is published, so the NIC refuses every later write to it
-	// (the sender's put fails with ErrStale). The default.
+	// GuardInvalidate closes a buffer to writes before its completion is
+	// published (the kernel module closes it when it counts the window,
+	// the library unbinds its memory window otherwise), so every later
+	// write to it is refused (the sender's put fails with ErrStale). The
+	// default.
 	GuardInvalidate Guard = 0
 	// GuardNone publishes completions without unbinding first: late
 	// writes are counted (Stats.Stale) but not prevented. For measuring
