@@ -639,75 +639,59 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 	wait("rvma-gone-ready")
 	gone := guestAddr(t, 1, guestPort+2)
 	op := ep.PutAsync(ctx, gone, mbGone, 0, []byte("nobody"))
-	stream := streamUntilGone(t, ctx, ep, gone, signal)
+	landed, failed := streamUntilGone(t, ctx, ep, gone, signal)
+	t.Logf("puts streaming to a receiver that died: %d landed, then %d failed with ErrPeerGone, none hung", landed, failed)
 	start := time.Now()
 	if err := op.Wait(ctx); !errors.Is(err, ErrPeerGone) {
 		t.Fatalf("put to a receiver that died: %v", err)
 	} else {
 		t.Logf("put to a receiver that died failed after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	}
-	landed, failed := stream()
-	t.Logf("puts streaming to a receiver that died: %d landed, then %d failed with ErrPeerGone, none hung", landed, failed)
 	signal("rvma-done")
 }
 
 // streamUntilGone puts streamPut bytes at a time into mbStream at dst,
 // with up to 16 puts in flight, and signals rvma-gone-waiting once 32 have
-// landed, so the receiver is killed while puts are on the wire. It goes on
-// until a put fails; the function it returns waits for every put issued
-// and fails the test unless each landed or failed with ErrPeerGone (none
-// may hang: ctx bounds the wait) and the failures came after the landings
-// it signalled for. It returns how many landed and failed.
-func streamUntilGone(t *testing.T, ctx context.Context, ep *Endpoint, dst netip.AddrPort, signal func(string)) func() (landed, failed int) {
+// landed, so the receiver is killed while puts are on the wire. It stops
+// issuing at the first failure, waits for every put issued (ctx bounds the
+// wait: none may hang) and fails the test unless each landed or failed with
+// ErrPeerGone and at least one failed. It returns how many landed and failed.
+func streamUntilGone(t *testing.T, ctx context.Context, ep *Endpoint, dst netip.AddrPort, signal func(string)) (landed, failed int) {
 	t.Helper()
 	src, err := ep.Alloc(streamPut)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fillPattern(src, 300)
-	done := make(chan struct{})
-	var landed, failed int
-	var bad error
-	go func() {
-		defer close(done)
-		var ops []*PutOp
-		end := func(op *PutOp) bool { // whether the stream goes on
-			err := op.Wait(ctx)
-			switch {
-			case err == nil:
-				landed++
-				if landed == 32 {
-					signal("rvma-gone-waiting")
-				}
-				return failed == 0
-			case errors.Is(err, ErrPeerGone):
-				failed++
-				return false
-			default:
-				bad = err
-				return false
+	end := func(op *PutOp) {
+		switch err := op.Wait(ctx); {
+		case err == nil:
+			if landed++; landed == 32 {
+				signal("rvma-gone-waiting")
 			}
+		case errors.Is(err, ErrPeerGone):
+			failed++
+		default:
+			t.Fatalf("put streaming to a receiver that died: %v (%d landed before)\n%s", err, landed, labDump(ep))
 		}
-		for i := 0; ; i++ {
-			if len(ops) == 16 {
-				goOn := end(ops[0])
-				ops = ops[1:]
-				if !goOn {
-					break
-				}
-			}
-			off := uint64(i%(streamBuf/streamPut)) * streamPut
-			ops = append(ops, ep.PutAsync(ctx, dst, mbStream, off, src))
-		}
-		for _, op := range ops {
-			end(op)
-		}
-	}()
-	return func() (int, int) {
-		<-done
-		if bad != nil || landed < 32 || failed == 0 {
-			t.Fatalf("puts streaming to a receiver that died: %d landed, %d failed with ErrPeerGone, other error %v\n%s", landed, failed, bad, labDump(ep))
-		}
-		return landed, failed
 	}
+	var ops []*PutOp
+	for i := 0; ; i++ {
+		if len(ops) == 16 {
+			if end(ops[0]); failed > 0 {
+				break
+			}
+			ops = ops[1:]
+		}
+		off := uint64(i%(streamBuf/streamPut)) * streamPut
+		ops = append(ops, ep.PutAsync(ctx, dst, mbStream, off, src))
+	}
+	ops = ops[1:] // the failed one, ended above
+	for _, op := range ops {
+		end(op)
+	}
+	if landed < 32 {
+		t.Fatalf("puts streaming to a receiver that died: only %d landed before %d failed", landed, failed)
+	}
+	return landed, failed
 }
