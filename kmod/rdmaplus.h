@@ -1,18 +1,129 @@
 /* SPDX-License-Identifier: GPL-2.0 */
-/* rdmaplus: internal interfaces between the module's files. */
+/*
+ * rdmaplus: internal interfaces between the module's files.
+ *
+ *   rdmaplus_main.c  the device, ioctl dispatch, sysfs root, feature flags
+ *   rdmaplus_acct.c  memlock charges and per-user caps
+ *   rdmaplus_rxe.c   the rxe layer: symbols, hooks, layout, region lookup
+ *   rdmaplus_rvma.c  counted mailboxes (RVMA), a consumer of the hooks
+ *   rdmaplus_aa.c    Active Access, a consumer of the hooks
+ *
+ * Dependencies go down this list only: the services use the rxe layer
+ * and accounting, never each other.
+ */
 #ifndef _RDMAPLUS_H
 #define _RDMAPLUS_H
 
 #include <linux/fs.h>
 #include <linux/poll.h>
+#include <linux/uaccess.h>
+
+struct ib_mr;
+struct kobject;
+struct pt_regs;
+struct sk_buff;
+
+/* ---- rdmaplus_main.c ---- */
+
+/* /sys/kernel/rdmaplus, the parent of the services' counter directories */
+struct kobject *rdmaplus_kobj(void);
+
+/*
+ * Copy an ioctl structure that starts with __u32 size: a caller's smaller
+ * structure than min (older than any the module knows) is -EINVAL, a
+ * larger one than ksize must be zero beyond it (-E2BIG otherwise), and
+ * the module's fields the caller does not know are zero.
+ */
+int rdmaplus_copy_in(void *dst, size_t ksize, size_t min,
+		     const void __user *arg);
+/* Copy out at most the size the caller gave. */
+int rdmaplus_copy_out(void __user *arg, const void *src, size_t ksize);
+
+/* ---- rdmaplus_acct.c ---- */
+
+enum rdmaplus_res {
+	RDMAPLUS_RES_DOMAIN,	/* Active Access domain ids */
+	RDMAPLUS_RES_MBKEY,	/* RVMA mailbox keys */
+	RDMAPLUS_NRES
+};
+
+struct rdmaplus_user;
+
+struct rdmaplus_user *rdmaplus_user_get(void);
+void rdmaplus_user_get_ref(struct rdmaplus_user *u);
+void rdmaplus_user_put(struct rdmaplus_user *u);
+int rdmaplus_user_take(struct rdmaplus_user *u, enum rdmaplus_res res);
+void rdmaplus_user_give(struct rdmaplus_user *u, enum rdmaplus_res res);
+long rdmaplus_charge(struct rdmaplus_user *u, unsigned long pages);
+void rdmaplus_uncharge(struct rdmaplus_user *u, unsigned long pages);
+
+/* ---- rdmaplus_rxe.c ---- */
+
+int rdmaplus_rxe_init(void);
+void rdmaplus_rxe_exit(void);
+/* rxe's data path is one the module knows: the hooks can be registered */
+bool rdmaplus_rxe_supported(void);
+
+/*
+ * A service that sees rxe's data path. Hooks run in softirq, in a work
+ * item or inline in a poster's system call, with preemption disabled and
+ * rcu_read_lock held: no sleeping, irqsave locks. Each returns whether it
+ * took the packet (the consumers after it then do not see it).
+ */
+struct rdmaplus_rxe_consumer {
+	/* rxe_mr_copy(mr, iova, addr, length, dir) of an incoming write
+	 * packet (dir 0) or a read response (dir 1); length > 0, never a
+	 * local transfer. regs are the hooked call's arguments.
+	 */
+	bool (*copy)(struct pt_regs *regs);
+	/* iova_to_vaddr(mr, iova, length): an incoming atomic */
+	bool (*atomic)(struct pt_regs *regs);
+	/* every request packet, before the responder sees it */
+	bool (*request)(void *rxe_qp, struct sk_buff *skb);
+	/* the region is being deregistered (every consumer hears it) */
+	void (*dereg)(void *rxe_mr, struct ib_mr *ibmr);
+};
+
+#define RDMAPLUS_RXE_CONSUMERS 4
+void rdmaplus_rxe_add_consumer(const struct rdmaplus_rxe_consumer *c);
+
+/* Hold the hooks registered (and owner, rdma_rxe, loaded). May sleep. */
+int rdmaplus_rxe_hook_get(struct module *owner);
+void rdmaplus_rxe_hook_put(void);
+bool rdmaplus_rxe_hooked(void);
+u64 rdmaplus_rxe_missed(void);
+
+/* The calling process's rxe user region with this key (ERR_PTR(-ENOENT)
+ * when none or not its own, -EOPNOTSUPP), with a reference. May sleep.
+ */
+struct ib_mr *rdmaplus_rxe_lookup_mr(u32 key);
+void rdmaplus_rxe_put_mr(struct ib_mr *mr);
+/* whether the calling process has uverbs file ufile open; may sleep */
+bool rdmaplus_rxe_holds_ufile(const void *ufile);
+/* the struct rxe_mr around ibmr (NULL: layout check failed), and back */
+void *rdmaplus_rxe_mr_of(struct ib_mr *ibmr);
+struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr);
+/* which QP the calling responder context serves (unchanged if unknown) */
+void rdmaplus_rxe_source(u32 *qpn, u32 *src_qpn);
+/* a request packet's first len bytes, writable in place (NULL: leave it) */
+u8 *rdmaplus_rxe_pkt_writable(struct sk_buff *skb, unsigned int len);
+/* make the hooked function return value at once */
+void rdmaplus_rxe_return(struct pt_regs *regs, unsigned long value);
+
+/* rxe's functions, valid while hooked; calls from the module are not
+ * hooked
+ */
+extern int (*rdmaplus_rxe_mr_copy)(void *mr, u64 iova, void *addr,
+				   int length, int dir);
+extern void *(*rdmaplus_rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
+
+/* ---- rdmaplus_aa.c: Active Access ---- */
 
 struct rdmaplus_aa_ctx;
 
 int rdmaplus_aa_init(void);
 void rdmaplus_aa_exit(void);
-bool rdmaplus_aa_supported(void);
-
-struct rdmaplus_aa_ctx *rdmaplus_aa_open(void);
+struct rdmaplus_aa_ctx *rdmaplus_aa_open(struct rdmaplus_user *u);
 void rdmaplus_aa_release(struct rdmaplus_aa_ctx *ctx);
 long rdmaplus_aa_ioctl(struct rdmaplus_aa_ctx *ctx, unsigned int cmd,
 		       void __user *arg);
@@ -20,43 +131,13 @@ int rdmaplus_aa_mmap(struct rdmaplus_aa_ctx *ctx, struct vm_area_struct *vma);
 __poll_t rdmaplus_aa_poll(struct rdmaplus_aa_ctx *ctx, struct file *file,
 			  poll_table *wait);
 
-/* rdmaplus_aa.c, in assembly: returns at once (see the hooks) */
-void rdmaplus_aa_skip(void);
+/* ---- rdmaplus_rvma.c: counted mailboxes ---- */
 
-/*
- * rdmaplus_aa.c, shared with rdmaplus_rvma.c: the rxe data-path hooks are
- * registered while AA arms a page or RVMA holds a reference (get/put may
- * sleep; get pins owner, the rxe driver, while hooked).
- */
-struct ib_mr;
-struct user_struct;
-struct kobject;
-int rdmaplus_hook_get(struct module *owner);
-void rdmaplus_hook_put(void);
-/* the calling process's rxe user MR with this lkey or rkey, with a
- * restrack reference (rdma_restrack_put), or ERR_PTR(-EPERM/-ENOENT)
- */
-struct ib_mr *aa_lookup_mr(u32 key);
-/* whether the calling process has the uverbs file ufile open */
-bool aa_holds_ufile(const void *ufile);
-/* the struct rxe_mr around ibmr, or NULL if rxe's layout is unknown */
-void *aa_rxe_mr_of(struct ib_mr *ibmr);
-/* rxe's rxe_mr_copy (dir 0: into the MR); valid while hooked. Calls from
- * the module are not hooked.
- */
-extern int (*aa_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length,
-			     int dir);
-int aa_charge(struct user_struct *user, unsigned long pages);
-void aa_uncharge(struct user_struct *user, unsigned long pages);
-struct kobject *rdmaplus_kobj(void);
-
-/* rdmaplus_rvma.c: counted mailboxes */
 struct rdmaplus_rvma_ctx;
-struct pt_regs;
 
 int rdmaplus_rvma_init(void);
 void rdmaplus_rvma_exit(void);
-struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void);
+struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(struct rdmaplus_user *u);
 void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx);
 /* -ENOIOCTLCMD for a request that is not RVMA's */
 long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
@@ -65,10 +146,5 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 bool rdmaplus_rvma_owns_pgoff(unsigned long pgoff);
 int rdmaplus_rvma_mmap(struct rdmaplus_rvma_ctx *ctx,
 		       struct vm_area_struct *vma);
-/* hooks (rcu_read_lock held by the caller of write) */
-bool rdmaplus_rvma_write(struct pt_regs *regs);
-struct sk_buff;
-void rdmaplus_rvma_request(struct sk_buff *skb);
-void rdmaplus_rvma_dereg(void *rxe_mr);
 
 #endif /* _RDMAPLUS_H */

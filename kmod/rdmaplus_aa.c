@@ -4,46 +4,25 @@
  *
  * A process creates domains (the paper's IUIDs), each with an access log
  * (a ring mapped into the process), and arms 4 KiB pages of its own rxe
- * memory regions with control bits W, R, WL, WLD, RL, RLD. Five hooks
- * (ftrace callbacks, see struct aa_hook), registered only while some page
- * is armed, enforce them:
+ * memory regions with control bits W, R, WL, WLD, RL, RLD. The rxe layer's
+ * hooks (rdmaplus_rxe.c), held registered while some page is armed, hand
+ * Active Access every packet of an incoming RDMA WRITE and of an RDMA READ
+ * response (aa_copy), incoming atomics (aa_atomic) and deregistrations
+ * (aa_dereg), after the counted mailboxes: a write into a gated mailbox
+ * range is RVMA's alone and never reaches Active Access.
  *
- *  - rxe_mr_copy(mr, iova, addr, length, dir): every packet of an incoming
- *    RDMA WRITE (dir 0) and of an RDMA READ response (dir 1). Calls that
- *    come from copy_data() are local transfers (SGEs of the process's own
- *    work requests, incoming SENDs) and are left alone.
- *  - iova_to_vaddr(mr, iova, length): incoming atomics.
- *  - rxe_responder(qp): remembers which QP this context is serving, so
- *    that an entry can name the source.
- *  - rxe_resp_queue_pkt(qp, skb): every request packet, before the
- *    responder sees it. Only RVMA uses it: it translates writes to
- *    mailbox keys (rdmaplus_rvma_request()).
- *  - rxe_dereg_mr(ibmr, udata): forget a region being deregistered. It
- *    runs after ib_core removed the region from its resource table and
- *    waited for every reference taken there, so an arm that found the
- *    region has finished (and is forgotten here) and no later arm finds it.
- *
- * Hooks run in softirq context or inline from a poster's system call, with
- * preemption disabled: no sleeping, irqsave locks, RCU for lookups.
- *
- * The hooks are shared with the counted mailboxes (rdmaplus_rvma.c): they
- * stay registered while some page is armed or some mailbox range is gated
- * (rdmaplus_hook_get/put count RVMA's users). A write packet into a gated
- * RVMA range is RVMA's alone: rdmaplus_rvma_write() places (or refuses) it
- * before Active Access looks, and AA never sees it (no entry, W/WL bits not
- * applied). Reads are never RVMA's.
+ * Hooks run in softirq context, in a work item or inline from a poster's
+ * system call, with preemption disabled: no sleeping, irqsave locks, RCU
+ * for lookups.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/eventfd.h>
-#include <linux/fdtable.h>
-#include <linux/ftrace.h>
-#include <linux/file.h>
 #include <linux/hashtable.h>
 #include <linux/hrtimer.h>
 #include <linux/idr.h>
 #include <linux/kobject.h>
-#include <linux/kprobes.h>
+#include <linux/kref.h>
 #include <linux/log2.h>
 #include <linux/mm.h>
 #include <linux/module.h>
@@ -56,9 +35,7 @@
 #include <linux/wait.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
-#include <asm/linkage.h>
 #include <rdma/ib_verbs.h>
-#include <rdma/restrack.h>
 
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
@@ -66,36 +43,41 @@
 #define AA_PAGE_SHIFT	12
 #define AA_HDR		sizeof(struct rdmaplus_aa_entry)
 #define AA_MAX_SEGS	2	/* a packet (<= 4096 bytes) spans <= 2 pages */
-#define AA_WAYS		4	/* responder records per hash bucket */
 
 /* Per-page policy word: domain id in the low 16 bits, control bits above. */
 #define AA_POL_DOMAIN(p)	((p) & 0xffff)
 #define AA_POL_BITS(p)		(((p) >> 16) & RDMAPLUS_AA_BITS)
 #define AA_POL(d, b)		((u32)(d) | ((u32)(b) << 16))
 
-/* Mirror of drivers/infiniband/core/restrack.h (checked at run time). */
-struct aa_restrack_root {
-	struct xarray xa;
-	u32 next_id;
-};
-
 struct rdmaplus_aa_ctx {
 	struct list_head domains;	/* under aa_mutex */
 	unsigned int ndomains;		/* under aa_mutex */
-	struct user_struct *user;	/* charged for the logs' pages */
+	struct rdmaplus_user *user;	/* charged for the logs' pages */
 	struct list_head mrs;		/* under aa_lock */
 	wait_queue_head_t wq;
+};
+
+/*
+ * A log's memory: the domain holds one reference and every mapping of it
+ * one more, so the pages, and their charge to the user's RLIMIT_MEMLOCK,
+ * go only when the domain is gone and nothing maps them any more.
+ */
+struct aa_logmem {
+	struct kref ref;
+	void *mem;			/* vmalloc_user: ring page + area */
+	struct rdmaplus_user *user;
+	unsigned long charged;		/* pages in the user's locked_vm */
 };
 
 struct aa_domain {
 	u32 id;
 	struct rdmaplus_aa_ctx *ctx;
-	struct list_head node;		/* ctx->domains */
+	struct list_head node;		/* ctx->domains, or a list to free */
 	spinlock_t lock;		/* producers, notification state */
-	struct rdmaplus_aa_ring *ring;	/* vmalloc_user: ring page + area */
+	struct aa_logmem *mem;
+	struct rdmaplus_aa_ring *ring;	/* mem->mem: ring page + area */
 	u8 *area;
 	u64 size;
-	unsigned long charged;		/* pages counted in ctx->user's locked_vm */
 	u64 head;			/* kernel's own copy, never trusted */
 	u64 seq;
 	u64 unsignalled;
@@ -129,45 +111,20 @@ module_param(max_domains_per_file, uint, 0644);
 MODULE_PARM_DESC(max_domains_per_file,
 		 "domains one open /dev/rdmaplus may hold (EMFILE beyond; the host has 1024)");
 
-static DEFINE_MUTEX(aa_mutex);		/* configuration, hook (un)registration */
+static DEFINE_MUTEX(aa_mutex);		/* configuration */
 static DEFINE_SPINLOCK(aa_lock);	/* aa_mrs, ctx->mrs */
 static DEFINE_HASHTABLE(aa_mrs, 8);
 static struct aa_domain __rcu *aa_domains[RDMAPLUS_AA_MAX_DOMAINS + 1];
 static DEFINE_IDA(aa_ida);
 static unsigned long aa_nr_mrs;		/* under aa_lock */
-static bool aa_hooked;			/* under aa_mutex */
-static unsigned int aa_rvma_users;	/* under aa_mutex: RVMA's references */
-static struct module *aa_rxe_owner;	/* referenced while hooked */
+static bool aa_hooked;			/* under aa_mutex: holds the hooks */
 static struct work_struct aa_gc_work;
-
-/* rxe devices, from our ib_client */
-#define AA_MAX_DEVS 16
-static DEFINE_SPINLOCK(aa_dev_lock);
-static struct ib_device *aa_devs[AA_MAX_DEVS];
-
-/* rxe functions resolved at load */
-static unsigned long aa_copy_data_start, aa_copy_data_size;
-int (*aa_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length, int dir);
-static void *(*aa_iova_to_vaddr)(void *mr, u64 iova, int length);
-static long aa_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
-static bool aa_ok;
 
 static struct {
 	atomic64_t entries, bytes, data_bytes, writes, reads, atomics;
 	atomic64_t hidden_writes, zeroed_reads, refused_writes;
-	atomic64_t refused_atomics, lost_reads, missed, pages;
+	atomic64_t refused_atomics, lost_reads, pages;
 } aa_st;
-
-/*
- * A body that only returns: a hook that sets regs->ax and points
- * regs->ip here makes the hooked function return regs->ax at once.
- */
-asm(".pushsection .text, \"ax\"\n"
-	".type rdmaplus_aa_skip, @function\n"
-	"rdmaplus_aa_skip:\n\t"
-	ASM_RET
-	".size rdmaplus_aa_skip, .-rdmaplus_aa_skip\n"
-	".popsection\n");
 
 /* ---- log ------------------------------------------------------------- */
 
@@ -290,85 +247,6 @@ static enum hrtimer_restart aa_timer_fn(struct hrtimer *t)
 		aa_signal(d);
 	spin_unlock_irqrestore(&d->lock, flags);
 	return HRTIMER_NORESTART;
-}
-
-/* ---- source identity ---------------------------------------------------
- *
- * rxe_mr_copy and iova_to_vaddr do not see the QP. A hook on
- * rxe_responder(qp) records which QP this context is serving; within one
- * responder call nothing else runs a responder in the same context before
- * the packet's data is copied, so the copy hook can read the record back.
- * Softirq context has one record per CPU; process context (loopback runs
- * the responder inline from the poster's system call, preemptibly) keeps
- * one per task in a small hash, so a preempted or migrated task finds its
- * own record or none. A record that does not look like a live rxe_qp is
- * ignored: the entry then says 0 (unknown).
- */
-struct aa_cur {
-	raw_spinlock_t lock;
-	void *task[AA_WAYS];
-	void *qp[AA_WAYS];
-	unsigned int next;
-};
-
-static DEFINE_PER_CPU(struct aa_cur, aa_cur_soft);
-#define AA_TASK_BITS 8
-static struct aa_cur aa_cur_task[1 << AA_TASK_BITS];
-
-/* Softirq: this CPU's record. Process context: the task's bucket, in
- * which each of AA_WAYS tasks keeps its own slot.
- */
-static struct aa_cur *aa_cur_slot(void)
-{
-	if (in_serving_softirq())
-		return this_cpu_ptr(&aa_cur_soft);
-	return &aa_cur_task[hash_ptr(current, AA_TASK_BITS)];
-}
-
-static void notrace aa_resp_pre(struct pt_regs *regs)
-{
-	struct aa_cur *c = aa_cur_slot();
-	unsigned long flags;
-	int i;
-
-	raw_spin_lock_irqsave(&c->lock, flags);
-	for (i = 0; i < AA_WAYS; i++)
-		if (c->task[i] == current)
-			break;
-	if (i == AA_WAYS) {
-		i = c->next;
-		c->next = (c->next + 1) % AA_WAYS;
-	}
-	c->task[i] = current;
-	c->qp[i] = (void *)regs->di;
-	raw_spin_unlock_irqrestore(&c->lock, flags);
-}
-
-/* struct rxe_qp starts with struct ib_qp, then struct rxe_pool_elem
- * {pool; obj; ...} whose obj points at the rxe_qp, then struct ib_qp_attr.
- */
-#define AA_QP_ELEM_OFF	ALIGN(sizeof(struct ib_qp), 8)
-
-static void aa_source(u32 *qpn, u32 *src_qpn)
-{
-	struct aa_cur *c = aa_cur_slot();
-	struct ib_qp_attr *attr;
-	unsigned long flags;
-	void *qp = NULL;
-	int i;
-
-	raw_spin_lock_irqsave(&c->lock, flags);
-	for (i = 0; i < AA_WAYS; i++)
-		if (c->task[i] == current)
-			qp = c->qp[i];
-	raw_spin_unlock_irqrestore(&c->lock, flags);
-	if (!qp || aa_ibmr_off < 0 ||
-	    ((void **)((u8 *)qp + AA_QP_ELEM_OFF))[1] != qp)
-		return;
-	*qpn = ((struct ib_qp *)qp)->qp_num;
-	attr = (struct ib_qp_attr *)((u8 *)qp + AA_QP_ELEM_OFF + aa_ibmr_off);
-	if (attr->qp_state <= IB_QPS_ERR && attr->dest_qp_num < (1U << 24))
-		*src_qpn = attr->dest_qp_num;
 }
 
 /* ---- hooks ----------------------------------------------------------- */
@@ -573,7 +451,7 @@ static void aa_write(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 	int i;
 
 	atomic64_inc(&aa_st.writes);
-	aa_source(&src[0], &src[1]);
+	rdmaplus_rxe_source(&src[0], &src[1]);
 	all = aa_plan(s, n, RDMAPLUS_AA_WL | RDMAPLUS_AA_WLD, RDMAPLUS_AA_WLD,
 		      RDMAPLUS_AA_W, &from, &to, &any);
 
@@ -614,7 +492,7 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 	int i;
 
 	atomic64_inc(&aa_st.reads);
-	aa_source(&src[0], &src[1]);
+	rdmaplus_rxe_source(&src[0], &src[1]);
 	all = aa_plan(s, n, RDMAPLUS_AA_RL | RDMAPLUS_AA_RLD, RDMAPLUS_AA_RLD,
 		      RDMAPLUS_AA_R, &from, &to, &any);
 	for (i = 0; i < n; i++)
@@ -638,8 +516,8 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 
 	if (want_data && any) {
 		/* Fill the packet now so the log sees what the reader gets. */
-		if (aa_rxe_mr_copy((void *)regs->di, regs->si, payload,
-				   (int)regs->cx, 1)) {
+		if (rdmaplus_rxe_mr_copy((void *)regs->di, regs->si, payload,
+					 (int)regs->cx, 1)) {
 			aa_unlock_domains(s, n, flags);
 			return;	/* let rxe fail it the usual way */
 		}
@@ -665,49 +543,35 @@ static void aa_read(struct pt_regs *regs, struct aa_mr *m, struct aa_seg *s,
 		aa_narrow(regs, from, to);
 }
 
-static void notrace aa_copy_pre(struct pt_regs *regs)
+/* Every incoming write packet and read response not RVMA's. */
+static bool aa_copy(struct pt_regs *regs)
 {
-	unsigned long ret = *(unsigned long *)regs->sp;
 	int len = (int)regs->cx;
 	struct aa_seg s[AA_MAX_SEGS];
 	struct aa_mr *m;
 	int n;
 
-	if (len <= 0 || ret - aa_copy_data_start < aa_copy_data_size)
-		return;
-	rcu_read_lock();
-	/* a write into a gated mailbox range is RVMA's alone */
-	if (!(regs->r8 & 1) && rdmaplus_rvma_write(regs))
-		goto out;
 	m = aa_find((void *)regs->di);
 	if (!m)
-		goto out;
+		return false;
 	n = aa_segments(m, regs->si, len, s);
 	if (n < 0) {
 		pr_err_ratelimited("%d-byte packet spans more than %d pages\n",
 				   len, AA_MAX_SEGS);
 		if (!(regs->r8 & 1))
 			regs->si = ~0ULL;
-		goto out;
+		return true;
 	}
 	if (!n)
-		goto out;
+		return false;
 	if (regs->r8 & 1)
 		aa_read(regs, m, s, n);
 	else
 		aa_write(regs, m, s, n);
-out:
-	rcu_read_unlock();
+	return true;
 }
 
-static void notrace aa_queue_pre(struct pt_regs *regs)
-{
-	rcu_read_lock();
-	rdmaplus_rvma_request((struct sk_buff *)regs->si);
-	rcu_read_unlock();
-}
-
-static void notrace aa_atomic_pre(struct pt_regs *regs)
+static bool aa_atomic(struct pt_regs *regs)
 {
 	u32 want = RDMAPLUS_AA_W | RDMAPLUS_AA_R;
 	struct aa_seg s[AA_MAX_SEGS];
@@ -716,7 +580,6 @@ static void notrace aa_atomic_pre(struct pt_regs *regs)
 	u64 value = 0;
 	int n, refuse = 0;
 
-	rcu_read_lock();
 	m = aa_find((void *)regs->di);
 	if (!m)
 		goto out;
@@ -736,7 +599,7 @@ static void notrace aa_atomic_pre(struct pt_regs *regs)
 		if (data) {
 			u64 *va;
 
-			va = aa_iova_to_vaddr((void *)regs->di, regs->si, 8);
+			va = rdmaplus_rxe_iova_to_vaddr((void *)regs->di, regs->si, 8);
 			if (va)
 				value = READ_ONCE(*va);
 		}
@@ -749,22 +612,21 @@ static void notrace aa_atomic_pre(struct pt_regs *regs)
 		}
 		u32 src[2] = { 0, 0 };
 
-		aa_source(&src[0], &src[1]);
+		rdmaplus_rxe_source(&src[0], &src[1]);
 		aa_log(&s[0], m, RDMAPLUS_AA_OP_ATOMIC, 0,
 		       data ? (u8 *)&value : NULL, value, src);
 		aa_commit_segs(s, 1);
 		aa_unlock_domains(s, 1, flags);
 	}
 out:
-	rcu_read_unlock();
 	if (!refuse)
-		return;
+		return m;
 	/* NULL from iova_to_vaddr: the requester gets a NAK (remote invalid
 	 * request); nothing is printed and memory is untouched.
 	 */
 	atomic64_inc(&aa_st.refused_atomics);
-	regs->ax = 0;
-	regs->ip = (unsigned long)rdmaplus_aa_skip;
+	rdmaplus_rxe_return(regs, 0);
+	return true;
 }
 
 static void aa_mr_free_rcu(struct rcu_head *r)
@@ -785,18 +647,14 @@ static void aa_mr_unlink(struct aa_mr *m)
 	aa_nr_mrs--;
 }
 
-static void notrace aa_dereg_pre(struct pt_regs *regs)
+/* A region being deregistered: forget it. */
+static void aa_dereg(void *rxe_mr, struct ib_mr *ibmr)
 {
-	struct ib_mr *ibmr = (struct ib_mr *)regs->di;
 	struct aa_mr *m, *found = NULL;
 	unsigned long flags;
 
-	if (aa_ibmr_off < 0)
-		return;
-	rdmaplus_rvma_dereg((u8 *)ibmr - aa_ibmr_off);
 	spin_lock_irqsave(&aa_lock, flags);
-	hash_for_each_possible(aa_mrs, m, hnode,
-			       (unsigned long)((u8 *)ibmr - aa_ibmr_off))
+	hash_for_each_possible(aa_mrs, m, hnode, (unsigned long)rxe_mr)
 		if (m->ibmr == ibmr && !m->dead)
 			found = m;
 	if (found)
@@ -808,114 +666,16 @@ static void notrace aa_dereg_pre(struct pt_regs *regs)
 	}
 }
 
-/*
- * The hooks are ftrace callbacks at the entry of five functions, with the
- * caller's registers (a hook may change the arguments, or make the function
- * return at once). Not kprobes: the kprobe framework lets one probe handler
- * run per CPU and skips a hit while another is running, so an incoming
- * packet handled in a softirq that interrupts a hook running inline in a
- * poster's system call would reach memory unseen. ftrace only refuses
- * recursion within one context (task, softirq, hardirq, NMI), and a hook
- * never calls a hooked function except through the module itself, which
- * the callback recognises by the return address. The callback takes
- * ftrace's recursion lock itself (which also disables preemption), as
- * livepatch's handler does, so the ops do not ask for
- * FTRACE_OPS_FL_RECURSION: ftrace then calls it straight from the ops'
- * trampoline instead of through ftrace_ops_assist_func, which would take
- * the same lock a second time on every packet.
- */
-struct aa_hook {
-	void (*pre)(struct pt_regs *regs);
-	unsigned long addr;
-	struct ftrace_ops ops;
+static const struct rdmaplus_rxe_consumer aa_consumer = {
+	.copy = aa_copy,
+	.atomic = aa_atomic,
+	.dereg = aa_dereg,
 };
 
-static void notrace aa_hook_cb(unsigned long ip, unsigned long parent_ip,
-			       struct ftrace_ops *op, struct ftrace_regs *fregs)
-{
-	struct aa_hook *h = container_of(op, struct aa_hook, ops);
-	struct pt_regs *regs = ftrace_get_regs(fregs);
-	int bit;
-
-	if (within_module(parent_ip, THIS_MODULE))
-		return;		/* our own call into rxe */
-	bit = ftrace_test_recursion_trylock(ip, parent_ip);
-	if (bit < 0) {
-		atomic64_inc(&aa_st.missed);
-		return;
-	}
-	h->pre(regs);
-	ftrace_test_recursion_unlock(bit);
-}
-
-#define AA_HOOK(fn) { .pre = fn, .ops = { .func = aa_hook_cb, \
-	.flags = FTRACE_OPS_FL_SAVE_REGS | FTRACE_OPS_FL_IPMODIFY } }
-enum {
-	AA_HOOK_DEREG, AA_HOOK_RESP, AA_HOOK_COPY, AA_HOOK_ATOMIC,
-	AA_HOOK_QUEUE, AA_NHOOKS
-};
-static struct aa_hook aa_hooks[AA_NHOOKS] = {
-	[AA_HOOK_DEREG] = AA_HOOK(aa_dereg_pre),
-	[AA_HOOK_RESP] = AA_HOOK(aa_resp_pre),
-	[AA_HOOK_COPY] = AA_HOOK(aa_copy_pre),
-	[AA_HOOK_ATOMIC] = AA_HOOK(aa_atomic_pre),
-	[AA_HOOK_QUEUE] = AA_HOOK(aa_queue_pre),
-};
-
-static void aa_unregister(int n)
-{
-	while (n-- > 0) {
-		unregister_ftrace_function(&aa_hooks[n].ops);
-		ftrace_set_filter_ip(&aa_hooks[n].ops, aa_hooks[n].addr, 1, 0);
-	}
-}
-
-static int aa_find_rxe(struct module *owner);
-
 /*
- * Register the hooks and pin rdma_rxe; aa_mutex held. rdma_rxe's symbols
- * are looked up again each time: rxe may have been unloaded and loaded
- * at another address while nothing was armed.
- */
-static int aa_hook(struct module *owner)
-{
-	int ret = 0, i;
-
-	if (aa_hooked)
-		return 0;
-	if (!try_module_get(owner))
-		return -ENODEV;
-	ret = aa_find_rxe(owner);
-	if (ret) {
-		module_put(owner);
-		return ret;
-	}
-	for (i = 0; i < AA_NHOOKS; i++) {
-		struct aa_hook *h = &aa_hooks[i];
-
-		ret = ftrace_set_filter_ip(&h->ops, h->addr, 0, 0);
-		if (ret)
-			break;
-		ret = register_ftrace_function(&h->ops);
-		if (ret) {
-			ftrace_set_filter_ip(&h->ops, h->addr, 1, 0);
-			break;
-		}
-	}
-	if (ret) {
-		pr_err("cannot hook %ps: %d\n", (void *)aa_hooks[i].addr, ret);
-		aa_unregister(i);
-		module_put(owner);
-		return ret;
-	}
-	aa_rxe_owner = owner;
-	aa_hooked = true;
-	return 0;
-}
-
-/*
- * Unregister the hooks when no page is armed and RVMA holds no reference;
- * aa_mutex held.
+ * Drop the hooks when no page is armed; aa_mutex held. (Registering and
+ * unregistering them wait for RCU grace periods, so they are held only
+ * while needed.)
  */
 static void aa_maybe_unhook(void)
 {
@@ -924,37 +684,10 @@ static void aa_maybe_unhook(void)
 	spin_lock_irqsave(&aa_lock, flags);
 	n = aa_nr_mrs;
 	spin_unlock_irqrestore(&aa_lock, flags);
-	if (!aa_hooked || n || aa_rvma_users)
+	if (!aa_hooked || n)
 		return;
-	aa_unregister(AA_NHOOKS);
 	aa_hooked = false;
-	module_put(aa_rxe_owner);
-	aa_rxe_owner = NULL;
-}
-
-/*
- * RVMA's reference on the hooks (and on owner, rdma_rxe), taken while it
- * gates some range. May sleep.
- */
-int rdmaplus_hook_get(struct module *owner)
-{
-	int ret;
-
-	mutex_lock(&aa_mutex);
-	ret = aa_hook(owner);
-	if (!ret)
-		aa_rvma_users++;
-	mutex_unlock(&aa_mutex);
-	return ret;
-}
-
-void rdmaplus_hook_put(void)
-{
-	mutex_lock(&aa_mutex);
-	if (!WARN_ON_ONCE(!aa_rvma_users))
-		aa_rvma_users--;
-	aa_maybe_unhook();
-	mutex_unlock(&aa_mutex);
+	rdmaplus_rxe_hook_put();
 }
 
 static void aa_gc(struct work_struct *w)
@@ -964,221 +697,67 @@ static void aa_gc(struct work_struct *w)
 	mutex_unlock(&aa_mutex);
 }
 
-/*
- * Is cand the start of the struct rxe_mr around ibmr? It starts with
- * struct rxe_pool_elem {pool; obj; ...; u32 index;} where obj points at
- * the rxe_mr itself and index is the key's upper 24 bits. (An empty
- * list_head inside the elem also points at itself: pool must not.)
- */
-static bool aa_is_rxe_mr(struct ib_mr *ibmr, u8 *cand)
-{
-	void **w = (void **)cand;
-	u32 *idx;
-
-	if (w[1] != cand || w[0] == cand || !w[0])
-		return false;
-	for (idx = (u32 *)(cand + 16); (u8 *)idx < (u8 *)ibmr; idx++)
-		if (*idx == ibmr->lkey >> 8)
-			return true;
-	return false;
-}
-
-/* Where the ib_mr sits in rxe's struct rxe_mr, found by a probe. */
-void *aa_rxe_mr_of(struct ib_mr *ibmr)
-{
-	long off;
-
-	if (aa_ibmr_off < 0) {
-		for (off = 24; off <= 512; off += 8) {
-			if (aa_is_rxe_mr(ibmr, (u8 *)ibmr - off)) {
-				aa_ibmr_off = off;
-				pr_info("rxe_mr.ibmr at offset %ld\n", off);
-				break;
-			}
-		}
-		if (aa_ibmr_off < 0) {
-			pr_err("cannot find struct rxe_mr around an ib_mr: rxe layout not recognised\n");
-			return NULL;
-		}
-	}
-	if (!aa_is_rxe_mr(ibmr, (u8 *)ibmr - aa_ibmr_off)) {
-		pr_err_ratelimited("rxe_mr layout check failed for key %#x\n",
-				   ibmr->lkey);
-		return NULL;
-	}
-	return (u8 *)ibmr - aa_ibmr_off;
-}
-
-/* ---- devices and regions --------------------------------------------- */
-
-static bool aa_layout_bad;
-
-/*
- * Check rxe's struct rxe_mr layout on a memory region of our own, so that
- * an rxe the module does not know is refused when it appears (at load
- * for the devices that exist then) rather than when a page is armed.
- */
-static void aa_probe_layout(struct ib_device *dev)
-{
-	struct ib_pd *pd;
-	struct ib_mr *mr;
-
-	pd = ib_alloc_pd(dev, 0);
-	if (IS_ERR(pd)) {
-		pr_warn("%s: cannot allocate a PD to check rxe's layout: %ld\n",
-			dev_name(&dev->dev), PTR_ERR(pd));
-		return;
-	}
-	mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, 1);
-	if (IS_ERR(mr)) {
-		pr_warn("%s: cannot allocate an MR to check rxe's layout: %ld\n",
-			dev_name(&dev->dev), PTR_ERR(mr));
-		goto out_pd;
-	}
-	if (!aa_rxe_mr_of(mr)) {
-		pr_err("%s: struct rxe_mr layout not recognised: active access disabled\n",
-		       dev_name(&dev->dev));
-		aa_layout_bad = true;
-	}
-	ib_dereg_mr(mr);
-out_pd:
-	ib_dealloc_pd(pd);
-}
-
-static int aa_client_add(struct ib_device *dev)
-{
-	unsigned long flags;
-	int i;
-
-	if (dev->ops.driver_id != RDMA_DRIVER_RXE)
-		return -EOPNOTSUPP;
-	aa_probe_layout(dev);
-	spin_lock_irqsave(&aa_dev_lock, flags);
-	for (i = 0; i < AA_MAX_DEVS; i++) {
-		if (!aa_devs[i]) {
-			aa_devs[i] = dev;
-			break;
-		}
-	}
-	spin_unlock_irqrestore(&aa_dev_lock, flags);
-	if (i == AA_MAX_DEVS)
-		pr_warn("more than %d rxe devices: %s not managed\n",
-			AA_MAX_DEVS, dev_name(&dev->dev));
-	return 0;
-}
-
-static void aa_client_remove(struct ib_device *dev, void *data)
-{
-	unsigned long flags;
-	int i;
-
-	spin_lock_irqsave(&aa_dev_lock, flags);
-	for (i = 0; i < AA_MAX_DEVS; i++)
-		if (aa_devs[i] == dev)
-			aa_devs[i] = NULL;
-	spin_unlock_irqrestore(&aa_dev_lock, flags);
-}
-
-static struct ib_client aa_client = {
-	.name = "rdmaplus_aa",
-	.add = aa_client_add,
-	.remove = aa_client_remove,
-};
-
-static int aa_is_ufile(const void *ufile, struct file *f, unsigned int fd)
-{
-	return f->private_data == ufile && f->f_op && f->f_op->owner &&
-	       !strcmp(module_name(f->f_op->owner), "ib_uverbs");
-}
-
-bool aa_holds_ufile(const void *ufile)
-{
-	return iterate_fd(current->files, 0, aa_is_ufile, ufile) != 0;
-}
-
-/*
- * Find the rxe user MR with this key that the calling process registered
- * (its uverbs file is open here) and take a restrack reference on it.
- * Keys are per device, so another device may have a region with the same
- * key: that one is skipped. Returns the MR, ERR_PTR(-EPERM) when only
- * other processes' regions have the key, or ERR_PTR(-ENOENT).
- */
-struct ib_mr *aa_lookup_mr(u32 key)
-{
-	struct ib_mr *found = NULL;
-	unsigned long flags, id;
-	bool foreign = false;
-	int i;
-
-	spin_lock_irqsave(&aa_dev_lock, flags);
-	for (i = 0; i < AA_MAX_DEVS && !found; i++) {
-		struct ib_device *dev = aa_devs[i];
-		struct aa_restrack_root *rt;
-		struct rdma_restrack_entry *res;
-
-		if (!dev || !dev->res)
-			continue;
-		rt = &((struct aa_restrack_root *)dev->res)[RDMA_RESTRACK_MR];
-		/* restrack's xarrays are XA_FLAGS_ALLOC (the free mark's flag
-		 * bit comes and goes with the contents; TRACK_FREE stays).
-		 */
-		if (!(rt->xa.xa_flags & XA_FLAGS_TRACK_FREE) ||
-		    rt->xa.xa_flags & XA_FLAGS_ZERO_BUSY) {
-			pr_err_once("restrack layout of %s not recognised\n",
-				    dev_name(&dev->dev));
-			spin_unlock_irqrestore(&aa_dev_lock, flags);
-			return ERR_PTR(-EOPNOTSUPP);
-		}
-		xa_lock(&rt->xa);
-		xa_for_each(&rt->xa, id, res) {
-			struct ib_mr *mr = container_of(res, struct ib_mr, res);
-
-			if (res->type != RDMA_RESTRACK_MR || !res->valid)
-				continue;
-			if (mr->lkey != key && mr->rkey != key)
-				continue;
-			if (mr->type != IB_MR_TYPE_USER || !mr->uobject ||
-			    !aa_holds_ufile(mr->uobject->ufile)) {
-				foreign = true;
-				continue;
-			}
-			if (rdma_restrack_get(res))
-				found = mr;
-			break;
-		}
-		xa_unlock(&rt->xa);
-	}
-	spin_unlock_irqrestore(&aa_dev_lock, flags);
-	if (found)
-		return found;
-	return ERR_PTR(foreign ? -EPERM : -ENOENT);
-}
-
 /* ---- domains ---------------------------------------------------------- */
 
 /*
- * A log's pages are kernel memory mapped into the process for as long as
- * the domain lives, like locked memory: they count against the user's
- * RLIMIT_MEMLOCK (as io_uring's rings do), unless the caller has
- * CAP_IPC_LOCK. Returns -ENOMEM beyond the limit.
+ * A log's pages are kernel memory mapped into the process, like locked
+ * memory: they count against the user's RLIMIT_MEMLOCK (rdmaplus_charge)
+ * until the domain is destroyed and the last mapping is gone.
  */
-int aa_charge(struct user_struct *user, unsigned long pages)
+static void aa_logmem_free(struct kref *ref)
 {
-	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
-	unsigned long cur = atomic_long_read(&user->locked_vm), new;
+	struct aa_logmem *lm = container_of(ref, struct aa_logmem, ref);
 
-	do {
-		new = cur + pages;
-		if (new > limit || new < cur)
-			return -ENOMEM;
-	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
-	return 0;
+	vfree(lm->mem);
+	rdmaplus_uncharge(lm->user, lm->charged);
+	rdmaplus_user_put(lm->user);
+	kfree(lm);
 }
 
-void aa_uncharge(struct user_struct *user, unsigned long pages)
+static void aa_logmem_vm_open(struct vm_area_struct *vma)
 {
-	if (pages)
-		atomic_long_sub(pages, &user->locked_vm);
+	struct aa_logmem *lm = vma->vm_private_data;
+
+	kref_get(&lm->ref);
+}
+
+static void aa_logmem_vm_close(struct vm_area_struct *vma)
+{
+	struct aa_logmem *lm = vma->vm_private_data;
+
+	kref_put(&lm->ref, aa_logmem_free);
+}
+
+static const struct vm_operations_struct aa_logmem_vm_ops = {
+	.open = aa_logmem_vm_open,
+	.close = aa_logmem_vm_close,
+};
+
+static struct aa_logmem *aa_logmem_alloc(struct rdmaplus_user *u,
+					 unsigned long size)
+{
+	struct aa_logmem *lm;
+	long charged;
+
+	lm = kzalloc(sizeof(*lm), GFP_KERNEL_ACCOUNT);
+	if (!lm)
+		return ERR_PTR(-ENOMEM);
+	charged = rdmaplus_charge(u, size >> PAGE_SHIFT);
+	if (charged < 0) {
+		kfree(lm);
+		return ERR_PTR(charged);
+	}
+	lm->charged = charged;
+	lm->mem = vmalloc_user(size);
+	if (!lm->mem) {
+		rdmaplus_uncharge(u, charged);
+		kfree(lm);
+		return ERR_PTR(-ENOMEM);
+	}
+	kref_init(&lm->ref);
+	lm->user = u;
+	rdmaplus_user_get_ref(u);
+	return lm;
 }
 
 static struct aa_domain *aa_domain_get(struct rdmaplus_aa_ctx *ctx, u32 id)
@@ -1195,13 +774,14 @@ static struct aa_domain *aa_domain_get(struct rdmaplus_aa_ctx *ctx, u32 id)
 static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_aa_domain_create c;
+	struct aa_logmem *lm;
 	struct aa_domain *d;
-	unsigned long pages;
 	int id, ret;
 
-	if (copy_from_user(&c, arg, sizeof(c)))
-		return -EFAULT;
-	if (c.size != sizeof(c) || c.flags || c.reserved)
+	ret = rdmaplus_copy_in(&c, sizeof(c), sizeof(c), arg);
+	if (ret)
+		return ret;
+	if (c.flags || c.reserved || c.domain || c.mmap_offset || c.mmap_size)
 		return -EINVAL;
 	if (c.log_size < RDMAPLUS_AA_LOG_MIN || c.log_size > RDMAPLUS_AA_LOG_MAX ||
 	    !is_power_of_2(c.log_size))
@@ -1215,21 +795,20 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	ctx->ndomains++;	/* reserved; given back on error */
 	mutex_unlock(&aa_mutex);
 
-	ret = -ENOMEM;
-	d = kzalloc(sizeof(*d), GFP_KERNEL);
-	if (!d)
+	ret = rdmaplus_user_take(ctx->user, RDMAPLUS_RES_DOMAIN);
+	if (ret)
 		goto err_count;
-	pages = (PAGE_SIZE + c.log_size) >> PAGE_SHIFT;
-	if (!capable(CAP_IPC_LOCK)) {
-		ret = aa_charge(ctx->user, pages);
-		if (ret)
-			goto err_free;
-		d->charged = pages;
-	}
 	ret = -ENOMEM;
-	d->ring = vmalloc_user(PAGE_SIZE + c.log_size);
-	if (!d->ring)
-		goto err_uncharge;
+	d = kzalloc(sizeof(*d), GFP_KERNEL_ACCOUNT);
+	if (!d)
+		goto err_user;
+	lm = aa_logmem_alloc(ctx->user, PAGE_SIZE + c.log_size);
+	if (IS_ERR(lm)) {
+		ret = PTR_ERR(lm);
+		goto err_free;
+	}
+	d->mem = lm;
+	d->ring = lm->mem;
 	id = ida_alloc_range(&aa_ida, 1, RDMAPLUS_AA_MAX_DOMAINS, GFP_KERNEL);
 	if (id < 0) {
 		ret = id == -ENOSPC ? -ENFILE : id;
@@ -1251,10 +830,9 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	c.domain = id;
 	c.mmap_offset = (u64)id << PAGE_SHIFT;
 	c.mmap_size = PAGE_SIZE + c.log_size;
-	if (copy_to_user(arg, &c, sizeof(c))) {
-		ret = -EFAULT;
+	ret = rdmaplus_copy_out(arg, &c, sizeof(c));
+	if (ret)
 		goto err_id;
-	}
 	mutex_lock(&aa_mutex);
 	list_add_tail(&d->node, &ctx->domains);
 	rcu_assign_pointer(aa_domains[id], d);
@@ -1264,11 +842,11 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 err_id:
 	ida_free(&aa_ida, id);
 err_ring:
-	vfree(d->ring);
-err_uncharge:
-	aa_uncharge(ctx->user, d->charged);
+	kref_put(&lm->ref, aa_logmem_free);
 err_free:
 	kfree(d);
+err_user:
+	rdmaplus_user_give(ctx->user, RDMAPLUS_RES_DOMAIN);
 err_count:
 	mutex_lock(&aa_mutex);
 	ctx->ndomains--;
@@ -1308,27 +886,45 @@ static void aa_disarm_pages(struct rdmaplus_aa_ctx *ctx, struct aa_mr *only,
 	spin_unlock_irqrestore(&aa_lock, flags);
 }
 
-/* aa_mutex held; frees d after every hook is done with it. */
-static void aa_domain_destroy(struct aa_domain *d)
+/*
+ * Take d out of use and onto gone, to be freed by aa_domains_free() after
+ * an RCU grace period (hooks may still be using it until then; its id is
+ * kept until then too, so that no new domain answers to a policy word a
+ * hook read before the pages were disarmed). aa_mutex held.
+ */
+static void aa_domain_unlink(struct aa_domain *d, struct list_head *gone)
 {
 	unsigned long flags;
 
 	aa_disarm_pages(d->ctx, NULL, d->id, 0, U64_MAX);
-	list_del(&d->node);
+	list_move_tail(&d->node, gone);
 	RCU_INIT_POINTER(aa_domains[d->id], NULL);
 	spin_lock_irqsave(&d->lock, flags);
 	d->timer_on = false;
 	spin_unlock_irqrestore(&d->lock, flags);
-	hrtimer_cancel(&d->timer);
-	synchronize_rcu();
-	if (d->evt)
-		eventfd_ctx_put(d->evt);
-	ida_free(&aa_ida, d->id);
-	vfree(d->ring);	/* pages stay while a process still maps them */
-	aa_uncharge(d->ctx->user, d->charged);
 	d->ctx->ndomains--;
-	kfree(d);
-	aa_maybe_unhook();
+}
+
+/*
+ * Free the unlinked domains on gone, after one grace period for them all.
+ * The log's pages stay while a process still maps them (aa_logmem).
+ */
+static void aa_domains_free(struct list_head *gone)
+{
+	struct aa_domain *d, *tmp;
+
+	if (list_empty(gone))
+		return;
+	synchronize_rcu();
+	list_for_each_entry_safe(d, tmp, gone, node) {
+		hrtimer_cancel(&d->timer);
+		if (d->evt)
+			eventfd_ctx_put(d->evt);
+		ida_free(&aa_ida, d->id);
+		rdmaplus_user_give(d->ctx->user, RDMAPLUS_RES_DOMAIN);
+		kref_put(&d->mem->ref, aa_logmem_free);
+		kfree(d);
+	}
 }
 
 static long aa_domain_destroy_ioctl(struct rdmaplus_aa_ctx *ctx,
@@ -1336,16 +932,20 @@ static long aa_domain_destroy_ioctl(struct rdmaplus_aa_ctx *ctx,
 {
 	struct rdmaplus_aa_domain a;
 	struct aa_domain *d;
+	LIST_HEAD(gone);
+	int ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a))
-		return -EINVAL;
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
 	mutex_lock(&aa_mutex);
 	d = aa_domain_get(ctx, a.domain);
-	if (d)
-		aa_domain_destroy(d);
+	if (d) {
+		aa_domain_unlink(d, &gone);
+		aa_maybe_unhook();
+	}
 	mutex_unlock(&aa_mutex);
+	aa_domains_free(&gone);
 	return d ? 0 : -ENOENT;
 }
 
@@ -1356,9 +956,12 @@ static long aa_notify(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	struct aa_domain *d;
 	unsigned long flags;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a) || a.flags & ~RDMAPLUS_AA_NOTIFY_F_ADAPTIVE ||
+	int ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.flags & ~RDMAPLUS_AA_NOTIFY_F_ADAPTIVE ||
 	    a.interval_us > RDMAPLUS_AA_INTERVAL_MAX ||
 	    (a.flags & RDMAPLUS_AA_NOTIFY_F_ADAPTIVE && !a.interval_us))
 		return -EINVAL;
@@ -1408,14 +1011,14 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	void *rmr;
 	int ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a) || a.bits & ~RDMAPLUS_AA_BITS || !a.length ||
-	    !a.key ||
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.bits & ~RDMAPLUS_AA_BITS || !a.length || !a.key ||
 	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
 	    a.iova + a.length < a.iova)
 		return -EINVAL;
-	if (!aa_ok || aa_layout_bad)
+	if (!rdmaplus_rxe_supported())
 		return -EOPNOTSUPP;
 	first = a.iova >> AA_PAGE_SHIFT;
 	last = (a.iova + a.length) >> AA_PAGE_SHIFT;
@@ -1430,18 +1033,21 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	 * (rdma_restrack_del waits for it) until the region is hashed below,
 	 * where the dereg hook will find it.
 	 */
-	ibmr = aa_lookup_mr(a.key);
+	ibmr = rdmaplus_rxe_lookup_mr(a.key);
 	if (IS_ERR(ibmr)) {
 		ret = PTR_ERR(ibmr);
 		goto out;
 	}
 	ret = -EOPNOTSUPP;
-	rmr = aa_rxe_mr_of(ibmr);
+	rmr = rdmaplus_rxe_mr_of(ibmr);
 	if (!rmr)
 		goto put;
-	ret = aa_hook(ibmr->device->ops.owner);
-	if (ret)
-		goto put;
+	if (!aa_hooked) {	/* before the region is hashed: dereg sees it */
+		ret = rdmaplus_rxe_hook_get(ibmr->device->ops.owner);
+		if (ret)
+			goto put;
+		aa_hooked = true;
+	}
 	ret = -ERANGE;
 	mfirst = ibmr->iova >> AA_PAGE_SHIFT;
 	mlast = (ibmr->iova + ibmr->length + RDMAPLUS_AA_PAGE_SIZE - 1) >>
@@ -1450,11 +1056,11 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 		goto put;
 
 	ret = -ENOMEM;
-	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL);
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
 	if (!fresh)
 		goto put;
 	fresh->npages = mlast - mfirst;
-	fresh->pages = kvcalloc(fresh->npages, sizeof(u32), GFP_KERNEL);
+	fresh->pages = kvcalloc(fresh->npages, sizeof(u32), GFP_KERNEL_ACCOUNT);
 	if (!fresh->pages)
 		goto put;
 	fresh->rxe_mr = rmr;
@@ -1492,7 +1098,7 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	spin_unlock_irqrestore(&aa_lock, flags);
 	ret = 0;
 put:
-	rdma_restrack_put(&ibmr->res);
+	rdmaplus_rxe_put_mr(ibmr);
 out:
 	if (fresh) {
 		kvfree(fresh->pages);
@@ -1509,11 +1115,12 @@ static long aa_disarm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	struct rdmaplus_aa_arm a;
 	struct aa_mr *m, *found = NULL;
 	unsigned long flags;
+	int ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a) || !a.length ||
-	    (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (!a.length || (a.iova | a.length) & (RDMAPLUS_AA_PAGE_SIZE - 1) ||
 	    a.iova + a.length < a.iova)
 		return -EINVAL;
 	mutex_lock(&aa_mutex);
@@ -1538,7 +1145,7 @@ static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 	memset(s, 0, sizeof(*s));
 	s->size = sizeof(*s);
 	mutex_lock(&aa_mutex);
-	s->hooks_armed = aa_hooked;
+	s->hooks_armed = rdmaplus_rxe_hooked();
 	for (i = 1; i <= RDMAPLUS_AA_MAX_DOMAINS; i++)
 		if (rcu_access_pointer(aa_domains[i]))
 			s->domains++;
@@ -1558,22 +1165,22 @@ static void aa_stats_fill(struct rdmaplus_aa_stats *s)
 	s->refused_writes = atomic64_read(&aa_st.refused_writes);
 	s->refused_atomics = atomic64_read(&aa_st.refused_atomics);
 	s->lost_reads = atomic64_read(&aa_st.lost_reads);
-	s->missed = atomic64_read(&aa_st.missed);
+	s->missed = rdmaplus_rxe_missed();
 }
 
 static long aa_stats(void __user *arg)
 {
 	struct rdmaplus_aa_stats s;
 	u32 size;
+	int ret;
 
-	if (get_user(size, (u32 __user *)arg))
-		return -EFAULT;
-	if (size != sizeof(s))
-		return -EINVAL;
+	ret = rdmaplus_copy_in(&s, sizeof(s), sizeof(s), arg);
+	if (ret)
+		return ret;
+	size = min_t(u32, s.size, sizeof(s));
 	aa_stats_fill(&s);
-	if (copy_to_user(arg, &s, sizeof(s)))
-		return -EFAULT;
-	return 0;
+	s.size = size;
+	return rdmaplus_copy_out(arg, &s, sizeof(s));
 }
 
 /*
@@ -1650,40 +1257,34 @@ static const struct attribute_group aa_attr_group = {
 	.attrs = aa_attrs,
 };
 
-static struct kobject *aa_kobj;
-
-/* /sys/kernel/rdmaplus, the parent of the counter directories */
-struct kobject *rdmaplus_kobj(void)
-{
-	return aa_kobj;
-}
-
 /* ---- file ------------------------------------------------------------- */
 
-struct rdmaplus_aa_ctx *rdmaplus_aa_open(void)
+struct rdmaplus_aa_ctx *rdmaplus_aa_open(struct rdmaplus_user *u)
 {
-	struct rdmaplus_aa_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	struct rdmaplus_aa_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 
 	if (!ctx)
 		return ERR_PTR(-ENOMEM);
 	INIT_LIST_HEAD(&ctx->domains);
 	INIT_LIST_HEAD(&ctx->mrs);
 	init_waitqueue_head(&ctx->wq);
-	ctx->user = get_uid(current_user());
+	ctx->user = u;
 	return ctx;
 }
 
+/* Everything of the file goes, after one RCU grace period for it all. */
 void rdmaplus_aa_release(struct rdmaplus_aa_ctx *ctx)
 {
 	struct aa_domain *d, *tmp;
+	LIST_HEAD(gone);
 
 	mutex_lock(&aa_mutex);
 	list_for_each_entry_safe(d, tmp, &ctx->domains, node)
-		aa_domain_destroy(d);
+		aa_domain_unlink(d, &gone);
 	aa_disarm_pages(ctx, NULL, 0, 0, U64_MAX);	/* nothing left */
 	aa_maybe_unhook();
 	mutex_unlock(&aa_mutex);
-	free_uid(ctx->user);
+	aa_domains_free(&gone);
 	kfree(ctx);
 }
 
@@ -1723,7 +1324,12 @@ int rdmaplus_aa_mmap(struct rdmaplus_aa_ctx *ctx, struct vm_area_struct *vma)
 	else if (len != PAGE_SIZE + d->size)
 		ret = -EINVAL;
 	else
-		ret = remap_vmalloc_range(vma, d->ring, 0);
+		ret = remap_vmalloc_range(vma, d->mem->mem, 0);
+	if (!ret) {	/* the pages and their charge stay while mapped */
+		vma->vm_ops = &aa_logmem_vm_ops;
+		vma->vm_private_data = d->mem;
+		kref_get(&d->mem->ref);
+	}
 	mutex_unlock(&aa_mutex);
 	return ret;
 }
@@ -1747,134 +1353,24 @@ __poll_t rdmaplus_aa_poll(struct rdmaplus_aa_ctx *ctx, struct file *file,
 
 /* ---- load ------------------------------------------------------------- */
 
-static unsigned long aa_kallsyms(const char *name)
-{
-	static unsigned long (*lookup)(const char *name);
-
-	if (!lookup) {
-		struct kprobe kp = { .symbol_name = "kallsyms_lookup_name" };
-
-		if (register_kprobe(&kp))
-			return 0;
-		lookup = (void *)kp.addr;
-		unregister_kprobe(&kp);
-	}
-	return lookup ? lookup(name) : 0;
-}
-
-bool rdmaplus_aa_supported(void)
-{
-	return aa_ok && !aa_layout_bad;
-}
-
-/*
- * Look up the rdma_rxe functions the hooks need and, with
- * owner (the rxe module pinned by aa_hook), check that they lie in it.
- * Only called while no hook is registered: the callbacks read these.
- */
-static int aa_find_rxe(struct module *owner)
-{
-	int (*size_offset)(unsigned long addr, unsigned long *size,
-			   unsigned long *off);
-	unsigned long copy, iova, data, dereg, resp, queue, size = 0, off = 0;
-
-	copy = aa_kallsyms("rdma_rxe:rxe_mr_copy");
-	iova = aa_kallsyms("rdma_rxe:iova_to_vaddr");
-	data = aa_kallsyms("rdma_rxe:copy_data");
-	dereg = aa_kallsyms("rdma_rxe:rxe_dereg_mr");
-	resp = aa_kallsyms("rdma_rxe:rxe_responder");
-	queue = aa_kallsyms("rdma_rxe:rxe_resp_queue_pkt");
-	size_offset = (void *)aa_kallsyms("kallsyms_lookup_size_offset");
-	if (!copy || !iova || !data || !dereg || !resp || !queue ||
-	    !size_offset) {
-		pr_err("rdma_rxe not loaded or not recognised: rxe_mr_copy %s, iova_to_vaddr %s, copy_data %s, rxe_responder %s, rxe_resp_queue_pkt %s, rxe_dereg_mr %s (load rdma_rxe first; this module knows the rxe of Linux 6.1)\n",
-		       copy ? "found" : "missing", iova ? "found" : "missing",
-		       data ? "found" : "missing",
-		       resp ? "found" : "missing",
-		       queue ? "found" : "missing",
-		       dereg ? "found" : "missing");
-		return -ENOENT;
-	}
-	if (!size_offset(data, &size, &off) || off || !size || size > 65536) {
-		pr_err("rdma_rxe not recognised: copy_data has no sane extent\n");
-		return -ENOENT;
-	}
-	if (owner && !(within_module(copy, owner) &&
-		       within_module(iova, owner) &&
-		       within_module(data, owner) &&
-		       within_module(resp, owner) &&
-		       within_module(queue, owner) &&
-		       within_module(dereg, owner))) {
-		pr_err("the device's driver %s is not the rdma_rxe whose functions were found\n",
-		       module_name(owner));
-		return -ENOENT;
-	}
-	aa_copy_data_start = data;
-	aa_copy_data_size = size;
-	aa_rxe_mr_copy = (void *)copy;
-	aa_iova_to_vaddr = (void *)iova;
-	aa_hooks[AA_HOOK_COPY].addr = copy;
-	aa_hooks[AA_HOOK_ATOMIC].addr = iova;
-	aa_hooks[AA_HOOK_DEREG].addr = dereg;
-	aa_hooks[AA_HOOK_RESP].addr = resp;
-	aa_hooks[AA_HOOK_QUEUE].addr = queue;
-	return 0;
-}
-
 int rdmaplus_aa_init(void)
 {
-	int ret, i;
+	int ret;
 
 	INIT_WORK(&aa_gc_work, aa_gc);
-	ret = aa_find_rxe(NULL);
-	if (ret)
-		return ret;
-	for (i = 0; i < ARRAY_SIZE(aa_cur_task); i++)
-		raw_spin_lock_init(&aa_cur_task[i].lock);
-	for_each_possible_cpu(i)
-		raw_spin_lock_init(&per_cpu_ptr(&aa_cur_soft, i)->lock);
-
-	aa_kobj = kobject_create_and_add("rdmaplus", kernel_kobj);
-	if (!aa_kobj)
-		return -ENOMEM;
-	ret = sysfs_create_group(aa_kobj, &aa_attr_group);
+	ret = sysfs_create_group(rdmaplus_kobj(), &aa_attr_group);
 	if (ret) {
 		pr_err("cannot create /sys/kernel/rdmaplus/aa: %d\n", ret);
-		goto err_kobj;
+		return ret;
 	}
-	ret = ib_register_client(&aa_client);
-	if (ret) {
-		pr_err("cannot register the ib client: %d\n", ret);
-		goto err_group;
-	}
-	if (aa_layout_bad) {
-		pr_err("rdma_rxe not recognised: refusing to load\n");
-		ret = -ENOENT;
-		goto err_client;
-	}
-	aa_ok = true;
+	rdmaplus_rxe_add_consumer(&aa_consumer);
 	return 0;
-
-err_client:
-	ib_unregister_client(&aa_client);
-
-err_group:
-	sysfs_remove_group(aa_kobj, &aa_attr_group);
-err_kobj:
-	kobject_put(aa_kobj);
-	return ret;
 }
 
 void rdmaplus_aa_exit(void)
 {
-	/* Every file is closed: nothing is armed, the hooks are gone. */
+	/* Every file is closed: nothing is armed, the hooks are dropped. */
 	flush_work(&aa_gc_work);
-	mutex_lock(&aa_mutex);
-	aa_maybe_unhook();
-	mutex_unlock(&aa_mutex);
-	ib_unregister_client(&aa_client);
-	sysfs_remove_group(aa_kobj, &aa_attr_group);
-	kobject_put(aa_kobj);
+	sysfs_remove_group(rdmaplus_kobj(), &aa_attr_group);
 	rcu_barrier();		/* aa_mr_free_rcu callbacks */
-	aa_ok = false;
 }

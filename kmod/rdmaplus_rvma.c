@@ -6,9 +6,9 @@
  * A process sets up an area mapped into it (per-window state, then 64-byte
  * completion records), creates windows and posts buffers into them: byte
  * ranges of its own rxe memory regions, each with a generation, a threshold
- * and a record. Senders RDMA WRITE into the buffers. The rxe_mr_copy hook
- * of rdmaplus_aa.c hands every incoming write packet to
- * rdmaplus_rvma_write() first; a packet into a gated range is ours alone:
+ * and a record. Senders RDMA WRITE into the buffers. The rxe layer's
+ * rxe_mr_copy hook (rdmaplus_rxe.c) hands every incoming write packet to
+ * rvma_write() first; a packet into a gated range is ours alone:
  *
  *  - it lies wholly inside one buffer whose gate is open: we place it
  *    ourselves (rxe's rxe_mr_copy, called from the module, is not hooked)
@@ -54,6 +54,10 @@
  * allocated beforehand, and it stays (key 0) between messages, so its
  * packets never allocate.
  *
+ * Nothing is free for a user (docs/kmod.md, "Resource model"): the area,
+ * every buffer and region record count against RLIMIT_MEMLOCK, and
+ * mailbox keys, which the host shares, against a per-user cap.
+ *
  * Locking: ctx->mutex serialises a file's configuration;
  * ctx->lock (irqsave; hooks run in softirq or inline in a poster's system
  * call) protects the file's ranges, buffers, windows' lists and counts
@@ -71,9 +75,10 @@
 #include <linux/kobject.h>
 #include <linux/mm.h>
 #include <linux/module.h>
+#include <linux/moduleparam.h>
 #include <linux/mutex.h>
+#include <linux/random.h>
 #include <linux/rbtree.h>
-#include <linux/sched/user.h>
 #include <linux/skbuff.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
@@ -83,7 +88,6 @@
 #include <linux/xarray.h>
 #include <asm/unaligned.h>
 #include <rdma/ib_verbs.h>
-#include <rdma/restrack.h>
 
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
@@ -112,6 +116,11 @@ struct rvma_win {
 	u32 kind;			/* RDMAPLUS_RVMA_*, 0: free slot */
 	u32 mbkey;			/* its mailbox key, 0: none (under lock) */
 	struct rdmaplus_rvma_ctx *ctx;
+	/* the protection domain of its buffers' regions (set at the first
+	 * post): only packets of this PD's QPs count against the window
+	 */
+	struct ib_pd *pd;
+	unsigned int nbufs;		/* under lock: ranges of the window */
 	bool posted;			/* a buffer was posted since creation */
 	u64 last_gen;			/* the last generation posted */
 	u64 done;			/* our copy of state->done */
@@ -127,11 +136,13 @@ struct rvma_mr {
 	void *rxe_mr;
 	u32 key;			/* the key it was first posted with */
 	u32 rkey;			/* its rkey: mailbox translations use it */
+	struct ib_pd *pd;		/* compared, never used */
 	const void *ufile;		/* its uverbs file (compared, never used) */
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rb_root ranges;		/* struct rvma_buf by iova */
 	/* RDMAPLUS_IOC_RVMA_GUARD: only translated writes get in, anywhere;
-	 * hashed while registered, ranges or not */
+	 * hashed while registered, ranges or not
+	 */
 	bool guarded;
 	bool dead;
 	struct rcu_head rcu;
@@ -154,13 +165,18 @@ struct rvma_buf {
 struct rdmaplus_rvma_ctx {
 	struct mutex mutex;		/* configuration */
 	spinlock_t lock;		/* data path, see above */
-	struct user_struct *user;	/* charged for the area */
+	struct rdmaplus_user *user;	/* charged for the area and records */
 	bool setup;
 	bool hooked;			/* under mutex: holds a hook reference */
 	u32 nwin, nrec;
 	void *area;			/* vmalloc_user: states, then records */
 	unsigned long area_size;
-	unsigned long charged;		/* pages in user's locked_vm */
+	unsigned long charged;		/* the area's pages in user's locked_vm */
+	/* buffer and region records: bytes now, pages accounted (their
+	 * high-water mark, under mutex) and of those charged
+	 */
+	atomic_long_t kept;
+	unsigned long kept_pages, kept_charged;
 	u64 *records;
 	struct rvma_win *wins;
 	unsigned long *rec_busy;	/* records of pending buffers */
@@ -199,6 +215,11 @@ static atomic_t rvma_nr_mrs = ATOMIC_INIT(0);
  * file's lock.
  */
 static DEFINE_XARRAY_ALLOC(rvma_mbkeys);
+
+static unsigned int max_ranges_per_window = RVMA_MAX_RANGES;
+module_param(max_ranges_per_window, uint, 0644);
+MODULE_PARM_DESC(max_ranges_per_window,
+		 "buffers, pending and published, one counted window may hold (ENOSPC beyond; a file holds at most 65536)");
 
 static struct {
 	atomic64_t packets, bytes, published, refused, unparsed, nomem;
@@ -415,7 +436,7 @@ static void rvma_record(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 	/* seqlock: odd while written, +2 per publication */
 	s = (READ_ONCE(r[RDMAPLUS_RVMA_REC_SEQ]) + 1) & ~1ULL;
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ], s + 1);
-	smp_wmb();
+	smp_wmb();	/* odd sequence before the fields: pairs with smp_rmb */
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_EPOCH], b->gen);
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_ADDR], b->iova);
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_LEN], b->bytes);
@@ -423,7 +444,7 @@ static void rvma_record(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_CAP], b->length);
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_FLAGS], flags);
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ2], s + 2);
-	smp_wmb();
+	smp_wmb();	/* the fields before the even sequence */
 	WRITE_ONCE(r[RDMAPLUS_RVMA_REC_SEQ], s + 2);
 }
 
@@ -475,11 +496,11 @@ static void rvma_refuse(struct pt_regs *regs, struct rvma_win *w)
 }
 
 /*
- * The rxe_mr_copy hook for a write packet into an MR (dir 0, len > 0, not
- * from copy_data), rcu_read_lock held. Returns true if the packet touches
- * a gated range: then it is placed, or refused, here.
+ * The rxe_mr_copy hook (len > 0, not from copy_data), rcu_read_lock held.
+ * Returns true if the packet is a write that touches a gated range: then
+ * it is placed, or refused, here. Reads are never ours.
  */
-bool rdmaplus_rvma_write(struct pt_regs *regs)
+static bool rvma_write(struct pt_regs *regs)
 {
 	void *rxe_mr = (void *)regs->di;
 	u64 iova = regs->si;
@@ -495,7 +516,7 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 	bool reached;
 	int parsed;
 
-	if (!atomic_read(&rvma_nr_mrs))
+	if (regs->r8 & 1 || !atomic_read(&rvma_nr_mrs))
 		return false;
 	m = rvma_find(rxe_mr);
 	if (!m)
@@ -520,7 +541,7 @@ bool rdmaplus_rvma_write(struct pt_regs *regs)
 		rvma_refuse(regs, b->win);
 		goto out;
 	}
-	if (aa_rxe_mr_copy(rxe_mr, iova, payload, len, 0))
+	if (rdmaplus_rxe_mr_copy(rxe_mr, iova, payload, len, 0))
 		goto out;	/* rxe's own call fails the same way */
 	regs->cx = 0;		/* placed: rxe's call copies nothing */
 
@@ -551,22 +572,20 @@ pass:
 }
 
 /*
- * The BTH of a request packet rxe received or looped back: the transport
- * header is the UDP header in both cases (rxe_udp_encap_recv() and
- * prepare_udp_hdr()). NULL unless it is a write's first packet (RC or UC
- * WRITE FIRST, ONLY, ONLY WITH IMMEDIATE) whose BTH and RETH lie in the
- * linear data.
+ * A write's first packet (RC or UC WRITE FIRST, ONLY, ONLY WITH
+ * IMMEDIATE) that rxe received or looped back: skb->data is its BTH, right
+ * after the UDP header (rxe_udp_encap_recv() and rxe_loopback() pull it),
+ * and the BTH and RETH lie in the linear data. Returns the BTH or NULL.
  */
-static u8 *rvma_reth_bth(struct sk_buff *skb)
+static const u8 *rvma_reth_bth(struct sk_buff *skb)
 {
-	u8 *udp, *bth;
+	const u8 *bth = skb->data, *udp;
 	u8 op;
 
 	if (!skb_transport_header_was_set(skb))
 		return NULL;
 	udp = skb_transport_header(skb);
-	bth = udp + 8;
-	if (bth + 28 > skb_tail_pointer(skb) ||
+	if (udp + 8 != bth || skb_headlen(skb) < 28 ||
 	    get_unaligned_be16(udp + 2) != RVMA_ROCE_PORT)
 		return NULL;
 	op = bth[0];
@@ -588,54 +607,87 @@ static struct rvma_buf *rvma_pending_gen(struct rvma_win *w, u64 gen)
 }
 
 /*
- * The rxe_resp_queue_pkt hook (rdmaplus_aa.c), for every request packet,
- * rcu_read_lock held: translate a write's first packet written with a
- * mailbox key (see struct rdmaplus_rvma_win), and clear the reserved bits
- * of every other so that no sender can pass for translated.
+ * Clear the BTH's reserved bits of a packet. Should it not be made
+ * writable (no memory for a copy of a cloned packet), the shared bytes are
+ * changed all the same: a forged tag must never reach the gate.
  */
-void rdmaplus_rvma_request(struct sk_buff *skb)
+static void rvma_untag(struct sk_buff *skb)
 {
+	u8 *bth = rdmaplus_rxe_pkt_writable(skb, 28);
+
+	if (!bth) {
+		atomic64_inc(&rvma_st.nomem);
+		bth = skb->data;
+	}
+	bth[4] &= ~RVMA_TAG_MASK;
+}
+
+/*
+ * The rxe_resp_queue_pkt hook, for every request packet to local QP
+ * rxe_qp, rcu_read_lock held: translate a write's first packet written
+ * with a mailbox key (see struct rdmaplus_rvma_win), and clear the
+ * reserved bits of every other so that no sender can pass for translated.
+ * Only a QP of the protection domain of the window's buffers can write
+ * there (rxe checks it as for any key), so only such QPs' packets count
+ * against the window. The packet is changed in place only once it is
+ * writable (a clone, e.g. a capture, keeps its bytes). Never takes it:
+ * rxe goes on with it.
+ */
+static bool rvma_request(void *rxe_qp, struct sk_buff *skb)
+{
+	struct ib_pd *pd = ((struct ib_qp *)rxe_qp)->pd;
 	struct rdmaplus_rvma_ctx *ctx;
 	struct rvma_win *w;
 	struct rvma_buf *b;
 	unsigned long flags;
+	const u8 *bth;
+	u8 *wbth;
 	u64 va, off;
 	u32 rkey, len;
-	u8 *bth;
 
 	bth = rvma_reth_bth(skb);
 	if (!bth)
-		return;
-	if (bth[4] & RVMA_TAG_MASK)
-		bth[4] &= ~RVMA_TAG_MASK;
+		return false;
+	if (bth[4] & RVMA_TAG_MASK) {
+		rvma_untag(skb);
+		bth = skb->data;	/* it may have moved */
+	}
 	rkey = get_unaligned_be32(bth + 20);
 	len = get_unaligned_be32(bth + 24);
 	if ((rkey & RDMAPLUS_RVMA_MBKEY_MASK) != RDMAPLUS_RVMA_MBKEY_BITS ||
 	    !len)
-		return;
+		return false;
 	w = xa_load(&rvma_mbkeys, (rkey >> 8) & RVMA_MBKEY_MAX_ID);
 	if (!w)
-		return;		/* rxe refuses the key */
+		return false;	/* rxe refuses the key */
 	ctx = w->ctx;
-	va = get_unaligned_be64(bth + 12);
+	va = get_unaligned_be64(bth + 8 + 4);
 	off = va & RVMA_MBVA_OFF_MASK;
 
 	spin_lock_irqsave(&ctx->lock, flags);
-	if (w->mbkey != rkey)
-		goto out;	/* destroyed meanwhile */
+	if (w->mbkey != rkey || w->pd != pd)
+		goto foreign;	/* destroyed meanwhile, or not the window's */
 	b = rvma_pending_gen(w, va >> RDMAPLUS_RVMA_MBVA_OFF_BITS);
 	if (!b || b->state != RVMA_OPEN || off > b->length ||
-	    len > b->length - off) {
-		WRITE_ONCE(w->state->refused, ++w->refused);
-		atomic64_inc(&rvma_st.untranslated);
-		goto out;	/* the key stays: rxe refuses it */
+	    len > b->length - off)
+		goto refuse;
+	wbth = rdmaplus_rxe_pkt_writable(skb, 28);
+	if (!wbth) {
+		atomic64_inc(&rvma_st.nomem);
+		goto refuse;
 	}
-	put_unaligned_be64(b->iova + off, bth + 12);
-	put_unaligned_be32(b->m->rkey, bth + 20);
-	bth[4] |= RVMA_TAG_PLACED;
+	put_unaligned_be64(b->iova + off, wbth + 12);
+	put_unaligned_be32(b->m->rkey, wbth + 20);
+	wbth[4] |= RVMA_TAG_PLACED;
 	atomic64_inc(&rvma_st.translated);
-out:
 	spin_unlock_irqrestore(&ctx->lock, flags);
+	return false;
+refuse:
+	WRITE_ONCE(w->state->refused, ++w->refused);
+foreign:
+	atomic64_inc(&rvma_st.untranslated);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	return false;	/* the key stays: rxe refuses it */
 }
 
 static void rvma_mr_free_rcu(struct rcu_head *r)
@@ -653,6 +705,7 @@ static void rvma_mr_unlink(struct rvma_mr *m)
 	list_del(&m->node);
 	atomic_dec(&rvma_nr_mrs);
 	atomic64_dec(&rvma_st.mrs);
+	atomic_long_sub(sizeof(*m), &m->ctx->kept);
 	call_rcu(&m->rcu, rvma_mr_free_rcu);
 }
 
@@ -669,7 +722,9 @@ static void rvma_buf_drop(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 		__clear_bit(b->record, ctx->rec_busy);
 	}
 	ctx->nranges--;
+	b->win->nbufs--;
 	atomic64_dec(&rvma_st.ranges);
+	atomic_long_sub(sizeof(*b), &ctx->kept);
 	kfree(b);
 }
 
@@ -687,11 +742,11 @@ static void rvma_buf_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 }
 
 /*
- * The rxe_dereg_mr hook (rdmaplus_aa.c): forget the region's ranges.
+ * The rxe_dereg_mr hook (rdmaplus_rxe.c): forget the region's ranges.
  * Pending buffers there are dropped without a record; later generations
  * of their windows that are closed get published.
  */
-void rdmaplus_rvma_dereg(void *rxe_mr)
+static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 {
 	struct rdmaplus_rvma_ctx *ctx;
 	unsigned int published = 0;
@@ -730,7 +785,35 @@ out:
 	rcu_read_unlock();
 }
 
+static const struct rdmaplus_rxe_consumer rvma_consumer = {
+	.copy = rvma_write,
+	.request = rvma_request,
+	.dereg = rvma_dereg,
+};
+
 /* ---- configuration ---------------------------------------------------- */
+
+/*
+ * Account bytes more of kernel memory kept for the file (buffer and region
+ * records): the pages they need beyond what was accounted are charged to
+ * the user's RLIMIT_MEMLOCK (-ENOMEM beyond it). ctx->mutex held.
+ */
+static int rvma_account(struct rdmaplus_rvma_ctx *ctx, size_t bytes)
+{
+	unsigned long need;
+	long charged;
+
+	need = DIV_ROUND_UP(atomic_long_read(&ctx->kept) + bytes, PAGE_SIZE);
+	if (need > ctx->kept_pages) {
+		charged = rdmaplus_charge(ctx->user, need - ctx->kept_pages);
+		if (charged < 0)
+			return charged;
+		ctx->kept_charged += charged;
+		ctx->kept_pages = need;
+	}
+	atomic_long_add(bytes, &ctx->kept);
+	return 0;
+}
 
 /* Does the file hold the hook while it gates nothing? ctx->mutex held. */
 static bool rvma_hook_idle(struct rdmaplus_rvma_ctx *ctx)
@@ -750,7 +833,7 @@ static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
 	if (!rvma_hook_idle(ctx))
 		return;
 	ctx->hooked = false;
-	rdmaplus_hook_put();
+	rdmaplus_rxe_hook_put();
 }
 
 /* Drop the hook later if the file gates nothing now; ctx->mutex held. */
@@ -793,17 +876,19 @@ static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	struct rvma_win *wins = NULL;
 	unsigned long *busy = NULL;
 	void *area = NULL;
+	long charged;
 	u32 i;
 	int ret;
 
-	if (copy_from_user(&c, arg, sizeof(c)))
-		return -EFAULT;
-	if (c.size != sizeof(c) || c.flags || c.reserved ||
+	ret = rdmaplus_copy_in(&c, sizeof(c), sizeof(c), arg);
+	if (ret)
+		return ret;
+	if (c.flags || c.reserved || c.mmap_offset || c.mmap_size ||
 	    !c.windows || c.windows > RDMAPLUS_RVMA_MAX_WINDOWS ||
 	    !c.records || c.records > RDMAPLUS_RVMA_MAX_RECORDS ||
 	    c.eventfd < -1)
 		return -EINVAL;
-	if (!rdmaplus_aa_supported())
+	if (!rdmaplus_rxe_supported())
 		return -EOPNOTSUPP;
 	if (c.eventfd >= 0) {
 		evt = eventfd_ctx_fdget(c.eventfd);
@@ -813,22 +898,25 @@ static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	sbytes = PAGE_ALIGN(c.windows * sizeof(struct rdmaplus_rvma_window_state));
 	size = sbytes + PAGE_ALIGN((unsigned long)c.records *
 				   RDMAPLUS_RVMA_RECORD_SIZE);
-	pages = size >> PAGE_SHIFT;
+	/* the mapped area, and the windows and record bitmap beside it */
+	pages = (size + PAGE_ALIGN(c.windows * sizeof(*wins) +
+				   BITS_TO_LONGS(c.records) * sizeof(long))) >>
+		PAGE_SHIFT;
 
 	mutex_lock(&ctx->mutex);
 	ret = -EBUSY;
 	if (ctx->setup)
 		goto err;
-	if (!capable(CAP_IPC_LOCK)) {
-		ret = aa_charge(ctx->user, pages);
-		if (ret)
-			goto err;
-		ctx->charged = pages;
+	charged = rdmaplus_charge(ctx->user, pages);
+	if (charged < 0) {
+		ret = charged;
+		goto err;
 	}
+	ctx->charged = charged;
 	ret = -ENOMEM;
 	area = vmalloc_user(size);
-	wins = kvcalloc(c.windows, sizeof(*wins), GFP_KERNEL);
-	busy = bitmap_zalloc(c.records, GFP_KERNEL);
+	wins = kvcalloc(c.windows, sizeof(*wins), GFP_KERNEL_ACCOUNT);
+	busy = bitmap_zalloc(c.records, GFP_KERNEL_ACCOUNT);
 	if (!area || !wins || !busy)
 		goto err_uncharge;
 	for (i = 0; i < c.windows; i++) {
@@ -839,8 +927,8 @@ static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	}
 	c.mmap_offset = (u64)RVMA_PGOFF << PAGE_SHIFT;
 	c.mmap_size = size;
-	ret = -EFAULT;
-	if (copy_to_user(arg, &c, sizeof(c)))
+	ret = rdmaplus_copy_out(arg, &c, sizeof(c));
+	if (ret)
 		goto err_uncharge;
 	ctx->area = area;
 	ctx->area_size = size;
@@ -858,7 +946,7 @@ err_uncharge:
 	bitmap_free(busy);
 	kvfree(wins);
 	vfree(area);
-	aa_uncharge(ctx->user, ctx->charged);
+	rdmaplus_uncharge(ctx->user, ctx->charged);
 	ctx->charged = 0;
 err:
 	mutex_unlock(&ctx->mutex);
@@ -867,17 +955,53 @@ err:
 	return ret;
 }
 
+/*
+ * A mailbox key for w that no one can guess: a free id drawn at random and
+ * a random low byte (28 random bits in all). The user's cap is taken.
+ */
+static int rvma_mbkey_alloc(struct rdmaplus_rvma_ctx *ctx,
+			    struct rvma_win *w, u32 *key)
+{
+	u32 id = 0;
+	int i, ret;
+
+	ret = rdmaplus_user_take(ctx->user, RDMAPLUS_RES_MBKEY);
+	if (ret)
+		return ret;
+	for (i = 0, ret = -EBUSY; i < 32 && ret == -EBUSY; i++) {
+		id = get_random_u32() % RVMA_MBKEY_MAX_ID + 1;
+		ret = xa_insert(&rvma_mbkeys, id, w, GFP_KERNEL_ACCOUNT);
+	}
+	if (ret == -EBUSY)	/* crowded: any free id */
+		ret = xa_alloc(&rvma_mbkeys, &id, w,
+			       XA_LIMIT(1, RVMA_MBKEY_MAX_ID),
+			       GFP_KERNEL_ACCOUNT);
+	if (ret) {
+		rdmaplus_user_give(ctx->user, RDMAPLUS_RES_MBKEY);
+		return ret == -EBUSY ? -ENOSPC : ret;
+	}
+	*key = RDMAPLUS_RVMA_MBKEY_BITS | id << 8 | (get_random_u32() & 0xff);
+	return 0;
+}
+
+static void rvma_mbkey_free(struct rdmaplus_rvma_ctx *ctx, u32 key)
+{
+	xa_erase(&rvma_mbkeys, (key >> 8) & RVMA_MBKEY_MAX_ID);
+	rdmaplus_user_give(ctx->user, RDMAPLUS_RES_MBKEY);
+}
+
 static long rvma_win_create(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_rvma_win c;
 	struct rvma_win *w = NULL;
 	unsigned long flags;
-	u32 i, id = 0;
+	u32 i;
 	long ret;
 
-	if (copy_from_user(&c, arg, sizeof(c)))
-		return -EFAULT;
-	if (c.size != sizeof(c) || c.reserved || c.mbkey ||
+	ret = rdmaplus_copy_in(&c, sizeof(c), sizeof(c), arg);
+	if (ret)
+		return ret;
+	if (c.reserved || c.mbkey || c.id ||
 	    c.flags & ~RDMAPLUS_RVMA_WIN_F_MBKEY ||
 	    (c.kind != RDMAPLUS_RVMA_BYTES && c.kind != RDMAPLUS_RVMA_OPS))
 		return -EINVAL;
@@ -893,29 +1017,27 @@ static long rvma_win_create(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		goto out;
 	if (c.flags & RDMAPLUS_RVMA_WIN_F_MBKEY) {
 		/* the hook finds w only once w->mbkey is set, under lock */
-		ret = xa_alloc(&rvma_mbkeys, &id, w,
-			       XA_LIMIT(1, RVMA_MBKEY_MAX_ID), GFP_KERNEL);
-		if (ret == -EBUSY)
-			ret = -ENOSPC;
+		ret = rvma_mbkey_alloc(ctx, w, &c.mbkey);
 		if (ret)
 			goto out;
-		c.mbkey = RDMAPLUS_RVMA_MBKEY_BITS | id << 8;
 	}
 	c.id = w - ctx->wins + 1;
-	ret = -EFAULT;
-	if (copy_to_user(arg, &c, sizeof(c))) {
-		if (id)
-			xa_erase(&rvma_mbkeys, id);
+	ret = rdmaplus_copy_out(arg, &c, sizeof(c));
+	if (ret) {
+		if (c.mbkey)
+			rvma_mbkey_free(ctx, c.mbkey);
 		goto out;
 	}
 	spin_lock_irqsave(&ctx->lock, flags);
 	w->kind = c.kind;
 	w->mbkey = c.mbkey;
+	w->pd = NULL;
 	w->posted = false;
 	w->last_gen = 0;
 	w->done = 0;
 	w->refused = 0;
 	WRITE_ONCE(w->state->refused, 0);
+	/* a reader that acquires done sees the reset refused count */
 	smp_store_release(&w->state->done, 0);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	atomic64_inc(&rvma_st.windows);
@@ -933,7 +1055,7 @@ static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w)
 	list_for_each_entry_safe(b, tmp, &w->bufs, wnode)
 		rvma_buf_forget(ctx, b);
 	if (w->mbkey) {
-		xa_erase(&rvma_mbkeys, (w->mbkey >> 8) & RVMA_MBKEY_MAX_ID);
+		rvma_mbkey_free(ctx, w->mbkey);
 		w->mbkey = 0;
 	}
 	w->kind = 0;
@@ -945,12 +1067,11 @@ static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	struct rdmaplus_rvma_win_destroy a;
 	struct rvma_win *w;
 	unsigned long flags;
-	long ret = 0;
+	long ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a))
-		return -EINVAL;
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
 	mutex_lock(&ctx->mutex);
 	ret = rvma_win_get(ctx, a.id, &w);
 	if (ret)
@@ -976,15 +1097,19 @@ static struct rvma_mr *rvma_hashed(void *rxe_mr)
 }
 
 /*
- * The generation, record and guard checks of every post into region m
- * (NULL: not hashed yet); ctx->lock held.
+ * The generation, record, protection domain and guard checks of every
+ * post into region m (NULL: not hashed yet) of protection domain pd;
+ * ctx->lock held.
  */
 static long rvma_post_check(struct rdmaplus_rvma_ctx *ctx,
 			    const struct rdmaplus_rvma_post *a,
-			    const struct rvma_win *w, const struct rvma_mr *m)
+			    const struct rvma_win *w, const struct rvma_mr *m,
+			    const struct ib_pd *pd)
 {
 	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
 		return -EINVAL;
+	if (w->pd && w->pd != pd)
+		return -EINVAL;	/* a window's buffers share one PD */
 	if (test_bit(a->record, ctx->rec_busy))
 		return -EBUSY;
 	if (!w->mbkey != !(m && m->guarded))
@@ -1010,16 +1135,19 @@ static void rvma_buf_open(struct rdmaplus_rvma_ctx *ctx,
 	list_add_tail(&nb->wnode, &w->bufs);
 	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
 	__set_bit(a->record, ctx->rec_busy);
+	w->nbufs++;
+	w->pd = nb->m->pd;
 	w->posted = true;
 	w->last_gen = a->gen;
 }
 
 /*
  * The closed buffer that a re-posts: the same range of a region this file
- * gates under the same key, in a process that still has the region's
- * uverbs file open, as the region lookup of a first post demands. A
- * window's buffers rotate this way, and then the post needs neither the
- * lookup nor an allocation. NULL otherwise. ctx->lock held.
+ * gates under the same key. A window's buffers rotate this way, and then
+ * the post needs neither the lookup nor an allocation, once the caller
+ * checked (outside the lock) that the process still has the region's
+ * uverbs file open, as the region lookup of a first post demands. NULL
+ * otherwise. ctx->lock held.
  */
 static struct rvma_buf *rvma_reposted(struct rdmaplus_rvma_ctx *ctx,
 				      const struct rdmaplus_rvma_post *a)
@@ -1033,7 +1161,7 @@ static struct rvma_buf *rvma_reposted(struct rdmaplus_rvma_ctx *ctx,
 			continue;
 		b = rvma_range_at(m, a->iova);
 		if (b && b->iova == a->iova && b->length == a->length &&
-		    b->state == RVMA_CLOSED && aa_holds_ufile(m->ufile))
+		    b->state == RVMA_CLOSED)
 			return b;
 	}
 	return NULL;
@@ -1068,8 +1196,8 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 			     void *rmr, struct rvma_mr **fresh,
 			     struct rvma_buf *nb)
 {
+	unsigned int replaced = 0, in_w = 0;
 	struct rvma_buf *b, *next;
-	unsigned int replaced = 0;
 	struct rvma_mr *m;
 	u64 end = a->iova + a->length;
 	long ret;
@@ -1079,7 +1207,7 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 	spin_unlock(&rvma_hash_lock);
 	if (m && m->ctx != ctx)
 		return -EBUSY;	/* another file gates this region */
-	ret = rvma_post_check(ctx, a, w, m);
+	ret = rvma_post_check(ctx, a, w, m, (*fresh)->pd);
 	if (ret)
 		return ret;
 	if (m) {
@@ -1088,9 +1216,11 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
 			if (b->state != RVMA_CLOSED)
 				return -EBUSY;
 			replaced++;
+			in_w += b->win == w;
 		}
 	}
-	if (ctx->nranges - replaced >= RVMA_MAX_RANGES)
+	if (ctx->nranges - replaced >= RVMA_MAX_RANGES ||
+	    w->nbufs - in_w >= READ_ONCE(max_ranges_per_window))
 		return -ENOSPC;
 	if (!m)
 		m = rvma_mr_add(ctx, rmr, fresh);
@@ -1115,13 +1245,13 @@ static long rvma_post_locked(struct rdmaplus_rvma_ctx *ctx,
  */
 static struct ib_mr *rvma_region(u32 key, void **rmr)
 {
-	struct ib_mr *ibmr = aa_lookup_mr(key);
+	struct ib_mr *ibmr = rdmaplus_rxe_lookup_mr(key);
 
 	if (IS_ERR(ibmr))
 		return ibmr;
-	*rmr = aa_rxe_mr_of(ibmr);
+	*rmr = rdmaplus_rxe_mr_of(ibmr);
 	if (!*rmr) {
-		rdma_restrack_put(&ibmr->res);
+		rdmaplus_rxe_put_mr(ibmr);
 		return ERR_PTR(-EOPNOTSUPP);
 	}
 	return ibmr;
@@ -1129,8 +1259,8 @@ static struct ib_mr *rvma_region(u32 key, void **rmr)
 
 /*
  * Take the file's hook reference and allocate *fresh for region ibmr,
- * posted or guarded under key, in case it is not hashed yet. ctx->mutex
- * held.
+ * posted or guarded under key, in case it is not hashed yet (accounted:
+ * free it with rvma_mr_put_fresh). ctx->mutex held.
  */
 static long rvma_prepare(struct rdmaplus_rvma_ctx *ctx, struct ib_mr *ibmr,
 			 u32 key, struct rvma_mr **fresh)
@@ -1138,18 +1268,84 @@ static long rvma_prepare(struct rdmaplus_rvma_ctx *ctx, struct ib_mr *ibmr,
 	long ret;
 
 	if (!ctx->hooked) {
-		ret = rdmaplus_hook_get(ibmr->device->ops.owner);
+		ret = rdmaplus_rxe_hook_get(ibmr->device->ops.owner);
 		if (ret)
 			return ret;
 		ctx->hooked = true;
 	}
-	*fresh = kzalloc(sizeof(**fresh), GFP_KERNEL);
-	if (!*fresh)
+	ret = rvma_account(ctx, sizeof(**fresh));
+	if (ret)
+		return ret;
+	*fresh = kzalloc(sizeof(**fresh), GFP_KERNEL_ACCOUNT);
+	if (!*fresh) {
+		atomic_long_sub(sizeof(**fresh), &ctx->kept);
 		return -ENOMEM;
+	}
 	(*fresh)->key = key;
 	(*fresh)->rkey = ibmr->rkey;
+	(*fresh)->pd = ibmr->pd;
 	(*fresh)->ufile = ibmr->uobject->ufile;
 	return 0;
+}
+
+/* Free what rvma_prepare allocated if it was not used. */
+static void rvma_mr_put_fresh(struct rdmaplus_rvma_ctx *ctx,
+			      struct rvma_mr *fresh)
+{
+	if (!fresh)
+		return;
+	atomic_long_sub(sizeof(*fresh), &ctx->kept);
+	kfree(fresh);
+}
+
+/* Re-post closed buffer old as a (rvma_reposted); ctx->lock held. */
+static long rvma_repost_locked(struct rdmaplus_rvma_ctx *ctx,
+			       const struct rdmaplus_rvma_post *a,
+			       struct rvma_win *w, struct rvma_buf *old)
+{
+	long ret;
+
+	ret = rvma_post_check(ctx, a, w, old->m, old->m->pd);
+	if (ret)
+		return ret;
+	if (old->win != w &&
+	    w->nbufs >= READ_ONCE(max_ranges_per_window))
+		return -ENOSPC;
+	list_del(&old->wnode);	/* from its last window's */
+	old->win->nbufs--;
+	rvma_buf_open(ctx, a, w, old);
+	return 0;
+}
+
+/*
+ * Re-post a closed buffer (rvma_reposted) if a is one: 0 or an error if
+ * it was, 1 if it was not. The uverbs file check walks the descriptor
+ * table, so it runs outside ctx->lock (which the data path takes in
+ * softirq: a thread copying the table, as fork does, interrupted by a
+ * packet for this file, would otherwise deadlock with us), and the buffer
+ * is looked up again after it. ctx->mutex held.
+ */
+static long rvma_repost(struct rdmaplus_rvma_ctx *ctx,
+			const struct rdmaplus_rvma_post *a, struct rvma_win *w)
+{
+	const void *ufile = NULL;
+	struct rvma_buf *old;
+	unsigned long flags;
+	long ret = 1;
+
+	spin_lock_irqsave(&ctx->lock, flags);
+	old = rvma_reposted(ctx, a);
+	if (old)
+		ufile = old->m->ufile;
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	if (!old || !rdmaplus_rxe_holds_ufile(ufile))
+		return 1;
+	spin_lock_irqsave(&ctx->lock, flags);
+	old = rvma_reposted(ctx, a);	/* a deregistration may have won */
+	if (old && old->m->ufile == ufile)
+		ret = rvma_repost_locked(ctx, a, w, old);
+	spin_unlock_irqrestore(&ctx->lock, flags);
+	return ret;
 }
 
 /* Register one buffer (RDMAPLUS_IOC_RVMA_POST, or one of a POSTV). */
@@ -1158,20 +1354,19 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 {
 	struct rdmaplus_rvma_post a = *ap;
 	struct rvma_mr *fresh = NULL;
-	struct rvma_buf *nb = NULL, *old;
+	struct rvma_buf *nb = NULL;
 	struct rvma_win *w;
 	struct ib_mr *ibmr;
 	unsigned long flags;
 	void *rmr;
 	long ret;
 
-	if (a.size != sizeof(a) ||
-	    a.flags & ~(RDMAPLUS_RVMA_REC_ONETIME | RDMAPLUS_RVMA_POST_F_RKEY) ||
+	if (a.flags & ~(RDMAPLUS_RVMA_REC_ONETIME | RDMAPLUS_RVMA_POST_F_RKEY) ||
 	    (a.rkey && !(a.flags & RDMAPLUS_RVMA_POST_F_RKEY)) ||
 	    !a.length || a.length > RDMAPLUS_RVMA_MAX_LENGTH ||
 	    a.iova + a.length < a.iova || !a.threshold)
 		return -EINVAL;
-	if (!rdmaplus_aa_supported())
+	if (!rdmaplus_rxe_supported())
 		return -EOPNOTSUPP;
 
 	mutex_lock(&ctx->mutex);
@@ -1183,17 +1378,8 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	    a.record >= ctx->nrec ||
 	    (w->mbkey && a.flags & RDMAPLUS_RVMA_POST_F_RKEY))
 		goto out;
-	spin_lock_irqsave(&ctx->lock, flags);
-	old = rvma_reposted(ctx, &a);
-	if (old) {
-		ret = rvma_post_check(ctx, &a, w, old->m);
-		if (!ret) {
-			list_del(&old->wnode);	/* from its last window's */
-			rvma_buf_open(ctx, &a, w, old);
-		}
-	}
-	spin_unlock_irqrestore(&ctx->lock, flags);
-	if (old)
+	ret = rvma_repost(ctx, &a, w);
+	if (ret <= 0)
 		goto out;
 	ibmr = rvma_region(a.key, &rmr);
 	if (IS_ERR(ibmr)) {
@@ -1207,20 +1393,28 @@ static long rvma_post_one(struct rdmaplus_rvma_ctx *ctx,
 	ret = rvma_prepare(ctx, ibmr, a.key, &fresh);
 	if (ret)
 		goto put;
-	ret = -ENOMEM;
-	nb = kzalloc(sizeof(*nb), GFP_KERNEL);
-	if (!nb)
+	ret = rvma_account(ctx, sizeof(*nb));
+	if (ret)
 		goto put;
+	nb = kzalloc(sizeof(*nb), GFP_KERNEL_ACCOUNT);
+	if (!nb) {
+		atomic_long_sub(sizeof(*nb), &ctx->kept);
+		ret = -ENOMEM;
+		goto put;
+	}
 	spin_lock_irqsave(&ctx->lock, flags);
 	ret = rvma_post_locked(ctx, &a, w, rmr, &fresh, nb);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (!ret)
 		nb = NULL;
 put:
-	rdma_restrack_put(&ibmr->res);
+	rdmaplus_rxe_put_mr(ibmr);
 out:
-	kfree(fresh);
-	kfree(nb);
+	rvma_mr_put_fresh(ctx, fresh);
+	if (nb) {
+		atomic_long_sub(sizeof(*nb), &ctx->kept);
+		kfree(nb);
+	}
 	if (ret)
 		rvma_unhook_later(ctx);
 	mutex_unlock(&ctx->mutex);
@@ -1230,9 +1424,11 @@ out:
 static long rvma_post(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_rvma_post a;
+	int ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
 	return rvma_post_one(ctx, &a);
 }
 
@@ -1244,18 +1440,19 @@ static long rvma_postv(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	long ret = 0;
 	u32 i;
 
-	if (copy_from_user(&v, arg, sizeof(v)))
-		return -EFAULT;
-	if (v.size != sizeof(v) || v.reserved || v.done ||
-	    !v.count || v.count > RDMAPLUS_RVMA_MAX_POSTV)
+	ret = rdmaplus_copy_in(&v, sizeof(v), sizeof(v), arg);
+	if (ret)
+		return ret;
+	if (v.reserved || v.done || !v.count || v.count > RDMAPLUS_RVMA_MAX_POSTV)
 		return -EINVAL;
 	src = u64_to_user_ptr(v.posts);
 	for (i = 0; i < v.count; i++) {
+		/* the array's stride is the module's structure */
 		if (copy_from_user(&a, src + i * sizeof(a), sizeof(a))) {
 			ret = -EFAULT;
 			break;
 		}
-		ret = rvma_post_one(ctx, &a);
+		ret = a.size == sizeof(a) ? rvma_post_one(ctx, &a) : -EINVAL;
 		if (ret)
 			break;
 	}
@@ -1276,10 +1473,10 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	unsigned long flags;
 	long ret = 0;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a) || a.reserved ||
-	    a.flags & ~(RVMA_END_FLAGS | RDMAPLUS_RVMA_END_F_ALL))
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.reserved || a.flags & ~(RVMA_END_FLAGS | RDMAPLUS_RVMA_END_F_ALL))
 		return -EINVAL;
 	all = a.flags & RDMAPLUS_RVMA_END_F_ALL;
 	mutex_lock(&ctx->mutex);
@@ -1366,9 +1563,9 @@ static const struct attribute_group rvma_attr_group = {
 
 /* ---- file ------------------------------------------------------------- */
 
-struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
+struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(struct rdmaplus_user *u)
 {
-	struct rdmaplus_rvma_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL);
+	struct rdmaplus_rvma_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
 
 	if (!ctx)
 		return ERR_PTR(-ENOMEM);
@@ -1377,7 +1574,7 @@ struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(void)
 	INIT_LIST_HEAD(&ctx->mrs);
 	xa_init_flags(&ctx->msgs, XA_FLAGS_LOCK_IRQ);
 	INIT_DELAYED_WORK(&ctx->gc, rvma_gc);
-	ctx->user = get_uid(current_user());
+	ctx->user = u;
 	return ctx;
 }
 
@@ -1403,15 +1600,15 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	synchronize_rcu();	/* no hook uses ctx any more */
 	cancel_delayed_work_sync(&ctx->gc);
 	if (ctx->hooked)
-		rdmaplus_hook_put();
+		rdmaplus_rxe_hook_put();
 	if (ctx->evt)
 		eventfd_ctx_put(ctx->evt);
-	vfree(ctx->area);	/* pages stay while a process still maps them */
-	aa_uncharge(ctx->user, ctx->charged);
+	vfree(ctx->area);	/* no mapping is left: it holds the file */
+	rdmaplus_uncharge(ctx->user, ctx->charged + ctx->kept_charged);
+	WARN_ON_ONCE(atomic_long_read(&ctx->kept));
 	kvfree(ctx->wins);
 	bitmap_free(ctx->rec_busy);
 	xa_destroy(&ctx->msgs);
-	free_uid(ctx->user);
 	kfree(ctx);
 }
 
@@ -1474,11 +1671,12 @@ static void rvma_qp_forget(struct rdmaplus_rvma_ctx *ctx, u32 qpn)
 static long rvma_qp(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_rvma_qp a;
-	long ret = 0;
+	long ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a) || a.qpn > 0xffffff || a.reserved ||
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.qpn > 0xffffff || a.reserved ||
 	    a.flags & ~RDMAPLUS_RVMA_QP_F_FORGET)
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);
@@ -1500,11 +1698,10 @@ static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	void *rmr;
 	long ret;
 
-	if (copy_from_user(&a, arg, sizeof(a)))
-		return -EFAULT;
-	if (a.size != sizeof(a))
-		return -EINVAL;
-	if (!rdmaplus_aa_supported())
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (!rdmaplus_rxe_supported())
 		return -EOPNOTSUPP;
 	mutex_lock(&ctx->mutex);
 	ret = -ENXIO;
@@ -1525,11 +1722,11 @@ static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	spin_lock(&rvma_hash_lock);
 	m = rvma_hashed(rmr);
 	spin_unlock(&rvma_hash_lock);
-	if (m && m->ctx != ctx)
+	if (m && m->ctx != ctx) {
 		ret = -EBUSY;	/* another file gates it */
-	else if (m)		/* guarded already, or gated for other windows */
+	} else if (m) {	/* guarded already, or gated for other windows */
 		ret = m->guarded ? 0 : -EBUSY;
-	else {
+	} else {
 		m = rvma_mr_add(ctx, rmr, &fresh);
 		m->guarded = true;
 		ctx->nguarded++;
@@ -1537,9 +1734,9 @@ static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	}
 	spin_unlock_irqrestore(&ctx->lock, flags);
 put:
-	rdma_restrack_put(&ibmr->res);
+	rdmaplus_rxe_put_mr(ibmr);
 out:
-	kfree(fresh);
+	rvma_mr_put_fresh(ctx, fresh);
 	if (ret)
 		rvma_unhook_later(ctx);
 	mutex_unlock(&ctx->mutex);
@@ -1626,9 +1823,12 @@ int rdmaplus_rvma_init(void)
 	int ret;
 
 	ret = sysfs_create_group(rdmaplus_kobj(), &rvma_attr_group);
-	if (ret)
+	if (ret) {
 		pr_err("cannot create /sys/kernel/rdmaplus/rvma: %d\n", ret);
-	return ret;
+		return ret;
+	}
+	rdmaplus_rxe_add_consumer(&rvma_consumer);
+	return 0;
 }
 
 void rdmaplus_rvma_exit(void)

@@ -104,7 +104,7 @@ func TestABIMatchesHeader(t *testing.T) {
 	if _, err := MailboxAddr(0, 1<<MailboxOffsetBits); !errors.Is(err, ErrInvalid) {
 		t.Errorf("MailboxAddr beyond the offset bits: %v", err)
 	}
-	if uapi.RVMAMBKeyMask != 0xf00000ff || uapi.RVMAMBKeyBits != 0xf0000000 {
+	if uapi.RVMAMBKeyMask != 0xf0000000 || uapi.RVMAMBKeyBits != 0xf0000000 {
 		t.Errorf("mailbox key bits %#x/%#x", uapi.RVMAMBKeyBits, uapi.RVMAMBKeyMask)
 	}
 	eq("window state refused", unsafe.Offsetof(rawWindowState{}.Refused), uapi.OffWSRefused)

@@ -36,7 +36,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	if err := dom.Arm(mr.RKey(), mr.Addr(), kmod.PageSize, kmod.WL|kmod.WLD|kmod.R); err != nil {
-		log.Fatal(err) // ErrNotOwner if the region were another process's
+		log.Fatal(err) // ErrNoRegion if the region were another process's
 	}
 	// Wake up every 16 entries, or every millisecond while some arrived.
 	if err := dom.Notify(kmod.NotifyOptions{Threshold: 16, Interval: time.Millisecond}); err != nil {

@@ -20,7 +20,7 @@ import (
 const DevicePath = "/dev/rdmaplus"
 
 // ABIVersion is the RDMAPLUS_ABI_VERSION this package speaks.
-const ABIVersion = 9
+const ABIVersion = 10
 
 // Limits of the interface (uapi/rdmaplus.h).
 const (
@@ -35,27 +35,37 @@ const (
 var (
 	// ErrNotLoaded: /dev/rdmaplus does not exist.
 	ErrNotLoaded = errors.New("kmod: " + DevicePath + " missing: the rdmaplus module is not loaded")
-	// ErrABI: the running module speaks another ABI version.
+	// ErrABI: the running module speaks another ABI version, or it is
+	// older than this package and refused a structure it does not know
+	// (E2BIG).
 	ErrABI = errors.New("kmod: module ABI mismatch")
 	// ErrNotSupported: the module does not recognise this kernel's rxe,
 	// so Active Access cannot be armed (EOPNOTSUPP).
 	ErrNotSupported = errors.New("kmod: active access not supported by the running module")
-	// ErrNotOwner: the memory region is not one the calling process
-	// registered (EPERM), or it belongs to another /dev/rdmaplus file (EBUSY).
+	// ErrNotOwner: the memory region belongs to another /dev/rdmaplus
+	// file (EBUSY). Another process's region is reported as ErrNoRegion,
+	// the same as no region at all, so that keys cannot be probed.
 	ErrNotOwner = errors.New("kmod: memory region not owned by this process")
-	// ErrNoRegion: no rxe memory region has that key, or no armed region
-	// has it on Disarm (ENOENT).
+	// ErrNoRegion: no rxe memory region of the calling process has that
+	// key (none at all, or another process's: the module does not tell
+	// them apart), or no armed region has it on Disarm (ENOENT).
 	ErrNoRegion = errors.New("kmod: no such memory region")
 	// ErrRange: the pages are outside the memory region (ERANGE).
 	ErrRange = errors.New("kmod: pages outside the memory region")
 	// ErrTooManyDomains: this Device holds the module's per-file limit of
 	// domains (EMFILE; the module parameter max_domains_per_file, 256 by
-	// default), or all MaxDomains domain ids of the host are in use (ENFILE).
+	// default), the user holds the per-user limit (EDQUOT, also ErrQuota),
+	// or all MaxDomains domain ids of the host are in use (ENFILE).
 	ErrTooManyDomains = errors.New("kmod: no free domain id")
 	// ErrNoMemory: the log would take the user's locked memory beyond
 	// RLIMIT_MEMLOCK (ulimit -l; the logs of every domain count, unless
 	// the process has CAP_IPC_LOCK), or the kernel is out of memory (ENOMEM).
 	ErrNoMemory = errors.New("kmod: log memory beyond RLIMIT_MEMLOCK, or out of memory")
+	// ErrQuota: the calling user holds the module's per-user limit of a
+	// resource the whole host shares: Active Access domains (module
+	// parameter max_domains_per_user, 256 by default) or mailbox keys
+	// (max_mbkeys_per_user, 4096) (EDQUOT).
+	ErrQuota = errors.New("kmod: per-user limit reached")
 	// ErrInvalid: an argument the kernel or this package refuses (EINVAL).
 	ErrInvalid = errors.New("kmod: invalid argument")
 	// ErrClosed: the Device or Domain was closed.
@@ -79,7 +89,11 @@ func (e *Error) Is(target error) bool {
 	case ErrNotSupported:
 		return e.Err == syscall.EOPNOTSUPP
 	case ErrNotOwner:
-		return e.Err == syscall.EPERM || e.Err == syscall.EBUSY
+		return e.Err == syscall.EBUSY
+	case ErrABI:
+		return e.Err == syscall.E2BIG
+	case ErrQuota:
+		return e.Err == syscall.EDQUOT
 	case ErrBusy:
 		return e.Err == syscall.EBUSY
 	case ErrFull:
@@ -91,7 +105,7 @@ func (e *Error) Is(target error) bool {
 	case ErrRange:
 		return e.Err == syscall.ERANGE
 	case ErrTooManyDomains:
-		return e.Err == syscall.EMFILE || e.Err == syscall.ENFILE
+		return e.Err == syscall.EMFILE || e.Err == syscall.ENFILE || e.Err == syscall.EDQUOT
 	case ErrNoMemory:
 		return e.Err == syscall.ENOMEM
 	case ErrInvalid:
@@ -334,8 +348,9 @@ func (dm *Domain) destroy() error {
 // Arm associates the pages [iova, iova+length) of the memory region with
 // the given key (its lkey or rkey) with this domain and the control bits,
 // replacing what the pages had. iova and length must be multiples of
-// PageSize. Errors wrap ErrNotOwner (the region was registered by another
-// process), ErrNoRegion, ErrRange, ErrInvalid, ErrNotSupported, ErrClosed.
+// PageSize. Errors wrap ErrNoRegion (no region of this process has the
+// key; another process's is reported the same), ErrNotOwner (another
+// Device armed it), ErrRange, ErrInvalid, ErrNotSupported, ErrClosed.
 func (dm *Domain) Arm(key uint32, iova, length uint64, bits Bits) error {
 	if dm.closed.Load() {
 		return ErrClosed

@@ -26,7 +26,18 @@ const perFile = 256
 
 // One open device holds at most perFile domains (EMFILE); the host has
 // MaxDomains ids, and the next one is ENFILE. Closing gives them back.
+// (The per-user cap, max_domains_per_user, is raised above the host's
+// ids here: TestLabResourceDomainsPerUser tests it.)
 func TestLabDomainLimits(t *testing.T) {
+	const param = "/sys/module/rdmaplus/parameters/max_domains_per_user"
+	old, err := os.ReadFile(param)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(param, []byte("100000"), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(param, old, 0)
 	base := idle(t, openDev(t))
 	var devs []*kmod.Device
 	defer func() {

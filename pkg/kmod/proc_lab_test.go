@@ -109,14 +109,23 @@ func startChild(t *testing.T, mode string) *child {
 	return nil
 }
 
-// A process cannot arm another process's memory region.
+// A process cannot arm another process's memory region, and cannot tell
+// it from a key no region has (no key oracle).
 func TestLabIsolation(t *testing.T) {
 	d := openDev(t)
 	c := startChild(t, "plain")
 	dm := newDomain(t, d, 4096)
 	err := dm.Arm(c.key, c.addr, page, kmod.W|kmod.WL)
-	if !errors.Is(err, kmod.ErrNotOwner) || !errors.Is(err, syscall.EPERM) {
-		t.Fatalf("arming another process's region: %v, want ErrNotOwner (EPERM)", err)
+	if !errors.Is(err, kmod.ErrNoRegion) || !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("arming another process's region: %v, want ErrNoRegion (ENOENT)", err)
+	}
+	// the same answer for a key with the index of the child's region and
+	// another key byte, and for an index no region has
+	for _, k := range []uint32{c.key ^ 0x5a, c.key | 0x00ffff00} {
+		err := dm.Arm(k, c.addr, page, kmod.W|kmod.WL)
+		if !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("arming key %#x (no region): %v, want ENOENT", k, err)
+		}
 	}
 	// Even this process's own verbs context is not enough: the region
 	// must come from a uverbs file this process has open.

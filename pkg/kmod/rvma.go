@@ -274,8 +274,8 @@ func (m *Mailboxes) CreateMailboxWindow(kind CountKind) (id, key uint32, err err
 // windows with a mailbox key must lie in guarded regions, and others
 // outside them. Guarding a region twice is not an error. Errors wrap
 // ErrInvalid (the region has no remote access), ErrNotFound (no region
-// has the key), ErrNotOwner (another process's region, or another file
-// gates it), ErrBusy (this Mailboxes gates it for windows without a
+// of this process has the key: another process's is reported the same),
+// ErrNotOwner (another file gates it), ErrBusy (this Mailboxes gates it for windows without a
 // mailbox key), ErrNotSupported or ErrClosed.
 func (m *Mailboxes) Guard(key uint32) error {
 	m.mu.RLock()
@@ -347,10 +347,12 @@ type MailboxPost struct {
 // it overlaps (kept to refuse late writes) are replaced. Errors wrap
 // ErrInvalid (a bad length, threshold, record index or generation),
 // ErrNotFound (no such window), ErrBusy (overlaps a pending buffer, its
-// record is in use, or another file gates the region), ErrNotOwner (EPERM:
-// another process's region), ErrNoRegion... (ENOENT is ErrNotFound too:
-// no region has the key), ErrRange (outside the region), ErrFull (range
-// limit), ErrNotSupported or ErrClosed.
+// record is in use, or another file gates the region), ErrNotFound and
+// ErrNoRegion (ENOENT: no region of this process has the key; another
+// process's is reported the same), ErrRange (outside the region), ErrFull
+// (range limit of the file or the window), ErrNoMemory (the buffer records
+// would take the user's locked memory beyond RLIMIT_MEMLOCK),
+// ErrNotSupported or ErrClosed.
 func (m *Mailboxes) Post(id uint32, p MailboxPost) error {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

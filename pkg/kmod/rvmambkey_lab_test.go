@@ -29,7 +29,7 @@ func newMailboxWindow(t *testing.T, mb *kmod.Mailboxes, kind kmod.CountKind) (ui
 	if err != nil {
 		t.Fatalf("CreateMailboxWindow(%v): %v", kind, err)
 	}
-	if key&0xf00000ff != 0xf0000000 || key>>8&0xfffff == 0 {
+	if key&0xf0000000 != 0xf0000000 || key>>8&0xfffff == 0 {
 		t.Fatalf("window %d: mailbox key %#x", id, key)
 	}
 	return id, key

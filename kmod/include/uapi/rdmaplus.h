@@ -3,8 +3,13 @@
  * rdmaplus: the userspace interface of the rdmaplus kernel module.
  *
  * This header is shared by the module and by userspace (Go through cgo).
- * Every ioctl structure starts with its own size (__u32 size) so that both
- * sides can check it, is a multiple of 8 bytes with explicit padding, and
+ * Every ioctl structure starts with its own size (__u32 size), is a
+ * multiple of 8 bytes with explicit padding, and only ever grows at its
+ * end (ABI 10): the module takes a structure of any size from the one it
+ * first had, treats fields a caller does not know as zero and refuses a
+ * larger one whose bytes beyond its own are not zero (E2BIG), so an older
+ * program works with a newer module and a newer one gets a clear error
+ * from an older module. Outputs are written up to the caller's size.
  * RDMAPLUS_ABI_VERSION is bumped on any incompatible change.
  *
  * Active Access (docs/activeaccess.md): the module is an emulated IOMMU
@@ -24,7 +29,7 @@
 #include <linux/types.h>
 
 #define RDMAPLUS_DEVICE_NAME	"rdmaplus"
-#define RDMAPLUS_ABI_VERSION	9
+#define RDMAPLUS_ABI_VERSION	10
 
 #define RDMAPLUS_IOC_MAGIC	0xb7
 
@@ -333,8 +338,9 @@ struct rdmaplus_rvma_window_state {
 	 RDMAPLUS_RVMA_MBVA_OFF_BITS | (off))
 /* Every mailbox key has these bits: rxe has no region or memory window
  * with such a key, so a write the module does not translate is refused.
+ * The other 28 bits are drawn at random (ABI 10).
  */
-#define RDMAPLUS_RVMA_MBKEY_MASK	0xf00000ffU
+#define RDMAPLUS_RVMA_MBKEY_MASK	0xf0000000U
 #define RDMAPLUS_RVMA_MBKEY_BITS	0xf0000000U
 
 /**
