@@ -110,12 +110,42 @@ u8 *rdmaplus_rxe_pkt_writable(struct sk_buff *skb, unsigned int len);
 /* make the hooked function return value at once */
 void rdmaplus_rxe_return(struct pt_regs *regs, unsigned long value);
 
-/* rxe's functions, valid while hooked; calls from the module are not
+/* the atomic hook: refuse the operation; the value it would operate on */
+void rdmaplus_rxe_refuse_atomic(struct pt_regs *regs);
+u64 rdmaplus_rxe_atomic_value(struct pt_regs *regs);
+
+/* rxe's rxe_mr_copy, valid while hooked; calls from the module are not
  * hooked
  */
 extern int (*rdmaplus_rxe_mr_copy)(void *mr, u64 iova, void *addr,
 				   int length, int dir);
-extern void *(*rdmaplus_rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
+
+/* ---- kernel interfaces that changed between the kernels we build for ---- */
+
+#include <linux/eventfd.h>
+#include <linux/hrtimer.h>
+#include <linux/version.h>
+
+static inline void rdmaplus_eventfd_signal(struct eventfd_ctx *ctx)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 8, 0)
+	eventfd_signal(ctx);
+#else
+	eventfd_signal(ctx, 1);
+#endif
+}
+
+static inline void rdmaplus_hrtimer_setup(struct hrtimer *t,
+					  enum hrtimer_restart (*fn)(struct hrtimer *),
+					  clockid_t clock, enum hrtimer_mode mode)
+{
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+	hrtimer_setup(t, fn, clock, mode);
+#else
+	hrtimer_init(t, clock, mode);
+	t->function = fn;
+#endif
+}
 
 /* ---- rdmaplus_aa.c: Active Access ---- */
 

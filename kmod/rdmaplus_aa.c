@@ -188,7 +188,7 @@ static void aa_signal(struct aa_domain *d)
 	if (d->flags & RDMAPLUS_AA_NOTIFY_F_ADAPTIVE)
 		d->signalled = ktime_get();
 	if (d->evt)
-		eventfd_signal(d->evt, 1);
+		rdmaplus_eventfd_signal(d->evt);
 	wake_up_interruptible(&d->ctx->wq);
 }
 
@@ -596,13 +596,8 @@ static bool aa_atomic(struct pt_regs *regs)
 		bool data = s[0].bits & (RDMAPLUS_AA_WLD | RDMAPLUS_AA_RLD);
 
 		s[0].elen = aa_entry_len(data ? 8 : 0);
-		if (data) {
-			u64 *va;
-
-			va = rdmaplus_rxe_iova_to_vaddr((void *)regs->di, regs->si, 8);
-			if (va)
-				value = READ_ONCE(*va);
-		}
+		if (data)
+			value = rdmaplus_rxe_atomic_value(regs);
 		aa_lock_domains(s, 1, &flags);
 		if (!aa_room(s, 1)) {
 			s[0].d->ring->refused++;
@@ -621,11 +616,11 @@ static bool aa_atomic(struct pt_regs *regs)
 out:
 	if (!refuse)
 		return m;
-	/* NULL from iova_to_vaddr: the requester gets a NAK (remote invalid
-	 * request); nothing is printed and memory is untouched.
+	/* the requester gets a NAK (remote invalid request); nothing is
+	 * printed and memory is untouched
 	 */
 	atomic64_inc(&aa_st.refused_atomics);
-	rdmaplus_rxe_return(regs, 0);
+	rdmaplus_rxe_refuse_atomic(regs);
 	return true;
 }
 
@@ -819,8 +814,8 @@ static long aa_domain_create(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 	d->area = (u8 *)d->ring + PAGE_SIZE;
 	d->size = c.log_size;
 	spin_lock_init(&d->lock);
-	hrtimer_init(&d->timer, CLOCK_MONOTONIC, HRTIMER_MODE_ABS_SOFT);
-	d->timer.function = aa_timer_fn;
+	rdmaplus_hrtimer_setup(&d->timer, aa_timer_fn, CLOCK_MONOTONIC,
+			       HRTIMER_MODE_ABS_SOFT);
 	d->ring->size = c.log_size;
 	d->ring->data_offset = PAGE_SIZE;
 	d->ring->domain = id;

@@ -85,8 +85,13 @@
 #include <linux/uaccess.h>
 #include <linux/vmalloc.h>
 #include <linux/workqueue.h>
+#include <linux/version.h>
 #include <linux/xarray.h>
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0)
+#include <linux/unaligned.h>
+#else
 #include <asm/unaligned.h>
+#endif
 #include <rdma/ib_verbs.h>
 
 #include "uapi/rdmaplus.h"
@@ -564,7 +569,7 @@ out:
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (wake)
-		eventfd_signal(ctx->evt, 1);
+		rdmaplus_eventfd_signal(ctx->evt);
 	return true;
 pass:
 	spin_unlock_irqrestore(&ctx->lock, flags);
@@ -780,7 +785,7 @@ static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (wake)
-		eventfd_signal(ctx->evt, 1);
+		rdmaplus_eventfd_signal(ctx->evt);
 out:
 	rcu_read_unlock();
 }
@@ -1497,7 +1502,7 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (wake)
-		eventfd_signal(ctx->evt, 1);
+		rdmaplus_eventfd_signal(ctx->evt);
 	if (!ended)
 		ret = -ENOENT;
 out:

@@ -41,8 +41,10 @@
  * arguments are read from the x86-64 argument registers (rdi, rsi, rdx,
  * rcx, r8):
  *   rxe_mr_copy(mr, iova, addr, length, dir)   dir 0: into the region
- *   iova_to_vaddr(mr, iova, length)            incoming atomics
- *   rxe_responder(qp)                          one responder run
+ *   the atomic: 6.1 iova_to_vaddr(mr, iova, length) (NULL refuses it),
+ *     6.12 and later rxe_mr_do_atomic_op(mr, iova, opcode, compare,
+ *     swap_add, orig) (a resp_states value refuses it)
+ *   the responder's run: rxe_responder(qp), 6.12 rxe_receiver(qp)
  *   rxe_resp_queue_pkt(qp, skb)                every request packet
  *   rxe_dereg_mr(ibmr, udata)                  deregistration
  * copy_data's extent tells local transfers from the responder's. The
@@ -54,7 +56,7 @@
  * offsets are probed, not assumed.
  */
 enum rxe_fn {
-	RXE_FN_MR_COPY, RXE_FN_IOVA_TO_VADDR, RXE_FN_COPY_DATA,
+	RXE_FN_MR_COPY, RXE_FN_ATOMIC, RXE_FN_COPY_DATA,
 	RXE_FN_DEREG_MR, RXE_FN_RESPONDER, RXE_FN_RESP_QUEUE_PKT,
 	RXE_FN_POOL_GET_INDEX, RXE_FN_ELEM_PUT, RXE_NFN
 };
@@ -64,23 +66,52 @@ struct rxe_table {
 	const char *fn[RXE_NFN];
 	/* offsetof(struct rxe_pkt_info, hdr): rxe's packet info in skb->cb */
 	unsigned int pkt_hdr;
+	/* the atomic hook's function returns the target's address (6.1) or
+	 * does the operation; refusing it makes it return atomic_refuse
+	 */
+	bool atomic_vaddr;
+	unsigned long atomic_refuse;
 };
+
+#define RXE_FNS(atomic, responder) { \
+	[RXE_FN_MR_COPY] = "rxe_mr_copy", \
+	[RXE_FN_ATOMIC] = atomic, \
+	[RXE_FN_COPY_DATA] = "copy_data", \
+	[RXE_FN_DEREG_MR] = "rxe_dereg_mr", \
+	[RXE_FN_RESPONDER] = responder, \
+	[RXE_FN_RESP_QUEUE_PKT] = "rxe_resp_queue_pkt", \
+	[RXE_FN_POOL_GET_INDEX] = "rxe_pool_get_index", \
+	[RXE_FN_ELEM_PUT] = "__rxe_put", \
+}
 
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 1, 0) && \
 	LINUX_VERSION_CODE < KERNEL_VERSION(6, 2, 0)	/* Debian 12 */
 static const struct rxe_table rxe_table = {
 	.kernel = "6.1",
-	.fn = {
-		[RXE_FN_MR_COPY] = "rxe_mr_copy",
-		[RXE_FN_IOVA_TO_VADDR] = "iova_to_vaddr",
-		[RXE_FN_COPY_DATA] = "copy_data",
-		[RXE_FN_DEREG_MR] = "rxe_dereg_mr",
-		[RXE_FN_RESPONDER] = "rxe_responder",
-		[RXE_FN_RESP_QUEUE_PKT] = "rxe_resp_queue_pkt",
-		[RXE_FN_POOL_GET_INDEX] = "rxe_pool_get_index",
-		[RXE_FN_ELEM_PUT] = "__rxe_put",
-	},
+	.fn = RXE_FNS("iova_to_vaddr", "rxe_responder"),
 	.pkt_hdr = 24,
+	.atomic_vaddr = true,
+	.atomic_refuse = 0,		/* NULL: RESPST_ERR_MISALIGNED_ATOMIC */
+};
+
+#define RXE_TABLE (&rxe_table)
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(6, 12, 0) && \
+	LINUX_VERSION_CODE < KERNEL_VERSION(6, 13, 0)	/* Debian 13 */
+static const struct rxe_table rxe_table = {
+	.kernel = "6.12",
+	.fn = RXE_FNS("rxe_mr_do_atomic_op", "rxe_receiver"),
+	.pkt_hdr = 24,
+	.atomic_refuse = 19,		/* RESPST_ERR_MISALIGNED_ATOMIC */
+};
+
+#define RXE_TABLE (&rxe_table)
+#elif LINUX_VERSION_CODE >= KERNEL_VERSION(7, 2, 0) && \
+	LINUX_VERSION_CODE < KERNEL_VERSION(7, 4, 0)	/* sid, backports */
+static const struct rxe_table rxe_table = {
+	.kernel = "7.2",
+	.fn = RXE_FNS("rxe_mr_do_atomic_op", "rxe_receiver"),
+	.pkt_hdr = 24,
+	.atomic_refuse = 19,		/* RESPST_ERR_MISALIGNED_ATOMIC */
 };
 
 #define RXE_TABLE (&rxe_table)
@@ -95,7 +126,7 @@ static unsigned long rxe_fn[RXE_NFN];
 static unsigned long rxe_copy_data_size;
 int (*rdmaplus_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length,
 			    int dir);
-void *(*rdmaplus_rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
+static void *(*rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
 
 static long rxe_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
 static bool rxe_layout_bad;		/* a probe failed on some device */
@@ -141,6 +172,28 @@ void rdmaplus_rxe_return(struct pt_regs *regs, unsigned long value)
 {
 	regs->ax = value;
 	regs->ip = (unsigned long)rdmaplus_rxe_skip;
+}
+
+/* Refuse the atomic of the hooked call: the requester gets a NAK (remote
+ * invalid request), memory is untouched.
+ */
+void rdmaplus_rxe_refuse_atomic(struct pt_regs *regs)
+{
+	rdmaplus_rxe_return(regs, rxe_tab->atomic_refuse);
+}
+
+/* The 8 bytes the hooked atomic is about to operate on (0 if unknown). */
+u64 rdmaplus_rxe_atomic_value(struct pt_regs *regs)
+{
+	u64 v = 0, *va;
+
+	if (rxe_tab->atomic_vaddr) {
+		va = rxe_iova_to_vaddr((void *)regs->di, regs->si, 8);
+		return va ? READ_ONCE(*va) : 0;
+	}
+	if (rdmaplus_rxe_mr_copy((void *)regs->di, regs->si, &v, 8, 1))
+		return 0;
+	return v;
 }
 
 /* ---- symbols ---------------------------------------------------------- */
@@ -662,7 +715,7 @@ static struct rxe_hook rxe_hooks[] = {
 	RXE_HOOK(RXE_FN_DEREG_MR, rxe_dereg_pre),
 	RXE_HOOK(RXE_FN_RESPONDER, rxe_resp_pre),
 	RXE_HOOK(RXE_FN_MR_COPY, rxe_copy_pre),
-	RXE_HOOK(RXE_FN_IOVA_TO_VADDR, rxe_atomic_pre),
+	RXE_HOOK(RXE_FN_ATOMIC, rxe_atomic_pre),
 	RXE_HOOK(RXE_FN_RESP_QUEUE_PKT, rxe_queue_pre),
 };
 
@@ -694,7 +747,7 @@ static int rxe_hook(struct module *owner)
 	memcpy(rxe_fn, fn, sizeof(fn));
 	rxe_copy_data_size = size;
 	rdmaplus_rxe_mr_copy = (void *)fn[RXE_FN_MR_COPY];
-	rdmaplus_rxe_iova_to_vaddr = (void *)fn[RXE_FN_IOVA_TO_VADDR];
+	rxe_iova_to_vaddr = (void *)fn[RXE_FN_ATOMIC];
 	for (i = 0; i < ARRAY_SIZE(rxe_hooks); i++) {
 		struct rxe_hook *h = &rxe_hooks[i];
 
