@@ -637,7 +637,7 @@ static void aa_mr_unlink(struct aa_mr *m)
 {
 	WRITE_ONCE(m->dead, true);
 	hash_del_rcu(&m->hnode);
-	list_del(&m->node);
+	list_del_rcu(&m->node);
 	atomic64_sub(m->narmed, &aa_st.pages);
 	aa_nr_mrs--;
 }
@@ -849,36 +849,50 @@ err_count:
 	return ret;
 }
 
-/* Disarm every page of domain id (0: all) in [first, last) of ctx's MRs. */
+/*
+ * Disarm every page of domain id (0: all) in [first, last) of ctx's MRs
+ * (only: of that one). aa_mutex held, so no arm changes the pages
+ * meanwhile; the walk over them, as long as a region is large, runs with
+ * interrupts on (the hooks read the policy words locklessly), and only the
+ * counts and the unlinking of a region left without armed pages take
+ * aa_lock. A region the dereg hook unlinks meanwhile stays readable until
+ * the RCU read side ends.
+ */
 static void aa_disarm_pages(struct rdmaplus_aa_ctx *ctx, struct aa_mr *only,
 			    u32 id, u64 first, u64 last)
 {
-	struct aa_mr *m, *tmp;
 	unsigned long flags;
-	u64 i;
+	struct aa_mr *m;
+	u64 i, from, to, n;
 
-	spin_lock_irqsave(&aa_lock, flags);
-	list_for_each_entry_safe(m, tmp, &ctx->mrs, node) {
-		if (only && m != only)
+	lockdep_assert_held(&aa_mutex);
+	rcu_read_lock();
+	list_for_each_entry_rcu(m, &ctx->mrs, node) {
+		if ((only && m != only) || READ_ONCE(m->dead))
 			continue;
-		for (i = 0; i < m->npages; i++) {
-			u64 pg = m->first_page + i;
-			u32 pol = m->pages[i];
+		from = max(first, m->first_page) - m->first_page;
+		to = min(last, m->first_page + m->npages);
+		to = to > m->first_page ? to - m->first_page : 0;
+		for (i = from, n = 0; i < to; i++) {
+			u32 pol = READ_ONCE(m->pages[i]);
 
-			if (!pol || pg < first || pg >= last)
-				continue;
-			if (id && AA_POL_DOMAIN(pol) != id)
+			if (!pol || (id && AA_POL_DOMAIN(pol) != id))
 				continue;
 			WRITE_ONCE(m->pages[i], 0);
-			m->narmed--;
-			atomic64_dec(&aa_st.pages);
+			n++;
 		}
-		if (!m->narmed) {
-			aa_mr_unlink(m);
-			call_rcu(&m->rcu, aa_mr_free_rcu);
+		spin_lock_irqsave(&aa_lock, flags);
+		if (!m->dead) {
+			m->narmed -= n;
+			atomic64_sub(n, &aa_st.pages);
+			if (!m->narmed) {
+				aa_mr_unlink(m);
+				call_rcu(&m->rcu, aa_mr_free_rcu);
+			}
 		}
+		spin_unlock_irqrestore(&aa_lock, flags);
 	}
-	spin_unlock_irqrestore(&aa_lock, flags);
+	rcu_read_unlock();
 }
 
 /*
@@ -1078,7 +1092,7 @@ static long aa_arm(struct rdmaplus_aa_ctx *ctx, void __user *arg)
 		m = fresh;
 		fresh = NULL;
 		hash_add_rcu(aa_mrs, &m->hnode, (unsigned long)rmr);
-		list_add_tail(&m->node, &ctx->mrs);
+		list_add_tail_rcu(&m->node, &ctx->mrs);
 		aa_nr_mrs++;
 	}
 	for (i = first; i < last; i++) {
