@@ -4,6 +4,7 @@
  *
  *   rdmaplus_main.c  the device, ioctl dispatch, sysfs root, feature flags
  *   rdmaplus_acct.c  memlock charges and per-user caps
+ *   rdmaplus_btf.c   member offsets from a module's BTF
  *   rdmaplus_rxe.c   the rxe layer: symbols, hooks, layout, region lookup
  *   rdmaplus_rvma.c  counted mailboxes (RVMA), a consumer of the hooks
  *   rdmaplus_aa.c    Active Access, a consumer of the hooks
@@ -56,6 +57,12 @@ int rdmaplus_user_take(struct rdmaplus_user *u, enum rdmaplus_res res);
 void rdmaplus_user_give(struct rdmaplus_user *u, enum rdmaplus_res res);
 long rdmaplus_charge(struct rdmaplus_user *u, unsigned long pages);
 void rdmaplus_uncharge(struct rdmaplus_user *u, unsigned long pages);
+
+/* ---- rdmaplus_btf.c ---- */
+
+/* offsetof(struct sname, member) in module's BTF, or -ENOENT, -EINVAL */
+long rdmaplus_btf_offset(const char *module, const char *sname,
+			 const char *member);
 
 /* ---- rdmaplus_rxe.c ---- */
 

@@ -129,6 +129,7 @@ int (*rdmaplus_rxe_mr_copy)(void *mr, u64 iova, void *addr, int length,
 static void *(*rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
 
 static long rxe_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
+static unsigned int rxe_pkt_hdr;	/* offsetof(struct rxe_pkt_info, hdr) */
 static bool rxe_layout_bad;		/* a probe failed on some device */
 static bool rxe_symbols_ok;		/* found at load */
 
@@ -297,17 +298,36 @@ struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr)
 	return (struct ib_mr *)((u8 *)rxe_mr + READ_ONCE(rxe_ibmr_off));
 }
 
-/* Find where the ib_mr sits in struct rxe_mr, on a region of ours. */
+/*
+ * Find where the ib_mr sits in struct rxe_mr, on a region of ours: where
+ * rdma_rxe's BTF says, checked on the region, or else by a scan for the
+ * pool element in front of it. Also take rxe_pkt_info's BTH pointer from
+ * the BTF where it says (the table's value otherwise).
+ */
 static bool rxe_probe_ibmr(struct ib_mr *mr)
 {
 	long off;
 
 	if (rxe_ibmr_off >= 0)
 		return rxe_is_mr(mr, (u8 *)mr - rxe_ibmr_off);
+	off = rdmaplus_btf_offset("rdma_rxe", "rxe_pkt_info", "hdr");
+	if (off >= 0 && off + sizeof(void *) <= sizeof_field(struct sk_buff, cb))
+		rxe_pkt_hdr = off;
+	off = rdmaplus_btf_offset("rdma_rxe", "rxe_mr", "ibmr");
+	if (off >= 0) {
+		if (!rxe_is_mr(mr, (u8 *)mr - off)) {
+			pr_err("rdma_rxe's BTF puts rxe_mr.ibmr at %ld, but no pool element is there\n",
+			       off);
+			return false;
+		}
+		WRITE_ONCE(rxe_ibmr_off, off);
+		pr_info("rxe_mr.ibmr at offset %ld (BTF, checked)\n", off);
+		return true;
+	}
 	for (off = 24; off <= 512; off += 8) {
 		if (rxe_is_mr(mr, (u8 *)mr - off)) {
 			WRITE_ONCE(rxe_ibmr_off, off);
-			pr_info("rxe_mr.ibmr at offset %ld\n", off);
+			pr_info("rxe_mr.ibmr at offset %ld (probed: no BTF)\n", off);
 			return true;
 		}
 	}
@@ -599,7 +619,7 @@ void rdmaplus_rxe_source(u32 *qpn, u32 *src_qpn)
  */
 u8 *rdmaplus_rxe_pkt_writable(struct sk_buff *skb, unsigned int len)
 {
-	u8 **hdr = (u8 **)(skb->cb + rxe_tab->pkt_hdr);
+	u8 **hdr = (u8 **)(skb->cb + rxe_pkt_hdr);
 
 	if (*hdr != skb->data)
 		return NULL;	/* not the layout we know */
@@ -834,6 +854,8 @@ int rdmaplus_rxe_init(void)
 			LINUX_VERSION_CODE >> 16, (LINUX_VERSION_CODE >> 8) & 0xff);
 	else
 		rxe_symbols_ok = !rxe_resolve(NULL, fn, &size);
+	if (rxe_tab)
+		rxe_pkt_hdr = rxe_tab->pkt_hdr;
 	ret = ib_register_client(&rxe_client);
 	if (ret)
 		pr_err("cannot register the ib client: %d\n", ret);

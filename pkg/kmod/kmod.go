@@ -39,9 +39,10 @@ var (
 	// older than this package and refused a structure it does not know
 	// (E2BIG).
 	ErrABI = errors.New("kmod: module ABI mismatch")
-	// ErrNotSupported: the module does not recognise this kernel's rxe,
-	// so Active Access cannot be armed (EOPNOTSUPP).
-	ErrNotSupported = errors.New("kmod: active access not supported by the running module")
+	// ErrNotSupported: the module does not recognise this kernel's rxe
+	// (or rdma_rxe is not loaded), so what needs its hooks, arming pages
+	// and counted mailboxes, is refused (EOPNOTSUPP). Version says so too.
+	ErrNotSupported = errors.New("kmod: the running module does not recognise this kernel's rxe (RVMA and Active Access off)")
 	// ErrNotOwner: the memory region belongs to another /dev/rdmaplus
 	// file (EBUSY). Another process's region is reported as ErrNoRegion,
 	// the same as no region at all, so that keys cannot be probed.
