@@ -253,3 +253,44 @@ func TestLabMailboxGuard(t *testing.T) {
 		t.Fatalf("a write into a region registered after the guarded one went: %v", err)
 	}
 }
+
+// Writes to a window's mailbox key count against the window only from QPs
+// of its buffers' protection domain: another PD's QP (another user's, say)
+// writing to a generation never posted is refused by rxe all the same,
+// counted in the module's untranslated, and leaves the owner's refused
+// count alone.
+func TestLabMailboxForeignPD(t *testing.T) {
+	labenv.Device(t)
+	d := openDev(t)
+	mb := newMailboxes(t, d, 1, 2)
+	id, key := newMailboxWindow(t, mb, kmod.CountBytes)
+	own := mbPair(t, 2, verbs.MTU1024)
+	foreign := mbPair(t, 2, verbs.MTU1024)
+	if err := mb.Guard(own.key()); err != nil {
+		t.Fatal(err)
+	}
+	mustPost(t, mb, id, kmod.MailboxPost{Key: own.key(), IOVA: own.addr(0), Length: page, Threshold: page, Gen: 0, Record: 0})
+	before := mbStats(t)
+	if err := foreign.writeKey(0, mbAddr(t, 5, 0), key, pattern(8, 1)); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("another PD's write to the mailbox key: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	if r := mb.Refused(id); r != 0 {
+		t.Fatalf("another PD's write counted against the window: refused %d", r)
+	}
+	if st := mbStats(t); st.Untranslated != before.Untranslated+1 {
+		t.Fatalf("untranslated %d, want %d", st.Untranslated, before.Untranslated+1)
+	}
+	foreign.reconnect()
+	// another PD's write to the open generation is not translated either
+	if err := foreign.writeKey(0, mbAddr(t, 0, 0), key, pattern(8, 1)); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("another PD's write to the open generation: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	foreign.reconnect()
+	checkBytes(t, own, 0, make([]byte, page))
+	if err := own.writeKey(0, mbAddr(t, 5, 0), key, pattern(8, 1)); !errors.Is(err, verbs.WCRemAccessErr) {
+		t.Fatalf("the owner's write to a generation not posted: %v, want %v", err, verbs.WCRemAccessErr)
+	}
+	if r := mb.Refused(id); r != 1 {
+		t.Fatalf("the owner's refused write: window refused %d, want 1", r)
+	}
+}

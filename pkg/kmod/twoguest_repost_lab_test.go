@@ -116,7 +116,7 @@ func TestTwoGuestsRepostFork(t *testing.T) {
 		defer wg.Done()
 		pin(0)
 		for !stop.Load() {
-			if err := exec.Command("/bin/sh", "-c", ":").Run(); err != nil {
+			if err := exec.Command("true").Run(); err != nil {
 				t.Errorf("fork and exec: %v", err)
 				return
 			}
