@@ -30,6 +30,7 @@
 #include <linux/spinlock.h>
 #include <linux/uaccess.h>
 #include <linux/version.h>
+#include <asm/ibt.h>
 #include <asm/linkage.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/restrack.h>
@@ -165,6 +166,7 @@ void rdmaplus_rxe_skip(void);
 asm(".pushsection .text, \"ax\"\n"
 	".type rdmaplus_rxe_skip, @function\n"
 	"rdmaplus_rxe_skip:\n\t"
+	ASM_ENDBR
 	ASM_RET
 	".size rdmaplus_rxe_skip, .-rdmaplus_rxe_skip\n"
 	".popsection\n");
