@@ -68,6 +68,17 @@ type guest struct {
 	// the NIC stalled; it must not block (probeSet.run).
 	onNICStall func()
 	stallSeen  bool
+
+	// probeVCPUs, if set, looks at the guest's vCPUs through qemu's
+	// monitor and returns an account of them, and whether one had
+	// interrupts off throughout (probeVCPUs in vcpuprobe.go). The lab
+	// calls it before killing a guest that stopped answering; the verdict
+	// of a guest that hung or did not boot quotes the account, that of a
+	// guest stopped after its peer failed only when it had a vCPU with
+	// interrupts off.
+	probeVCPUs   func() (string, bool)
+	vcpus        string
+	vcpusIRQsOff bool
 }
 
 // Quoting a Go test's failure in the verdict: the lines before the first
@@ -386,6 +397,9 @@ func (g *guest) verdict(timeout time.Duration) string {
 	case stateStopped, statePeerFailed:
 		why = append(why, g.stopWhy)
 	}
+	if g.vcpus != "" && (g.state == stateHung || g.state == stateNoBoot || g.state == statePeerFailed && g.vcpusIRQsOff) {
+		why = append(why, g.vcpus)
+	}
 	switch {
 	case len(g.kernel) > 0:
 		why = append(why, fmt.Sprintf("kernel %s (%d report(s) in kmsg.log)", g.kernel[0], len(g.kernel)))
@@ -442,11 +456,12 @@ func (g *guest) nicStall() (msg string, other bool) {
 }
 
 // stoppedForPeer reports whether the guest was only stopped because another
-// guest failed (it has no failure of its own).
+// guest failed (it has no failure of its own: no kernel report, no vCPU
+// found with interrupts off).
 func (g *guest) stoppedForPeer() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.state == statePeerFailed && len(g.kernel) == 0 && len(g.bootReports) == 0
+	return g.state == statePeerFailed && len(g.kernel) == 0 && len(g.bootReports) == 0 && !g.vcpusIRQsOff
 }
 
 // failedEarly reports whether the guest has ended badly (used to stop its

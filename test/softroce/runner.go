@@ -332,6 +332,10 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 				})
 			}
 		}
+		if !interactive || i > 1 { // the first shell guest's monitor is its console
+			mon, path := monitorAddr(sockDir, i), filepath.Join(gdir, "vcpus.txt")
+			g.probeVCPUs = func() (string, bool) { return probeVCPUs(mon, path) }
+		}
 		args := qemuArgs(l, l.kernel, l.initrd, runDir, sockDir, token, i, smp, interactive && i == 1)
 		if err := startGuest(g, args, gdir, token, l.out, interactive && i == 1); err != nil {
 			return nil, err
@@ -403,7 +407,8 @@ func bootRetryReason(guests []*guest, timeout time.Duration) string {
 // indices since, which may have cured it. Every failure in a boot after
 // such a stall may be a wait on the dead link, so a failed run whose only
 // kernel reports are stalls is run again, unless a guest ended without
-// reporting (a panic, a crash). It returns the stalled guests' reports,
+// reporting (a panic, a crash) or was found with a vCPU stuck with
+// interrupts off. It returns the stalled guests' reports,
 // or "".
 func nicStallReason(guests []*guest, timeout time.Duration) string {
 	var stalls []string
@@ -414,7 +419,7 @@ func nicStallReason(guests []*guest, timeout time.Duration) string {
 			failed = true
 		}
 		g.mu.Lock()
-		crashed := g.state == stateNoReport
+		crashed := g.state == stateNoReport || g.vcpusIRQsOff
 		g.mu.Unlock()
 		switch {
 		case crashed, other:
@@ -496,8 +501,10 @@ func lockFile(path string) (func(), error) {
 // deadline or when ctx ends; once one guest has failed, the others get
 // failGrace to finish (they are usually waiting for it) and are then
 // stopped. The boot watchdog kills, bootWait after the start (0: never),
-// every guest that has not reported @@LAB-READY. When guest 1 is an
-// interactive shell, its exit dismisses the rest.
+// every guest that has not reported @@LAB-READY. Before the deadline, the
+// grace or the boot watchdog kills a guest, the lab looks at its vCPUs
+// (lookAtVCPUs). When guest 1 is an interactive shell, its exit dismisses
+// the rest.
 func waitGuests(ctx context.Context, guests []*guest, timeout, bootWait time.Duration, interactive bool, out *syncWriter) {
 	ended := make(chan *guest, len(guests))
 	for _, g := range guests {
@@ -534,6 +541,7 @@ func waitGuests(ctx context.Context, guests []*guest, timeout, bootWait time.Dur
 			}
 		case <-booted:
 			booted = nil
+			lookAtVCPUs(guests, func(g *guest) bool { return g.phase < phaseReady }, out)
 			var unbooted []string
 			for _, g := range guests {
 				if g.killUnbooted(bootWait) {
@@ -547,11 +555,16 @@ func waitGuests(ctx context.Context, guests []*guest, timeout, bootWait time.Dur
 				killAll(statePeerFailed, "stopped after "+strings.Join(unbooted, ", ")+" did not boot")
 			}
 		case <-grace:
+			// A guest that outlived its peer's failure may be the one
+			// that stopped answering (a peer's timeout is often the
+			// first sign of it).
+			lookAtVCPUs(guests, func(*guest) bool { return true }, out)
 			killAll(statePeerFailed, graceWhy)
 		case <-done:
 			done = nil
 			killAll(stateStopped, "interrupted")
 		case <-deadline.C:
+			lookAtVCPUs(guests, func(*guest) bool { return true }, out)
 			killAll(stateHung, "")
 		}
 	}
