@@ -52,6 +52,7 @@ type endOpts struct {
 	srq     *verbs.SRQ
 	pd      *verbs.PD
 	channel bool
+	access  verbs.Access // of the region; AccessAll if zero
 }
 
 func newEnd(t testing.TB, ctx *verbs.Context, o endOpts) *end {
@@ -89,7 +90,10 @@ func newEnd(t testing.TB, ctx *verbs.Context, o endOpts) *end {
 		Cap: verbs.QPCap{MaxSendWR: o.sendWR, MaxRecvWR: o.recvWR, MaxSendSGE: o.sge, MaxRecvSGE: o.sge, MaxInlineData: o.inline}}); err != nil {
 		t.Fatal(err)
 	}
-	if e.mr, err = e.pd.AllocMR(o.size, verbs.AccessAll); err != nil {
+	if o.access == 0 {
+		o.access = verbs.AccessAll
+	}
+	if e.mr, err = e.pd.AllocMR(o.size, o.access); err != nil {
 		t.Fatal(err)
 	}
 	if e.gid, err = ctx.RoCEv2GID(1, net.ParseIP(labenv.Addr())); err != nil {
