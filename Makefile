@@ -9,8 +9,10 @@ LAB     := $(GO) run ./test/softroce
 PKG     ?= ./pkg/verbs
 RUN     ?= .
 GUESTS  ?= 1
+# The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
+KERNEL  ?= bookworm
 
-.PHONY: all build setup vet unit lab test bench demo lab-test lab-shell clean
+.PHONY: all build setup vet unit lab test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -32,7 +34,13 @@ unit: setup
 
 # Every suite in test/softroce/suites, the lab's self-tests included.
 lab: setup
-	$(LAB) all
+	$(LAB) all -kernel $(KERNEL)
+
+# Every suite on every guest kernel (bookworm, trixie, sid), one after the
+# other; the first run on a machine also makes the trixie and sid build
+# chroots (about a minute each).
+test-kernels: setup
+	$(LAB) all -kernel all
 
 # go vet, host unit tests with -race, then every lab suite (in this order:
 # the Makefile runs serially, and setup runs once).
@@ -40,18 +48,18 @@ test: vet unit lab
 
 # Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
 bench: setup
-	$(LAB) bench
+	$(LAB) bench -kernel $(KERNEL)
 
 demo: setup
 	$(LAB) run test/softroce/demo/demo.sh
 
 # One package's lab tests: make lab-test PKG=./pkg/verbs RUN='TestWrite' GUESTS=2
 lab-test: setup
-	$(LAB) gotest -guests $(GUESTS) $(PKG) -test.run '$(RUN)' -test.v
+	$(LAB) gotest -kernel $(KERNEL) -guests $(GUESTS) $(PKG) -test.run '$(RUN)' -test.v
 
 # A shell in a booted guest: make lab-shell GUESTS=2 (Ctrl-A X quits).
 lab-shell: setup
-	$(LAB) shell -guests $(GUESTS)
+	$(LAB) shell -kernel $(KERNEL) -guests $(GUESTS)
 
 clean:
 	rm -rf build

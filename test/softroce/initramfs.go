@@ -153,12 +153,13 @@ func buildInitramfs(ctx context.Context, k *Kernel, cache string) (string, error
 		if err != nil || strings.HasPrefix(rel, "..") {
 			return "", fmt.Errorf("module %s outside the kernel tree %s", m, k.Root)
 		}
-		files = append(files, initramfsFile{src: m, dst: "/usr/" + rel})
+		// Compressed modules are unpacked into the archive (stageInitramfs).
+		files = append(files, initramfsFile{src: m, dst: "/usr/" + plainModuleName(rel)})
 	}
 	var modList strings.Builder
 	for _, m := range mods {
 		rel, _ := filepath.Rel(k.Root, m)
-		fmt.Fprintf(&modList, "/usr/%s\n", rel)
+		fmt.Fprintf(&modList, "/usr/%s\n", plainModuleName(rel))
 	}
 
 	key, err := initramfsKey(k, files, modList.String())
@@ -234,7 +235,11 @@ func stageInitramfs(stage string, files []initramfsFile, modList string) error {
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
 		}
-		if err := copyFile(f.src, dst); err != nil {
+		if unpack, _ := moduleCompression(f.src); unpack != nil {
+			if err := unpackFile(unpack, f.src, dst); err != nil {
+				return err
+			}
+		} else if err := copyFile(f.src, dst); err != nil {
 			return err
 		}
 		if strings.HasSuffix(dst, ".ko") {
@@ -259,6 +264,31 @@ func stageInitramfs(stage string, files []initramfsFile, modList string) error {
 		if err := os.WriteFile(filepath.Join(stage, name), []byte(content), mode); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// unpackFile decompresses src into dst with the command unpack (e.g. xz -dc).
+func unpackFile(unpack []string, src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(unpack[0], unpack[1:]...)
+	cmd.Stdin, cmd.Stdout = in, out
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", strings.Join(unpack, " "), src, err, stderr.String())
 	}
 	return nil
 }

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 )
 
@@ -22,6 +22,9 @@ type Kernel struct {
 	ABI     string // e.g. "6.1.0-56-amd64"
 	Root    string // unpacked image: boot/vmlinuz-ABI and lib/modules/ABI
 	Headers string // the kbuild tree: make -C Headers M=dir modules
+	// Chroot, when set, is the build chroot that Headers is a path in:
+	// modules are built inside it (buildModule).
+	Chroot string
 }
 
 // Vmlinuz is the path of the compressed kernel image.
@@ -42,64 +45,88 @@ func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 // ModDir is the unpacked /lib/modules/ABI.
 func (k *Kernel) ModDir() string { return filepath.Join(k.Root, "lib", "modules", k.ABI) }
 
-// A kernelFlavour knows where one kind of guest kernel comes from. Only
-// Debian 12's is defined; a trixie kernel (6.12, or 7.x with rxe ODP) would be
-// another flavour whose headers are installed into, and whose modules are
-// built inside, a trixie chroot.
+// A kernelFlavour knows where one kind of guest kernel comes from and how
+// modules are built for it.
 type kernelFlavour struct {
 	imageMeta   string // metapackage naming the current image
 	headersMeta string // metapackage naming the matching headers
-	// prepare installs what building modules for abi needs and returns the
-	// build tree.
-	prepare func(ctx context.Context, abi string) (string, error)
+	// suites, when set, are the Debian suites the kernel comes from, read
+	// through the lab's own apt configuration (privateApt) on the host's
+	// mirror; when unset, the host's apt sources.
+	suites []string
+	// chroot, when set, is the Debian suite of the build chroot (made with
+	// debootstrap, chroot.go) into which the headers are unpacked and in
+	// which modules are built; when unset, the headers are installed on the
+	// host and modules built there.
+	chroot string
 }
 
 var kernelFlavours = map[string]kernelFlavour{
-	"bookworm": {
-		imageMeta:   "linux-image-amd64",
-		headersMeta: "linux-headers-amd64",
-		prepare: func(ctx context.Context, abi string) (string, error) {
-			// The headers go on the host: Debian built this kernel with the
-			// host's gcc 12, and the kbuild tree refers to absolute paths.
-			if err := ensurePackages(ctx, "linux-headers-"+abi); err != nil {
-				return "", err
-			}
-			return "/usr/src/linux-headers-" + abi, nil
-		},
+	// Debian 12, 6.1: Debian built it with the host's gcc 12, and its kbuild
+	// tree refers to absolute paths, so the headers go on the host.
+	"bookworm": {imageMeta: "linux-image-amd64", headersMeta: "linux-headers-amd64"},
+	// Debian 13, 6.12, built with trixie's gcc 14.
+	"trixie": {
+		imageMeta: "linux-image-amd64", headersMeta: "linux-headers-amd64",
+		suites: []string{"trixie", "trixie-updates", "trixie-security"},
+		chroot: "trixie",
+	},
+	// Debian unstable, 7.x (rxe with ODP), built with sid's compiler (gcc 16
+	// at 7.2), so its modules are built in a sid chroot.
+	"sid": {
+		imageMeta: "linux-image-amd64", headersMeta: "linux-headers-amd64",
+		suites: []string{"sid"},
+		chroot: "sid",
 	},
 }
 
-func kernelNames() string {
-	var names []string
-	for n := range kernelFlavours {
-		names = append(names, n)
+// kernelOrder lists the flavours from oldest to newest.
+var kernelOrder = []string{"bookworm", "trixie", "sid"}
+
+func kernelNames() string { return strings.Join(kernelOrder, ", ") }
+
+// aptFor returns the flavour's private apt configuration, or nil for the
+// host's.
+func aptFor(fl kernelFlavour, name, cache string) (*privateApt, error) {
+	if fl.suites == nil {
+		return nil, nil
 	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+	return newPrivateApt(cache, name, fl.suites)
 }
 
 // resolveABI asks apt which ABI the flavour's metapackages point at now,
 // refreshing apt's lists once when they are stale. The answer is remembered
 // in memo for as long as apt's lists are unchanged (apt-cache takes over a
 // second to load its cache).
-func resolveABI(ctx context.Context, fl kernelFlavour, memo string) (string, error) {
-	if err := aptUpdate(ctx, false); err != nil {
-		return "", err
+func resolveABI(ctx context.Context, fl kernelFlavour, apt *privateApt, memo string) (string, error) {
+	var state string
+	var aptArgs []string
+	if apt == nil {
+		if err := aptUpdate(ctx, false); err != nil {
+			return "", err
+		}
+		state = aptListsState()
+	} else {
+		if err := apt.update(ctx, false); err != nil {
+			return "", err
+		}
+		state = listsState(apt.listsDir())
+		aptArgs = apt.args()
 	}
-	state := aptListsState()
 	if b, err := os.ReadFile(memo); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 && f[0] == state {
 			return f[1], nil
 		}
 	}
-	out, err := output(ctx, "apt-cache", "depends", "--no-recommends", "--no-suggests", fl.imageMeta, fl.headersMeta)
+	args := append(aptArgs, "depends", "--no-recommends", "--no-suggests", fl.imageMeta, fl.headersMeta)
+	out, err := output(ctx, "apt-cache", args...)
 	if err != nil {
 		return "", fmt.Errorf("resolving the kernel ABI: %w", err)
 	}
 	var abi [2]string
 	for i, meta := range []string{fl.imageMeta, fl.headersMeta} {
 		prefix := strings.TrimSuffix(meta, "amd64")
-		if abi[i], err = parseMetaDepends(out, prefix); err != nil {
+		if abi[i], err = parseMetaDepends(metaStanza(out, meta), prefix); err != nil {
 			return "", fmt.Errorf("resolving the kernel ABI from %s: %w", meta, err)
 		}
 	}
@@ -112,24 +139,55 @@ func resolveABI(ctx context.Context, fl kernelFlavour, memo string) (string, err
 	return abi[0], nil
 }
 
+// metaStanza returns the part of `apt-cache depends A B` output that is
+// about package pkg: its name line and the indented lines below it.
+func metaStanza(out, pkg string) string {
+	var b strings.Builder
+	in := false
+	for _, line := range strings.Split(out, "\n") {
+		if line != "" && line[0] != ' ' && line[0] != '\t' && line[0] != '|' {
+			in = strings.TrimSpace(line) == pkg
+		}
+		if in {
+			b.WriteString(line + "\n")
+		}
+	}
+	return b.String()
+}
+
 // getKernel returns the named guest kernel, fetching and unpacking the
-// current image into the cache unless it is already there. Images of ABIs
-// the archive has moved past are removed from the cache.
+// current image into the cache unless it is already there, and the tree
+// its modules are built against. Images of ABIs the archive has moved past
+// are removed from the cache.
 func getKernel(ctx context.Context, name, cache string) (*Kernel, error) {
 	fl, ok := kernelFlavours[name]
 	if !ok {
 		return nil, fmt.Errorf("unknown guest kernel %q (known: %s)", name, kernelNames())
 	}
-	abi, err := resolveABI(ctx, fl, filepath.Join(cache, "kernels", name, ".abi"))
+	apt, err := aptFor(fl, name, cache)
+	if err != nil {
+		return nil, err
+	}
+	abi, err := resolveABI(ctx, fl, apt, filepath.Join(cache, "kernels", name, ".abi"))
 	if err != nil {
 		return nil, err
 	}
 	k := &Kernel{Name: name, ABI: abi, Root: filepath.Join(cache, "kernels", name, abi)}
-	if k.Headers, err = fl.prepare(ctx, abi); err != nil {
-		return nil, err
+	if fl.chroot == "" {
+		if err := ensurePackages(ctx, "linux-headers-"+abi); err != nil {
+			return nil, err
+		}
+		k.Headers = "/usr/src/linux-headers-" + abi
+	} else {
+		if k.Chroot, err = ensureChroot(ctx, cache, fl.chroot, sourcesFor(mustMirrors(), fl.suites, "")); err != nil {
+			return nil, err
+		}
+		if k.Headers, err = chrootHeaders(ctx, apt, k.Chroot, abi); err != nil {
+			return nil, err
+		}
 	}
 	if !fileExists(filepath.Join(k.Root, ".complete")) {
-		if err := fetchImage(ctx, fl, k); err != nil {
+		if err := fetchImage(ctx, fl, apt, k); err != nil {
 			return nil, err
 		}
 		pruneKernels(filepath.Dir(k.Root), abi)
@@ -142,7 +200,16 @@ func getKernel(ctx context.Context, name, cache string) (*Kernel, error) {
 	return k, nil
 }
 
-func fetchImage(ctx context.Context, fl kernelFlavour, k *Kernel) error {
+func mustMirrors() debianMirrors {
+	m, _ := hostMirrors() // aptFor already failed if there is none
+	return m
+}
+
+// fetchImage downloads linux-image-<abi> (and, from 7.x on, the packages it
+// is split into: linux-binary-, linux-modules- and linux-base-<abi>),
+// unpacks them, lays the tree out as boot/vmlinuz-ABI and lib/modules/ABI
+// whatever the package put where, and runs depmod on it.
+func fetchImage(ctx context.Context, fl kernelFlavour, apt *privateApt, k *Kernel) error {
 	pkg := strings.TrimSuffix(fl.imageMeta, "amd64") + k.ABI
 	logf("fetching guest kernel %s", pkg)
 	dl, err := os.MkdirTemp(filepath.Dir(k.Root), ".fetch-")
@@ -155,16 +222,37 @@ func fetchImage(ctx context.Context, fl kernelFlavour, k *Kernel) error {
 		}
 	}
 	defer os.RemoveAll(dl)
-	if err := run(ctx, dl, "apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", pkg); err != nil {
+	download := func(pkgs ...string) error {
+		if apt != nil {
+			return apt.download(ctx, dl, pkgs...)
+		}
+		return run(ctx, dl, "apt-get", append([]string{"download", "-q", "-o", "APT::Sandbox::User=root"}, pkgs...)...)
+	}
+	if err := download(pkg); err != nil {
 		return err
 	}
 	debs, _ := filepath.Glob(filepath.Join(dl, "*.deb"))
 	if len(debs) != 1 {
 		return fmt.Errorf("apt-get download %s left %d .deb files", pkg, len(debs))
 	}
-	tree := filepath.Join(dl, "root")
-	if err := run(ctx, "", "dpkg-deb", "-x", debs[0], tree); err != nil {
+	deps, err := output(ctx, "dpkg-deb", "-f", debs[0], "Depends")
+	if err != nil {
 		return err
+	}
+	if parts := abiParts(deps, k.ABI); len(parts) > 0 {
+		if err := download(parts...); err != nil {
+			return err
+		}
+		debs, _ = filepath.Glob(filepath.Join(dl, "*.deb"))
+	}
+	tree := filepath.Join(dl, "root")
+	for _, d := range debs {
+		if err := run(ctx, "", "dpkg-deb", "-x", d, tree); err != nil {
+			return err
+		}
+	}
+	if err := normaliseTree(tree, k.ABI); err != nil {
+		return fmt.Errorf("%s: %w", pkg, err)
 	}
 	// The package ships no modules.dep; depmod makes it for the unpacked tree.
 	if err := run(ctx, "", "depmod", "-b", tree, k.ABI); err != nil {
@@ -180,6 +268,30 @@ func fetchImage(ctx context.Context, fl kernelFlavour, k *Kernel) error {
 	return os.Rename(tree, k.Root)
 }
 
+// normaliseTree gives an unpacked kernel the layout the lab and the host's
+// depmod and modprobe expect: Debian 13 on puts the modules in
+// /usr/lib/modules (lib becomes a link to usr/lib, as on a merged-/usr
+// system), and 7.x its kernel at /usr/lib/modules/ABI/vmlinuz (moved to
+// boot/vmlinuz-ABI).
+func normaliseTree(tree, abi string) error {
+	if !fileExists(filepath.Join(tree, "lib")) && fileExists(filepath.Join(tree, "usr", "lib", "modules", abi)) {
+		if err := os.Symlink("usr/lib", filepath.Join(tree, "lib")); err != nil {
+			return err
+		}
+	}
+	if !fileExists(filepath.Join(tree, "lib", "modules", abi)) {
+		return fmt.Errorf("no lib/modules/%s", abi)
+	}
+	vmlinuz := filepath.Join(tree, "boot", "vmlinuz-"+abi)
+	if inMods := filepath.Join(tree, "lib", "modules", abi, "vmlinuz"); !fileExists(vmlinuz) && fileExists(inMods) {
+		if err := os.MkdirAll(filepath.Dir(vmlinuz), 0o755); err != nil {
+			return err
+		}
+		return os.Rename(inMods, vmlinuz)
+	}
+	return nil
+}
+
 // pruneKernels removes cached images other than keep.
 func pruneKernels(dir, keep string) {
 	ents, _ := os.ReadDir(dir)
@@ -192,9 +304,21 @@ func pruneKernels(dir, keep string) {
 }
 
 // moduleClosure returns, in load order, the module files (absolute paths in
-// k.Root) needed to load roots, as modprobe computes it from modules.dep.
+// k.Root, possibly compressed) needed to load roots, as modprobe computes
+// it from modules.dep. A root written "name?" is loaded only when the
+// kernel has it (as a module or built in).
 func moduleClosure(ctx context.Context, k *Kernel, roots []string) ([]string, error) {
-	args := append([]string{"-d", k.Root, "-S", k.ABI, "--show-depends", "-a"}, roots...)
+	var names []string
+	for _, r := range roots {
+		name, optional := strings.CutSuffix(r, "?")
+		if optional {
+			if _, err := output(ctx, "modprobe", "-d", k.Root, "-S", k.ABI, "--show-depends", name); err != nil {
+				continue
+			}
+		}
+		names = append(names, name)
+	}
+	args := append([]string{"-d", k.Root, "-S", k.ABI, "--show-depends", "-a"}, names...)
 	out, err := output(ctx, "modprobe", args...)
 	if err != nil {
 		return nil, err
@@ -204,11 +328,36 @@ func moduleClosure(ctx context.Context, k *Kernel, roots []string) ([]string, er
 		return nil, err
 	}
 	for _, m := range mods {
-		if ext := filepath.Ext(m); ext != ".ko" {
-			return nil, fmt.Errorf("module %s is compressed (%s): teach the initramfs builder to unpack it", m, ext)
+		if _, ok := moduleCompression(m); !ok && filepath.Ext(m) != ".ko" {
+			return nil, fmt.Errorf("module %s: unknown format", m)
 		}
 	}
 	return mods, nil
+}
+
+// moduleCompression returns the command that decompresses a compressed
+// module file (Debian 13 on ships them .ko.xz), or nil for a plain .ko;
+// ok is false for a name that is neither.
+func moduleCompression(name string) (cmd []string, ok bool) {
+	switch {
+	case strings.HasSuffix(name, ".ko"):
+		return nil, true
+	case strings.HasSuffix(name, ".ko.xz"):
+		return []string{"xz", "-dc"}, true
+	case strings.HasSuffix(name, ".ko.zst"):
+		return []string{"zstd", "-dcq"}, true
+	case strings.HasSuffix(name, ".ko.gz"):
+		return []string{"gzip", "-dc"}, true
+	}
+	return nil, false
+}
+
+// plainModuleName is a module file's name without its compression suffix.
+func plainModuleName(name string) string {
+	if i := strings.LastIndex(name, ".ko"); i >= 0 {
+		return name[:i+3]
+	}
+	return name
 }
 
 // buildModule compiles the out-of-tree module whose sources are in src
@@ -232,9 +381,16 @@ func buildModule(ctx context.Context, k *Kernel, src, out string) ([]string, err
 	if err != nil {
 		return nil, fmt.Errorf("staging module sources %s: %w", src, err)
 	}
-	cmd := exec.CommandContext(ctx, "make", "-s", "-C", k.Headers, "M="+out, "modules")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building %s against %s: %w\n%s", src, k.ABI, err, tail(string(b), 60))
+	if k.Chroot != "" {
+		// out is bind-mounted at /lab/build inside the chroot.
+		if _, err := chrootCmd(ctx, k.Chroot, out, "make", "-s", "-C", k.Headers, "M=/lab/build", "modules"); err != nil {
+			return nil, fmt.Errorf("building %s against %s (M=/lab/build is %s): %w", src, k.ABI, out, err)
+		}
+	} else {
+		cmd := exec.CommandContext(ctx, "make", "-s", "-C", k.Headers, "M="+out, "modules")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building %s against %s: %w\n%s", src, k.ABI, err, tail(string(b), 60))
+		}
 	}
 	kos, _ := filepath.Glob(filepath.Join(out, "*.ko"))
 	if len(kos) == 0 {
@@ -262,8 +418,33 @@ func copyIfChanged(src, dst string) error {
 	return os.WriteFile(dst, data, 0o644)
 }
 
-// xzMagic starts the xz stream inside a bzImage built with CONFIG_KERNEL_XZ.
-var xzMagic = []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}
+// bzImagePayload returns the compressed kernel inside a bzImage, as the
+// boot protocol's setup header locates it (setup_sects at 0x1f1,
+// payload_offset and payload_length at 0x248), without the 4-byte
+// decompressed size the build appends, and the command that decompresses
+// it (xz for Debian 12's kernels, zstd for 13's and later).
+func bzImagePayload(data []byte) ([]byte, []string, error) {
+	if len(data) < 0x250 || string(data[0x202:0x206]) != "HdrS" {
+		return nil, nil, fmt.Errorf("not a bzImage (no HdrS setup header)")
+	}
+	sects := int(data[0x1f1])
+	if sects == 0 {
+		sects = 4
+	}
+	off := (sects+1)*512 + int(binary.LittleEndian.Uint32(data[0x248:]))
+	n := int(binary.LittleEndian.Uint32(data[0x24c:]))
+	if n <= 4 || off+n > len(data) {
+		return nil, nil, fmt.Errorf("bzImage payload at %d+%d outside the file (%d bytes)", off, n, len(data))
+	}
+	p := data[off : off+n-4]
+	switch {
+	case bytes.HasPrefix(p, []byte{0xfd, '7', 'z', 'X', 'Z', 0x00}):
+		return p, []string{"xz", "-dc", "--single-stream"}, nil
+	case bytes.HasPrefix(p, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return p, []string{"zstd", "-dcq"}, nil
+	}
+	return nil, nil, fmt.Errorf("bzImage payload compressed with an unknown method (magic % x)", p[:min(len(p), 6)])
+}
 
 // extractVmlinux unpacks the ELF kernel from a bzImage (as the kernel's
 // scripts/extract-vmlinux does) and keeps it only if it is an ELF file with
@@ -273,12 +454,15 @@ func extractVmlinux(ctx context.Context, bzImage, dst string) error {
 	if err != nil {
 		return err
 	}
-	off := bytes.Index(data, xzMagic)
-	if off < 0 {
-		return fmt.Errorf("%s: no xz stream found", bzImage)
+	payload, unpack, err := bzImagePayload(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", bzImage, err)
 	}
-	cmd := exec.CommandContext(ctx, "xz", "-dc", "--single-stream")
-	cmd.Stdin = bytes.NewReader(data[off:])
+	if err := ensurePackages(ctx, map[string]string{"xz": "xz-utils", "zstd": "zstd"}[unpack[0]]); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, unpack[0], unpack[1:]...)
+	cmd.Stdin = bytes.NewReader(payload)
 	elfData, err := cmd.Output()
 	if err != nil {
 		return fmt.Errorf("unpacking %s: %w", bzImage, err)

@@ -54,6 +54,10 @@ commands:
   shell [flags]             boot guests and open a shell on guest 1 (Ctrl-A X quits)
   list                      list the suites with their settings
 
+-kernel bookworm|trixie|sid picks the guest kernel (Debian 12's 6.1 by default,
+13's 6.12, unstable's 7.x); run, all, bench, gotest and setup take several,
+comma-separated, or "all", and run everything on each in turn.
+
 Run "softroce COMMAND -h" for the flags.
 `)
 }
@@ -85,7 +89,7 @@ func (e usageError) Error() string { return e.msg }
 func dispatch(ctx context.Context, cmd string, args []string) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	l := &Lab{out: &syncWriter{w: os.Stdout}}
-	fs.StringVar(&l.KernelName, "kernel", "bookworm", "guest kernel flavour ("+kernelNames()+")")
+	kernelFlag := fs.String("kernel", defaultKernel, "guest kernel ("+kernelNames()+"); run, all, bench, gotest and setup also take several, comma-separated, or \"all\"")
 	fs.StringVar(&l.Cache, "cache", defaultCache(), "cache for guest kernels and initramfs archives")
 	fs.IntVar(&l.MemMiB, "mem", 1024, "guest memory in MiB")
 	fs.IntVar(&l.Smp, "smp", 0, "vCPUs per guest; 0: 2 for a single guest, 1 each for several (a suite's smp= overrides)")
@@ -110,6 +114,14 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 		return err
 	}
 	l.Root = root
+	kernels, err := parseKernels(*kernelFlag)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if len(kernels) > 1 && (cmd == "shell" || cmd == "list") {
+		return usageError{fmt.Sprintf("%s: -kernel takes one kernel", cmd)}
+	}
+	l.KernelName = kernels[0]
 	if guests < 1 || guests > maxGuests {
 		return usageError{fmt.Sprintf("-guests %d: want 1 to %d", guests, maxGuests)}
 	}
@@ -119,11 +131,14 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 
 	switch cmd {
 	case "setup":
-		if err := l.Prepare(ctx); err != nil {
-			return err
-		}
-		logf("ready: kernel %s %s, initramfs %s", l.kernel.Name, l.kernel.ABI, l.initrd)
-		return nil
+		return forKernels(ctx, l, kernels, func(l *Lab) error {
+			t0 := time.Now()
+			if err := l.Prepare(ctx); err != nil {
+				return err
+			}
+			logf("ready in %.1fs: kernel %s %s, initramfs %s", time.Since(t0).Seconds(), l.kernel.Name, l.kernel.ABI, l.initrd)
+			return nil
+		})
 	case "list":
 		var suites []*Suite
 		for _, dir := range []string{suitesDir, benchDir} {
@@ -165,7 +180,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 				s.Timeout = timeout
 			}
 		}
-		return runSuites(ctx, l, suites)
+		return forKernels(ctx, l, kernels, func(l *Lab) error { return runSuites(ctx, l, suites) })
 	case "gotest":
 		if fs.NArg() == 0 {
 			return usageError{"gotest: name a package, e.g. ./pkg/verbs"}
@@ -181,7 +196,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 		if timeout > 0 {
 			s.Timeout = timeout
 		}
-		return runSuites(ctx, l, []*Suite{s})
+		return forKernels(ctx, l, kernels, func(l *Lab) error { return runSuites(ctx, l, []*Suite{s}) })
 	case "shell":
 		if err := l.Prepare(ctx); err != nil {
 			return err
@@ -193,6 +208,72 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 		usage()
 		return usageError{fmt.Sprintf("unknown command %q", cmd)}
 	}
+}
+
+// defaultKernel is the guest kernel of a lab run without -kernel.
+const defaultKernel = "bookworm"
+
+// parseKernels reads the -kernel flag: one kernel flavour, several
+// separated by commas, or "all" (every flavour, oldest first).
+func parseKernels(v string) ([]string, error) {
+	if v == "all" {
+		return kernelOrder, nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range strings.Split(v, ",") {
+		k = strings.TrimSpace(k)
+		if _, ok := kernelFlavours[k]; !ok {
+			return nil, fmt.Errorf("-kernel %q: unknown guest kernel %q (known: %s, or all)", v, k, kernelNames())
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// forKernels runs f with a lab on each kernel in turn, going on after a
+// failure; with several kernels it ends with one line per kernel.
+func forKernels(ctx context.Context, l *Lab, kernels []string, f func(*Lab) error) error {
+	if len(kernels) == 1 {
+		return f(l)
+	}
+	var lines []string
+	failed := 0
+	for _, k := range kernels {
+		lk := *l
+		lk.KernelName = k
+		logf("=== kernel %s", k)
+		err := f(&lk)
+		line := "ok   kernel " + k
+		if err != nil {
+			failed++
+			line = fmt.Sprintf("FAIL kernel %s: %s", k, strings.SplitN(err.Error(), "\n", 2)[0])
+		}
+		lines = append(lines, line)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	fmt.Println()
+	for _, line := range lines {
+		fmt.Println(line)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d kernels failed", failed, len(kernels))
+	}
+	return nil
+}
+
+// runDirName is the directory under build/lab/runs that keeps a suite's
+// logs: its name on the default kernel, name@kernel on another.
+func runDirName(suite, kernel string) string {
+	if kernel == "" || kernel == defaultKernel {
+		return suite
+	}
+	return suite + "@" + kernel
 }
 
 func quoteArgs(args []string) string {

@@ -248,7 +248,7 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 	if err := l.buildGo(ctx, s); err != nil {
 		return nil, err
 	}
-	runDir := l.buildDir("lab", "runs", s.Name)
+	runDir := l.buildDir("lab", "runs", runDirName(s.Name, l.KernelName))
 	keep := ""
 	if attempt > 1 {
 		keep = fmt.Sprintf("attempt%d", attempt-1)
