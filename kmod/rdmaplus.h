@@ -110,6 +110,8 @@ bool rdmaplus_rxe_holds_ufile(const void *ufile);
 /* the struct rxe_mr around ibmr (NULL: layout check failed), and back */
 void *rdmaplus_rxe_mr_of(struct ib_mr *ibmr);
 struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr);
+/* whether the region lets remote peers write (its access flags) */
+bool rdmaplus_rxe_remote_write(struct ib_mr *ibmr);
 /* which QP the calling responder context serves (unchanged if unknown) */
 void rdmaplus_rxe_source(u32 *qpn, u32 *src_qpn);
 /* a request packet's first len bytes, writable in place (NULL: leave it) */

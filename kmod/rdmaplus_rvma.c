@@ -1718,8 +1718,8 @@ static long rvma_guard(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		goto out;
 	}
 	ret = -EINVAL;
-	if (!ibmr->rkey)
-		goto put;	/* no remote access: nothing to guard */
+	if (!rdmaplus_rxe_remote_write(ibmr))
+		goto put;	/* no remote write: nothing to guard */
 	ret = rvma_prepare(ctx, ibmr, a.key, &fresh);
 	if (ret)
 		goto put;

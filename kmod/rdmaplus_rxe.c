@@ -131,6 +131,7 @@ static void *(*rxe_iova_to_vaddr)(void *mr, u64 iova, int length);
 
 static long rxe_ibmr_off = -1;		/* offsetof(struct rxe_mr, ibmr) */
 static unsigned int rxe_pkt_hdr;	/* offsetof(struct rxe_pkt_info, hdr) */
+static long rxe_access_off = -1;	/* offsetof(struct rxe_mr, access) */
 static bool rxe_layout_bad;		/* a probe failed on some device */
 static bool rxe_symbols_ok;		/* found at load */
 
@@ -295,6 +296,23 @@ void *rdmaplus_rxe_mr_of(struct ib_mr *ibmr)
 	return (u8 *)ibmr - off;
 }
 
+/*
+ * Whether region ibmr (of rxe) lets remote peers write. rxe 6.1 gives a
+ * region without remote access rkey 0; 6.12 and later give it an rkey
+ * all the same, and the access flags are read where rdma_rxe's BTF puts
+ * them in struct rxe_mr (without BTF, rxe's own key check decides).
+ */
+bool rdmaplus_rxe_remote_write(struct ib_mr *ibmr)
+{
+	long off = READ_ONCE(rxe_access_off), ioff = READ_ONCE(rxe_ibmr_off);
+
+	if (!ibmr->rkey)
+		return false;
+	if (off < 0 || ioff < 0)
+		return true;	/* unknown: rxe's own check_rkey decides */
+	return *(int *)((u8 *)ibmr - ioff + off) & IB_ACCESS_REMOTE_WRITE;
+}
+
 struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr)
 {
 	return (struct ib_mr *)((u8 *)rxe_mr + READ_ONCE(rxe_ibmr_off));
@@ -315,6 +333,9 @@ static bool rxe_probe_ibmr(struct ib_mr *mr)
 	off = rdmaplus_btf_offset("rdma_rxe", "rxe_pkt_info", "hdr");
 	if (off >= 0 && off + sizeof(void *) <= sizeof_field(struct sk_buff, cb))
 		rxe_pkt_hdr = off;
+	off = rdmaplus_btf_offset("rdma_rxe", "rxe_mr", "access");
+	if (off >= 0 && off < 4096)
+		rxe_access_off = off;
 	off = rdmaplus_btf_offset("rdma_rxe", "rxe_mr", "ibmr");
 	if (off >= 0) {
 		if (!rxe_is_mr(mr, (u8 *)mr - off)) {
