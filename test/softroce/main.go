@@ -180,7 +180,13 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 				s.Timeout = timeout
 			}
 		}
-		return forKernels(ctx, l, kernels, func(l *Lab) error { return runSuites(ctx, l, suites) })
+		return forKernels(ctx, l, kernels, func(l *Lab) error {
+			mine := forKernel(suites, l.KernelName)
+			if len(mine) < len(suites) && cmd == "run" {
+				return fmt.Errorf("run: a suite named is not for kernel %s (its kernels= setting)", l.KernelName)
+			}
+			return runSuites(ctx, l, mine)
+		})
 	case "gotest":
 		if fs.NArg() == 0 {
 			return usageError{"gotest: name a package, e.g. ./pkg/verbs"}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,7 +25,9 @@ import (
 // gotest (packages whose lab tests are compiled with -tags lab into $LAB_BIN
 // as <name>.test), gobuild (commands built into $LAB_BIN), and expect-fail
 // (a regular expression: the suite passes only if the run fails with a
-// message that matches; used by the lab's own self-tests).
+// message that matches; used by the lab's own self-tests), and kernels
+// (the guest kernels the suite is for, e.g. kernels=sid for what only 7.x
+// has; default: every kernel).
 type Suite struct {
 	Name       string
 	Path       string // the script, relative to the repository root
@@ -33,7 +36,8 @@ type Suite struct {
 	GoTests    []string
 	GoBuilds   []string
 	ExpectFail *regexp.Regexp
-	Smp        int // vCPUs per guest; 0 means the lab's default
+	Smp        int      // vCPUs per guest; 0 means the lab's default
+	Kernels    []string // the guest kernels it is for; nil: every one
 	// Command, when set, replaces the script: the lab runs it with bash -c.
 	Command string
 }
@@ -121,6 +125,13 @@ func (s *Suite) set(key, val string) error {
 		s.GoTests = append(s.GoTests, splitList(val)...)
 	case "gobuild":
 		s.GoBuilds = append(s.GoBuilds, splitList(val)...)
+	case "kernels":
+		for _, k := range splitList(val) {
+			if _, ok := kernelFlavours[k]; !ok {
+				return fmt.Errorf("kernels=%q: %q is not a guest kernel (%s)", val, k, kernelNames())
+			}
+			s.Kernels = append(s.Kernels, k)
+		}
 	case "expect-fail":
 		re, err := regexp.Compile(val)
 		if err != nil {
@@ -128,7 +139,7 @@ func (s *Suite) set(key, val string) error {
 		}
 		s.ExpectFail = re
 	default:
-		return fmt.Errorf("unknown setting %q (known: guests, smp, timeout, gotest, gobuild, expect-fail)", key)
+		return fmt.Errorf("unknown setting %q (known: guests, smp, timeout, gotest, gobuild, kernels, expect-fail)", key)
 	}
 	return nil
 }
@@ -201,4 +212,15 @@ func binName(pkg string, test bool) string {
 		name += ".test"
 	}
 	return name
+}
+
+// forKernel returns the suites that are for guest kernel k.
+func forKernel(suites []*Suite, k string) []*Suite {
+	var out []*Suite
+	for _, s := range suites {
+		if len(s.Kernels) == 0 || slices.Contains(s.Kernels, k) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -127,3 +127,19 @@ func TestRepositorySuitesParse(t *testing.T) {
 		t.Errorf("only %d suites found", len(suites))
 	}
 }
+
+func TestSuiteKernels(t *testing.T) {
+	s, err := parseSuite([]byte("#!/bin/bash\n# lab: guests=2 kernels=sid\ntrue\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := forKernel([]*Suite{s, {Name: "any"}}, "bookworm"); len(got) != 1 || got[0].Name != "any" {
+		t.Fatalf("on bookworm: %v", got)
+	}
+	if got := forKernel([]*Suite{s}, "sid"); len(got) != 1 {
+		t.Fatalf("on sid: %v", got)
+	}
+	if _, err := parseSuite([]byte("# lab: kernels=jessie\n")); err == nil {
+		t.Fatal("an unknown kernel was accepted")
+	}
+}
