@@ -134,6 +134,7 @@ extern int (*rdmaplus_rxe_mr_copy)(void *mr, u64 iova, void *addr,
 #include <linux/eventfd.h>
 #include <linux/hrtimer.h>
 #include <linux/version.h>
+#include <linux/workqueue.h>
 
 static inline void rdmaplus_eventfd_signal(struct eventfd_ctx *ctx)
 {
@@ -143,6 +144,13 @@ static inline void rdmaplus_eventfd_signal(struct eventfd_ctx *ctx)
 	eventfd_signal(ctx, 1);
 #endif
 }
+
+/* the unbound system workqueue (system_wq is deprecated from 6.17) */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 17, 0)
+#define rdmaplus_wq system_dfl_wq
+#else
+#define rdmaplus_wq system_wq
+#endif
 
 static inline void rdmaplus_hrtimer_setup(struct hrtimer *t,
 					  enum hrtimer_restart (*fn)(struct hrtimer *),

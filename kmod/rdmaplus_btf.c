@@ -88,21 +88,35 @@ static ssize_t btf_pread(const char *path, loff_t off, void **buf,
 	return n;
 }
 
-/* Read path whole (a module's BTF is small). */
+/*
+ * Read path whole (a module's BTF is small). The file's size is not
+ * trusted (sysfs may report 0): the buffer grows until the end is read.
+ */
 static int btf_read(const char *path, struct btf_blob *b)
 {
-	void *buf = NULL;
-	size_t fsize;
+	size_t fsize, cap = 256 << 10;
+	void *buf;
 	ssize_t n;
 	int ret;
 
-	n = btf_pread(path, 0, &buf, BTF_MAX_SIZE, &fsize);
-	if (n < 0)
-		return n;
+	for (;;) {
+		buf = vmalloc(cap);
+		if (!buf)
+			return -ENOMEM;
+		n = btf_pread(path, 0, &buf, cap, &fsize);
+		if (n < 0) {
+			vfree(buf);
+			return n;
+		}
+		if (n < cap || cap >= BTF_MAX_SIZE)
+			break;
+		vfree(buf);
+		cap *= 2;
+	}
 	b->data = buf;
 	b->size = n;
 	b->hdr = buf;
-	ret = n == fsize ? btf_header_ok(b->hdr, n) : -EIO;
+	ret = btf_header_ok(b->hdr, n);
 	if (ret) {
 		btf_blob_free(b);
 		return ret;
@@ -124,7 +138,7 @@ static int btf_read_base_strings(struct btf_blob *b)
 	n = btf_pread("/sys/kernel/btf/vmlinux", 0, &buf, sizeof(h), &fsize);
 	if (n != sizeof(h))
 		return n < 0 ? n : -EIO;
-	if (btf_header_ok(&h, fsize))
+	if (btf_header_ok(&h, fsize ? fsize : BTF_MAX_SIZE))
 		return -EINVAL;
 	buf = vmalloc(h.str_len);
 	if (!buf)

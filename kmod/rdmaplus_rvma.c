@@ -781,7 +781,7 @@ static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 		rvma_mr_unlink(m);
 	}
 	if (!ctx->nranges && !ctx->nguarded)
-		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
+		mod_delayed_work(rdmaplus_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
 	wake = rvma_wake(ctx, published);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	if (wake)
@@ -845,7 +845,7 @@ static void rvma_maybe_unhook(struct rdmaplus_rvma_ctx *ctx)
 static void rvma_unhook_later(struct rdmaplus_rvma_ctx *ctx)
 {
 	if (rvma_hook_idle(ctx))
-		mod_delayed_work(system_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
+		mod_delayed_work(rdmaplus_wq, &ctx->gc, RVMA_UNHOOK_DELAY);
 }
 
 static void rvma_gc(struct work_struct *work)
