@@ -326,7 +326,7 @@ struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr)
  */
 static bool rxe_probe_ibmr(struct ib_mr *mr)
 {
-	long off;
+	long off, btf;
 
 	if (rxe_ibmr_off >= 0)
 		return rxe_is_mr(mr, (u8 *)mr - rxe_ibmr_off);
@@ -347,10 +347,12 @@ static bool rxe_probe_ibmr(struct ib_mr *mr)
 		pr_info("rxe_mr.ibmr at offset %ld (BTF, checked)\n", off);
 		return true;
 	}
+	btf = off;
 	for (off = 24; off <= 512; off += 8) {
 		if (rxe_is_mr(mr, (u8 *)mr - off)) {
 			WRITE_ONCE(rxe_ibmr_off, off);
-			pr_info("rxe_mr.ibmr at offset %ld (probed: no BTF)\n", off);
+			pr_info("rxe_mr.ibmr at offset %ld (probed; rdma_rxe BTF not read: %ld)\n",
+				off, btf);
 			return true;
 		}
 	}
