@@ -20,6 +20,13 @@
 
 #define BTF_MAX_SIZE	(64U << 20)	/* sanity bound for a file we read */
 
+/*
+ * The header fields this reader uses. Newer kernels' struct btf_header
+ * has more (7.x: a layout section) that files written by an older pahole
+ * lack, so hdr_len is checked against this, not against sizeof().
+ */
+#define BTF_HDR_MIN	offsetofend(struct btf_header, str_len)
+
 /* One BTF file read whole, or vmlinux's header and strings only. */
 struct btf_blob {
 	void *data;
@@ -37,8 +44,8 @@ static void btf_blob_free(struct btf_blob *b)
 
 static int btf_header_ok(const struct btf_header *h, size_t size)
 {
-	if (size < sizeof(*h) || h->magic != BTF_MAGIC || h->version != 1 ||
-	    h->hdr_len < sizeof(*h) || h->hdr_len > size ||
+	if (size < BTF_HDR_MIN || h->magic != BTF_MAGIC || h->version != 1 ||
+	    h->hdr_len < BTF_HDR_MIN || h->hdr_len > size ||
 	    (u64)h->hdr_len + h->type_off + h->type_len > size ||
 	    (u64)h->hdr_len + h->str_off + h->str_len > size)
 		return -EINVAL;
@@ -135,8 +142,8 @@ static int btf_read_base_strings(struct btf_blob *b)
 	ssize_t n;
 
 	buf = &h;
-	n = btf_pread("/sys/kernel/btf/vmlinux", 0, &buf, sizeof(h), &fsize);
-	if (n != sizeof(h))
+	n = btf_pread("/sys/kernel/btf/vmlinux", 0, &buf, BTF_HDR_MIN, &fsize);
+	if (n != BTF_HDR_MIN)
 		return n < 0 ? n : -EIO;
 	if (btf_header_ok(&h, fsize ? fsize : BTF_MAX_SIZE))
 		return -EINVAL;

@@ -72,6 +72,10 @@ struct rxe_table {
 	 */
 	bool atomic_vaddr;
 	unsigned long atomic_refuse;
+	/* rxe registers on-demand-paging regions: they take other paths
+	 * (rxe_odp_mr_copy, which sleeps; rxe_odp_atomic_op, not hooked)
+	 */
+	bool odp;
 };
 
 #define RXE_FNS(atomic, responder) { \
@@ -113,6 +117,7 @@ static const struct rxe_table rxe_table = {
 	.fn = RXE_FNS("rxe_mr_do_atomic_op", "rxe_receiver"),
 	.pkt_hdr = 24,
 	.atomic_refuse = 19,		/* RESPST_ERR_MISALIGNED_ATOMIC */
+	.odp = true,
 };
 
 #define RXE_TABLE (&rxe_table)
@@ -311,6 +316,23 @@ bool rdmaplus_rxe_remote_write(struct ib_mr *ibmr)
 	if (off < 0 || ioff < 0)
 		return true;	/* unknown: rxe's own check_rkey decides */
 	return *(int *)((u8 *)ibmr - ioff + off) & IB_ACCESS_REMOTE_WRITE;
+}
+
+/*
+ * Whether region ibmr pages on demand (IB_ACCESS_ON_DEMAND), or might: on
+ * an rxe with ODP whose access flags cannot be read. The hooks cannot
+ * serve such a region: rxe copies into it under a mutex, faulting pages
+ * in (a hook cannot sleep), and does its atomics elsewhere.
+ */
+static bool rxe_on_demand(struct ib_mr *ibmr)
+{
+	long off = READ_ONCE(rxe_access_off), ioff = READ_ONCE(rxe_ibmr_off);
+
+	if (!rxe_tab->odp)
+		return false;
+	if (off < 0 || ioff < 0)
+		return true;
+	return *(int *)((u8 *)ibmr - ioff + off) & IB_ACCESS_ON_DEMAND;
 }
 
 struct ib_mr *rdmaplus_rxe_ibmr_of(void *rxe_mr)
@@ -530,8 +552,9 @@ static struct ib_mr *rxe_find_key(u32 key)
  * uverbs file is open here), with a restrack reference: release it with
  * rdmaplus_rxe_put_mr(). ERR_PTR(-ENOENT) alike when no region has the
  * key and when the region is another process's, so that keys cannot be
- * probed; ERR_PTR(-EOPNOTSUPP) on an rxe the module does not know. May
- * sleep.
+ * probed; ERR_PTR(-EOPNOTSUPP) on an rxe the module does not know;
+ * ERR_PTR(-EINVAL) for an on-demand-paging region of the caller's, which
+ * the hooks cannot serve. May sleep.
  */
 struct ib_mr *rdmaplus_rxe_lookup_mr(u32 key)
 {
@@ -545,6 +568,10 @@ struct ib_mr *rdmaplus_rxe_lookup_mr(u32 key)
 	if (!rdmaplus_rxe_holds_ufile(mr->uobject->ufile)) {
 		rdma_restrack_put(&mr->res);
 		return ERR_PTR(-ENOENT);
+	}
+	if (rxe_on_demand(mr)) {
+		rdma_restrack_put(&mr->res);
+		return ERR_PTR(-EINVAL);
 	}
 	return mr;
 }

@@ -831,7 +831,10 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 		seen = min(seen, rvma.MaxDescs)
 	}
 	t.Logf("%d epochs from one sender, %d buffers posted: %d notices", epochs, buffers, sent)
-	if want := uint64(epochs/(seen-1) + 2); sent > want {
+	// Where a notice can land after the put that follows it (see
+	// stalePutSlack), each stale put adds the notices that replace its
+	// stripe's.
+	if want := uint64(epochs/(seen-1)+2) + stalePutSlack(ep.Stats().StalePuts); sent > want {
 		t.Errorf("%d notices for %d epochs of one sender; want at most %d (one every %d epochs)", sent, epochs, want, seen-1)
 	}
 	// An epoch ended by IncEpoch: the sender learns it from a notice and
@@ -861,10 +864,24 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 	if st := w.Stats(); st.Late != 0 {
 		t.Errorf("window stats %+v: late bytes", st)
 	}
-	if st := ep.Stats(); st.StalePuts != 0 {
-		// IncEpoch pushes its entry before it returns. A put refused as
-		// stale would also cost its stripe, whose replacement pushes
-		// every entry again (the notices above).
+	if st := ep.Stats(); st.StalePuts != 0 && labenv.InlineLoopback() {
+		// IncEpoch pushes its entry before it returns, and this rxe
+		// places it before the post returns. A put refused as stale
+		// would also cost its stripe, whose replacement pushes every
+		// entry again (the notices above).
 		t.Errorf("endpoint stats %+v: a put after IncEpoch was refused as stale", st)
 	}
+}
+
+// stalePutSlack is how many more notices a one-guest test allows for
+// stale puts: none where rxe places a notice before its post
+// returns (labenv.InlineLoopback), where a put can go stale only by a bug;
+// elsewhere a notice and the put after it race as they would on a NIC,
+// and each stale put costs its stripe, whose replacement pushes the
+// entries again (two notices: the lost one and the owed one).
+func stalePutSlack(stale uint64) uint64 {
+	if labenv.InlineLoopback() {
+		return 0
+	}
+	return 2 * stale
 }

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
 func TestLabEndpointOvershoot(t *testing.T) {
@@ -197,8 +198,13 @@ func TestLabEndpointOvershoot(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		// The module refused some of them itself (for the buffer it had
-		// closed), the NIC the others (for the key already dead).
-		if st.Late != 0 || refused == 0 || st.Stale != refused || st.RefusedPackets > refused {
+		// closed), the NIC the others (for the key already dead). The
+		// module counts a packet it refuses as it arrives: where rxe
+		// runs its responder after the post returns, packets queued
+		// behind a refused one on its QP are counted too, and then
+		// dropped with the QP, unreported.
+		tooMany := st.RefusedPackets > refused && labenv.InlineLoopback()
+		if st.Late != 0 || refused == 0 || st.Stale != refused || tooMany {
 			t.Fatalf("counted by the module: %d late puts (want none), %d refused as stale at the receiver, %d at the senders (want some, as many at the receiver) (%+v; receiver %+v; senders %+v, %+v)",
 				st.Late, st.Stale, refused, st, recv.Stats(), senders[0].Stats(), senders[1].Stats())
 		}

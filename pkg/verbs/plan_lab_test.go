@@ -116,7 +116,8 @@ func TestLoopbackSendPlan(t *testing.T) {
 		_, err = a.qp.NewSendPlan(verbs.SendWR{Op: verbs.OpBindMW, MW: mw, BindMR: a.mr, BindAddr: a.mr.Addr(), BindLen: 64})
 		isErr(t, "planned bind", err, verbs.ErrInvalid)
 	}
-	_, err = a.qp.NewSendPlan(make([]verbs.SendWR, 65)...)
+	// (the device may grant a deeper queue than was asked for)
+	_, err = a.qp.NewSendPlan(make([]verbs.SendWR, a.qp.Cap().MaxSendWR+1)...)
 	isErr(t, "plan longer than the send queue", err, verbs.ErrQueueFull)
 
 	// Posting on a QP that cannot send.

@@ -1,6 +1,6 @@
 #!/bin/bash
 # lab: guests=1 timeout=60
-# lab: expect-fail="(?m)^selftest-ud2: kernel invalid opcode: 0000 \[#1\]"
+# lab: expect-fail="(?m)^selftest-ud2: kernel (Oops: )?invalid opcode: 0000 \[#1\]"
 #
 # The lab's self-test: an oops in a kernel thread (an undefined instruction)
 # fails the run although insmod and the command succeed and the guest goes on.
