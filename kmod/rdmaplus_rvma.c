@@ -132,6 +132,7 @@ struct rvma_win {
 	u64 refused;			/* our copy of state->refused */
 	struct rdmaplus_rvma_window_state *state;
 	struct list_head pending;	/* OPEN and ENDED buffers, by gen */
+	struct rb_root by_gen;		/* the same, for lookups by gen */
 	struct list_head bufs;		/* every buffer of the window */
 };
 
@@ -156,6 +157,7 @@ struct rvma_mr {
 struct rvma_buf {
 	struct rb_node rb;		/* m->ranges */
 	struct list_head pnode;		/* win->pending until published */
+	struct rb_node gnode;		/* win->by_gen until published */
 	struct list_head wnode;		/* win->bufs */
 	struct rvma_mr *m;
 	struct rvma_win *win;
@@ -310,6 +312,57 @@ static void rvma_range_insert(struct rvma_mr *m, struct rvma_buf *nb)
 	}
 	rb_link_node(&nb->rb, parent, p);
 	rb_insert_color(&nb->rb, &m->ranges);
+}
+
+/* w's pending buffer of generation gen, in O(log n); ctx->lock held. */
+static struct rvma_buf *rvma_pending_at(struct rvma_win *w, u64 gen)
+{
+	struct rb_node *n = w->by_gen.rb_node;
+
+	while (n) {
+		struct rvma_buf *b = rb_entry(n, struct rvma_buf, gnode);
+
+		if (gen == b->gen)
+			return b;
+		n = gen < b->gen ? n->rb_left : n->rb_right;
+	}
+	return NULL;
+}
+
+/* Make nb, of the newest generation, pending in w; ctx->lock held. */
+static void rvma_pending_add(struct rvma_win *w, struct rvma_buf *nb)
+{
+	struct rb_node **p = &w->by_gen.rb_node, *parent = NULL;
+
+	while (*p) {
+		parent = *p;
+		p = &(*p)->rb_right;	/* gens only grow */
+	}
+	rb_link_node(&nb->gnode, parent, p);
+	rb_insert_color(&nb->gnode, &w->by_gen);
+	list_add_tail(&nb->pnode, &w->pending);
+}
+
+static void rvma_pending_del(struct rvma_buf *b)
+{
+	rb_erase(&b->gnode, &b->win->by_gen);
+	list_del_init(&b->pnode);
+}
+
+/*
+ * Walks over many buffers (a window's, a region's, a file's: up to
+ * RVMA_MAX_RANGES) let interrupts in every RVMA_RELAX_EVERY steps: drop
+ * ctx->lock and take it again. Callers re-read what they walk after it.
+ */
+#define RVMA_RELAX_EVERY	64
+
+static void rvma_relax(struct rdmaplus_rvma_ctx *ctx, unsigned long *flags,
+		       unsigned int *steps)
+{
+	if (++*steps % RVMA_RELAX_EVERY)
+		return;
+	spin_unlock_irqrestore(&ctx->lock, *flags);
+	spin_lock_irqsave(&ctx->lock, *flags);
 }
 
 /* What a write packet's transport headers say (rvma_parse()). */
@@ -467,7 +520,7 @@ static unsigned int rvma_publish(struct rdmaplus_rvma_ctx *ctx,
 					     pnode)) &&
 	       b->state == RVMA_ENDED) {
 		rvma_record(ctx, b);
-		list_del_init(&b->pnode);
+		rvma_pending_del(b);
 		b->state = RVMA_CLOSED;
 		__clear_bit(b->record, ctx->rec_busy);
 		w->done = b->gen + 1;
@@ -600,15 +653,21 @@ static const u8 *rvma_reth_bth(struct sk_buff *skb)
 	return op == 0x06 || op == 0x0a || op == 0x0b ? bth : NULL;
 }
 
-/* w's pending buffer of generation gen (mod 2^24); ctx->lock held. */
+/*
+ * w's pending buffer of generation gen mod 2^24 (a mailbox address names
+ * no more); ctx->lock held. Its pending generations span less than 2^24
+ * (rvma_post_check), so only one can have these low bits: the first at or
+ * after the oldest.
+ */
 static struct rvma_buf *rvma_pending_gen(struct rvma_win *w, u64 gen)
 {
-	struct rvma_buf *b;
+	struct rvma_buf *oldest;
 
-	list_for_each_entry(b, &w->pending, pnode)
-		if ((b->gen & RDMAPLUS_RVMA_MBVA_GEN_MASK) == gen)
-			return b;
-	return NULL;
+	oldest = list_first_entry_or_null(&w->pending, struct rvma_buf, pnode);
+	if (!oldest)
+		return NULL;
+	return rvma_pending_at(w, oldest->gen +
+			       ((gen - oldest->gen) & RDMAPLUS_RVMA_MBVA_GEN_MASK));
 }
 
 /*
@@ -723,7 +782,7 @@ static void rvma_buf_drop(struct rdmaplus_rvma_ctx *ctx, struct rvma_buf *b)
 	rb_erase(&b->rb, &b->m->ranges);
 	list_del(&b->wnode);
 	if (b->state != RVMA_CLOSED) {
-		list_del(&b->pnode);
+		rvma_pending_del(b);
 		__clear_bit(b->record, ctx->rec_busy);
 	}
 	ctx->nranges--;
@@ -758,6 +817,7 @@ static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 	bool wake;
 	struct rvma_mr *m;
 	unsigned long flags;
+	unsigned int steps = 0;
 
 	if (!atomic_read(&rvma_nr_mrs))
 		return;
@@ -767,7 +827,7 @@ static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 		goto out;
 	ctx = m->ctx;
 	spin_lock_irqsave(&ctx->lock, flags);
-	/* the last forget unlinks m */
+	/* the last forget unlinks m (RCU keeps it while the lock is dropped) */
 	while (!m->dead && !RB_EMPTY_ROOT(&m->ranges)) {
 		struct rvma_buf *b = rb_entry(rb_first(&m->ranges),
 					      struct rvma_buf, rb);
@@ -775,6 +835,7 @@ static void rvma_dereg(void *rxe_mr, struct ib_mr *ibmr)
 
 		rvma_buf_forget(ctx, b);
 		published += rvma_publish(ctx, w);
+		rvma_relax(ctx, &flags, &steps);
 	}
 	if (!m->dead) {	/* guarded: it stays without ranges */
 		ctx->nguarded--;
@@ -928,6 +989,7 @@ static long rvma_setup(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 		wins[i].state = (struct rdmaplus_rvma_window_state *)area + i;
 		wins[i].ctx = ctx;
 		INIT_LIST_HEAD(&wins[i].pending);
+		wins[i].by_gen = RB_ROOT;
 		INIT_LIST_HEAD(&wins[i].bufs);
 	}
 	c.mmap_offset = (u64)RVMA_PGOFF << PAGE_SHIFT;
@@ -1052,13 +1114,21 @@ out:
 	return ret;
 }
 
-/* Forget every range of w and free its slot; ctx->lock held. */
-static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w)
+/*
+ * Forget every range of w and free its slot; ctx->lock held (taken with
+ * *flags, and dropped now and then), ctx->mutex too (nothing is posted
+ * meanwhile).
+ */
+static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w,
+			    unsigned long *flags, unsigned int *steps)
 {
-	struct rvma_buf *b, *tmp;
+	struct rvma_buf *b;
 
-	list_for_each_entry_safe(b, tmp, &w->bufs, wnode)
+	while ((b = list_first_entry_or_null(&w->bufs, struct rvma_buf,
+					     wnode))) {
 		rvma_buf_forget(ctx, b);
+		rvma_relax(ctx, flags, steps);
+	}
 	if (w->mbkey) {
 		rvma_mbkey_free(ctx, w->mbkey);
 		w->mbkey = 0;
@@ -1070,6 +1140,7 @@ static void rvma_win_forget(struct rdmaplus_rvma_ctx *ctx, struct rvma_win *w)
 static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_rvma_win_destroy a;
+	unsigned int steps = 0;
 	struct rvma_win *w;
 	unsigned long flags;
 	long ret;
@@ -1082,7 +1153,7 @@ static long rvma_win_destroy(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	if (ret)
 		goto out;
 	spin_lock_irqsave(&ctx->lock, flags);
-	rvma_win_forget(ctx, w);
+	rvma_win_forget(ctx, w, &flags, &steps);
 	spin_unlock_irqrestore(&ctx->lock, flags);
 	rvma_unhook_later(ctx);
 out:
@@ -1111,7 +1182,15 @@ static long rvma_post_check(struct rdmaplus_rvma_ctx *ctx,
 			    const struct rvma_win *w, const struct rvma_mr *m,
 			    const struct ib_pd *pd)
 {
+	const struct rvma_buf *oldest;
+
 	if ((w->posted && a->gen <= w->last_gen) || a->gen < w->done)
+		return -EINVAL;
+	/* a mailbox address names a pending generation by its low 24 bits */
+	oldest = list_empty(&w->pending) ? NULL :
+		 list_first_entry(&w->pending, struct rvma_buf, pnode);
+	if (w->mbkey && oldest &&
+	    a->gen - oldest->gen > RDMAPLUS_RVMA_MBVA_GEN_MASK)
 		return -EINVAL;
 	if (w->pd && w->pd != pd)
 		return -EINVAL;	/* a window's buffers share one PD */
@@ -1138,7 +1217,7 @@ static void rvma_buf_open(struct rdmaplus_rvma_ctx *ctx,
 	nb->rkey = w->mbkey ? nb->m->rkey : a->rkey;
 	nb->state = RVMA_OPEN;
 	list_add_tail(&nb->wnode, &w->bufs);
-	list_add_tail(&nb->pnode, &w->pending);	/* gens only grow */
+	rvma_pending_add(w, nb);
 	__set_bit(a->record, ctx->rec_busy);
 	w->nbufs++;
 	w->pd = nb->m->pd;
@@ -1489,13 +1568,24 @@ static long rvma_end(struct rdmaplus_rvma_ctx *ctx, void __user *arg)
 	if (ret)
 		goto out;
 	spin_lock_irqsave(&ctx->lock, flags);
-	list_for_each_entry(b, &w->pending, pnode) {
-		if (b->state != RVMA_OPEN ||
-		    (all ? b->gen < a.gen : b->gen != a.gen))
-			continue;
-		b->state = RVMA_ENDED;
-		b->flags |= a.flags & RVMA_END_FLAGS;
-		ended++;
+	if (!all) {
+		b = rvma_pending_at(w, a.gen);
+		if (b && b->state == RVMA_OPEN) {
+			b->state = RVMA_ENDED;
+			b->flags |= a.flags & RVMA_END_FLAGS;
+			ended++;
+		}
+	} else {
+		/* every pending one from a.gen on: the list is by gen */
+		list_for_each_entry_reverse(b, &w->pending, pnode) {
+			if (b->gen < a.gen)
+				break;
+			if (b->state != RVMA_OPEN)
+				continue;
+			b->state = RVMA_ENDED;
+			b->flags |= a.flags & RVMA_END_FLAGS;
+			ended++;
+		}
 	}
 	if (ended)
 		published = rvma_publish(ctx, w);
@@ -1585,7 +1675,8 @@ struct rdmaplus_rvma_ctx *rdmaplus_rvma_open(struct rdmaplus_user *u)
 
 void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 {
-	struct rvma_mr *m, *tmp;
+	struct rvma_mr *m;
+	unsigned int steps = 0;
 	unsigned long flags;
 	u32 i;
 
@@ -1593,11 +1684,13 @@ void rdmaplus_rvma_release(struct rdmaplus_rvma_ctx *ctx)
 	spin_lock_irqsave(&ctx->lock, flags);
 	for (i = 0; i < ctx->nwin; i++)
 		if (ctx->wins[i].kind)
-			rvma_win_forget(ctx, &ctx->wins[i]);
-	list_for_each_entry_safe(m, tmp, &ctx->mrs, node) {
+			rvma_win_forget(ctx, &ctx->wins[i], &flags, &steps);
+	while ((m = list_first_entry_or_null(&ctx->mrs, struct rvma_mr,
+					     node))) {
 		if (!WARN_ON_ONCE(!m->guarded))
 			ctx->nguarded--;
 		rvma_mr_unlink(m);
+		rvma_relax(ctx, &flags, &steps);
 	}
 	WARN_ON_ONCE(ctx->nranges || ctx->nguarded);
 	spin_unlock_irqrestore(&ctx->lock, flags);

@@ -32,7 +32,7 @@ func TestLabOnDemandRegion(t *testing.T) {
 		t.Fatalf("an ODP region on an rxe that reports ODP: %v", err)
 	}
 	defer odp.Close()
-	dm := newDomain(t, d, 64)
+	dm := newDomain(t, d, 4096)
 	if err := dm.Arm(odp.RKey(), odp.Addr(), page, kmod.W|kmod.WL); !errors.Is(err, kmod.ErrInvalid) {
 		t.Errorf("Arm of an ODP region: %v, want ErrInvalid", err)
 	}

@@ -330,7 +330,7 @@ type MailboxPost struct {
 	IOVA      uint64 // the buffer's first byte, in the region's address space
 	Length    uint64 // bytes, 1..MaxMailboxLength, inside the region
 	Threshold uint64 // bytes window: 1..Length bytes; ops window: >= 1 messages
-	Gen       uint64 // greater than the window's last posted, not below Done
+	Gen       uint64 // greater than the window's last posted, not below Done; with a mailbox key, less than 2^24 past the oldest pending
 	Record    uint32 // the record to publish into, not used by another pending buffer
 	OneTime   bool   // RecordOneTime in the record
 	// Keyed lets in only write messages sent with RKey (the key of the

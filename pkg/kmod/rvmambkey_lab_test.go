@@ -294,3 +294,50 @@ func TestLabMailboxForeignPD(t *testing.T) {
 		t.Fatalf("the owner's refused write: window refused %d, want 1", r)
 	}
 }
+
+// A mailbox window with many pending buffers: a write names its
+// generation by the low 24 bits, and the module finds that buffer in a
+// tree by generation (not a walk of the pending list with interrupts off),
+// whichever it is: the newest, one in the middle, the oldest. Pending
+// generations of such a window may not span more than 2^24 (two would then
+// share the low bits a write names): such a post is refused.
+func TestLabMailboxManyPending(t *testing.T) {
+	labenv.Device(t)
+	d := openDev(t)
+	const n, size = 400, 8 // buffers (gens 0..n-1), bytes each
+	mb := newMailboxes(t, d, 1, n+1)
+	id, key := newMailboxWindow(t, mb, kmod.CountBytes)
+	p := mbPair(t, 1, verbs.MTU1024)
+	clear(p.dst.mr.Bytes())
+	if err := mb.Guard(p.key()); err != nil {
+		t.Fatalf("Guard: %v", err)
+	}
+	for g := 0; g < n; g++ {
+		mustPost(t, mb, id, kmod.MailboxPost{Key: p.key(), IOVA: p.addr(g * size), Length: size, Threshold: size,
+			Gen: uint64(g), Record: uint32(g)})
+	}
+	for _, g := range []int{n - 1, n / 2, 0, 1} {
+		data := pattern(size, byte(g))
+		if err := p.writeKey(0, mbAddr(t, uint64(g)+1<<24, 0), key, data); err != nil {
+			t.Fatalf("a write to generation %d of %d pending: %v", g, n, err)
+		}
+		checkBytes(t, p, g*size, data)
+	}
+	wantDone(t, mb, id, 2) // 0 and 1 published; n/2 and n-1 wait for 2
+	far := kmod.MailboxPost{Key: p.key(), IOVA: p.addr(n * size), Length: size, Threshold: size, Record: n}
+	far.Gen = 2 + 1<<24 // oldest pending 2: a span of 2^24
+	if err := mb.Post(id, far); !errors.Is(err, kmod.ErrInvalid) {
+		t.Fatalf("a post 2^24 generations past the oldest pending: %v, want ErrInvalid", err)
+	}
+	far.Gen = 1 + 1<<24
+	mustPost(t, mb, id, far)
+	data := pattern(size, 0xee)
+	if err := p.writeKey(0, mbAddr(t, far.Gen, 0), key, data); err != nil {
+		t.Fatalf("a write to generation %d: %v", far.Gen, err)
+	}
+	checkBytes(t, p, n*size, data)
+	if err := mb.End(id, 0, kmod.RecordClosed, true); err != nil {
+		t.Fatal(err)
+	}
+	wantDone(t, mb, id, far.Gen+1)
+}

@@ -439,7 +439,9 @@ struct rdmaplus_rvma_win_destroy {
  * @length:	bytes, 1..RDMAPLUS_RVMA_MAX_LENGTH, inside the region
  * @threshold:	bytes window: 1..@length bytes; ops window: >= 1 messages
  * @gen:	generation (epoch): greater than the window's last posted one
- *		and not below its done counter
+ *		and not below its done counter; in a window with a mailbox
+ *		key, less than 2^24 past its oldest pending one (a mailbox
+ *		address names the low 24 bits)
  * @record:	index of the record to publish, 0..records-1, not used by
  *		another pending buffer of this file
  * @rkey:	(ABI 7) with RDMAPLUS_RVMA_POST_F_RKEY, the remote key senders
