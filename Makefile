@@ -42,12 +42,12 @@ lab: setup
 test-kernels: setup
 	$(LAB) all -kernel all
 
-# The module's, Active Access's and RVMA's suites on Debian 13's kernel
+# The module's, Active Access's, JBMT's and RVMA's suites on Debian 13's kernel
 # (6.12), within CI's time: the first run on a machine fetches that kernel
 # and makes its build chroot.
 NEWER_KERNEL ?= trixie
 NEWER_SUITES ?= aa-2guests aa-dht aa-kmod aa-lifecycle aa-model aa-perftest \
-	aa-usecases kmod-repost-fork rvma-guests rvma-loopback
+	aa-usecases jbmt kmod-repost-fork rvma-guests rvma-loopback
 lab-newer: setup
 	$(LAB) run -kernel $(NEWER_KERNEL) $(NEWER_SUITES)
 

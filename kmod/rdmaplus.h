@@ -8,6 +8,7 @@
  *   rdmaplus_rxe.c   the rxe layer: symbols, hooks, layout, region lookup
  *   rdmaplus_rvma.c  counted mailboxes (RVMA), a consumer of the hooks
  *   rdmaplus_aa.c    Active Access, a consumer of the hooks
+ *   rdmaplus_jbmt.c  JBMT: unpinned memory by token (no hooks)
  *
  * Dependencies go down this list only: the services use the rxe layer
  * and accounting, never each other.
@@ -45,6 +46,7 @@ int rdmaplus_copy_out(void __user *arg, const void *src, size_t ksize);
 enum rdmaplus_res {
 	RDMAPLUS_RES_DOMAIN,	/* Active Access domain ids */
 	RDMAPLUS_RES_MBKEY,	/* RVMA mailbox keys */
+	RDMAPLUS_RES_JBMT_REGION, /* JBMT regions */
 	RDMAPLUS_NRES
 };
 
@@ -193,5 +195,17 @@ long rdmaplus_rvma_ioctl(struct rdmaplus_rvma_ctx *ctx, unsigned int cmd,
 bool rdmaplus_rvma_owns_pgoff(unsigned long pgoff);
 int rdmaplus_rvma_mmap(struct rdmaplus_rvma_ctx *ctx,
 		       struct vm_area_struct *vma);
+
+/* ---- rdmaplus_jbmt.c: JBMT ---- */
+
+struct rdmaplus_jbmt_ctx;
+
+int rdmaplus_jbmt_init(void);
+void rdmaplus_jbmt_exit(void);
+struct rdmaplus_jbmt_ctx *rdmaplus_jbmt_open(struct rdmaplus_user *u);
+void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx);
+/* -ENOIOCTLCMD for a request that is not JBMT's */
+long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
+			 void __user *arg);
 
 #endif /* _RDMAPLUS_H */

@@ -34,9 +34,15 @@ module_param(max_mbkeys_per_user, uint, 0644);
 MODULE_PARM_DESC(max_mbkeys_per_user,
 		 "RVMA mailbox keys one user may hold (EDQUOT beyond; the host has 1048575)");
 
+static unsigned int max_jbmt_regions_per_user = 65536;
+module_param(max_jbmt_regions_per_user, uint, 0644);
+MODULE_PARM_DESC(max_jbmt_regions_per_user,
+		 "JBMT regions one user may hold (EDQUOT beyond; the host has 16777215)");
+
 static unsigned int *const caps[RDMAPLUS_NRES] = {
 	[RDMAPLUS_RES_DOMAIN] = &max_domains_per_user,
 	[RDMAPLUS_RES_MBKEY] = &max_mbkeys_per_user,
+	[RDMAPLUS_RES_JBMT_REGION] = &max_jbmt_regions_per_user,
 };
 
 struct rdmaplus_user {
@@ -88,7 +94,8 @@ void rdmaplus_user_put(struct rdmaplus_user *u)
 	hash_del(&u->node);
 	spin_unlock(&users_lock);
 	WARN_ON(atomic_read(&u->held[RDMAPLUS_RES_DOMAIN]) ||
-		atomic_read(&u->held[RDMAPLUS_RES_MBKEY]));
+		atomic_read(&u->held[RDMAPLUS_RES_MBKEY]) ||
+		atomic_read(&u->held[RDMAPLUS_RES_JBMT_REGION]));
 	free_uid(u->user);
 	kfree(u);
 }

@@ -5,7 +5,8 @@
  * The misc character device /dev/rdmaplus answers the version ioctl and
  * carries the services: the counted mailboxes of RVMA (rdmaplus_rvma.c)
  * and Active Access (rdmaplus_aa.c), an emulated IOMMU for rxe, both on
- * the rxe layer's hooks (rdmaplus_rxe.c). This file owns the device, the
+ * the rxe layer's hooks (rdmaplus_rxe.c), and JBMT's registration of
+ * unpinned memory (rdmaplus_jbmt.c). This file owns the device, the
  * sysfs root and the feature flags (rdmaplus.h lists the layers).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
@@ -27,6 +28,7 @@ struct rdmaplus_file {
 	struct rdmaplus_user *user;
 	struct rdmaplus_aa_ctx *aa;
 	struct rdmaplus_rvma_ctx *rvma;
+	struct rdmaplus_jbmt_ctx *jbmt;
 };
 
 static struct kobject *rdmaplus_root;
@@ -63,6 +65,7 @@ static long rdmaplus_ioctl_version(void __user *arg)
 {
 	struct rdmaplus_version v = {
 		.abi = RDMAPLUS_ABI_VERSION,
+		.flags = RDMAPLUS_VERSION_F_JBMT,
 	};
 
 	if (rdmaplus_rxe_supported())
@@ -87,6 +90,7 @@ static const unsigned int rdmaplus_cmds[] = {
 	RDMAPLUS_IOC_RVMA_WIN_DESTROY, RDMAPLUS_IOC_RVMA_POST,
 	RDMAPLUS_IOC_RVMA_END, RDMAPLUS_IOC_RVMA_ARM, RDMAPLUS_IOC_RVMA_POSTV,
 	RDMAPLUS_IOC_RVMA_QP, RDMAPLUS_IOC_RVMA_GUARD,
+	RDMAPLUS_IOC_JBMT_REG, RDMAPLUS_IOC_JBMT_DEREG,
 };
 
 static unsigned int rdmaplus_canonical(unsigned int cmd)
@@ -123,9 +127,16 @@ static int rdmaplus_open(struct inode *inode, struct file *file)
 		ret = PTR_ERR(f->rvma);
 		goto err_aa;
 	}
+	f->jbmt = rdmaplus_jbmt_open(f->user);
+	if (IS_ERR(f->jbmt)) {
+		ret = PTR_ERR(f->jbmt);
+		goto err_rvma;
+	}
 	file->private_data = f;
 	return 0;
 
+err_rvma:
+	rdmaplus_rvma_release(f->rvma);
 err_aa:
 	rdmaplus_aa_release(f->aa);
 err_user:
@@ -139,6 +150,7 @@ static int rdmaplus_release(struct inode *inode, struct file *file)
 {
 	struct rdmaplus_file *f = file->private_data;
 
+	rdmaplus_jbmt_release(f->jbmt);
 	rdmaplus_rvma_release(f->rvma);
 	rdmaplus_aa_release(f->aa);
 	rdmaplus_user_put(f->user);
@@ -156,6 +168,9 @@ static long rdmaplus_ioctl(struct file *file, unsigned int cmd,
 	if (cmd == RDMAPLUS_IOC_VERSION)
 		return rdmaplus_ioctl_version((void __user *)arg);
 	ret = rdmaplus_rvma_ioctl(f->rvma, cmd, (void __user *)arg);
+	if (ret != -ENOIOCTLCMD)
+		return ret;
+	ret = rdmaplus_jbmt_ioctl(f->jbmt, cmd, (void __user *)arg);
 	if (ret != -ENOIOCTLCMD)
 		return ret;
 	return rdmaplus_aa_ioctl(f->aa, cmd, (void __user *)arg);
@@ -209,21 +224,26 @@ static int __init rdmaplus_init(void)
 	ret = rdmaplus_aa_init();
 	if (ret)
 		goto err_rvma;
-	ret = rdmaplus_rxe_init();
+	ret = rdmaplus_jbmt_init();
 	if (ret)
 		goto err_aa;
+	ret = rdmaplus_rxe_init();
+	if (ret)
+		goto err_jbmt;
 	ret = misc_register(&rdmaplus_misc);
 	if (ret) {
 		pr_err("cannot register /dev/%s: %d\n", RDMAPLUS_DEVICE_NAME, ret);
 		goto err_rxe;
 	}
-	pr_info("loaded, ABI %d; RVMA and Active Access %s\n",
+	pr_info("loaded, ABI %d; JBMT on; RVMA and Active Access %s\n",
 		RDMAPLUS_ABI_VERSION,
 		rdmaplus_rxe_supported() ? "on" : "off (rxe not recognised)");
 	return 0;
 
 err_rxe:
 	rdmaplus_rxe_exit();
+err_jbmt:
+	rdmaplus_jbmt_exit();
 err_aa:
 	rdmaplus_aa_exit();
 err_rvma:
@@ -237,6 +257,7 @@ static void __exit rdmaplus_exit(void)
 {
 	misc_deregister(&rdmaplus_misc);
 	rdmaplus_rxe_exit();
+	rdmaplus_jbmt_exit();
 	rdmaplus_aa_exit();
 	rdmaplus_rvma_exit();
 	kobject_put(rdmaplus_root);

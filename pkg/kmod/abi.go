@@ -14,6 +14,7 @@ const (
 
 	versionFlagAA   = 1
 	versionFlagRVMA = 2
+	versionFlagJBMT = 4
 	notifyAdaptive  = 1
 	opPad           = 1
 
@@ -199,4 +200,20 @@ var (
 	iocRVMAPostV      = ioc(iocRead|iocWrite, 0x26, unsafe.Sizeof(rawRVMAPostV{}))
 	iocRVMAQP         = ioc(iocWrite, 0x27, unsafe.Sizeof(rawRVMAQP{}))
 	iocRVMAGuard      = ioc(iocWrite, 0x28, unsafe.Sizeof(rawRVMAGuard{}))
+	iocJBMTReg        = ioc(iocRead|iocWrite, 0x30, unsafe.Sizeof(rawJBMTReg{}))
+	iocJBMTDereg      = ioc(iocWrite, 0x31, unsafe.Sizeof(rawJBMTDereg{}))
 )
+
+type rawJBMTReg struct {
+	Size   uint32
+	Rights uint32
+	Addr   uint64
+	Length uint64
+	Token  JBMTToken
+}
+
+type rawJBMTDereg struct {
+	Size     uint32
+	Reserved uint32
+	Token    JBMTToken
+}

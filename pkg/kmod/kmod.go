@@ -41,7 +41,8 @@ var (
 	ErrABI = errors.New("kmod: module ABI mismatch")
 	// ErrNotSupported: the module does not recognise this kernel's rxe
 	// (or rdma_rxe is not loaded), so what needs its hooks, arming pages
-	// and counted mailboxes, is refused (EOPNOTSUPP). Version says so too.
+	// and counted mailboxes, is refused (EOPNOTSUPP); or the module has no
+	// JBMT. Version says so too.
 	ErrNotSupported = errors.New("kmod: the running module does not recognise this kernel's rxe (RVMA and Active Access off)")
 	// ErrNotOwner: the memory region belongs to another /dev/rdmaplus
 	// file (EBUSY). Another process's region is reported as ErrNoRegion,
@@ -132,6 +133,7 @@ type Version struct {
 	ABI          uint32
 	ActiveAccess bool // the module recognised rxe and can arm pages
 	Mailboxes    bool // ... and can gate and count mailboxes
+	JBMT         bool // the module registers unpinned memory (any device)
 	Release      string
 }
 
@@ -163,7 +165,8 @@ func Open() (*Device, error) {
 		return nil, err
 	}
 	d.ver = Version{ABI: v.ABI, ActiveAccess: v.Flags&versionFlagAA != 0,
-		Mailboxes: v.Flags&versionFlagRVMA != 0, Release: cstr(v.Release[:])}
+		Mailboxes: v.Flags&versionFlagRVMA != 0, JBMT: v.Flags&versionFlagJBMT != 0,
+		Release: cstr(v.Release[:])}
 	if v.ABI != ABIVersion {
 		f.Close()
 		return nil, &ABIError{Module: v.ABI, Package: ABIVersion}

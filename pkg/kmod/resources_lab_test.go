@@ -12,7 +12,6 @@ package kmod
 import (
 	"errors"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,53 +23,6 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
-
-// asUnprivileged runs fn on an OS thread of its own, as a process without
-// CAP_IPC_LOCK would (capabilities belong to a thread), with RLIMIT_MEMLOCK
-// set to limit bytes for the process meanwhile. With uid > 0 the thread
-// also takes that user id (setresuid(2) called raw acts on one thread), so
-// the module sees another user. The thread is never reused.
-func asUnprivileged(t *testing.T, limit uint64, uid int, fn func()) {
-	t.Helper()
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread() // and never unlocked: the thread goes with us
-		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-		var data [2]unix.CapUserData
-		if err := unix.Capget(&hdr, &data[0]); err != nil {
-			done <- err
-			return
-		}
-		data[unix.CAP_IPC_LOCK/32].Effective &^= 1 << (unix.CAP_IPC_LOCK % 32)
-		if err := unix.Capset(&hdr, &data[0]); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: limit, Max: old.Max}); err != nil {
-			done <- err
-			return
-		}
-		if uid > 0 {
-			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), 0); e != 0 {
-				done <- e
-				return
-			}
-		}
-		fn()
-		done <- nil
-	}()
-	err := <-done
-	if rerr := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-}
 
 // setParam sets a module parameter for the rest of the test.
 func setParam(t *testing.T, name string, v int) {
@@ -103,7 +55,7 @@ func rawDomainDestroy(d *Device, id uint32) error {
 // not with memory pinned past it; unmapping gives it back.
 func TestLabResourceLogMappedAfterDestroy(t *testing.T) {
 	labenv.Device(t)
-	asUnprivileged(t, 64<<10, 0, func() {
+	labenv.AsUnprivileged(t, 64<<10, 0, func() {
 		d, err := Open()
 		if err != nil {
 			t.Error(err)
@@ -176,7 +128,7 @@ func TestLabResourceDomainsPerUser(t *testing.T) {
 	if !errors.Is(err, syscall.EDQUOT) || !errors.Is(err, ErrQuota) || !errors.Is(err, ErrTooManyDomains) {
 		t.Fatalf("domain 7 of the user: %v, want EDQUOT (ErrQuota, ErrTooManyDomains)", err)
 	}
-	asUnprivileged(t, 1<<20, 65534, func() {
+	labenv.AsUnprivileged(t, 1<<20, 65534, func() {
 		d, err := Open()
 		if err != nil {
 			t.Error(err)
@@ -300,7 +252,7 @@ func TestLabResourceRangesCharged(t *testing.T) {
 		}
 		return n, nil
 	}
-	asUnprivileged(t, 1<<20, 0, func() {
+	labenv.AsUnprivileged(t, 1<<20, 0, func() {
 		for round := 0; round < 2; round++ {
 			n, err := posted()
 			if !errors.Is(err, syscall.ENOMEM) || !errors.Is(err, ErrNoMemory) {

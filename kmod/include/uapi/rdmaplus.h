@@ -21,6 +21,8 @@
  * WRITE packets placed into buffers a process posted, closes a buffer's
  * gate at its threshold and publishes a 64-byte completion record into
  * memory mapped into the process.
+ *
+ * JBMT (docs/jbmt.md): registration of unpinned memory, by token.
  */
 #ifndef _UAPI_RDMAPLUS_H
 #define _UAPI_RDMAPLUS_H
@@ -49,6 +51,70 @@ struct rdmaplus_version {
 #define RDMAPLUS_VERSION_F_AA	(1U << 0)
 /* The module can gate and count RVMA mailboxes (same rxe data path). */
 #define RDMAPLUS_VERSION_F_RVMA	(1U << 1)
+/* The module registers memory for JBMT (any RDMA device; no rxe hooks). */
+#define RDMAPLUS_VERSION_F_JBMT	(1U << 2)
+
+/*
+ * JBMT (docs/jbmt.md): an RDMA service over memory that is never pinned
+ * for long. Registering a range of the calling process's address space
+ * pins nothing and costs the same at any size: the module keeps the range,
+ * its rights and the process's address space, and answers a token that
+ * peers present to reach it.
+ */
+#define RDMAPLUS_JBMT_READ	(1U << 0) /* peers may get from the region */
+#define RDMAPLUS_JBMT_WRITE	(1U << 1) /* peers may put into it */
+#define RDMAPLUS_JBMT_RIGHTS	0x3U
+#define RDMAPLUS_JBMT_MAX_ID	((1U << 24) - 1) /* region ids 1..2^24-1 */
+
+/**
+ * struct rdmaplus_jbmt_token - names a registered region to any host
+ * @id:		the region's id on its host, 1..RDMAPLUS_JBMT_MAX_ID
+ * @gen:	the registration's number (an id is used again after its
+ *		region is gone; the generation is not)
+ * @key:	64 random bits: a token cannot be guessed from another
+ */
+struct rdmaplus_jbmt_token {
+	__u32 id;
+	__u32 gen;
+	__u64 key;
+};
+
+/**
+ * struct rdmaplus_jbmt_reg - RDMAPLUS_IOC_JBMT_REG
+ * @size:	sizeof(struct rdmaplus_jbmt_reg)
+ * @rights:	in: RDMAPLUS_JBMT_READ and/or RDMAPLUS_JBMT_WRITE
+ * @addr:	in: the first byte, in the calling process's address space
+ * @length:	in: bytes, at least 1; the range must lie in user space. It
+ *		need not be mapped now: each transfer finds what is there
+ * @token:	out: the region's token
+ *
+ * Pins nothing and charges no RLIMIT_MEMLOCK: the record (charged to the
+ * memory cgroup) is all it keeps. EINVAL (rights, length, range, size),
+ * EDQUOT beyond the user's max_jbmt_regions_per_user, ENOSPC when the
+ * host has no free id, ENOMEM.
+ */
+struct rdmaplus_jbmt_reg {
+	__u32 size;
+	__u32 rights;
+	__u64 addr;
+	__u64 length;
+	struct rdmaplus_jbmt_token token;
+};
+
+/**
+ * struct rdmaplus_jbmt_dereg - RDMAPLUS_IOC_JBMT_DEREG
+ * @size:	sizeof(struct rdmaplus_jbmt_dereg)
+ * @reserved:	zero
+ * @token:	a token this file registered
+ *
+ * Revokes the token: no transfer starts on it afterwards. ENOENT alike
+ * for no such region and for another file's (tokens cannot be probed).
+ */
+struct rdmaplus_jbmt_dereg {
+	__u32 size;
+	__u32 reserved;
+	struct rdmaplus_jbmt_token token;
+};
 
 /* ---- Active Access ---------------------------------------------------- */
 
@@ -589,5 +655,9 @@ struct rdmaplus_rvma_qp {
 #define RDMAPLUS_IOC_RVMA_QP	_IOW(RDMAPLUS_IOC_MAGIC, 0x27, struct rdmaplus_rvma_qp)
 #define RDMAPLUS_IOC_RVMA_GUARD	\
 	_IOW(RDMAPLUS_IOC_MAGIC, 0x28, struct rdmaplus_rvma_guard)
+#define RDMAPLUS_IOC_JBMT_REG	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x30, struct rdmaplus_jbmt_reg)
+#define RDMAPLUS_IOC_JBMT_DEREG	\
+	_IOW(RDMAPLUS_IOC_MAGIC, 0x31, struct rdmaplus_jbmt_dereg)
 
 #endif /* _UAPI_RDMAPLUS_H */

@@ -21,9 +21,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Environment variables the lab sets in every guest command.
@@ -268,4 +271,51 @@ func InlineLoopback() bool {
 		return false
 	}
 	return major < 6 || major == 6 && minor <= 1
+}
+
+// AsUnprivileged runs fn on an OS thread of its own, as a process without
+// CAP_IPC_LOCK would (capabilities belong to a thread), with RLIMIT_MEMLOCK
+// set to limit bytes for the process meanwhile. With uid > 0 the thread
+// also takes that user id (setresuid(2) called raw acts on one thread), so
+// the module sees another user. The thread is never reused.
+func AsUnprivileged(t TB, limit uint64, uid int, fn func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &old); err != nil {
+		t.Fatalf("labenv: %v", err)
+	}
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // and never unlocked: the thread goes with us
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		data[unix.CAP_IPC_LOCK/32].Effective &^= 1 << (unix.CAP_IPC_LOCK % 32)
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: limit, Max: old.Max}); err != nil {
+			done <- err
+			return
+		}
+		if uid > 0 {
+			if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), 0); e != 0 {
+				done <- e
+				return
+			}
+		}
+		fn()
+		done <- nil
+	}()
+	err := <-done
+	if rerr := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &old); rerr != nil {
+		t.Fatalf("labenv: %v", rerr)
+	}
+	if err != nil {
+		t.Fatalf("labenv: %v", err)
+	}
 }

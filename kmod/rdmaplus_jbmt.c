@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rdmaplus JBMT: registration of memory that is never pinned for long
+ * (docs/jbmt.md). A region is a range of a process's address space with
+ * rights; registering it pins nothing and takes the same time at any
+ * size. Its token {id, gen, key} names it to any host: the id finds it in
+ * a host-wide table, the generation tells a reused id, and 64 random bits
+ * make a token impossible to guess from another. The service needs no
+ * rxe hook and works the same on every RDMA device.
+ *
+ * Regions are found by id under RCU; a file's regions are revoked when it
+ * is closed. Each region holds its process's mm_struct (mmgrab: not the
+ * address space, which may go with the process), where transfers will find
+ * the pages.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/kobject.h>
+#include <linux/list.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/random.h>
+#include <linux/rcupdate.h>
+#include <linux/sched/mm.h>
+#include <linux/slab.h>
+#include <linux/sysfs.h>
+#include <linux/uaccess.h>
+#include <linux/xarray.h>
+
+#include "uapi/rdmaplus.h"
+#include "rdmaplus.h"
+
+struct jbmt_region {
+	struct rdmaplus_jbmt_ctx *ctx;	/* the file that registered it */
+	struct mm_struct *mm;		/* mmgrab()bed */
+	u64 addr, length, key;
+	u32 id, gen, rights;
+	struct list_head node;		/* ctx->regions, under ctx->mutex */
+	struct rcu_head rcu;
+};
+
+struct rdmaplus_jbmt_ctx {
+	struct rdmaplus_user *user;
+	struct mutex mutex;		/* regions; held across a registration */
+	struct list_head regions;
+};
+
+/* id -> region, host-wide; readers under RCU */
+static DEFINE_XARRAY_ALLOC1(jbmt_regions);
+static u32 jbmt_next_id;		/* xa_alloc_cyclic's cursor */
+static atomic_t jbmt_gen = ATOMIC_INIT(0);
+
+static struct {
+	atomic64_t regions;		/* registered now */
+	atomic64_t registered_bytes;	/* their bytes */
+	atomic64_t registrations;	/* since load */
+	atomic64_t deregistrations;	/* explicit, since load */
+	atomic64_t revoked;		/* at a file's release, since load */
+} jbmt_st;
+
+/* ---- regions ------------------------------------------------------------ */
+
+/*
+ * Take r out of the host's table and free it after a grace period (a
+ * reader that found it under RCU may still look at it); ctx->mutex held.
+ */
+static void jbmt_region_revoke(struct jbmt_region *r)
+{
+	xa_erase(&jbmt_regions, r->id);
+	list_del(&r->node);
+	atomic64_dec(&jbmt_st.regions);
+	atomic64_sub(r->length, &jbmt_st.registered_bytes);
+	rdmaplus_user_give(r->ctx->user, RDMAPLUS_RES_JBMT_REGION);
+	mmdrop(r->mm);
+	kfree_rcu(r, rcu);
+}
+
+static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_jbmt_reg a;
+	struct jbmt_region *r;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (!a.rights || a.rights & ~RDMAPLUS_JBMT_RIGHTS || !a.length ||
+	    a.addr + a.length < a.addr ||
+	    !access_ok(u64_to_user_ptr(a.addr), a.length) ||
+	    a.token.id || a.token.gen || a.token.key)
+		return -EINVAL;
+	ret = rdmaplus_user_take(ctx->user, RDMAPLUS_RES_JBMT_REGION);
+	if (ret)
+		return ret;
+	ret = -ENOMEM;
+	r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
+	if (!r)
+		goto err_give;
+	r->ctx = ctx;
+	r->addr = a.addr;
+	r->length = a.length;
+	r->rights = a.rights;
+	r->key = get_random_u64();
+	r->gen = atomic_inc_return(&jbmt_gen);
+	r->mm = current->mm;
+	mmgrab(r->mm);
+
+	mutex_lock(&ctx->mutex);
+	/* published whole: a reader that finds the id sees every field */
+	ret = xa_alloc_cyclic(&jbmt_regions, &r->id, r,
+			      XA_LIMIT(1, RDMAPLUS_JBMT_MAX_ID), &jbmt_next_id,
+			      GFP_KERNEL_ACCOUNT);
+	if (ret < 0) {
+		mutex_unlock(&ctx->mutex);
+		ret = ret == -EBUSY ? -ENOSPC : ret;
+		goto err_free;
+	}
+	list_add_tail(&r->node, &ctx->regions);
+	atomic64_inc(&jbmt_st.regions);
+	atomic64_add(r->length, &jbmt_st.registered_bytes);
+	a.token.id = r->id;
+	a.token.gen = r->gen;
+	a.token.key = r->key;
+	ret = rdmaplus_copy_out(arg, &a, sizeof(a));
+	if (ret)
+		jbmt_region_revoke(r);	/* nobody was told its token */
+	else
+		atomic64_inc(&jbmt_st.registrations);
+	mutex_unlock(&ctx->mutex);
+	return ret;
+
+err_free:
+	mmdrop(r->mm);
+	kfree(r);
+err_give:
+	rdmaplus_user_give(ctx->user, RDMAPLUS_RES_JBMT_REGION);
+	return ret;
+}
+
+static long jbmt_dereg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_jbmt_dereg a;
+	struct jbmt_region *r;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.reserved)
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);
+	r = xa_load(&jbmt_regions, a.token.id);
+	/* another file's region answers as no region */
+	if (!r || r->ctx != ctx || r->gen != a.token.gen ||
+	    r->key != a.token.key) {
+		ret = -ENOENT;
+	} else {
+		jbmt_region_revoke(r);
+		atomic64_inc(&jbmt_st.deregistrations);
+	}
+	mutex_unlock(&ctx->mutex);
+	return ret;
+}
+
+long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
+			 void __user *arg)
+{
+	switch (cmd) {
+	case RDMAPLUS_IOC_JBMT_REG:
+		return jbmt_reg(ctx, arg);
+	case RDMAPLUS_IOC_JBMT_DEREG:
+		return jbmt_dereg(ctx, arg);
+	default:
+		return -ENOIOCTLCMD;
+	}
+}
+
+/* ---- file --------------------------------------------------------------- */
+
+struct rdmaplus_jbmt_ctx *rdmaplus_jbmt_open(struct rdmaplus_user *u)
+{
+	struct rdmaplus_jbmt_ctx *ctx = kzalloc(sizeof(*ctx), GFP_KERNEL_ACCOUNT);
+
+	if (!ctx)
+		return ERR_PTR(-ENOMEM);
+	ctx->user = u;
+	mutex_init(&ctx->mutex);
+	INIT_LIST_HEAD(&ctx->regions);
+	return ctx;
+}
+
+/* Revoke every region of the file. */
+void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx)
+{
+	struct jbmt_region *r;
+
+	mutex_lock(&ctx->mutex);
+	while ((r = list_first_entry_or_null(&ctx->regions,
+					     struct jbmt_region, node))) {
+		jbmt_region_revoke(r);
+		atomic64_inc(&jbmt_st.revoked);
+		cond_resched();
+	}
+	mutex_unlock(&ctx->mutex);
+	kfree(ctx);
+}
+
+/* ---- sysfs: /sys/kernel/rdmaplus/jbmt ----------------------------------- */
+
+struct jbmt_attr {
+	struct kobj_attribute kattr;
+	atomic64_t *v;
+};
+
+static ssize_t jbmt_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
+			      char *buf)
+{
+	struct jbmt_attr *a = container_of(ka, struct jbmt_attr, kattr);
+
+	return sysfs_emit(buf, "%lld\n", atomic64_read(a->v));
+}
+
+#define JBMT_ATTR(name) \
+	static struct jbmt_attr jbmt_attr_##name = { \
+		.kattr = __ATTR(name, 0444, jbmt_attr_show, NULL), \
+		.v = &jbmt_st.name, \
+	}
+
+JBMT_ATTR(regions);
+JBMT_ATTR(registered_bytes);
+JBMT_ATTR(registrations);
+JBMT_ATTR(deregistrations);
+JBMT_ATTR(revoked);
+
+static struct attribute *jbmt_attrs[] = {
+	&jbmt_attr_regions.kattr.attr,
+	&jbmt_attr_registered_bytes.kattr.attr,
+	&jbmt_attr_registrations.kattr.attr,
+	&jbmt_attr_deregistrations.kattr.attr,
+	&jbmt_attr_revoked.kattr.attr,
+	NULL,
+};
+
+static const struct attribute_group jbmt_attr_group = {
+	.name = "jbmt",
+	.attrs = jbmt_attrs,
+};
+
+int rdmaplus_jbmt_init(void)
+{
+	return sysfs_create_group(rdmaplus_kobj(), &jbmt_attr_group);
+}
+
+void rdmaplus_jbmt_exit(void)
+{
+	/* every file is closed: no region is left */
+	WARN_ON(!xa_empty(&jbmt_regions));
+	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);
+	rcu_barrier();		/* kfree_rcu()s of revoked regions */
+}
