@@ -16,7 +16,9 @@
 #ifndef _RDMAPLUS_H
 #define _RDMAPLUS_H
 
+#include <linux/atomic.h>
 #include <linux/fs.h>
+#include <linux/kobject.h>
 #include <linux/poll.h>
 #include <linux/uaccess.h>
 
@@ -40,6 +42,21 @@ int rdmaplus_copy_in(void *dst, size_t ksize, size_t min,
 		     const void __user *arg);
 /* Copy out at most the size the caller gave. */
 int rdmaplus_copy_out(void __user *arg, const void *src, size_t ksize);
+
+/* A read-only sysfs file showing one atomic64_t counter. */
+struct rdmaplus_counter {
+	struct kobj_attribute kattr;
+	atomic64_t *v;
+};
+
+ssize_t rdmaplus_counter_show(struct kobject *kobj, struct kobj_attribute *ka,
+			      char *buf);
+
+#define RDMAPLUS_COUNTER(var, name, counter) \
+	static struct rdmaplus_counter var = { \
+		.kattr = __ATTR(name, 0444, rdmaplus_counter_show, NULL), \
+		.v = (counter), \
+	}
 
 /* ---- rdmaplus_acct.c ---- */
 

@@ -150,14 +150,18 @@ static long jbmt_dereg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	if (a.reserved)
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);
+	/* another file may free its region meanwhile: look under RCU */
+	rcu_read_lock();
 	r = xa_load(&jbmt_regions, a.token.id);
-	/* another file's region answers as no region */
-	if (!r || r->ctx != ctx || r->gen != a.token.gen ||
-	    r->key != a.token.key) {
-		ret = -ENOENT;
-	} else {
+	if (r && (r->ctx != ctx || r->gen != a.token.gen ||
+		  r->key != a.token.key))
+		r = NULL;	/* another file's answers as none */
+	rcu_read_unlock();
+	if (r) {		/* ours: our mutex keeps it */
 		jbmt_region_revoke(r);
 		atomic64_inc(&jbmt_st.deregistrations);
+	} else {
+		ret = -ENOENT;
 	}
 	mutex_unlock(&ctx->mutex);
 	return ret;
@@ -208,24 +212,8 @@ void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx)
 
 /* ---- sysfs: /sys/kernel/rdmaplus/jbmt ----------------------------------- */
 
-struct jbmt_attr {
-	struct kobj_attribute kattr;
-	atomic64_t *v;
-};
-
-static ssize_t jbmt_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
-			      char *buf)
-{
-	struct jbmt_attr *a = container_of(ka, struct jbmt_attr, kattr);
-
-	return sysfs_emit(buf, "%lld\n", atomic64_read(a->v));
-}
-
 #define JBMT_ATTR(name) \
-	static struct jbmt_attr jbmt_attr_##name = { \
-		.kattr = __ATTR(name, 0444, jbmt_attr_show, NULL), \
-		.v = &jbmt_st.name, \
-	}
+	RDMAPLUS_COUNTER(jbmt_attr_##name, name, &jbmt_st.name)
 
 JBMT_ATTR(regions);
 JBMT_ATTR(registered_bytes);

@@ -38,6 +38,15 @@ struct kobject *rdmaplus_kobj(void)
 	return rdmaplus_root;
 }
 
+ssize_t rdmaplus_counter_show(struct kobject *kobj, struct kobj_attribute *ka,
+			      char *buf)
+{
+	struct rdmaplus_counter *c = container_of(ka, struct rdmaplus_counter,
+						  kattr);
+
+	return sysfs_emit(buf, "%lld\n", atomic64_read(c->v));
+}
+
 int rdmaplus_copy_in(void *dst, size_t ksize, size_t min,
 		     const void __user *arg)
 {

@@ -1605,24 +1605,8 @@ out:
  * Module-wide, in sysfs next to Active Access's:
  * /sys/kernel/rdmaplus/rvma/<name>, one decimal value each.
  */
-struct rvma_attr {
-	struct kobj_attribute kattr;
-	atomic64_t *v;
-};
-
-static ssize_t rvma_attr_show(struct kobject *kobj, struct kobj_attribute *ka,
-			      char *buf)
-{
-	struct rvma_attr *a = container_of(ka, struct rvma_attr, kattr);
-
-	return sysfs_emit(buf, "%lld\n", atomic64_read(a->v));
-}
-
 #define RVMA_ATTR(name) \
-	static struct rvma_attr rvma_attr_##name = { \
-		.kattr = __ATTR(name, 0444, rvma_attr_show, NULL), \
-		.v = &rvma_st.name, \
-	}
+	RDMAPLUS_COUNTER(rvma_attr_##name, name, &rvma_st.name)
 
 RVMA_ATTR(packets);	/* write packets placed into open buffers */
 RVMA_ATTR(bytes);	/* bytes placed */

@@ -1,0 +1,174 @@
+// Command jbmtperf measures JBMT (pkg/jbmt) against the RDMA ways of
+// making memory reachable, in one process, side by side.
+//
+// Usage:
+//
+//	jbmtperf -d rxe0 -t reg [-min 4096] [-max 1073741824] [-pinned-max 268435456] [-n 20]
+//
+// Tests:
+//   - reg: the cost of registering and deregistering a fresh buffer, at
+//     sizes from -min to -max by factors of 4: jbmt.Register and
+//     Region.Close (which pin nothing), against ibv_reg_mr/ibv_dereg_mr of
+//     the same memory (which pin every page, up to -pinned-max: more would
+//     not fit the machine) and, on a device with on-demand paging (rxe
+//     from 7.x), ibv_reg_mr with IBV_ACCESS_ON_DEMAND. Each figure is the
+//     median of -n registrations of the same buffer, in µs, and each size's
+//     buffer is new (never touched: as memory a program registers before
+//     it has filled it). Prints one line per size and a last line with the
+//     ratios of the largest size to the smallest.
+//
+// The figures are ratios and slopes under TCG, not absolute times
+// (docs/benchmarks.md).
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
+)
+
+func main() {
+	dev := flag.String("d", "", "RDMA device (first one if empty)")
+	test := flag.String("t", "reg", "test: reg")
+	minSize := flag.Int("min", 4096, "smallest size in bytes")
+	maxSize := flag.Int("max", 1<<30, "largest size in bytes")
+	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
+	n := flag.Int("n", 20, "registrations per size and kind")
+	flag.Parse()
+	if *test != "reg" || *minSize < 1 || *maxSize < *minSize || *n < 1 {
+		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
+		os.Exit(2)
+	}
+	if err := reg(*dev, *minSize, *maxSize, *pinnedMax, *n); err != nil {
+		fmt.Fprintln(os.Stderr, "jbmtperf:", err)
+		os.Exit(1)
+	}
+}
+
+// kind is one way of registering: reg returns the undo.
+type kind struct {
+	name string
+	max  int
+	reg  func(b []byte) (func() error, error)
+}
+
+func reg(dev string, minSize, maxSize, pinnedMax, n int) error {
+	s, err := jbmt.Open(nil)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if dev == "" {
+		names, err := verbs.Devices()
+		if err != nil || len(names) == 0 {
+			return fmt.Errorf("no RDMA device: %v", err)
+		}
+		dev = names[0].Name
+	}
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		return err
+	}
+	defer pd.Close()
+	attr, err := ctx.QueryDevice()
+	if err != nil {
+		return err
+	}
+	verbsReg := func(access verbs.Access) func(b []byte) (func() error, error) {
+		return func(b []byte) (func() error, error) {
+			mr, err := pd.RegMR(b, access)
+			if err != nil {
+				return nil, err
+			}
+			return mr.Close, nil
+		}
+	}
+	kinds := []kind{
+		{"jbmt", maxSize, func(b []byte) (func() error, error) {
+			r, err := s.Register(b, jbmt.Read|jbmt.Write)
+			if err != nil {
+				return nil, err
+			}
+			return r.Close, nil
+		}},
+		{"pinned", pinnedMax, verbsReg(verbs.AccessAll)},
+	}
+	if attr.HasODP() {
+		kinds = append(kinds, kind{"odp", pinnedMax, verbsReg(verbs.AccessAll | verbs.AccessOnDemand)})
+	}
+	fmt.Printf("# registration cost on %s, medians of %d (µs; - beyond the kind's largest size)\n", dev, n)
+	fmt.Printf("%12s", "#bytes")
+	for _, k := range kinds {
+		fmt.Printf(" %12s %12s", k.name+"_reg", k.name+"_dereg")
+	}
+	fmt.Println()
+	first := map[string]float64{}
+	last := map[string]float64{}
+	for size := minSize; size <= maxSize; size *= 4 {
+		fmt.Printf("%12d", size)
+		for _, k := range kinds {
+			if size > k.max {
+				fmt.Printf(" %12s %12s", "-", "-")
+				continue
+			}
+			r, d, err := measure(k, size, n)
+			if err != nil {
+				return fmt.Errorf("%s at %d bytes: %w", k.name, size, err)
+			}
+			if _, ok := first[k.name]; !ok {
+				first[k.name] = r
+			}
+			last[k.name] = r
+			fmt.Printf(" %12.2f %12.2f", r, d)
+		}
+		fmt.Println()
+	}
+	fmt.Printf("# largest/smallest registration:")
+	for _, k := range kinds {
+		fmt.Printf(" %s %.2f", k.name, last[k.name]/first[k.name])
+	}
+	fmt.Println()
+	return nil
+}
+
+// measure registers a fresh buffer of size bytes n times with k and
+// returns the medians of the registration and deregistration times (µs).
+func measure(k kind, size, n int) (float64, float64, error) {
+	buf, err := verbs.Alloc(size)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer buf.Close()
+	var regs, deregs []float64
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		undo, err := k.reg(buf.Bytes())
+		t1 := time.Now()
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := undo(); err != nil {
+			return 0, 0, errors.Join(errors.New("deregistering"), err)
+		}
+		t2 := time.Now()
+		regs = append(regs, float64(t1.Sub(t0).Nanoseconds())/1e3)
+		deregs = append(deregs, float64(t2.Sub(t1).Nanoseconds())/1e3)
+	}
+	return median(regs), median(deregs), nil
+}
+
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
