@@ -51,11 +51,30 @@ func main() {
 	}
 }
 
-// kind is one way of registering: reg returns the undo.
+// kind is one way of registering memory from alloc: reg returns the undo.
 type kind struct {
-	name string
-	max  int
-	reg  func(b []byte) (func() error, error)
+	name  string
+	max   int
+	alloc func(size int) ([]byte, func() error, error)
+	reg   func(b []byte) (func() error, error)
+}
+
+// verbsAlloc maps memory pkg/verbs can register (a verbs.Buffer).
+func verbsAlloc(size int) ([]byte, func() error, error) {
+	b, err := verbs.Alloc(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.Bytes(), b.Close, nil
+}
+
+// jbmtAlloc maps memory with no swap reserved: JBMT registers any size.
+func jbmtAlloc(size int) ([]byte, func() error, error) {
+	b, err := jbmt.Alloc(size)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, func() error { return jbmt.Free(b) }, nil
 }
 
 func reg(dev string, minSize, maxSize, pinnedMax, n int) error {
@@ -95,17 +114,17 @@ func reg(dev string, minSize, maxSize, pinnedMax, n int) error {
 		}
 	}
 	kinds := []kind{
-		{"jbmt", maxSize, func(b []byte) (func() error, error) {
+		{"jbmt", maxSize, jbmtAlloc, func(b []byte) (func() error, error) {
 			r, err := s.Register(b, jbmt.Read|jbmt.Write)
 			if err != nil {
 				return nil, err
 			}
 			return r.Close, nil
 		}},
-		{"pinned", pinnedMax, verbsReg(verbs.AccessAll)},
+		{"pinned", pinnedMax, verbsAlloc, verbsReg(verbs.AccessAll)},
 	}
 	if attr.HasODP() {
-		kinds = append(kinds, kind{"odp", pinnedMax, verbsReg(verbs.AccessAll | verbs.AccessOnDemand)})
+		kinds = append(kinds, kind{"odp", pinnedMax, verbsAlloc, verbsReg(verbs.AccessAll | verbs.AccessOnDemand)})
 	}
 	fmt.Printf("# registration cost on %s, medians of %d (µs; - beyond the kind's largest size)\n", dev, n)
 	fmt.Printf("%12s", "#bytes")
@@ -145,15 +164,15 @@ func reg(dev string, minSize, maxSize, pinnedMax, n int) error {
 // measure registers a fresh buffer of size bytes n times with k and
 // returns the medians of the registration and deregistration times (µs).
 func measure(k kind, size, n int) (float64, float64, error) {
-	buf, err := verbs.Alloc(size)
+	buf, free, err := k.alloc(size)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer buf.Close()
+	defer free()
 	var regs, deregs []float64
 	for i := 0; i < n; i++ {
 		t0 := time.Now()
-		undo, err := k.reg(buf.Bytes())
+		undo, err := k.reg(buf)
 		t1 := time.Now()
 		if err != nil {
 			return 0, 0, err
