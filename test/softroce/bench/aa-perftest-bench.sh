@@ -1,9 +1,9 @@
 #!/bin/bash
-# lab: guests=2 smp=1 timeout=900 gobuild=./cmd/aa-usecase-bench
+# lab: guests=2 smp=1 timeout=900 gobuild=./test/softroce/bench/aa-usecase-bench
 #
 # Active Access logging cost seen by an unmodified perftest source, in one
 # boot of two guests (guest 1 the target, guest 2 the client), by
-# cmd/aa-usecase-bench perftest: ib_read_bw and ib_write_bw (4 KiB) against
+# test/softroce/bench/aa-usecase-bench perftest: ib_read_bw and ib_write_bw (4 KiB) against
 # a stock perftest server on guest 1 (the anchor) and against seven pages
 # of an Active Access target answering perftest's side channel
 # (pkg/activeaccess/perftest): a page with no actions (the module's hooks

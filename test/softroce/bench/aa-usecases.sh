@@ -1,8 +1,8 @@
 #!/bin/bash
-# lab: guests=2 smp=1 timeout=900 gobuild=./cmd/aa-usecase-bench
+# lab: guests=2 smp=1 timeout=900 gobuild=./test/softroce/bench/aa-usecase-bench
 #
 # The Active Access use cases' costs, in one boot of two guests (guest 1 the
-# target, guest 2 the source), by cmd/aa-usecase-bench:
+# target, guest 2 the source), by test/softroce/bench/aa-usecase-bench:
 #
 # get-logging overhead: one source's gets per second (8-byte gets as in the
 # paper's section 5.2.3, and 4 KiB gets) on three regions of the target:

@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=4 timeout=1500 gobuild=./cmd/rvmahalo
+# lab: guests=4 timeout=1500 gobuild=./test/softroce/bench/rvmahalo
 #
 # Halo exchange on a ring of four guests (each exchanges a face with both
 # neighbours every step): RVMA puts into parity mailboxes with byte
