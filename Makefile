@@ -47,7 +47,7 @@ test-kernels: setup
 # and makes its build chroot.
 NEWER_KERNEL ?= trixie
 NEWER_SUITES ?= aa-2guests aa-dht aa-kmod aa-lifecycle aa-model aa-perftest \
-	aa-usecases jbmt kmod-repost-fork rvma-guests rvma-loopback
+	aa-usecases jbmt jbmt-2guests kmod-repost-fork rvma-guests rvma-loopback
 lab-newer: setup
 	$(LAB) run -kernel $(NEWER_KERNEL) $(NEWER_SUITES)
 

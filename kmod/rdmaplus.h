@@ -9,6 +9,7 @@
  *   rdmaplus_rvma.c  counted mailboxes (RVMA), a consumer of the hooks
  *   rdmaplus_aa.c    Active Access, a consumer of the hooks
  *   rdmaplus_jbmt.c  JBMT: unpinned memory by token (no hooks)
+ *   rdmaplus_jbmt_net.c  JBMT's connections between hosts (rdma_cm)
  *
  * Dependencies go down this list only: the services use the rxe layer
  * and accounting, never each other.
@@ -224,5 +225,11 @@ void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx);
 /* -ENOIOCTLCMD for a request that is not JBMT's */
 long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 			 void __user *arg);
+
+/* ---- rdmaplus_jbmt_net.c: JBMT's connections ---- */
+
+int rdmaplus_jbmt_net_init(void);
+void rdmaplus_jbmt_net_exit(void);
+long rdmaplus_jbmt_connect(void __user *arg);
 
 #endif /* _RDMAPLUS_H */

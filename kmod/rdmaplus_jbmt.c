@@ -175,6 +175,8 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 		return jbmt_reg(ctx, arg);
 	case RDMAPLUS_IOC_JBMT_DEREG:
 		return jbmt_dereg(ctx, arg);
+	case RDMAPLUS_IOC_JBMT_CONNECT:
+		return rdmaplus_jbmt_connect(arg);
 	default:
 		return -ENOIOCTLCMD;
 	}
@@ -237,11 +239,19 @@ static const struct attribute_group jbmt_attr_group = {
 
 int rdmaplus_jbmt_init(void)
 {
-	return sysfs_create_group(rdmaplus_kobj(), &jbmt_attr_group);
+	int ret = sysfs_create_group(rdmaplus_kobj(), &jbmt_attr_group);
+
+	if (ret)
+		return ret;
+	ret = rdmaplus_jbmt_net_init();
+	if (ret)
+		sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);
+	return ret;
 }
 
 void rdmaplus_jbmt_exit(void)
 {
+	rdmaplus_jbmt_net_exit();
 	/* every file is closed: no region is left */
 	WARN_ON(!xa_empty(&jbmt_regions));
 	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);

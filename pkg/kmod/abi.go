@@ -202,7 +202,18 @@ var (
 	iocRVMAGuard      = ioc(iocWrite, 0x28, unsafe.Sizeof(rawRVMAGuard{}))
 	iocJBMTReg        = ioc(iocRead|iocWrite, 0x30, unsafe.Sizeof(rawJBMTReg{}))
 	iocJBMTDereg      = ioc(iocWrite, 0x31, unsafe.Sizeof(rawJBMTDereg{}))
+	iocJBMTConnect    = ioc(iocRead|iocWrite, 0x32, unsafe.Sizeof(rawJBMTConnect{}))
 )
+
+type rawJBMTConnect struct {
+	Size      uint32
+	Flags     uint32
+	Addr      [4]byte // network byte order
+	Port      [2]byte // network byte order
+	Reserved  uint16
+	TimeoutMS uint32
+	Peer      uint32
+}
 
 type rawJBMTReg struct {
 	Size   uint32

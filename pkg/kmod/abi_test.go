@@ -103,6 +103,9 @@ func TestABIMatchesHeader(t *testing.T) {
 	eq("sizeof jbmt dereg", unsafe.Sizeof(rawJBMTDereg{}), uapi.SizeJBMTDereg)
 	eq("ioc jbmt reg", iocJBMTReg, uapi.IocJBMTReg)
 	eq("ioc jbmt dereg", iocJBMTDereg, uapi.IocJBMTDereg)
+	eq("sizeof jbmt connect", unsafe.Sizeof(rawJBMTConnect{}), uapi.SizeJBMTConnect)
+	eq("ioc jbmt connect", iocJBMTConnect, uapi.IocJBMTConnect)
+	eq("jbmt connect max", uintptr(JBMTConnectMax/time.Millisecond), uintptr(uapi.JBMTConnectMaxMS))
 	eq("win mbkey flag", uintptr(rvmaWinMBKey), uintptr(uapi.RVMAWinMBKey))
 	eq("mailbox offset bits", uintptr(MailboxOffsetBits), uintptr(uapi.RVMAMBVAOffBits))
 	if a, err := MailboxAddr(1<<24|0x123456, 0x789); err != nil || a != 0x123456<<40|0x789 ||

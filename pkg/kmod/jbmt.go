@@ -1,8 +1,11 @@
 package kmod
 
 import (
+	"encoding/binary"
+	"net/netip"
 	"path/filepath"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -51,6 +54,37 @@ func (d *Device) JBMTDeregister(t JBMTToken) error {
 	return d.ioctl("jbmt deregister", iocJBMTDereg, unsafe.Pointer(&a))
 }
 
+// JBMTConnectMax is the longest JBMTConnect waits.
+const JBMTConnectMax = 60 * time.Second
+
+// JBMTConnect returns the id of this host's connection to the JBMT
+// service at addr (an IPv4 address; port 0 means the module's jbmt_port),
+// making it if it is not up, waiting at most timeout (0 or more than
+// JBMTConnectMax: JBMTConnectMax). One connection per peer host serves
+// every process. Errors wrap ErrInvalid (not IPv4), ErrClosed,
+// ErrNotSupported (a module without JBMT, or one that could not listen),
+// or the errno: ETIMEDOUT, EHOSTUNREACH, ECONNREFUSED (nothing listens
+// there), ECONNRESET, EINTR, ENOSPC (the host keeps max_jbmt_peers
+// connections).
+func (d *Device) JBMTConnect(addr netip.AddrPort, timeout time.Duration) (uint32, error) {
+	if !d.ver.JBMT {
+		return 0, &Error{Op: "jbmt connect", Err: syscall.EOPNOTSUPP}
+	}
+	if !addr.Addr().Unmap().Is4() {
+		return 0, &Error{Op: "jbmt connect", Err: syscall.EINVAL}
+	}
+	if timeout <= 0 || timeout > JBMTConnectMax {
+		timeout = JBMTConnectMax
+	}
+	a := rawJBMTConnect{Size: uint32(unsafe.Sizeof(rawJBMTConnect{})), Addr: addr.Addr().Unmap().As4(),
+		TimeoutMS: uint32(max(timeout/time.Millisecond, 1))}
+	binary.BigEndian.PutUint16(a.Port[:], addr.Port())
+	if err := d.ioctl("jbmt connect", iocJBMTConnect, unsafe.Pointer(&a)); err != nil {
+		return 0, err
+	}
+	return a.Peer, nil
+}
+
 // JBMTSysfsDir is where the module publishes its JBMT counters.
 const JBMTSysfsDir = "/sys/kernel/rdmaplus/jbmt"
 
@@ -61,6 +95,11 @@ type JBMTStats struct {
 	Registrations   uint64 // since the module was loaded
 	Deregistrations uint64 // explicit, since load
 	Revoked         uint64 // revoked when their file was closed, since load
+	Peers           uint64 // connections to peer hosts up now
+	Connects        uint64 // connections this host made, since load
+	Accepts         uint64 // connections peers made to this host, since load
+	ConnectErrors   uint64 // attempts to connect that failed, since load
+	Disconnects     uint64 // connections that went down, since load
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -71,7 +110,8 @@ func JBMTStatsFromSysfs(root string) (JBMTStats, error) {
 	err := readCounters(filepath.Join(root, JBMTSysfsDir), "jbmt", []counterFile{
 		{"regions", &st.Regions}, {"registered_bytes", &st.RegisteredBytes},
 		{"registrations", &st.Registrations}, {"deregistrations", &st.Deregistrations},
-		{"revoked", &st.Revoked},
+		{"revoked", &st.Revoked}, {"peers", &st.Peers}, {"connects", &st.Connects},
+		{"accepts", &st.Accepts}, {"connect_errors", &st.ConnectErrors}, {"disconnects", &st.Disconnects},
 	})
 	if err != nil {
 		return JBMTStats{}, err

@@ -116,6 +116,38 @@ struct rdmaplus_jbmt_dereg {
 	struct rdmaplus_jbmt_token token;
 };
 
+#define RDMAPLUS_JBMT_CONNECT_MAX_MS	60000
+
+/**
+ * struct rdmaplus_jbmt_connect - RDMAPLUS_IOC_JBMT_CONNECT
+ * @size:	sizeof(struct rdmaplus_jbmt_connect)
+ * @flags:	zero
+ * @addr:	the peer host's IPv4 address, network byte order
+ * @port:	its JBMT port, network byte order (0: this module's
+ *		jbmt_port)
+ * @reserved:	zero
+ * @timeout_ms:	how long to wait for a connection being made, at most
+ *		RDMAPLUS_JBMT_CONNECT_MAX_MS (0: that)
+ * @peer:	out: the peer's id on this host (in: zero)
+ *
+ * One reliable connection per peer host serves every process of this
+ * host: the call returns at once when it is up, and makes it otherwise.
+ * ETIMEDOUT, EHOSTUNREACH (no route or address), ECONNREFUSED (nothing
+ * listens there), ECONNRESET (it went down while being made), EINTR (a
+ * signal; the connection is still being made), ENOSPC (the host keeps
+ * max_jbmt_peers connections), EOPNOTSUPP (this module could not
+ * listen), EINVAL.
+ */
+struct rdmaplus_jbmt_connect {
+	__u32 size;
+	__u32 flags;
+	__u32 addr;
+	__u16 port;
+	__u16 reserved;
+	__u32 timeout_ms;
+	__u32 peer;
+};
+
 /* ---- Active Access ---------------------------------------------------- */
 
 #define RDMAPLUS_AA_MAX_DOMAINS		1024	/* domain ids are 1..1024 */
@@ -659,5 +691,7 @@ struct rdmaplus_rvma_qp {
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x30, struct rdmaplus_jbmt_reg)
 #define RDMAPLUS_IOC_JBMT_DEREG	\
 	_IOW(RDMAPLUS_IOC_MAGIC, 0x31, struct rdmaplus_jbmt_dereg)
+#define RDMAPLUS_IOC_JBMT_CONNECT	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x32, struct rdmaplus_jbmt_connect)
 
 #endif /* _UAPI_RDMAPLUS_H */

@@ -1,0 +1,582 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rdmaplus JBMT connections (docs/jbmt.md): one reliable connection per
+ * peer host, made by kernel rdma_cm and shared by every process of this
+ * host, over any RDMA device. The module listens on jbmt_port; a process
+ * asks for a peer by address (RDMAPLUS_IOC_JBMT_CONNECT) and gets its id,
+ * connecting it if it is not up. A connection that goes down (the peer
+ * disconnects or dies, the device goes) is torn down and made again by
+ * the next request. Transfers over these connections are to come.
+ *
+ * Locking: jbmt_net_mutex guards the peer table and each peer's state
+ * changes made from process context; rdma_cm calls jbmt_cm_handler() for
+ * one id at a time, in a work item, and the handler only takes the peer's
+ * spinlock. Resources are freed once (peer->torn), by a work item, by a
+ * device-removal event, or at unload.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/in.h>
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/slab.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <rdma/ib_cm.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
+
+#include "uapi/rdmaplus.h"
+#include "rdmaplus.h"
+
+static ushort jbmt_port = 7470;
+module_param(jbmt_port, ushort, 0444);
+MODULE_PARM_DESC(jbmt_port, "port JBMT listens on and connects to (rdma_cm, TCP port space)");
+
+static unsigned int max_jbmt_peers = 1024;
+module_param(max_jbmt_peers, uint, 0644);
+MODULE_PARM_DESC(max_jbmt_peers, "connections to and from peer hosts this host keeps at most (ENOSPC beyond; requests beyond are rejected)");
+
+#define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
+#define JBMT_PROTO		1
+#define JBMT_RESOLVE_MS		2000
+#define JBMT_QP_DEPTH		64
+
+/* what a connection request carries (rdma_cm private data) */
+struct jbmt_hello {
+	__be32 magic;
+	u8 version;
+	u8 reserved[3];
+};
+
+enum jbmt_peer_state {
+	JBMT_PEER_CONNECTING,
+	JBMT_PEER_UP,
+	JBMT_PEER_DOWN,
+};
+
+struct jbmt_peer {
+	struct list_head node;		/* jbmt_peers_list */
+	u32 id;				/* in jbmt_peers */
+	__be32 addr;			/* the peer host (IPv4) */
+	__be16 port;
+	bool inbound;			/* it connected to us */
+	spinlock_t lock;		/* state, err, torn */
+	enum jbmt_peer_state state;
+	int err;			/* why it is down */
+	bool torn;			/* resources freed (or being freed) */
+	struct completion done;		/* CONNECTING ended */
+	struct rdma_cm_id *cm;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	struct work_struct teardown;
+	refcount_t ref;
+};
+
+static DEFINE_MUTEX(jbmt_net_mutex);
+static LIST_HEAD(jbmt_peers_list);
+static DEFINE_XARRAY_ALLOC1(jbmt_peers);
+static unsigned int jbmt_npeers;	/* in the table, under jbmt_net_mutex */
+static u32 jbmt_next_peer;		/* ids are not reused at once */
+static struct rdma_cm_id *jbmt_listener;
+static struct workqueue_struct *jbmt_wq;	/* teardowns */
+
+static struct {
+	atomic64_t peers;		/* up now */
+	atomic64_t connects;		/* made by this host, since load */
+	atomic64_t accepts;		/* made by peers, since load */
+	atomic64_t connect_errors;	/* attempts that failed */
+	atomic64_t disconnects;		/* connections that went down */
+} jbmt_net_st;
+
+/* ---- peers -------------------------------------------------------------- */
+
+static void jbmt_peer_put(struct jbmt_peer *p)
+{
+	if (refcount_dec_and_test(&p->ref))
+		kfree(p);
+}
+
+/* Free p's verbs resources, once. Any context that may sleep. */
+static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
+{
+	if (p->cm && p->cm->qp)
+		rdma_destroy_qp(p->cm);
+	if (p->cq)
+		ib_free_cq(p->cq);
+	if (p->pd)
+		ib_dealloc_pd(p->pd);
+	p->cq = NULL;
+	p->pd = NULL;
+	if (destroy_id && p->cm)
+		rdma_destroy_id(p->cm);	/* waits for its handler */
+	p->cm = NULL;
+}
+
+/* Claim p's teardown: false if someone else has. */
+static bool jbmt_peer_claim(struct jbmt_peer *p)
+{
+	unsigned long flags;
+	bool mine;
+
+	spin_lock_irqsave(&p->lock, flags);
+	mine = !p->torn;
+	p->torn = true;
+	spin_unlock_irqrestore(&p->lock, flags);
+	return mine;
+}
+
+/* Take p out of the table; jbmt_net_mutex held. */
+static void jbmt_peer_unlink(struct jbmt_peer *p)
+{
+	if (list_empty(&p->node))
+		return;
+	list_del_init(&p->node);
+	xa_erase(&jbmt_peers, p->id);
+	jbmt_npeers--;
+	jbmt_peer_put(p);		/* the table's reference */
+}
+
+static void jbmt_peer_teardown_work(struct work_struct *w)
+{
+	struct jbmt_peer *p = container_of(w, struct jbmt_peer, teardown);
+
+	mutex_lock(&jbmt_net_mutex);
+	jbmt_peer_unlink(p);
+	mutex_unlock(&jbmt_net_mutex);
+	if (jbmt_peer_claim(p)) {
+		if (p->cm)
+			rdma_disconnect(p->cm);
+		jbmt_peer_free_ib(p, true);
+	}
+	jbmt_peer_put(p);		/* the work's reference */
+}
+
+/* Mark p down with err and have it torn down; any context. */
+static void jbmt_peer_down(struct jbmt_peer *p, int err)
+{
+	unsigned long flags;
+	bool was_up, first;
+
+	spin_lock_irqsave(&p->lock, flags);
+	was_up = p->state == JBMT_PEER_UP;
+	first = p->state != JBMT_PEER_DOWN;
+	p->state = JBMT_PEER_DOWN;
+	if (!p->err)
+		p->err = err;
+	spin_unlock_irqrestore(&p->lock, flags);
+	if (!first)
+		return;
+	if (was_up) {
+		atomic64_dec(&jbmt_net_st.peers);
+		atomic64_inc(&jbmt_net_st.disconnects);
+		pr_info_ratelimited("JBMT: connection %s %pI4:%u down (%d)\n",
+				    p->inbound ? "from" : "to", &p->addr,
+				    ntohs(p->port), err);
+	} else {
+		atomic64_inc(&jbmt_net_st.connect_errors);
+	}
+	complete_all(&p->done);
+	refcount_inc(&p->ref);
+	if (!queue_work(jbmt_wq, &p->teardown))
+		jbmt_peer_put(p);
+}
+
+static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
+{
+	struct jbmt_peer *p = kzalloc(sizeof(*p), GFP_KERNEL);
+
+	if (!p)
+		return NULL;
+	INIT_LIST_HEAD(&p->node);
+	p->addr = addr;
+	p->port = port;
+	p->inbound = inbound;
+	spin_lock_init(&p->lock);
+	init_completion(&p->done);
+	INIT_WORK(&p->teardown, jbmt_peer_teardown_work);
+	refcount_set(&p->ref, 1);
+	return p;
+}
+
+/*
+ * Put p in the table (which holds a reference): -ENOSPC beyond
+ * max_jbmt_peers (every user of the host shares them); jbmt_net_mutex
+ * held.
+ */
+static int jbmt_peer_link(struct jbmt_peer *p)
+{
+	int ret;
+
+	if (jbmt_npeers >= READ_ONCE(max_jbmt_peers))
+		return -ENOSPC;
+	ret = xa_alloc_cyclic(&jbmt_peers, &p->id, p, xa_limit_31b,
+			      &jbmt_next_peer, GFP_KERNEL);
+	if (ret < 0)
+		return ret;
+	jbmt_npeers++;
+	refcount_inc(&p->ref);
+	list_add_tail(&p->node, &jbmt_peers_list);
+	return 0;
+}
+
+/* A PD, a CQ and an RC QP on cm's device for p. */
+static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
+{
+	struct ib_qp_init_attr attr = {
+		.cap = {
+			.max_send_wr = JBMT_QP_DEPTH,
+			.max_recv_wr = JBMT_QP_DEPTH,
+			.max_send_sge = 1,
+			.max_recv_sge = 1,
+		},
+		.sq_sig_type = IB_SIGNAL_REQ_WR,
+		.qp_type = IB_QPT_RC,
+	};
+	int ret;
+
+	p->pd = ib_alloc_pd(cm->device, 0);
+	if (IS_ERR(p->pd)) {
+		ret = PTR_ERR(p->pd);
+		p->pd = NULL;
+		return ret;
+	}
+	p->cq = ib_alloc_cq(cm->device, p, 2 * JBMT_QP_DEPTH, 0,
+			    IB_POLL_WORKQUEUE);
+	if (IS_ERR(p->cq)) {
+		ret = PTR_ERR(p->cq);
+		p->cq = NULL;
+		return ret;
+	}
+	attr.send_cq = p->cq;
+	attr.recv_cq = p->cq;
+	return rdma_create_qp(cm, p->pd, &attr);
+}
+
+static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)
+{
+	h->magic = cpu_to_be32(JBMT_MAGIC);
+	h->version = JBMT_PROTO;
+	memset(cp, 0, sizeof(*cp));
+	cp->private_data = h;
+	cp->private_data_len = sizeof(*h);
+	cp->responder_resources = 1;
+	cp->initiator_depth = 1;
+	cp->retry_count = 7;
+	cp->rnr_retry_count = 7;
+}
+
+/* A peer asks to connect: the child id cm gets a peer of its own. */
+static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
+{
+	const struct jbmt_hello *h = ev->param.conn.private_data;
+	struct sockaddr_in *sin = (struct sockaddr_in *)&cm->route.addr.dst_addr;
+	struct rdma_conn_param cp;
+	struct jbmt_hello mine;
+	struct jbmt_peer *p;
+	int ret;
+
+	if (ev->param.conn.private_data_len < sizeof(*h) ||
+	    be32_to_cpu(h->magic) != JBMT_MAGIC || h->version != JBMT_PROTO ||
+	    sin->sin_family != AF_INET) {
+		rdma_reject(cm, NULL, 0, IB_CM_REJ_CONSUMER_DEFINED);
+		return 1;	/* rdma_cm destroys the child id */
+	}
+	p = jbmt_peer_new(sin->sin_addr.s_addr, sin->sin_port, true);
+	if (!p) {
+		rdma_reject(cm, NULL, 0, IB_CM_REJ_CONSUMER_DEFINED);
+		return 1;
+	}
+	p->cm = cm;
+	cm->context = p;
+	ret = jbmt_peer_create_qp(p, cm);
+	if (!ret) {
+		mutex_lock(&jbmt_net_mutex);
+		ret = jbmt_peer_link(p);
+		mutex_unlock(&jbmt_net_mutex);
+	}
+	if (!ret) {
+		jbmt_conn_param(&cp, &mine);
+		ret = rdma_accept(cm, &cp);
+	}
+	if (ret) {
+		mutex_lock(&jbmt_net_mutex);
+		jbmt_peer_unlink(p);
+		mutex_unlock(&jbmt_net_mutex);
+		p->torn = true;
+		jbmt_peer_free_ib(p, false);
+		jbmt_peer_put(p);
+		return 1;	/* rdma_cm destroys the child id */
+	}
+	return 0;
+}
+
+static int jbmt_cm_handler(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
+{
+	struct jbmt_peer *p = cm->context;
+	struct rdma_conn_param cp;
+	struct jbmt_hello h;
+	unsigned long flags;
+	bool up;
+	int ret;
+
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return jbmt_accept(cm, ev);
+	if (!p)
+		return 0;	/* the listener's own events */
+
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		ret = rdma_resolve_route(cm, JBMT_RESOLVE_MS);
+		if (ret)
+			jbmt_peer_down(p, ret);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		ret = jbmt_peer_create_qp(p, cm);
+		if (!ret) {
+			jbmt_conn_param(&cp, &h);
+			/* in the handler: its mutex is held */
+			ret = rdma_connect_locked(cm, &cp);
+		}
+		if (ret)
+			jbmt_peer_down(p, ret);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		spin_lock_irqsave(&p->lock, flags);
+		up = p->state == JBMT_PEER_CONNECTING;
+		if (up) {
+			p->state = JBMT_PEER_UP;
+			atomic64_inc(&jbmt_net_st.peers);
+			atomic64_inc(p->inbound ? &jbmt_net_st.accepts :
+				     &jbmt_net_st.connects);
+		}
+		spin_unlock_irqrestore(&p->lock, flags);
+		if (up)
+			pr_info_ratelimited("JBMT: connection %s %pI4:%u up\n",
+					    p->inbound ? "from" : "to",
+					    &p->addr, ntohs(p->port));
+		complete_all(&p->done);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		jbmt_peer_down(p, -EHOSTUNREACH);
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		jbmt_peer_down(p, -ETIMEDOUT);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		jbmt_peer_down(p, -ECONNREFUSED);
+		break;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		jbmt_peer_down(p, -ECONNRESET);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		/* free what uses the device now; rdma_cm destroys the id */
+		jbmt_peer_down(p, -ENODEV);
+		if (jbmt_peer_claim(p)) {
+			jbmt_peer_free_ib(p, false);
+			return 1;
+		}
+		break;
+	default:
+		break;
+	}
+	return 0;
+}
+
+/* ---- connect ------------------------------------------------------------ */
+
+/*
+ * The id of an up connection to addr:port, made now if there is none,
+ * waiting at most timeout jiffies. -ETIMEDOUT, -EHOSTUNREACH,
+ * -ECONNREFUSED (nothing listens there), -ENOMEM, -EINTR.
+ */
+static int jbmt_connect_peer(__be32 addr, __be16 port, unsigned long timeout,
+			     u32 *id)
+{
+	struct sockaddr_in sin = {
+		.sin_family = AF_INET,
+		.sin_addr.s_addr = addr,
+		.sin_port = port,
+	};
+	struct rdma_cm_id *cm;
+	struct jbmt_peer *p, *found = NULL;
+	long left;
+	int ret;
+
+	mutex_lock(&jbmt_net_mutex);
+	list_for_each_entry(p, &jbmt_peers_list, node) {
+		if (!p->inbound && p->addr == addr && p->port == port &&
+		    READ_ONCE(p->state) != JBMT_PEER_DOWN) {
+			found = p;
+			refcount_inc(&p->ref);
+			break;
+		}
+	}
+	if (!found) {
+		p = jbmt_peer_new(addr, port, false);
+		ret = p ? jbmt_peer_link(p) : -ENOMEM;
+		if (ret) {
+			if (p)
+				jbmt_peer_put(p);
+			mutex_unlock(&jbmt_net_mutex);
+			return ret;
+		}
+		refcount_inc(&p->ref);	/* ours, while we wait */
+		cm = rdma_create_id(&init_net, jbmt_cm_handler, p, RDMA_PS_TCP,
+				    IB_QPT_RC);
+		if (IS_ERR(cm)) {
+			ret = PTR_ERR(cm);
+			jbmt_peer_unlink(p);
+			mutex_unlock(&jbmt_net_mutex);
+			jbmt_peer_put(p);
+			return ret;
+		}
+		p->cm = cm;
+		ret = rdma_resolve_addr(cm, NULL, (struct sockaddr *)&sin,
+					JBMT_RESOLVE_MS);
+		if (ret)
+			jbmt_peer_down(p, ret);
+		found = p;
+	}
+	mutex_unlock(&jbmt_net_mutex);
+
+	p = found;
+	left = wait_for_completion_interruptible_timeout(&p->done, timeout);
+	if (left < 0) {		/* a signal: the connection goes on */
+		jbmt_peer_put(p);
+		return -EINTR;
+	}
+	if (!left && READ_ONCE(p->state) == JBMT_PEER_CONNECTING)
+		jbmt_peer_down(p, -ETIMEDOUT);
+	spin_lock_irq(&p->lock);
+	if (p->state == JBMT_PEER_UP) {
+		*id = p->id;
+		ret = 0;
+	} else {
+		ret = p->err ? p->err : -ECONNRESET;
+	}
+	spin_unlock_irq(&p->lock);
+	jbmt_peer_put(p);
+	return ret;
+}
+
+long rdmaplus_jbmt_connect(void __user *arg)
+{
+	struct rdmaplus_jbmt_connect a;
+	unsigned long timeout;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if (a.flags || a.reserved || !a.addr || a.peer ||
+	    a.timeout_ms > RDMAPLUS_JBMT_CONNECT_MAX_MS)
+		return -EINVAL;
+	if (!jbmt_listener)
+		return -EOPNOTSUPP;
+	timeout = msecs_to_jiffies(a.timeout_ms ? a.timeout_ms :
+				   RDMAPLUS_JBMT_CONNECT_MAX_MS);
+	ret = jbmt_connect_peer(a.addr, a.port ? a.port : htons(jbmt_port),
+				timeout, &a.peer);
+	if (ret)
+		return ret;
+	return rdmaplus_copy_out(arg, &a, sizeof(a));
+}
+
+/* ---- sysfs and load ----------------------------------------------------- */
+
+#define JBMT_NET_ATTR(name) \
+	RDMAPLUS_COUNTER(jbmt_net_attr_##name, name, &jbmt_net_st.name)
+
+JBMT_NET_ATTR(peers);
+JBMT_NET_ATTR(connects);
+JBMT_NET_ATTR(accepts);
+JBMT_NET_ATTR(connect_errors);
+JBMT_NET_ATTR(disconnects);
+
+static struct attribute *jbmt_net_attrs[] = {
+	&jbmt_net_attr_peers.kattr.attr,
+	&jbmt_net_attr_connects.kattr.attr,
+	&jbmt_net_attr_accepts.kattr.attr,
+	&jbmt_net_attr_connect_errors.kattr.attr,
+	&jbmt_net_attr_disconnects.kattr.attr,
+	NULL,
+};
+
+/* merged into registration's /sys/kernel/rdmaplus/jbmt */
+static const struct attribute_group jbmt_net_group = {
+	.name = "jbmt",
+	.attrs = jbmt_net_attrs,
+};
+
+/*
+ * Listen on every RDMA device's addresses, now and to come. A failure to
+ * listen leaves registration working and CONNECT refused (EOPNOTSUPP).
+ */
+int rdmaplus_jbmt_net_init(void)
+{
+	struct sockaddr_in any = {
+		.sin_family = AF_INET,
+		.sin_addr.s_addr = htonl(INADDR_ANY),
+		.sin_port = htons(jbmt_port),
+	};
+	struct rdma_cm_id *cm;
+	int ret;
+
+	jbmt_wq = alloc_workqueue("rdmaplus_jbmt", WQ_UNBOUND, 0);
+	if (!jbmt_wq)
+		return -ENOMEM;
+	ret = sysfs_merge_group(rdmaplus_kobj(), &jbmt_net_group);
+	if (ret) {
+		destroy_workqueue(jbmt_wq);
+		return ret;
+	}
+	cm = rdma_create_id(&init_net, jbmt_cm_handler, NULL, RDMA_PS_TCP,
+			    IB_QPT_RC);
+	if (IS_ERR(cm)) {
+		pr_warn("JBMT: cannot create a listening id: %ld\n",
+			PTR_ERR(cm));
+		return 0;
+	}
+	ret = rdma_bind_addr(cm, (struct sockaddr *)&any);
+	if (!ret)
+		ret = rdma_listen(cm, 64);
+	if (ret) {
+		pr_warn("JBMT: cannot listen on port %u: %d\n", jbmt_port, ret);
+		rdma_destroy_id(cm);
+		return 0;
+	}
+	jbmt_listener = cm;
+	return 0;
+}
+
+/* No file is open: no process waits in CONNECT. */
+void rdmaplus_jbmt_net_exit(void)
+{
+	struct jbmt_peer *p;
+
+	if (jbmt_listener)
+		rdma_destroy_id(jbmt_listener);	/* no new peer after this */
+	jbmt_listener = NULL;
+	for (;;) {
+		mutex_lock(&jbmt_net_mutex);
+		p = list_first_entry_or_null(&jbmt_peers_list, struct jbmt_peer,
+					     node);
+		if (p) {
+			refcount_inc(&p->ref);
+			jbmt_peer_unlink(p);
+		}
+		mutex_unlock(&jbmt_net_mutex);
+		if (!p)
+			break;
+		jbmt_peer_down(p, -ESHUTDOWN);
+		flush_work(&p->teardown);
+		jbmt_peer_put(p);
+	}
+	destroy_workqueue(jbmt_wq);	/* every teardown has run */
+	WARN_ON(!xa_empty(&jbmt_peers));
+	sysfs_unmerge_group(rdmaplus_kobj(), &jbmt_net_group);
+}
