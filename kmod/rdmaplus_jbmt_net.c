@@ -77,6 +77,7 @@ static DEFINE_MUTEX(jbmt_net_mutex);
 static LIST_HEAD(jbmt_peers_list);
 static DEFINE_XARRAY_ALLOC1(jbmt_peers);
 static unsigned int jbmt_npeers;	/* in the table, under jbmt_net_mutex */
+static atomic_t jbmt_peers_alive;	/* allocated: 0 again at unload */
 static u32 jbmt_next_peer;		/* ids are not reused at once */
 static struct rdma_cm_id *jbmt_listener;
 static struct workqueue_struct *jbmt_wq;	/* teardowns */
@@ -93,8 +94,10 @@ static struct {
 
 static void jbmt_peer_put(struct jbmt_peer *p)
 {
-	if (refcount_dec_and_test(&p->ref))
+	if (refcount_dec_and_test(&p->ref)) {
 		kfree(p);
+		atomic_dec(&jbmt_peers_alive);
+	}
 }
 
 /* Free p's verbs resources, once. Any context that may sleep. */
@@ -196,13 +199,14 @@ static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 	init_completion(&p->done);
 	INIT_WORK(&p->teardown, jbmt_peer_teardown_work);
 	refcount_set(&p->ref, 1);
+	atomic_inc(&jbmt_peers_alive);
 	return p;
 }
 
 /*
- * Put p in the table (which holds a reference): -ENOSPC beyond
- * max_jbmt_peers (every user of the host shares them); jbmt_net_mutex
- * held.
+ * Put p in the table, which takes over the reference p was made with:
+ * -ENOSPC beyond max_jbmt_peers (every user of the host shares them);
+ * jbmt_net_mutex held.
  */
 static int jbmt_peer_link(struct jbmt_peer *p)
 {
@@ -215,7 +219,6 @@ static int jbmt_peer_link(struct jbmt_peer *p)
 	if (ret < 0)
 		return ret;
 	jbmt_npeers++;
-	refcount_inc(&p->ref);
 	list_add_tail(&p->node, &jbmt_peers_list);
 	return 0;
 }
@@ -300,30 +303,30 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		ret = rdma_accept(cm, &cp);
 	}
 	if (ret) {
-		mutex_lock(&jbmt_net_mutex);
-		jbmt_peer_unlink(p);
-		mutex_unlock(&jbmt_net_mutex);
+		bool linked;
+
 		p->torn = true;
 		jbmt_peer_free_ib(p, false);
-		jbmt_peer_put(p);
+		mutex_lock(&jbmt_net_mutex);
+		linked = !list_empty(&p->node);
+		jbmt_peer_unlink(p);	/* the table's reference, if linked */
+		mutex_unlock(&jbmt_net_mutex);
+		if (!linked)
+			jbmt_peer_put(p);
 		return 1;	/* rdma_cm destroys the child id */
 	}
 	return 0;
 }
 
-static int jbmt_cm_handler(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
+/* jbmt_cm_handler() for a peer's id, p held. */
+static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
+			 struct rdma_cm_event *ev)
 {
-	struct jbmt_peer *p = cm->context;
 	struct rdma_conn_param cp;
 	struct jbmt_hello h;
 	unsigned long flags;
 	bool up;
 	int ret;
-
-	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
-		return jbmt_accept(cm, ev);
-	if (!p)
-		return 0;	/* the listener's own events */
 
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -384,6 +387,26 @@ static int jbmt_cm_handler(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		break;
 	}
 	return 0;
+}
+
+static int jbmt_cm_handler(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
+{
+	struct jbmt_peer *p = cm->context;
+	int ret;
+
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return jbmt_accept(cm, ev);
+	if (!p)
+		return 0;	/* the listener's own events */
+
+	/*
+	 * A teardown that another event queued may free p meanwhile unless
+	 * it destroys this id, which waits for this call: hold p.
+	 */
+	refcount_inc(&p->ref);
+	ret = jbmt_cm_event(p, cm, ev);
+	jbmt_peer_put(p);
+	return ret;
 }
 
 /* ---- connect ------------------------------------------------------------ */
@@ -578,5 +601,6 @@ void rdmaplus_jbmt_net_exit(void)
 	}
 	destroy_workqueue(jbmt_wq);	/* every teardown has run */
 	WARN_ON(!xa_empty(&jbmt_peers));
+	WARN_ON(atomic_read(&jbmt_peers_alive));	/* a reference leaked */
 	sysfs_unmerge_group(rdmaplus_kobj(), &jbmt_net_group);
 }

@@ -21,5 +21,6 @@ func buildServices(cfg config.Config, log *slog.Logger) []service.Service {
 		devices.New(fs, log.With("service", "devices"), cfg),
 		kmodmetrics.NewActiveAccess(cfg.SysfsRoot, log.With("service", "activeaccess")),
 		kmodmetrics.NewMailboxes(cfg.SysfsRoot, log.With("service", "mailboxes")),
+		kmodmetrics.NewJBMT(cfg.SysfsRoot, log.With("service", "jbmt")),
 	}
 }

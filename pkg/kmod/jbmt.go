@@ -104,10 +104,17 @@ type JBMTStats struct {
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
 // for the running system). Errors wrap os.ErrNotExist when the module (or
-// one without JBMT) is loaded, or name the file that could not be parsed.
+// one with JBMT) is not loaded, or name the file that could not be parsed.
 func JBMTStatsFromSysfs(root string) (JBMTStats, error) {
+	return JBMTStatsFromDir(filepath.Join(root, JBMTSysfsDir))
+}
+
+// JBMTStatsFromDir reads the counters from dir, the module's JBMT counter
+// directory (JBMTSysfsDir, or its place under another sysfs mount).
+// Errors as for JBMTStatsFromSysfs.
+func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 	var st JBMTStats
-	err := readCounters(filepath.Join(root, JBMTSysfsDir), "jbmt", []counterFile{
+	err := readCounters(dir, "jbmt", []counterFile{
 		{"regions", &st.Regions}, {"registered_bytes", &st.RegisteredBytes},
 		{"registrations", &st.Registrations}, {"deregistrations", &st.Deregistrations},
 		{"revoked", &st.Revoked}, {"peers", &st.Peers}, {"connects", &st.Connects},

@@ -535,7 +535,12 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		v.mu.Lock()
 		v.sv.abort(gen, uint64(op.n))
 		v.mu.Unlock()
-		if errors.Is(err, verbs.ErrWrongState) {
+		// A stripe that failed (its QP in the error state), or that was
+		// retired, or whose link failed, and was closed under this post
+		// by the failure's handling on another goroutine: the link's
+		// failure, not the caller's.
+		closedUnder := errors.Is(err, verbs.ErrClosed) && (st.dead.Load() || l.failure() != nil)
+		if errors.Is(err, verbs.ErrWrongState) || closedUnder {
 			st.broken(err)
 			return false, nil, errPeer(l.peer, err)
 		}

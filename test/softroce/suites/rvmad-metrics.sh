@@ -1,5 +1,5 @@
 #!/bin/bash
-# lab: guests=1 timeout=300 gobuild=./cmd/rvmad gotest=./pkg/kmod
+# lab: guests=1 timeout=300 gobuild=./cmd/rvmad gotest=./pkg/kmod,./pkg/jbmt
 #
 # rvmad as a real process in a guest: the inventory, /healthz and /readyz,
 # /metrics passing promlint, every counter file of the port (hw_counters,
@@ -9,8 +9,10 @@
 # the rdmaplus module's Active Access counters (rdmaplus_aa_*) equal to its
 # sysfs files and moving when a domain logs writes, its counted-mailbox
 # counters (rdmaplus_rvma_*) equal to theirs and moving with keyed writes
-# into a mailbox (one refused for want of memory), and SIGTERM exiting 0
-# while leaving the adopted rxe link in place.
+# into a mailbox (one refused for want of memory), its JBMT counters
+# (rdmaplus_jbmt_*) equal to theirs and moving with 1000 registrations
+# revoked on close, and SIGTERM exiting 0 while leaving the adopted rxe
+# link in place.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 
@@ -183,6 +185,23 @@ done
 [ "$(metric /tmp/m5 rdmaplus_rvma_windows)" = 0 ] || lab_fail "a window is left after the test process exited"
 [ "$(metric /tmp/m5 rdmaplus_rvma_unparsed_packets_total)" = 0 ] || lab_fail "the module placed packets it could not parse"
 [ "$(metric /tmp/m5 'rvmad_scrape_errors_total{service="mailboxes"}')" = 0 ] || lab_fail "mailboxes scrape errors: $(grep -i warn /tmp/rvmad.log)"
+
+echo "== JBMT: the module's counters, and how they move with registrations revoked on close"
+jb=/sys/kernel/rdmaplus/jbmt
+[ "$(metric /tmp/m5 rdmaplus_jbmt_module_loaded)" = 1 ] || lab_fail "rdmaplus_jbmt_module_loaded is not 1 with the module loaded"
+lab_gotest jbmt -test.run '^TestLabRegisterRevokedOnClose$' >/tmp/jbmt-test.log 2>&1 || { cat /tmp/jbmt-test.log; lab_fail "TestLabRegisterRevokedOnClose failed"; }
+scrape $base/metrics /tmp/m6
+equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplus_jbmt_registered_bytes \
+	registrations:rdmaplus_jbmt_registrations_total deregistrations:rdmaplus_jbmt_deregistrations_total \
+	revoked:rdmaplus_jbmt_revoked_regions_total peers:rdmaplus_jbmt_peers connects:rdmaplus_jbmt_connects_total \
+	accepts:rdmaplus_jbmt_accepts_total connect_errors:rdmaplus_jbmt_connect_errors_total disconnects:rdmaplus_jbmt_disconnects_total
+for m in rdmaplus_jbmt_registrations_total rdmaplus_jbmt_revoked_regions_total; do
+	d=$(delta /tmp/m5 /tmp/m6 "$m")
+	echo "  $m: +$d (the test registered 1000 regions and closed its service)"
+	ge "$d" 1000 || lab_fail "$m moved by $d, want at least 1000"
+done
+[ "$(metric /tmp/m6 rdmaplus_jbmt_regions)" = 0 ] || lab_fail "a region is left after the test process exited"
+[ "$(metric /tmp/m6 'rvmad_scrape_errors_total{service="jbmt"}')" = 0 ] || lab_fail "jbmt scrape errors: $(grep -i warn /tmp/rvmad.log)"
 
 echo "== SIGTERM: exit 0, adopted $dev kept"
 rvmad_stop

@@ -55,3 +55,21 @@ func NewMailboxes(sysfsRoot string, log *slog.Logger) *Service[kmod.MailboxStats
 	s.counter("key_nomem_packets", "First packets refused because their message's key could not be kept for want of memory, on a queue pair not named to the module; also in refused_packets (kernel: nomem).", func(st kmod.MailboxStats) uint64 { return st.NoMem })
 	return s
 }
+
+// NewJBMT returns the "jbmt" service: the module's JBMT counters
+// (kernel/rdmaplus/jbmt under the sysfs mounted at sysfsRoot) as
+// rdmaplus_jbmt_*, the whole host's registrations and connections.
+func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
+	s := newService("jbmt", "JBMT", sysfsRoot, "kernel/rdmaplus/jbmt", "rdmaplus_jbmt_", kmod.JBMTStatsFromDir, log)
+	s.gauge("regions", "Memory regions registered for JBMT now, all processes; none of it pinned (kernel: regions).", func(st kmod.JBMTStats) uint64 { return st.Regions })
+	s.gauge("registered_bytes", "Bytes of those regions (kernel: registered_bytes).", func(st kmod.JBMTStats) uint64 { return st.RegisteredBytes })
+	s.counter("registrations", "Regions registered (kernel: registrations).", func(st kmod.JBMTStats) uint64 { return st.Registrations })
+	s.counter("deregistrations", "Regions deregistered by their process (kernel: deregistrations).", func(st kmod.JBMTStats) uint64 { return st.Deregistrations })
+	s.counter("revoked_regions", "Regions revoked because their process closed the device or exited (kernel: revoked).", func(st kmod.JBMTStats) uint64 { return st.Revoked })
+	s.gauge("peers", "Connections to and from peer hosts up now (kernel: peers).", func(st kmod.JBMTStats) uint64 { return st.Peers })
+	s.counter("connects", "Connections this host made to peer hosts (kernel: connects).", func(st kmod.JBMTStats) uint64 { return st.Connects })
+	s.counter("accepts", "Connections peer hosts made to this host (kernel: accepts).", func(st kmod.JBMTStats) uint64 { return st.Accepts })
+	s.counter("connect_errors", "Connection attempts that failed, either way (kernel: connect_errors).", func(st kmod.JBMTStats) uint64 { return st.ConnectErrors })
+	s.counter("disconnects", "Connections that went down: the peer left, died or lost its device (kernel: disconnects).", func(st kmod.JBMTStats) uint64 { return st.Disconnects })
+	return s
+}

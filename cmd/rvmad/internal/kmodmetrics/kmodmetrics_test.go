@@ -82,6 +82,29 @@ rdmaplus_rvma_memory_regions 9
 `,
 	names: []string{"rdmaplus_rvma_module_loaded", "rdmaplus_rvma_placed_bytes_total",
 		"rdmaplus_rvma_key_nomem_packets_total", "rdmaplus_rvma_memory_regions"},
+}, {
+	name: "jbmt",
+	make: func(root string) collector { return NewJBMT(root, quiet) },
+	dir:  "kernel/rdmaplus/jbmt",
+	files: []string{"regions", "registered_bytes", "registrations", "deregistrations", "revoked",
+		"peers", "connects", "accepts", "connect_errors", "disconnects"},
+	loaded: "rdmaplus_jbmt_module_loaded",
+	want: `
+# HELP rdmaplus_jbmt_module_loaded 1 when the rdmaplus module's JBMT counters can be read (/sys/kernel/rdmaplus/jbmt), 0 when the module is not loaded.
+# TYPE rdmaplus_jbmt_module_loaded gauge
+rdmaplus_jbmt_module_loaded 1
+# HELP rdmaplus_jbmt_registered_bytes Bytes of those regions (kernel: registered_bytes).
+# TYPE rdmaplus_jbmt_registered_bytes gauge
+rdmaplus_jbmt_registered_bytes 2
+# HELP rdmaplus_jbmt_peers Connections to and from peer hosts up now (kernel: peers).
+# TYPE rdmaplus_jbmt_peers gauge
+rdmaplus_jbmt_peers 6
+# HELP rdmaplus_jbmt_disconnects_total Connections that went down: the peer left, died or lost its device (kernel: disconnects).
+# TYPE rdmaplus_jbmt_disconnects_total counter
+rdmaplus_jbmt_disconnects_total 10
+`,
+	names: []string{"rdmaplus_jbmt_module_loaded", "rdmaplus_jbmt_registered_bytes",
+		"rdmaplus_jbmt_peers", "rdmaplus_jbmt_disconnects_total"},
 }}
 
 // fixture writes f's counter files under a fake sysfs root, file i holding
