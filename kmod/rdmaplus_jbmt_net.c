@@ -8,11 +8,13 @@
  * disconnects or dies, the device goes) is torn down and made again by
  * the next request. Transfers over these connections are to come.
  *
- * Locking: jbmt_net_mutex guards the peer table and each peer's state
- * changes made from process context; rdma_cm calls jbmt_cm_handler() for
- * one id at a time, in a work item, and the handler only takes the peer's
- * spinlock. Resources are freed once (peer->torn), by a work item, by a
- * device-removal event, or at unload.
+ * Locking: jbmt_net_mutex guards the peer table (and is held while a
+ * connection is started, never while one is awaited or destroyed);
+ * rdma_cm calls jbmt_cm_handler() for one id at a time, in a work item,
+ * and it takes the peer's spinlock for its state (and the mutex to put an
+ * accepted peer in the table). Each event holds its peer. Resources are
+ * freed once (peer->torn): by the teardown work, by a device-removal
+ * event, or at unload.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
