@@ -44,6 +44,7 @@ const consoleLineMax = 160
 type guest struct {
 	index   int
 	name    string
+	dir     string // its logs: console.log, kmsg.log
 	cmd     *exec.Cmd
 	started time.Time
 
@@ -164,6 +165,7 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 // user's terminal instead.
 func startGuest(g *guest, args []string, dir string, token string, out *syncWriter, interactive bool) error {
 	g.finished = make(chan struct{})
+	g.dir = dir
 	g.cmd = exec.Command("qemu-system-x86_64", args...)
 	// qemu dies with the lab, even if the lab itself is killed.
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: !interactive}

@@ -372,9 +372,12 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 }
 
 // retryReason decides whether a failed run is worth a second attempt: it
-// failed only because of the lab, in one of two known ways, and says how.
+// failed only because of the lab, in one of three known ways, and says how.
 func retryReason(guests []*guest, timeout time.Duration) string {
 	if why := bootRetryReason(guests, timeout); why != "" {
+		return why
+	}
+	if why := staleTrapReason(guests, timeout); why != "" {
 		return why
 	}
 	return nicStallReason(guests, timeout)
