@@ -10,6 +10,7 @@
  *   rdmaplus_aa.c    Active Access, a consumer of the hooks
  *   rdmaplus_jbmt.c  JBMT: unpinned memory by token (no hooks)
  *   rdmaplus_jbmt_net.c  JBMT's connections between hosts (rdma_cm)
+ *   rdmaplus_jbmt_xfer.c JBMT's transfers: sections pinned just in time
  *
  * Dependencies go down this list only: the services use the rxe layer
  * and accounting, never each other.
@@ -231,5 +232,9 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 int rdmaplus_jbmt_net_init(void);
 void rdmaplus_jbmt_net_exit(void);
 long rdmaplus_jbmt_connect(void __user *arg);
+
+/* ---- rdmaplus_jbmt_xfer.c: JBMT's transfers ---- */
+
+long rdmaplus_jbmt_op(void __user *arg);
 
 #endif /* _RDMAPLUS_H */

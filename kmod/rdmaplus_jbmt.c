@@ -10,8 +10,8 @@
  *
  * Regions are found by id under RCU; a file's regions are revoked when it
  * is closed. Each region holds its process's mm_struct (mmgrab: not the
- * address space, which may go with the process), where transfers will find
- * the pages.
+ * address space, which may go with the process), where transfers find the
+ * pages, and a reference per section on it: revoking waits for them.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -30,15 +30,7 @@
 
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
-
-struct jbmt_region {
-	struct rdmaplus_jbmt_ctx *ctx;	/* the file that registered it */
-	struct mm_struct *mm;		/* mmgrab()bed */
-	u64 addr, length, key;
-	u32 id, gen, rights;
-	struct list_head node;		/* ctx->regions, under ctx->mutex */
-	struct rcu_head rcu;
-};
+#include "rdmaplus_jbmt.h"
 
 struct rdmaplus_jbmt_ctx {
 	struct rdmaplus_user *user;
@@ -61,9 +53,48 @@ static struct {
 
 /* ---- regions ------------------------------------------------------------ */
 
+static void jbmt_region_free(struct jbmt_region *r)
+{
+	mmdrop(r->mm);
+	kfree_rcu(r, rcu);
+}
+
+void jbmt_region_put(struct jbmt_region *r)
+{
+	if (refcount_dec_and_test(&r->ref))
+		jbmt_region_free(r);
+	else
+		wake_up_var(&r->ref);	/* a revoker may wait */
+}
+
+struct jbmt_region *jbmt_region_get(u32 id, u32 gen, u64 key)
+{
+	struct jbmt_region *r;
+	bool gone;
+
+	rcu_read_lock();
+	r = xa_load(&jbmt_regions, id);
+	if (r && (r->gen != gen || r->key != key ||
+		  !refcount_inc_not_zero(&r->ref)))
+		r = NULL;
+	/*
+	 * Revoked between the load and the reference: its revoker may have
+	 * seen no section on it, so none may start.
+	 */
+	gone = r && xa_load(&jbmt_regions, id) != r;
+	rcu_read_unlock();
+	if (gone) {
+		jbmt_region_put(r);
+		r = NULL;
+	}
+	return r;
+}
+
 /*
- * Take r out of the host's table and free it after a grace period (a
- * reader that found it under RCU may still look at it); ctx->mutex held.
+ * Take r out of the host's table, wait for the sections on it, and free it
+ * after a grace period (a reader that found it under RCU may still look at
+ * it); ctx->mutex held. Sections end within a lease, or when their
+ * connection goes.
  */
 static void jbmt_region_revoke(struct jbmt_region *r)
 {
@@ -72,8 +103,8 @@ static void jbmt_region_revoke(struct jbmt_region *r)
 	atomic64_dec(&jbmt_st.regions);
 	atomic64_sub(r->length, &jbmt_st.registered_bytes);
 	rdmaplus_user_give(r->ctx->user, RDMAPLUS_RES_JBMT_REGION);
-	mmdrop(r->mm);
-	kfree_rcu(r, rcu);
+	wait_var_event(&r->ref, refcount_read(&r->ref) == 1);
+	jbmt_region_put(r);
 }
 
 static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
@@ -105,6 +136,7 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	r->gen = atomic_inc_return(&jbmt_gen);
 	r->mm = current->mm;
 	mmgrab(r->mm);
+	refcount_set(&r->ref, 1);
 
 	mutex_lock(&ctx->mutex);
 	/* published whole: a reader that finds the id sees every field */
@@ -131,8 +163,7 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	return ret;
 
 err_free:
-	mmdrop(r->mm);
-	kfree(r);
+	jbmt_region_free(r);
 err_give:
 	rdmaplus_user_give(ctx->user, RDMAPLUS_RES_JBMT_REGION);
 	return ret;
@@ -177,6 +208,8 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 		return jbmt_dereg(ctx, arg);
 	case RDMAPLUS_IOC_JBMT_CONNECT:
 		return rdmaplus_jbmt_connect(arg);
+	case RDMAPLUS_IOC_JBMT_OP:
+		return rdmaplus_jbmt_op(arg);
 	default:
 		return -ENOIOCTLCMD;
 	}
@@ -243,15 +276,25 @@ int rdmaplus_jbmt_init(void)
 
 	if (ret)
 		return ret;
+	ret = jbmt_xfer_init();
+	if (ret)
+		goto err_group;
 	ret = rdmaplus_jbmt_net_init();
 	if (ret)
-		sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);
+		goto err_xfer;
+	return 0;
+
+err_xfer:
+	jbmt_xfer_exit();
+err_group:
+	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);
 	return ret;
 }
 
 void rdmaplus_jbmt_exit(void)
 {
 	rdmaplus_jbmt_net_exit();
+	jbmt_xfer_exit();
 	/* every file is closed: no region is left */
 	WARN_ON(!xa_empty(&jbmt_regions));
 	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);

@@ -6,7 +6,8 @@
  * asks for a peer by address (RDMAPLUS_IOC_JBMT_CONNECT) and gets its id,
  * connecting it if it is not up. A connection that goes down (the peer
  * disconnects or dies, the device goes) is torn down and made again by
- * the next request. Transfers over these connections are to come.
+ * the next request. Each carries 64-byte control messages (SEND and
+ * RECV) for the transfers of rdmaplus_jbmt_xfer.c, and their RDMA WRITEs.
  *
  * Locking: jbmt_net_mutex guards the peer table (and is held while a
  * connection is started, never while one is awaited or destroyed);
@@ -14,7 +15,10 @@
  * and it takes the peer's spinlock for its state (and the mutex to put an
  * accepted peer in the table). Each event holds its peer. Resources are
  * freed once (peer->torn): by the teardown work, by a device-removal
- * event, or at unload.
+ * event, or at unload. Whatever uses a connection's QP, CQ, PD and sinks
+ * (an operation, a request's work) is a user of the peer
+ * (jbmt_peer_enter()); freeing them marks the peer dead, drains the QP,
+ * fails the sections waiting on it and waits for its users to leave.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -26,10 +30,12 @@
 #include <linux/xarray.h>
 #include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/mr_pool.h>
 #include <rdma/rdma_cm.h>
 
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
+#include "rdmaplus_jbmt.h"
 
 static ushort jbmt_port = 7470;
 module_param(jbmt_port, ushort, 0444);
@@ -39,40 +45,13 @@ static unsigned int max_jbmt_peers = 1024;
 module_param(max_jbmt_peers, uint, 0644);
 MODULE_PARM_DESC(max_jbmt_peers, "connections to and from peer hosts this host keeps at most (ENOSPC beyond; requests beyond are rejected)");
 
-#define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
-#define JBMT_PROTO		1
 #define JBMT_RESOLVE_MS		2000
-#define JBMT_QP_DEPTH		64
 
 /* what a connection request carries (rdma_cm private data) */
 struct jbmt_hello {
 	__be32 magic;
 	u8 version;
 	u8 reserved[3];
-};
-
-enum jbmt_peer_state {
-	JBMT_PEER_CONNECTING,
-	JBMT_PEER_UP,
-	JBMT_PEER_DOWN,
-};
-
-struct jbmt_peer {
-	struct list_head node;		/* jbmt_peers_list */
-	u32 id;				/* in jbmt_peers */
-	__be32 addr;			/* the peer host (IPv4) */
-	__be16 port;
-	bool inbound;			/* it connected to us */
-	spinlock_t lock;		/* state, err, torn */
-	enum jbmt_peer_state state;
-	int err;			/* why it is down */
-	bool torn;			/* resources freed (or being freed) */
-	struct completion done;		/* CONNECTING ended */
-	struct rdma_cm_id *cm;
-	struct ib_pd *pd;
-	struct ib_cq *cq;
-	struct work_struct teardown;
-	refcount_t ref;
 };
 
 static DEFINE_MUTEX(jbmt_net_mutex);
@@ -94,19 +73,230 @@ static struct {
 
 /* ---- peers -------------------------------------------------------------- */
 
-static void jbmt_peer_put(struct jbmt_peer *p)
+void jbmt_peer_put(struct jbmt_peer *p)
 {
 	if (refcount_dec_and_test(&p->ref)) {
+		xa_destroy(&p->xids);
+		xa_destroy(&p->grants);
+		kfree(p->rx);
 		kfree(p);
 		atomic_dec(&jbmt_peers_alive);
 	}
 }
 
+/* The peer with this id, held, or NULL. */
+struct jbmt_peer *jbmt_peer_get(u32 id)
+{
+	struct jbmt_peer *p;
+
+	mutex_lock(&jbmt_net_mutex);
+	p = xa_load(&jbmt_peers, id);
+	if (p)
+		refcount_inc(&p->ref);
+	mutex_unlock(&jbmt_net_mutex);
+	return p;
+}
+
+bool jbmt_peer_enter(struct jbmt_peer *p)
+{
+	unsigned long flags;
+	bool ok;
+
+	spin_lock_irqsave(&p->lock, flags);
+	ok = !p->dead && p->cm && p->cm->qp;
+	if (ok)
+		atomic_inc(&p->users);
+	spin_unlock_irqrestore(&p->lock, flags);
+	return ok;
+}
+
+void jbmt_peer_leave(struct jbmt_peer *p)
+{
+	if (atomic_dec_and_test(&p->users))
+		wake_up_all(&p->wq);
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+struct jbmt_tx *jbmt_tx_alloc(struct jbmt_peer *p, gfp_t gfp)
+{
+	struct jbmt_tx *tx = kzalloc(sizeof(*tx), gfp);
+
+	if (tx)
+		tx->p = p;
+	return tx;
+}
+
+void jbmt_tx_free(struct jbmt_tx *tx)
+{
+	if (tx && tx->dma)
+		ib_dma_unmap_single(tx->p->pd->device, tx->dma,
+				    sizeof(tx->msg), DMA_TO_DEVICE);
+	kfree(tx);
+}
+
+/*
+ * A WR of p failed: the QP is in error, so the connection is lost (a flush
+ * means it was already going).
+ */
+void jbmt_wc_error(struct jbmt_peer *p, struct ib_wc *wc, const char *what)
+{
+	if (wc->status != IB_WC_WR_FLUSH_ERR)
+		pr_warn_ratelimited("JBMT: %pI4: %s failed: %s (vendor error %#x)\n",
+				    &p->addr, what,
+				    ib_wc_status_msg(wc->status),
+				    wc->vendor_err);
+	jbmt_peer_down(p, -ECONNRESET);
+}
+
+/* the CQE of a WR nobody waits for: it completes only when it fails */
+static void jbmt_wr_failed(struct ib_cq *cq, struct ib_wc *wc)
+{
+	jbmt_wc_error(cq->cq_context, wc, "a registration or write");
+}
+
+struct ib_cqe jbmt_unsignaled_cqe = { .done = jbmt_wr_failed };
+
+static void jbmt_tx_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct jbmt_tx *tx = container_of(wc->wr_cqe, struct jbmt_tx, cqe);
+
+	if (wc->status != IB_WC_SUCCESS)
+		jbmt_wc_error(tx->p, wc, "a send");
+	if (tx->done)
+		tx->done(tx, wc);
+	jbmt_tx_free(tx);
+}
+
+int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey)
+{
+	struct ib_device *dev = tx->p->pd->device;
+
+	tx->dma = ib_dma_map_single(dev, &tx->msg, sizeof(tx->msg),
+				    DMA_TO_DEVICE);
+	if (ib_dma_mapping_error(dev, tx->dma)) {
+		tx->dma = 0;
+		return -ENOMEM;
+	}
+	tx->sge.addr = tx->dma;
+	tx->sge.length = sizeof(tx->msg);
+	tx->sge.lkey = tx->p->pd->local_dma_lkey;
+	tx->cqe.done = jbmt_tx_done;
+	tx->wr.wr_cqe = &tx->cqe;
+	tx->wr.sg_list = &tx->sge;
+	tx->wr.num_sge = 1;
+	tx->wr.send_flags = IB_SEND_SIGNALED;
+	tx->wr.opcode = inv_rkey ? IB_WR_SEND_WITH_INV : IB_WR_SEND;
+	tx->wr.ex.invalidate_rkey = inv_rkey;
+	return 0;
+}
+
+int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey)
+{
+	struct jbmt_tx *tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	int ret;
+
+	if (!tx)
+		return -ENOMEM;
+	tx->msg = *m;
+	ret = jbmt_tx_prepare(tx, inv_rkey);
+	if (!ret)
+		ret = ib_post_send(p->cm->qp, &tx->wr, NULL);
+	if (ret)
+		jbmt_tx_free(tx);
+	return ret;
+}
+
+static int jbmt_rx_post(struct jbmt_rx *rx)
+{
+	struct ib_sge sge = {
+		.addr = rx->dma,
+		.length = sizeof(rx->buf),
+		.lkey = rx->p->pd->local_dma_lkey,
+	};
+	struct ib_recv_wr wr = {
+		.wr_cqe = &rx->cqe,
+		.sg_list = &sge,
+		.num_sge = 1,
+	};
+
+	return ib_post_recv(rx->p->cm->qp, &wr, NULL);
+}
+
+void jbmt_rx_repost(struct jbmt_rx *rx)
+{
+	if (READ_ONCE(rx->p->dead))
+		return;		/* drained: the QP is going */
+	if (jbmt_rx_post(rx))
+		jbmt_peer_down(rx->p, -ECONNRESET);
+}
+
+static void jbmt_rx_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct jbmt_rx *rx = container_of(wc->wr_cqe, struct jbmt_rx, cqe);
+	struct jbmt_peer *p = rx->p;
+
+	if (wc->status != IB_WC_SUCCESS) {
+		jbmt_wc_error(p, wc, "a receive");
+		return;
+	}
+	ib_dma_sync_single_for_cpu(p->pd->device, rx->dma, sizeof(rx->buf),
+				   DMA_FROM_DEVICE);
+	if (wc->byte_len != sizeof(rx->buf)) {
+		pr_warn_ratelimited("JBMT: %pI4: a %u-byte message\n",
+				    &p->addr, wc->byte_len);
+		jbmt_peer_down(p, -EPROTO);
+		return;
+	}
+	rx->msg = rx->buf;
+	rx->wc_flags = wc->wc_flags;
+	rx->inv_rkey = wc->wc_flags & IB_WC_WITH_INVALIDATE ?
+		       wc->ex.invalidate_rkey : 0;
+	ib_dma_sync_single_for_device(p->pd->device, rx->dma, sizeof(rx->buf),
+				      DMA_FROM_DEVICE);
+	switch (rx->msg.type) {
+	case JBMT_MSG_GRANT:
+	case JBMT_MSG_DONE:
+		/* a response: it only wakes the section's operation */
+		jbmt_xfer_response(p, rx);
+		jbmt_rx_repost(rx);
+		break;
+	default:
+		/* a request: the buffer is posted again after its work */
+		if (jbmt_peer_enter(p))
+			queue_work(jbmt_xfer_wq, &rx->work);
+		break;
+	}
+}
+
+/* ---- peers -------------------------------------------------------------- */
+
 /* Free p's verbs resources, once. Any context that may sleep. */
 static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
 {
-	if (p->cm && p->cm->qp)
+	unsigned long flags;
+	int i;
+
+	spin_lock_irqsave(&p->lock, flags);
+	p->dead = true;			/* nobody enters now */
+	spin_unlock_irqrestore(&p->lock, flags);
+	wake_up_all(&p->wq);		/* operations waiting for credits */
+	if (p->cm && p->cm->qp) {
+		/* every posted request completes, flushed if need be */
+		ib_drain_qp(p->cm->qp);
+		jbmt_xfer_fail_peer(p);
+		wait_event(p->wq, !atomic_read(&p->users));
+		jbmt_xfer_release_grants(p);
+		ib_mr_pool_destroy(p->cm->qp, &p->mrs);
 		rdma_destroy_qp(p->cm);
+	}
+	if (p->rx) {
+		for (i = 0; i < JBMT_RECV_DEPTH; i++)
+			if (p->rx[i].dma)
+				ib_dma_unmap_single(p->pd->device, p->rx[i].dma,
+						    sizeof(p->rx[i].buf),
+						    DMA_FROM_DEVICE);
+	}
 	if (p->cq)
 		ib_free_cq(p->cq);
 	if (p->pd)
@@ -158,7 +348,7 @@ static void jbmt_peer_teardown_work(struct work_struct *w)
 }
 
 /* Mark p down with err and have it torn down; any context. */
-static void jbmt_peer_down(struct jbmt_peer *p, int err)
+void jbmt_peer_down(struct jbmt_peer *p, int err)
 {
 	unsigned long flags;
 	bool was_up, first;
@@ -182,6 +372,7 @@ static void jbmt_peer_down(struct jbmt_peer *p, int err)
 		atomic64_inc(&jbmt_net_st.connect_errors);
 	}
 	complete_all(&p->done);
+	wake_up_all(&p->wq);
 	refcount_inc(&p->ref);
 	if (!queue_work(jbmt_wq, &p->teardown))
 		jbmt_peer_put(p);
@@ -193,12 +384,22 @@ static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 
 	if (!p)
 		return NULL;
+	p->rx = kcalloc(JBMT_RECV_DEPTH, sizeof(*p->rx), GFP_KERNEL);
+	if (!p->rx) {
+		kfree(p);
+		return NULL;
+	}
 	INIT_LIST_HEAD(&p->node);
 	p->addr = addr;
 	p->port = port;
 	p->inbound = inbound;
 	spin_lock_init(&p->lock);
+	p->credits = JBMT_CREDITS;
+	init_waitqueue_head(&p->wq);
 	init_completion(&p->done);
+	INIT_LIST_HEAD(&p->mrs);
+	xa_init_flags(&p->xids, XA_FLAGS_ALLOC1);
+	xa_init_flags(&p->grants, XA_FLAGS_ALLOC1);
 	INIT_WORK(&p->teardown, jbmt_peer_teardown_work);
 	refcount_set(&p->ref, 1);
 	atomic_inc(&jbmt_peers_alive);
@@ -225,28 +426,89 @@ static int jbmt_peer_link(struct jbmt_peer *p)
 	return 0;
 }
 
-/* A PD, a CQ and an RC QP on cm's device for p. */
+/* Post every receive of p, and make its sinks. */
+static int jbmt_peer_post_rx(struct jbmt_peer *p)
+{
+	struct ib_device *dev = p->pd->device;
+	int i, ret;
+
+	for (i = 0; i < JBMT_RECV_DEPTH; i++) {
+		struct jbmt_rx *rx = &p->rx[i];
+
+		rx->p = p;
+		rx->cqe.done = jbmt_rx_done;
+		INIT_WORK(&rx->work, jbmt_xfer_request);
+		rx->dma = ib_dma_map_single(dev, &rx->buf, sizeof(rx->buf),
+					    DMA_FROM_DEVICE);
+		if (ib_dma_mapping_error(dev, rx->dma)) {
+			rx->dma = 0;
+			return -ENOMEM;
+		}
+		ret = jbmt_rx_post(rx);
+		if (ret)
+			return ret;
+	}
+	/* our gets' sinks, and the sinks granted to the peer's puts */
+	ret = ib_mr_pool_init(p->cm->qp, &p->mrs, 2 * JBMT_CREDITS,
+			      IB_MR_TYPE_MEM_REG, JBMT_SECT_SPAN, 0);
+	if (!ret)
+		p->nmrs = 2 * JBMT_CREDITS;
+	return ret;
+}
+
+static void jbmt_qp_event(struct ib_event *ev, void *ctx)
+{
+	struct jbmt_peer *p = ctx;
+
+	switch (ev->event) {
+	case IB_EVENT_QP_FATAL:
+	case IB_EVENT_QP_REQ_ERR:
+	case IB_EVENT_QP_ACCESS_ERR:
+		pr_warn_ratelimited("JBMT: %pI4: %s\n", &p->addr,
+				    ib_event_msg(ev->event));
+		jbmt_peer_down(p, -ECONNRESET);
+		break;
+	default:
+		break;
+	}
+}
+
+/*
+ * A PD, a CQ and an RC QP on cm's device for p, its receives posted. The
+ * send queue holds every WR of a full window each way (a get's sink
+ * registration and request, a put's request, its writes and FIN, and
+ * as much as the peer's sections need of us) and the drain's.
+ */
 static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 {
+	struct ib_device *dev = cm->device;
+	u32 writes, send_wr;
 	struct ib_qp_init_attr attr = {
 		.cap = {
-			.max_send_wr = JBMT_QP_DEPTH,
-			.max_recv_wr = JBMT_QP_DEPTH,
-			.max_send_sge = 1,
+			.max_recv_wr = JBMT_RECV_DEPTH + 1,
 			.max_recv_sge = 1,
+			.max_rdma_ctxs = 2 * JBMT_CREDITS,
 		},
 		.sq_sig_type = IB_SIGNAL_REQ_WR,
 		.qp_type = IB_QPT_RC,
+		.port_num = cm->port_num,
 	};
 	int ret;
 
-	p->pd = ib_alloc_pd(cm->device, 0);
+	attr.event_handler = jbmt_qp_event;
+	attr.qp_context = p;
+	p->max_sge = clamp_t(u32, dev->attrs.max_send_sge, 1, 16);
+	writes = DIV_ROUND_UP(JBMT_SECT_SPAN, p->max_sge);
+	send_wr = JBMT_CREDITS * (2 * writes + 5) + 1;
+	attr.cap.max_send_wr = send_wr;
+	attr.cap.max_send_sge = p->max_sge;
+	p->pd = ib_alloc_pd(dev, 0);
 	if (IS_ERR(p->pd)) {
 		ret = PTR_ERR(p->pd);
 		p->pd = NULL;
 		return ret;
 	}
-	p->cq = ib_alloc_cq(cm->device, p, 2 * JBMT_QP_DEPTH, 0,
+	p->cq = ib_alloc_cq(dev, p, send_wr + JBMT_RECV_DEPTH + 2, 0,
 			    IB_POLL_WORKQUEUE);
 	if (IS_ERR(p->cq)) {
 		ret = PTR_ERR(p->cq);
@@ -255,7 +517,10 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 	}
 	attr.send_cq = p->cq;
 	attr.recv_cq = p->cq;
-	return rdma_create_qp(cm, p->pd, &attr);
+	ret = rdma_create_qp(cm, p->pd, &attr);
+	if (ret)
+		return ret;
+	return jbmt_peer_post_rx(p);
 }
 
 static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)

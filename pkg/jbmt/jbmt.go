@@ -24,6 +24,19 @@ var (
 	ErrQuota = errors.New("jbmt: region quota of this user reached")
 	// ErrClosed: the Service or Region was closed.
 	ErrClosed = errors.New("jbmt: closed")
+	// ErrBadToken: the peer has no region by that token (a wrong token,
+	// or one its owner revoked). The connection is still up.
+	ErrBadToken = errors.New("jbmt: no such region on the peer")
+	// ErrPermission: the region does not grant the right (Read for a
+	// Get, Write for a Put).
+	ErrPermission = errors.New("jbmt: the region does not grant that right")
+	// ErrRange: the transfer reaches outside the region.
+	ErrRange = errors.New("jbmt: outside the region")
+	// ErrFault: pages of the buffer, or of the peer's region, are not
+	// mapped (or the region's process is gone).
+	ErrFault = errors.New("jbmt: pages not mapped")
+	// ErrPeerGone: the connection is down (Dial again to make it anew).
+	ErrPeerGone = errors.New("jbmt: connection to the peer is down")
 )
 
 // Rights are what peers may do with a region.

@@ -12,6 +12,7 @@ import (
 // module's), made by the first Dial and made again by the next Dial after
 // it went down.
 type Peer struct {
+	svc  *Service
 	id   uint32
 	addr netip.AddrPort
 }
@@ -62,7 +63,7 @@ func (s *Service) Dial(ctx context.Context, addr netip.AddrPort) (*Peer, error) 
 		if r.err != nil {
 			return nil, wrap(fmt.Sprintf("dial %v", addr), r.err)
 		}
-		return &Peer{id: r.id, addr: addr}, nil
+		return &Peer{svc: s, id: r.id, addr: addr}, nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("jbmt: dial %v: %w", addr, ctx.Err())
 	}

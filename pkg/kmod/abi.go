@@ -203,7 +203,20 @@ var (
 	iocJBMTReg        = ioc(iocRead|iocWrite, 0x30, unsafe.Sizeof(rawJBMTReg{}))
 	iocJBMTDereg      = ioc(iocWrite, 0x31, unsafe.Sizeof(rawJBMTDereg{}))
 	iocJBMTConnect    = ioc(iocRead|iocWrite, 0x32, unsafe.Sizeof(rawJBMTConnect{}))
+	iocJBMTOp         = ioc(iocRead|iocWrite, 0x33, unsafe.Sizeof(rawJBMTOp{}))
 )
+
+type rawJBMTOp struct {
+	Size      uint32
+	Op        uint32
+	Peer      uint32
+	TimeoutMS uint32
+	Addr      uint64
+	Length    uint64
+	Token     JBMTToken
+	Offset    uint64
+	Done      uint64
+}
 
 type rawJBMTConnect struct {
 	Size      uint32

@@ -85,6 +85,45 @@ func (d *Device) JBMTConnect(addr netip.AddrPort, timeout time.Duration) (uint32
 	return a.Peer, nil
 }
 
+// JBMT operations (JBMTOp).
+const (
+	JBMTGet uint32 = 1 // from the peer's region to this process
+	JBMTPut uint32 = 2 // from this process to the peer's region
+)
+
+// JBMTOpMax is the longest JBMTOp waits for a peer's answers.
+const JBMTOpMax = 600 * time.Second
+
+// JBMTOp moves length bytes between addr in this process (any mapped
+// memory; the module pins it a section at a time while the call runs) and
+// offset in the peer's region named by t, over the connection peer
+// (JBMTConnect): JBMTGet brings them here, JBMTPut sends them there. It
+// waits at most timeout for the peer's answers (0 or more than JBMTOpMax:
+// JBMTOpMax). It returns the bytes moved from the start, on errors too.
+// Errors wrap ErrInvalid, ErrClosed, ErrNotSupported, or the errno:
+// ENOENT (no such region on the peer: a wrong or revoked token), EACCES
+// (the region lacks the right), ERANGE (outside it), EFAULT (unmapped
+// pages here or there), ENOTCONN (no such connection or it is down),
+// ECONNRESET (it went down meanwhile), ETIMEDOUT, EINTR (a signal: the
+// call may be made again for the rest), ENOMEM.
+func (d *Device) JBMTOp(op, peer uint32, addr uintptr, length uint64, t JBMTToken, offset uint64, timeout time.Duration) (uint64, error) {
+	if !d.ver.JBMT {
+		return 0, &Error{Op: "jbmt op", Err: syscall.EOPNOTSUPP}
+	}
+	if timeout <= 0 || timeout > JBMTOpMax {
+		timeout = JBMTOpMax
+	}
+	a := rawJBMTOp{Size: uint32(unsafe.Sizeof(rawJBMTOp{})), Op: op, Peer: peer,
+		TimeoutMS: uint32(max(timeout/time.Millisecond, 1)), Addr: uint64(addr), Length: length,
+		Token: t, Offset: offset}
+	name := "jbmt get"
+	if op == JBMTPut {
+		name = "jbmt put"
+	}
+	err := d.ioctl(name, iocJBMTOp, unsafe.Pointer(&a))
+	return a.Done, err
+}
+
 // JBMTSysfsDir is where the module publishes its JBMT counters.
 const JBMTSysfsDir = "/sys/kernel/rdmaplus/jbmt"
 
@@ -100,6 +139,16 @@ type JBMTStats struct {
 	Accepts         uint64 // connections peers made to this host, since load
 	ConnectErrors   uint64 // attempts to connect that failed, since load
 	Disconnects     uint64 // connections that went down, since load
+	Gets            uint64 // get operations this host made, since load
+	Puts            uint64 // put operations this host made, since load
+	GetBytes        uint64 // bytes they brought here
+	PutBytes        uint64 // bytes they sent
+	OpErrors        uint64 // operations that failed
+	Sections        uint64 // sections this host started, since load
+	SectionsServed  uint64 // peers' sections this host served, since load
+	SectionsRefused uint64 // peers' sections refused (bad token, rights, range, unmapped pages)
+	LeasesExpired   uint64 // sinks granted to a peer and taken back unfinished
+	PinnedPages     uint64 // pages JBMT holds pinned now, both sides
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -119,6 +168,10 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"registrations", &st.Registrations}, {"deregistrations", &st.Deregistrations},
 		{"revoked", &st.Revoked}, {"peers", &st.Peers}, {"connects", &st.Connects},
 		{"accepts", &st.Accepts}, {"connect_errors", &st.ConnectErrors}, {"disconnects", &st.Disconnects},
+		{"gets", &st.Gets}, {"puts", &st.Puts}, {"get_bytes", &st.GetBytes}, {"put_bytes", &st.PutBytes},
+		{"op_errors", &st.OpErrors}, {"sections", &st.Sections}, {"sections_served", &st.SectionsServed},
+		{"sections_refused", &st.SectionsRefused}, {"leases_expired", &st.LeasesExpired},
+		{"pinned_pages", &st.PinnedPages},
 	})
 	if err != nil {
 		return JBMTStats{}, err

@@ -148,6 +148,46 @@ struct rdmaplus_jbmt_connect {
 	__u32 peer;
 };
 
+#define RDMAPLUS_JBMT_GET	1	/* from the peer's region to here */
+#define RDMAPLUS_JBMT_PUT	2	/* from here to the peer's region */
+#define RDMAPLUS_JBMT_OP_MAX_MS	600000
+
+/**
+ * struct rdmaplus_jbmt_op - RDMAPLUS_IOC_JBMT_OP
+ * @size:	sizeof(struct rdmaplus_jbmt_op)
+ * @op:		RDMAPLUS_JBMT_GET or RDMAPLUS_JBMT_PUT
+ * @peer:	a connection's id (RDMAPLUS_IOC_JBMT_CONNECT)
+ * @timeout_ms:	how long to wait for the peer's answers, at most
+ *		RDMAPLUS_JBMT_OP_MAX_MS (0: that)
+ * @addr:	the local buffer, in the calling process's address space: it
+ *		need not be registered, and is pinned a section at a time
+ * @length:	bytes, at least 1
+ * @token:	the peer's region
+ * @offset:	where in it
+ * @done:	out: bytes moved, from the start, before any error
+ *
+ * Moves the bytes in sections, several in flight, pinning each on both
+ * hosts only while it moves; returns when all have landed (a get: here;
+ * a put: in the peer's memory). The connection survives every error but
+ * its own loss. ENOENT (no such region on the peer: a wrong or revoked
+ * token), EACCES (the region lacks READ for a get, WRITE for a put),
+ * ERANGE (outside the region), EFAULT (local pages not mapped, or the
+ * peer's), ENOTCONN (no such connection, or it is down), ECONNRESET (it
+ * went down meanwhile), ETIMEDOUT, EINTR (a signal; @done says how far
+ * it got), ENOMEM, EINVAL. @done is written back on errors too.
+ */
+struct rdmaplus_jbmt_op {
+	__u32 size;
+	__u32 op;
+	__u32 peer;
+	__u32 timeout_ms;
+	__u64 addr;
+	__u64 length;
+	struct rdmaplus_jbmt_token token;
+	__u64 offset;
+	__u64 done;
+};
+
 /* ---- Active Access ---------------------------------------------------- */
 
 #define RDMAPLUS_AA_MAX_DOMAINS		1024	/* domain ids are 1..1024 */
@@ -693,5 +733,7 @@ struct rdmaplus_rvma_qp {
 	_IOW(RDMAPLUS_IOC_MAGIC, 0x31, struct rdmaplus_jbmt_dereg)
 #define RDMAPLUS_IOC_JBMT_CONNECT	\
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x32, struct rdmaplus_jbmt_connect)
+#define RDMAPLUS_IOC_JBMT_OP	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x33, struct rdmaplus_jbmt_op)
 
 #endif /* _UAPI_RDMAPLUS_H */

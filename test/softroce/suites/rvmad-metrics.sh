@@ -194,7 +194,11 @@ scrape $base/metrics /tmp/m6
 equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplus_jbmt_registered_bytes \
 	registrations:rdmaplus_jbmt_registrations_total deregistrations:rdmaplus_jbmt_deregistrations_total \
 	revoked:rdmaplus_jbmt_revoked_regions_total peers:rdmaplus_jbmt_peers connects:rdmaplus_jbmt_connects_total \
-	accepts:rdmaplus_jbmt_accepts_total connect_errors:rdmaplus_jbmt_connect_errors_total disconnects:rdmaplus_jbmt_disconnects_total
+	accepts:rdmaplus_jbmt_accepts_total connect_errors:rdmaplus_jbmt_connect_errors_total disconnects:rdmaplus_jbmt_disconnects_total \
+	gets:rdmaplus_jbmt_gets_total puts:rdmaplus_jbmt_puts_total get_bytes:rdmaplus_jbmt_get_bytes_total \
+	put_bytes:rdmaplus_jbmt_put_bytes_total op_errors:rdmaplus_jbmt_op_errors_total sections:rdmaplus_jbmt_sections_total \
+	sections_served:rdmaplus_jbmt_sections_served_total sections_refused:rdmaplus_jbmt_sections_refused_total \
+	leases_expired:rdmaplus_jbmt_leases_expired_total pinned_pages:rdmaplus_jbmt_pinned_pages
 for m in rdmaplus_jbmt_registrations_total rdmaplus_jbmt_revoked_regions_total; do
 	d=$(delta /tmp/m5 /tmp/m6 "$m")
 	echo "  $m: +$d (the test registered 1000 regions and closed its service)"

@@ -71,5 +71,15 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("accepts", "Connections peer hosts made to this host (kernel: accepts).", func(st kmod.JBMTStats) uint64 { return st.Accepts })
 	s.counter("connect_errors", "Connection attempts that failed, either way (kernel: connect_errors).", func(st kmod.JBMTStats) uint64 { return st.ConnectErrors })
 	s.counter("disconnects", "Connections that went down: the peer left, died or lost its device (kernel: disconnects).", func(st kmod.JBMTStats) uint64 { return st.Disconnects })
+	s.counter("gets", "Get operations this host's processes made (kernel: gets).", func(st kmod.JBMTStats) uint64 { return st.Gets })
+	s.counter("puts", "Put operations this host's processes made (kernel: puts).", func(st kmod.JBMTStats) uint64 { return st.Puts })
+	s.counter("get_bytes", "Bytes those gets brought here (kernel: get_bytes).", func(st kmod.JBMTStats) uint64 { return st.GetBytes })
+	s.counter("put_bytes", "Bytes those puts sent (kernel: put_bytes).", func(st kmod.JBMTStats) uint64 { return st.PutBytes })
+	s.counter("op_errors", "Operations that failed: a bad token, rights, range, unmapped pages, a lost connection, a timeout (kernel: op_errors).", func(st kmod.JBMTStats) uint64 { return st.OpErrors })
+	s.counter("sections", "Sections this host started (kernel: sections).", func(st kmod.JBMTStats) uint64 { return st.Sections })
+	s.counter("sections_served", "Peers' sections this host served (kernel: sections_served).", func(st kmod.JBMTStats) uint64 { return st.SectionsServed })
+	s.counter("sections_refused", "Peers' sections this host refused: a bad token, rights, range, unmapped pages (kernel: sections_refused).", func(st kmod.JBMTStats) uint64 { return st.SectionsRefused })
+	s.counter("leases_expired", "Sinks granted to a peer and taken back unfinished after their lease (kernel: leases_expired).", func(st kmod.JBMTStats) uint64 { return st.LeasesExpired })
+	s.gauge("pinned_pages", "Pages JBMT holds pinned now, for sections in flight either way (kernel: pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.PinnedPages })
 	return s
 }

@@ -1,0 +1,202 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * What the JBMT files share (docs/jbmt.md): regions (rdmaplus_jbmt.c),
+ * peers and their message transport (rdmaplus_jbmt_net.c), and transfers
+ * (rdmaplus_jbmt_xfer.c).
+ */
+#ifndef RDMAPLUS_JBMT_H
+#define RDMAPLUS_JBMT_H
+
+#include <linux/build_bug.h>
+#include <linux/completion.h>
+#include <linux/list.h>
+#include <linux/mm_types.h>
+#include <linux/refcount.h>
+#include <linux/spinlock.h>
+#include <linux/wait.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
+
+/* ---- regions ------------------------------------------------------------ */
+
+struct jbmt_region {
+	struct rdmaplus_jbmt_ctx *ctx;	/* the file that registered it */
+	struct mm_struct *mm;		/* mmgrab()bed */
+	u64 addr, length, key;
+	u32 id, gen, rights;
+	refcount_t ref;			/* the table's, one per section on it */
+	struct list_head node;		/* ctx->regions, under ctx->mutex */
+	struct rcu_head rcu;
+};
+
+/* The region a token names, held, or NULL (no such region, or revoked). */
+struct jbmt_region *jbmt_region_get(u32 id, u32 gen, u64 key);
+void jbmt_region_put(struct jbmt_region *r);
+
+/* ---- the wire ----------------------------------------------------------- */
+
+#define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
+#define JBMT_PROTO		2
+/* sections one host has in flight to a peer (and the peer to it) */
+#define JBMT_CREDITS		16
+/*
+ * Receives each side keeps posted: per credit the peer's request and its
+ * FIN (a FIN may arrive before the request's buffer is posted again),
+ * and the response to one of ours.
+ */
+#define JBMT_RECV_DEPTH		(3 * JBMT_CREDITS)
+#define JBMT_SECT_PAGES		64
+#define JBMT_SECT_BYTES		(JBMT_SECT_PAGES * PAGE_SIZE)
+/* a section's pages: one more when it does not start on a page */
+#define JBMT_SECT_SPAN		(JBMT_SECT_PAGES + 1)
+/* how long a peer may hold a sink section granted to it */
+#define JBMT_LEASE_MS		2000
+
+enum jbmt_msg_type {
+	JBMT_MSG_GET = 1,	/* initiator: write this section to my sink */
+	JBMT_MSG_PUT,		/* initiator: give me a sink for this section */
+	JBMT_MSG_GRANT,		/* target: here is the sink (rkey, iova) */
+	JBMT_MSG_DONE,		/* target: the section ended (status) */
+	JBMT_MSG_FIN,		/* initiator: written to the granted sink */
+};
+
+/* why a section failed, on the wire (jbmt_status_errno()) */
+enum jbmt_status {
+	JBMT_OK,
+	JBMT_NOENT,		/* no such region: bad token, or revoked */
+	JBMT_PERM,		/* the region lacks the right */
+	JBMT_RANGE,		/* outside the region */
+	JBMT_FAULT,		/* its pages are not mapped, or its process is gone */
+	JBMT_NOMEM,		/* the target is out of memory or sinks */
+	JBMT_INVAL,		/* a malformed request */
+	JBMT_ABORT,		/* the initiator gave up */
+	JBMT_NSTATUS,
+};
+
+/* a control message: one SEND, 64 bytes, big-endian */
+struct jbmt_msg {
+	u8 type;
+	u8 status;
+	__be16 reserved;
+	__be32 xid;		/* the initiator's section */
+	__be32 tsid;		/* the target's grant (GRANT, FIN) */
+	__be32 len;		/* bytes, at most JBMT_SECT_BYTES */
+	__be32 token_id;
+	__be32 token_gen;
+	__be64 token_key;
+	__be64 off;		/* in the region */
+	__be64 iova;		/* the sink (GET: the initiator's; GRANT) */
+	__be32 rkey;
+	u8 pad[12];
+};
+static_assert(sizeof(struct jbmt_msg) == 64);
+
+/* ---- peers -------------------------------------------------------------- */
+
+enum jbmt_peer_state {
+	JBMT_PEER_CONNECTING,
+	JBMT_PEER_UP,
+	JBMT_PEER_DOWN,
+};
+
+struct jbmt_peer;
+
+/* a posted receive; a request stays here until its work has run */
+struct jbmt_rx {
+	struct ib_cqe cqe;
+	struct jbmt_peer *p;
+	u64 dma;
+	struct jbmt_msg buf;		/* the device writes here */
+	struct jbmt_msg msg;		/* the copy the work reads */
+	int wc_flags;
+	u32 inv_rkey;			/* with IB_WC_WITH_INVALIDATE */
+	struct work_struct work;
+};
+
+/* a send of one message, freed when it completes */
+struct jbmt_tx {
+	struct ib_cqe cqe;
+	struct jbmt_peer *p;
+	struct ib_send_wr wr;
+	struct ib_sge sge;
+	u64 dma;
+	struct jbmt_msg msg;
+	/* called in completion context (may sleep), before the tx is freed */
+	void (*done)(struct jbmt_tx *tx, struct ib_wc *wc);
+	void *arg;
+};
+
+struct jbmt_peer {
+	struct list_head node;		/* jbmt_peers_list */
+	u32 id;				/* in jbmt_peers */
+	__be32 addr;			/* the peer host (IPv4) */
+	__be16 port;
+	bool inbound;			/* it connected to us */
+	spinlock_t lock;		/* state, err, torn, dead, credits */
+	enum jbmt_peer_state state;
+	int err;			/* why it is down */
+	bool torn;			/* resources freed (or being freed) */
+	bool dead;			/* verbs resources going: no new user */
+	int credits;			/* sections we may start */
+	atomic_t users;			/* ops, works: the QP stays meanwhile */
+	wait_queue_head_t wq;		/* credits, users, dead */
+	struct completion done;		/* CONNECTING ended */
+	struct rdma_cm_id *cm;
+	struct ib_pd *pd;
+	struct ib_cq *cq;
+	u32 max_sge;			/* per RDMA WRITE */
+	struct jbmt_rx *rx;		/* JBMT_RECV_DEPTH */
+	struct list_head mrs;		/* FRWR sinks (ib_mr_pool) */
+	int nmrs;			/* in the pool or out */
+	struct xarray xids;		/* our sections awaiting a response */
+	u32 next_xid;
+	struct xarray grants;		/* sinks granted to the peer */
+	u32 next_grant;
+	struct work_struct teardown;
+	refcount_t ref;
+};
+
+struct jbmt_peer *jbmt_peer_get(u32 id);
+void jbmt_peer_put(struct jbmt_peer *p);
+void jbmt_peer_down(struct jbmt_peer *p, int err);
+/* Become a user of p's verbs resources: false once they are going. */
+bool jbmt_peer_enter(struct jbmt_peer *p);
+void jbmt_peer_leave(struct jbmt_peer *p);
+
+struct jbmt_tx *jbmt_tx_alloc(struct jbmt_peer *p, gfp_t gfp);
+void jbmt_tx_free(struct jbmt_tx *tx);
+/*
+ * Map tx's message and make its WR a signaled SEND (SEND_WITH_INV when
+ * inv_rkey is not 0); p entered. -ENOMEM.
+ */
+int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey);
+/* Send a message and forget it; p entered. */
+int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey);
+/* A WR of p failed: say why (unless flushed) and take p down. */
+void jbmt_wc_error(struct jbmt_peer *p, struct ib_wc *wc, const char *what);
+/* the wr_cqe of unsignaled WRs (registrations, writes): errors only */
+extern struct ib_cqe jbmt_unsignaled_cqe;
+/* Give rx back to the device once its work is done; p entered. */
+void jbmt_rx_repost(struct jbmt_rx *rx);
+
+/* ---- transfers (rdmaplus_jbmt_xfer.c) ---------------------------------- */
+
+extern struct workqueue_struct *jbmt_xfer_wq;
+
+/* A response to one of our sections, in completion context. */
+void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx);
+/* A request from the peer (rx->work); p entered for it. */
+void jbmt_xfer_request(struct work_struct *w);
+/* p is dead and drained: fail our sections waiting on it. */
+void jbmt_xfer_fail_peer(struct jbmt_peer *p);
+/* p has no user left: take back what is granted to it. */
+void jbmt_xfer_release_grants(struct jbmt_peer *p);
+/* a sink whose rkey may still be valid: deregister it, and replace it */
+void jbmt_mr_retire(struct jbmt_peer *p, struct ib_mr *mr);
+
+int jbmt_xfer_init(void);
+void jbmt_xfer_exit(void);
+
+#endif /* RDMAPLUS_JBMT_H */

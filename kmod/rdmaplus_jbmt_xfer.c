@@ -1,0 +1,937 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * rdmaplus JBMT transfers (docs/jbmt.md): a get or a put between a local
+ * buffer and a peer's region, cut into sections of at most
+ * JBMT_SECT_BYTES, each pinned on both hosts only while it moves.
+ *
+ * The sink of a section always maps its pages with a fast registration
+ * (FRWR) and lends the source a one-time rkey; the source writes with
+ * rdma_rw and ends with a SEND_WITH_INV that revokes the rkey. So a
+ * region's pages are never exposed under a lasting rkey, and neither host
+ * trusts the other's addresses:
+ *
+ *   get: initiator pins its sink, registers it, sends GET{token, off, len,
+ *        rkey, iova}; the target checks the token, pins its pages, writes
+ *        them and answers DONE{status} with invalidation.
+ *   put: initiator sends PUT{token, off, len}; the target checks, pins and
+ *        registers its pages and answers GRANT{tsid, rkey, iova} (or DONE
+ *        with the reason it cannot); the initiator writes and sends
+ *        FIN{tsid} with invalidation. A grant not finished within
+ *        JBMT_LEASE_MS is taken back (its rkey deregistered first).
+ *
+ * A refused section (bad token, rights, range, unmapped pages) fails its
+ * operation and leaves the connection up. Pins are short-term (no
+ * FOLL_LONGTERM, no RLIMIT_MEMLOCK): the pages move only for as long as
+ * the section is in flight.
+ *
+ * Contexts: an operation runs in its caller's ioctl; requests from peers
+ * run in work items on jbmt_xfer_wq; responses are handled in the CQ's
+ * completion work and only wake operations. A section awaiting a response
+ * is in its peer's xids array: whoever erases it there (the response, a
+ * dead connection, a cancelling operation) owns its completion. A grant
+ * is in its peer's grants array: whoever erases it (FIN, the lease, a
+ * dead connection) releases it.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/highmem.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/sched/mm.h>
+#include <linux/sched/signal.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/version.h>
+#include <rdma/mr_pool.h>
+#include <rdma/rw.h>
+
+#include "uapi/rdmaplus.h"
+#include "rdmaplus.h"
+#include "rdmaplus_jbmt.h"
+
+/* sections one operation keeps in flight */
+#define JBMT_WINDOW		4
+
+struct workqueue_struct *jbmt_xfer_wq;
+
+static struct {
+	atomic64_t gets;		/* operations, since load */
+	atomic64_t puts;
+	atomic64_t get_bytes;		/* moved by them */
+	atomic64_t put_bytes;
+	atomic64_t op_errors;		/* operations that failed */
+	atomic64_t sections;		/* started by this host */
+	atomic64_t sections_served;	/* served for peers */
+	atomic64_t sections_refused;	/* peers' requests refused */
+	atomic64_t leases_expired;	/* grants taken back */
+	atomic64_t pinned_pages;	/* now, both sides */
+} jbmt_xfer_st;
+
+static const int jbmt_errno[JBMT_NSTATUS] = {
+	[JBMT_OK] = 0,
+	[JBMT_NOENT] = -ENOENT,
+	[JBMT_PERM] = -EACCES,
+	[JBMT_RANGE] = -ERANGE,
+	[JBMT_FAULT] = -EFAULT,
+	[JBMT_NOMEM] = -ENOMEM,
+	[JBMT_INVAL] = -EINVAL,
+	[JBMT_ABORT] = -ECONNABORTED,
+};
+
+static int jbmt_status_errno(u8 status)
+{
+	return status < JBMT_NSTATUS ? jbmt_errno[status] : -EPROTO;
+}
+
+/* ---- pages -------------------------------------------------------------- */
+
+/* the pages a section [addr, addr + len) spans */
+static unsigned int jbmt_span(u64 addr, u32 len)
+{
+	return (PAGE_ALIGN(addr + len) - (addr & PAGE_MASK)) >> PAGE_SHIFT;
+}
+
+#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 5, 0)
+#define jbmt_pin_remote(mm, start, n, flags, pages) \
+	pin_user_pages_remote(mm, start, n, flags, pages, NULL, NULL)
+#else
+#define jbmt_pin_remote(mm, start, n, flags, pages) \
+	pin_user_pages_remote(mm, start, n, flags, pages, NULL)
+#endif
+
+/*
+ * Pin n pages from addr in mm (the calling process's when mm is NULL):
+ * -EFAULT unless all are there, none left pinned.
+ */
+static int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n,
+		    bool write, struct page **pages)
+{
+	unsigned int flags = write ? FOLL_WRITE : 0;
+	long got = 0, ret = 0;
+
+	if (!mm) {
+		ret = pin_user_pages_fast(addr, n, flags, pages);
+		got = max(ret, 0L);
+	} else if (mmget_not_zero(mm)) {
+		mmap_read_lock(mm);
+		while (got < n) {
+			ret = jbmt_pin_remote(mm, addr + got * PAGE_SIZE,
+					      n - got, flags, pages + got);
+			if (ret <= 0)
+				break;
+			got += ret;
+		}
+		mmap_read_unlock(mm);
+		mmput(mm);
+	}
+	if (got == n) {
+		atomic64_add(n, &jbmt_xfer_st.pinned_pages);
+		return 0;
+	}
+	if (got > 0)
+		unpin_user_pages(pages, got);
+	return -EFAULT;
+}
+
+static void jbmt_unpin(struct page **pages, unsigned int n, bool dirty)
+{
+	unpin_user_pages_dirty_lock(pages, n, dirty);
+	atomic64_sub(n, &jbmt_xfer_st.pinned_pages);
+}
+
+/* ---- sinks -------------------------------------------------------------- */
+
+void jbmt_mr_retire(struct jbmt_peer *p, struct ib_mr *mr)
+{
+	struct ib_mr *fresh;
+
+	/* dropping the MR invalidates its rkey: no write lands after */
+	ib_dereg_mr(mr);
+	fresh = ib_alloc_mr(p->pd, IB_MR_TYPE_MEM_REG, JBMT_SECT_SPAN);
+	if (IS_ERR(fresh)) {
+		p->nmrs--;	/* the pool shrinks; requests get NOMEM */
+		return;
+	}
+	ib_mr_pool_put(p->cm->qp, &p->mrs, fresh);
+}
+
+/*
+ * Map a section's pages (DMA-mapped sg) with mr for remote writes, and
+ * fill reg with the WR that registers it: -EINVAL when they do not fit.
+ */
+static int jbmt_mr_map(struct ib_mr *mr, struct sg_table *sgt, int nents,
+		       struct ib_reg_wr *reg)
+{
+	ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey));
+	if (ib_map_mr_sg(mr, sgt->sgl, nents, NULL, PAGE_SIZE) != nents)
+		return -EINVAL;
+	memset(reg, 0, sizeof(*reg));
+	reg->wr.opcode = IB_WR_REG_MR;
+	reg->wr.wr_cqe = &jbmt_unsignaled_cqe;
+	reg->mr = mr;
+	reg->key = mr->rkey;
+	reg->access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
+	return 0;
+}
+
+/* ---- sections we start -------------------------------------------------- */
+
+enum jbmt_isect_stage {
+	JBMT_WAIT_RESP,		/* in p->xids, awaiting GRANT or DONE */
+	JBMT_WAIT_SENT,		/* a put's writes and FIN posted */
+	JBMT_ENDED,		/* status final; resources to release */
+};
+
+struct jbmt_isect {
+	struct jbmt_peer *p;
+	u32 xid;
+	u32 op;
+	u64 addr;		/* local */
+	u32 len;
+	enum jbmt_isect_stage stage;
+	int status;
+	struct page *pages[JBMT_SECT_SPAN];
+	unsigned int npages;
+	struct sg_table sgt;
+	int nents;		/* DMA-mapped (get) */
+	struct ib_mr *mr;	/* the sink (get) */
+	bool mr_invalidated;
+	struct rdma_rw_ctx rw;	/* the writes (put) */
+	bool rw_ready;
+	struct completion done;	/* the response */
+	struct completion sent;	/* the FIN (put) */
+	/* from the response */
+	u8 resp_type, resp_status;
+	u32 tsid, rkey, inv_rkey;
+	u64 iova;
+};
+
+void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
+{
+	const struct jbmt_msg *m = &rx->msg;
+	struct jbmt_isect *s = xa_erase(&p->xids, be32_to_cpu(m->xid));
+
+	if (!s)
+		return;		/* it gave up, or a stray answer */
+	s->resp_type = m->type;
+	s->resp_status = m->status;
+	s->tsid = be32_to_cpu(m->tsid);
+	s->rkey = be32_to_cpu(m->rkey);
+	s->iova = be64_to_cpu(m->iova);
+	s->inv_rkey = rx->inv_rkey;
+	complete(&s->done);
+}
+
+void jbmt_xfer_fail_peer(struct jbmt_peer *p)
+{
+	struct jbmt_isect *s;
+	unsigned long i;
+
+	xa_for_each(&p->xids, i, s) {
+		if (xa_erase(&p->xids, i) != s)
+			continue;
+		s->resp_type = 0;	/* none came */
+		complete(&s->done);
+	}
+}
+
+static bool jbmt_credit_take(struct jbmt_peer *p)
+{
+	bool ok;
+
+	spin_lock_irq(&p->lock);
+	ok = p->credits > 0;
+	if (ok)
+		p->credits--;
+	spin_unlock_irq(&p->lock);
+	return ok;
+}
+
+static void jbmt_credit_give(struct jbmt_peer *p)
+{
+	spin_lock_irq(&p->lock);
+	p->credits++;
+	spin_unlock_irq(&p->lock);
+	wake_up_all(&p->wq);
+}
+
+/* Release what s holds; its WRs are complete or were never posted. */
+static void jbmt_isect_release(struct jbmt_isect *s)
+{
+	struct jbmt_peer *p = s->p;
+	bool get = s->op == RDMAPLUS_JBMT_GET;
+
+	if (s->mr) {
+		if (s->mr_invalidated)
+			ib_mr_pool_put(p->cm->qp, &p->mrs, s->mr);
+		else
+			jbmt_mr_retire(p, s->mr);
+	}
+	if (s->nents)
+		ib_dma_unmap_sg(p->pd->device, s->sgt.sgl, s->sgt.orig_nents,
+				DMA_FROM_DEVICE);
+	if (s->rw_ready)
+		rdma_rw_ctx_destroy(&s->rw, p->cm->qp, p->cm->port_num,
+				    s->sgt.sgl, s->sgt.orig_nents,
+				    DMA_TO_DEVICE);
+	if (s->sgt.sgl)
+		sg_free_table(&s->sgt);
+	if (s->npages)
+		jbmt_unpin(s->pages, s->npages, get);
+	jbmt_credit_give(p);
+}
+
+static void jbmt_fin_sent(struct jbmt_tx *tx, struct ib_wc *wc)
+{
+	struct jbmt_isect *s = tx->arg;
+
+	if (wc->status != IB_WC_SUCCESS)
+		s->status = -ECONNRESET;
+	complete(&s->sent);
+}
+
+/*
+ * Start a section of op a at pos (len bytes): pin, register a get's sink,
+ * send the request. A credit is held. On error s holds nothing more.
+ */
+static int jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
+			    const struct rdmaplus_jbmt_op *a, u64 pos, u32 len)
+{
+	bool get = a->op == RDMAPLUS_JBMT_GET;
+	struct ib_send_wr *first;
+	struct ib_reg_wr reg;
+	struct jbmt_tx *tx;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->p = p;
+	s->op = a->op;
+	s->addr = a->addr + pos;
+	s->len = len;
+	init_completion(&s->done);
+	init_completion(&s->sent);
+
+	tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	if (!tx)
+		return -ENOMEM;
+	ret = jbmt_pin(NULL, s->addr & PAGE_MASK, jbmt_span(s->addr, len), get,
+		       s->pages);
+	if (ret)
+		goto err_tx;
+	s->npages = jbmt_span(s->addr, len);
+	ret = sg_alloc_table_from_pages(&s->sgt, s->pages, s->npages,
+					offset_in_page(s->addr), len,
+					GFP_KERNEL);
+	if (ret)
+		goto err;
+
+	tx->msg.type = get ? JBMT_MSG_GET : JBMT_MSG_PUT;
+	tx->msg.len = cpu_to_be32(len);
+	tx->msg.token_id = cpu_to_be32(a->token.id);
+	tx->msg.token_gen = cpu_to_be32(a->token.gen);
+	tx->msg.token_key = cpu_to_be64(a->token.key);
+	tx->msg.off = cpu_to_be64(a->offset + pos);
+	if (get) {
+		s->nents = ib_dma_map_sg(p->pd->device, s->sgt.sgl,
+					 s->sgt.orig_nents, DMA_FROM_DEVICE);
+		if (!s->nents) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		s->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
+		if (!s->mr) {
+			ret = -ENOMEM;
+			goto err;
+		}
+		ret = jbmt_mr_map(s->mr, &s->sgt, s->nents, &reg);
+		if (ret)
+			goto err;
+		tx->msg.rkey = cpu_to_be32(s->mr->rkey);
+		tx->msg.iova = cpu_to_be64(s->mr->iova);
+	}
+	ret = xa_alloc_cyclic(&p->xids, &s->xid, s, xa_limit_32b,
+			      &p->next_xid, GFP_KERNEL);
+	if (ret < 0)
+		goto err;
+	tx->msg.xid = cpu_to_be32(s->xid);
+	ret = jbmt_tx_prepare(tx, 0);	/* the message is whole now */
+	if (ret)
+		goto err_xid;
+	first = &tx->wr;
+	if (get) {
+		reg.wr.next = &tx->wr;
+		first = &reg.wr;
+	}
+	/* a connection dying now either sees s in xids or is seen here */
+	smp_mb();
+	if (READ_ONCE(p->dead)) {
+		ret = -ECONNRESET;
+		goto err_xid;
+	}
+	ret = ib_post_send(p->cm->qp, first, NULL);
+	if (ret)
+		goto err_xid;
+	atomic64_inc(&jbmt_xfer_st.sections);
+	return 0;
+
+err_xid:
+	if (xa_erase(&p->xids, s->xid) != s)
+		wait_for_completion(&s->done);	/* failed by a dying peer */
+err:
+	jbmt_tx_free(tx);
+	jbmt_isect_release(s);
+	return ret;
+err_tx:
+	jbmt_tx_free(tx);
+	jbmt_credit_give(p);
+	return ret;
+}
+
+/*
+ * s's response has come (or its connection went): decide its status and,
+ * for a granted put, post the writes and the FIN.
+ */
+static void jbmt_isect_respond(struct jbmt_isect *s)
+{
+	struct jbmt_peer *p = s->p;
+	struct jbmt_tx *fin;
+	int ret;
+
+	s->stage = JBMT_ENDED;
+	switch (s->resp_type) {
+	case 0:
+		s->status = -ECONNRESET;
+		return;
+	case JBMT_MSG_DONE:
+		s->status = jbmt_status_errno(s->resp_status);
+		if (s->mr && s->inv_rkey == s->mr->rkey)
+			s->mr_invalidated = true;
+		if (!s->status && s->op != RDMAPLUS_JBMT_GET)
+			s->status = -EPROTO;	/* a put ends by our FIN */
+		return;
+	case JBMT_MSG_GRANT:
+		if (s->op == RDMAPLUS_JBMT_PUT)
+			break;
+		fallthrough;
+	default:
+		s->status = -EPROTO;
+		return;
+	}
+
+	/* a put granted: write, then FIN with the rkey revoked */
+	fin = jbmt_tx_alloc(p, GFP_KERNEL);
+	if (!fin) {
+		s->status = -ENOMEM;
+		goto abort;
+	}
+	fin->msg.type = JBMT_MSG_FIN;
+	fin->msg.xid = cpu_to_be32(s->xid);
+	fin->msg.tsid = cpu_to_be32(s->tsid);
+	fin->done = jbmt_fin_sent;
+	fin->arg = s;
+	ret = jbmt_tx_prepare(fin, s->rkey);
+	if (!ret) {
+		ret = rdma_rw_ctx_init(&s->rw, p->cm->qp, p->cm->port_num,
+				       s->sgt.sgl, s->sgt.orig_nents, 0,
+				       s->iova, s->rkey, DMA_TO_DEVICE);
+		s->rw_ready = ret > 0;
+	}
+	if (ret >= 0)
+		ret = rdma_rw_ctx_post(&s->rw, p->cm->qp, p->cm->port_num,
+				       NULL, &fin->wr);
+	if (ret) {
+		jbmt_tx_free(fin);
+		s->status = ret;
+		goto abort;
+	}
+	s->stage = JBMT_WAIT_SENT;
+	return;
+
+abort:	/* tell the target to take its grant back now */
+	{
+		struct jbmt_msg m = {
+			.type = JBMT_MSG_FIN,
+			.status = JBMT_ABORT,
+			.xid = cpu_to_be32(s->xid),
+			.tsid = cpu_to_be32(s->tsid),
+		};
+
+		jbmt_send(p, &m, s->rkey);
+	}
+}
+
+/*
+ * Give s up: its response may still come within a lease, else it must not
+ * touch s after. A get's sink is deregistered then, so a write that comes
+ * later fails the connection (docs/jbmt.md).
+ */
+static void jbmt_isect_cancel(struct jbmt_isect *s, int err)
+{
+	if (!wait_for_completion_timeout(&s->done,
+					 msecs_to_jiffies(JBMT_LEASE_MS))) {
+		if (xa_erase(&s->p->xids, s->xid) == s) {
+			/* no response will come: a get's sink is retired */
+			s->stage = JBMT_ENDED;
+			s->status = err;
+			return;
+		}
+		wait_for_completion(&s->done);	/* being answered now */
+	}
+	jbmt_isect_respond(s);
+	if (s->stage == JBMT_WAIT_SENT) {
+		wait_for_completion(&s->sent);
+		s->stage = JBMT_ENDED;
+	}
+	s->status = err;
+}
+
+static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_op *a)
+{
+	unsigned long deadline = jiffies + msecs_to_jiffies(a->timeout_ms ?
+				 a->timeout_ms : RDMAPLUS_JBMT_OP_MAX_MS);
+	struct jbmt_isect *win;
+	unsigned int head = 0, n = 0, i;
+	u64 pos = 0;
+	long err = 0, ret;
+
+	win = kvcalloc(JBMT_WINDOW, sizeof(*win), GFP_KERNEL_ACCOUNT);
+	if (!win)
+		return -ENOMEM;
+	a->done = 0;
+	for (;;) {
+		struct jbmt_isect *s;
+
+		/* start sections while the window has room */
+		while (!err && n < JBMT_WINDOW && pos < a->length) {
+			u64 addr = a->addr + pos;
+			u32 len = min_t(u64, a->length - pos,
+					JBMT_SECT_BYTES - offset_in_page(addr));
+
+			ret = wait_event_interruptible_timeout(p->wq,
+					READ_ONCE(p->dead) || jbmt_credit_take(p),
+					max_t(long, deadline - jiffies, 1));
+			if (READ_ONCE(p->dead) || ret <= 0) {
+				err = ret < 0 ? -EINTR : ret == 0 ?
+				      -ETIMEDOUT : -ECONNRESET;
+				break;
+			}
+			s = &win[(head + n) % JBMT_WINDOW];
+			ret = jbmt_isect_start(p, s, a, pos, len);
+			if (ret) {
+				err = ret;
+				break;
+			}
+			n++;
+			pos += len;
+		}
+		if (!n)
+			break;
+
+		/* answer every section whose response has come */
+		for (i = 0; i < n; i++) {
+			s = &win[(head + i) % JBMT_WINDOW];
+			if (s->stage == JBMT_WAIT_RESP &&
+			    try_wait_for_completion(&s->done))
+				jbmt_isect_respond(s);
+		}
+		s = &win[head];
+		if (s->stage == JBMT_WAIT_RESP) {
+			ret = err ? 0 : wait_for_completion_interruptible_timeout(
+					&s->done,
+					max_t(long, deadline - jiffies, 1));
+			if (ret > 0) {
+				jbmt_isect_respond(s);
+				continue;
+			}
+			if (!err)
+				err = ret < 0 ? -EINTR : -ETIMEDOUT;
+			jbmt_isect_cancel(s, err);
+		}
+		if (s->stage == JBMT_WAIT_SENT) {
+			/* the device reads our pages until then */
+			wait_for_completion(&s->sent);
+			s->stage = JBMT_ENDED;
+		}
+		if (s->status && !err)
+			err = s->status;
+		if (!err)
+			a->done += s->len;
+		jbmt_isect_release(s);
+		head = (head + 1) % JBMT_WINDOW;
+		n--;
+	}
+	kvfree(win);
+	return err;
+}
+
+long rdmaplus_jbmt_op(void __user *arg)
+{
+	struct rdmaplus_jbmt_op a;
+	struct jbmt_peer *p;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if ((a.op != RDMAPLUS_JBMT_GET && a.op != RDMAPLUS_JBMT_PUT) ||
+	    !a.length || a.addr + a.length < a.addr ||
+	    !access_ok(u64_to_user_ptr(a.addr), a.length) ||
+	    a.offset + a.length < a.offset || a.done ||
+	    a.timeout_ms > RDMAPLUS_JBMT_OP_MAX_MS)
+		return -EINVAL;
+	p = jbmt_peer_get(a.peer);
+	if (!p)
+		return -ENOTCONN;
+	if (READ_ONCE(p->state) != JBMT_PEER_UP || !jbmt_peer_enter(p)) {
+		jbmt_peer_put(p);
+		return -ENOTCONN;
+	}
+	ret = jbmt_op_run(p, &a);
+	jbmt_peer_leave(p);
+	jbmt_peer_put(p);
+
+	atomic64_inc(a.op == RDMAPLUS_JBMT_GET ? &jbmt_xfer_st.gets :
+		     &jbmt_xfer_st.puts);
+	atomic64_add(a.done, a.op == RDMAPLUS_JBMT_GET ?
+		     &jbmt_xfer_st.get_bytes : &jbmt_xfer_st.put_bytes);
+	if (ret)
+		atomic64_inc(&jbmt_xfer_st.op_errors);
+	if (rdmaplus_copy_out(arg, &a, sizeof(a)) && !ret)
+		ret = -EFAULT;
+	return ret;
+}
+
+/* ---- sections we serve -------------------------------------------------- */
+
+struct jbmt_tsect {
+	struct jbmt_peer *p;
+	struct jbmt_region *r;
+	u32 xid, tsid;
+	bool sink;		/* a put's: granted, awaiting FIN */
+	struct page *pages[JBMT_SECT_SPAN];
+	unsigned int npages;
+	struct sg_table sgt;
+	int nents;		/* DMA-mapped (sink) */
+	struct ib_mr *mr;	/* (sink) */
+	struct rdma_rw_ctx rw;	/* the writes (get's source) */
+	bool rw_ready;
+	struct delayed_work lease;
+};
+
+static void jbmt_tsect_free(struct jbmt_tsect *t, bool invalidated)
+{
+	struct jbmt_peer *p = t->p;
+
+	if (t->mr) {
+		if (invalidated)
+			ib_mr_pool_put(p->cm->qp, &p->mrs, t->mr);
+		else
+			jbmt_mr_retire(p, t->mr);
+	}
+	if (t->nents)
+		ib_dma_unmap_sg(p->pd->device, t->sgt.sgl, t->sgt.orig_nents,
+				DMA_FROM_DEVICE);
+	if (t->rw_ready)
+		rdma_rw_ctx_destroy(&t->rw, p->cm->qp, p->cm->port_num,
+				    t->sgt.sgl, t->sgt.orig_nents,
+				    DMA_TO_DEVICE);
+	if (t->sgt.sgl)
+		sg_free_table(&t->sgt);
+	if (t->npages)
+		jbmt_unpin(t->pages, t->npages, t->sink);
+	if (t->r)
+		jbmt_region_put(t->r);
+	kfree(t);
+}
+
+/* a get's writes and DONE have completed (or flushed) */
+static void jbmt_source_sent(struct jbmt_tx *tx, struct ib_wc *wc)
+{
+	struct jbmt_tsect *t = tx->arg;
+	struct jbmt_peer *p = t->p;
+
+	jbmt_tsect_free(t, false);
+	jbmt_peer_leave(p);
+}
+
+static void jbmt_lease_expired(struct work_struct *w)
+{
+	struct jbmt_tsect *t = container_of(to_delayed_work(w),
+					    struct jbmt_tsect, lease);
+	struct jbmt_peer *p = t->p;
+
+	if (!jbmt_peer_enter(p))
+		return;		/* the dying connection takes it back */
+	if (xa_erase(&p->grants, t->tsid) == t) {
+		atomic64_inc(&jbmt_xfer_st.leases_expired);
+		jbmt_tsect_free(t, false);
+	}
+	jbmt_peer_leave(p);
+}
+
+void jbmt_xfer_release_grants(struct jbmt_peer *p)
+{
+	struct jbmt_tsect *t;
+	unsigned long i;
+
+	xa_for_each(&p->grants, i, t) {
+		if (xa_erase(&p->grants, i) != t)
+			continue;
+		cancel_delayed_work_sync(&t->lease);
+		jbmt_tsect_free(t, false);
+	}
+}
+
+/*
+ * Check a request against the region its token names, hold the region
+ * and pin the section's pages: a JBMT_* status.
+ */
+static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
+			 u32 right)
+{
+	u64 off = be64_to_cpu(m->off), addr;
+	u32 len = be32_to_cpu(m->len);
+	struct jbmt_region *r;
+
+	if (!len || len > JBMT_SECT_BYTES)
+		return JBMT_INVAL;
+	r = jbmt_region_get(be32_to_cpu(m->token_id), be32_to_cpu(m->token_gen),
+			    be64_to_cpu(m->token_key));
+	if (!r)
+		return JBMT_NOENT;
+	t->r = r;
+	if (!(r->rights & right))
+		return JBMT_PERM;
+	if (off > r->length || len > r->length - off)
+		return JBMT_RANGE;
+	addr = r->addr + off;
+	if (jbmt_span(addr, len) > JBMT_SECT_SPAN)
+		return JBMT_INVAL;
+	if (jbmt_pin(r->mm, addr & PAGE_MASK, jbmt_span(addr, len), t->sink,
+		     t->pages))
+		return JBMT_FAULT;
+	t->npages = jbmt_span(addr, len);
+	if (sg_alloc_table_from_pages(&t->sgt, t->pages, t->npages,
+				      offset_in_page(addr), len, GFP_KERNEL))
+		return JBMT_NOMEM;
+	return JBMT_OK;
+}
+
+/* GET: write the section to the initiator's sink, then DONE. */
+static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m)
+{
+	u32 rkey = be32_to_cpu(m->rkey);
+	struct jbmt_tsect *t;
+	struct jbmt_tx *tx;
+	u8 st;
+	int ret;
+
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	if (!t || !tx) {
+		kfree(t);
+		kfree(tx);
+		return JBMT_NOMEM;
+	}
+	t->p = p;
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_READ);
+	if (st)
+		goto err;
+	st = JBMT_NOMEM;
+	tx->msg.type = JBMT_MSG_DONE;
+	tx->msg.xid = m->xid;
+	tx->done = jbmt_source_sent;
+	tx->arg = t;
+	if (jbmt_tx_prepare(tx, rkey))
+		goto err;
+	ret = rdma_rw_ctx_init(&t->rw, p->cm->qp, p->cm->port_num, t->sgt.sgl,
+			       t->sgt.orig_nents, 0, be64_to_cpu(m->iova), rkey,
+			       DMA_TO_DEVICE);
+	if (ret <= 0)
+		goto err;
+	t->rw_ready = true;
+	if (!jbmt_peer_enter(p))	/* the section's own, till sent */
+		goto err;
+	if (rdma_rw_ctx_post(&t->rw, p->cm->qp, p->cm->port_num, NULL,
+			     &tx->wr)) {
+		jbmt_peer_leave(p);
+		goto err;
+	}
+	return JBMT_OK;
+
+err:
+	jbmt_tx_free(tx);
+	jbmt_tsect_free(t, false);
+	return st;
+}
+
+/* PUT: register a sink for the section and grant it. */
+static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m)
+{
+	struct ib_reg_wr reg;
+	struct jbmt_tsect *t;
+	struct jbmt_tx *tx;
+	u8 st;
+
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	if (!t || !tx) {
+		kfree(t);
+		kfree(tx);
+		return JBMT_NOMEM;
+	}
+	t->p = p;
+	t->sink = true;
+	INIT_DELAYED_WORK(&t->lease, jbmt_lease_expired);
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_WRITE);
+	if (st)
+		goto err;
+	st = JBMT_NOMEM;
+	t->nents = ib_dma_map_sg(p->pd->device, t->sgt.sgl, t->sgt.orig_nents,
+				 DMA_FROM_DEVICE);
+	if (!t->nents)
+		goto err;
+	t->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
+	if (!t->mr)
+		goto err;	/* more sections than credits allow */
+	if (jbmt_mr_map(t->mr, &t->sgt, t->nents, &reg))
+		goto err;
+	if (xa_alloc_cyclic(&p->grants, &t->tsid, t, xa_limit_32b,
+			    &p->next_grant, GFP_KERNEL) < 0)
+		goto err;
+	tx->msg.type = JBMT_MSG_GRANT;
+	tx->msg.xid = m->xid;
+	tx->msg.tsid = cpu_to_be32(t->tsid);
+	tx->msg.rkey = cpu_to_be32(t->mr->rkey);
+	tx->msg.iova = cpu_to_be64(t->mr->iova);
+	if (jbmt_tx_prepare(tx, 0))
+		goto err_grant;
+	reg.wr.next = &tx->wr;
+	queue_delayed_work(jbmt_xfer_wq, &t->lease,
+			   msecs_to_jiffies(JBMT_LEASE_MS));
+	if (ib_post_send(p->cm->qp, &reg.wr, NULL)) {
+		jbmt_tx_free(tx);
+		if (xa_erase(&p->grants, t->tsid) == t) {
+			cancel_delayed_work_sync(&t->lease);
+			jbmt_tsect_free(t, false);
+		}
+		return JBMT_NOMEM;
+	}
+	return JBMT_OK;
+
+err_grant:
+	xa_erase(&p->grants, t->tsid);
+err:
+	jbmt_tx_free(tx);
+	jbmt_tsect_free(t, false);
+	return st;
+}
+
+/* FIN: the initiator has written the granted sink (or gave up). */
+static void jbmt_serve_fin(struct jbmt_peer *p, struct jbmt_rx *rx)
+{
+	struct jbmt_tsect *t = xa_erase(&p->grants, be32_to_cpu(rx->msg.tsid));
+
+	if (!t)
+		return;		/* the lease took it back */
+	cancel_delayed_work_sync(&t->lease);
+	jbmt_tsect_free(t, rx->inv_rkey && rx->inv_rkey == t->mr->rkey);
+}
+
+void jbmt_xfer_request(struct work_struct *w)
+{
+	struct jbmt_rx *rx = container_of(w, struct jbmt_rx, work);
+	struct jbmt_peer *p = rx->p;
+	const struct jbmt_msg *m = &rx->msg;
+	u8 st;
+
+	switch (m->type) {
+	case JBMT_MSG_GET:
+	case JBMT_MSG_PUT:
+		st = m->type == JBMT_MSG_GET ? jbmt_serve_get(p, m) :
+		     jbmt_serve_put(p, m);
+		if (st == JBMT_OK) {
+			atomic64_inc(&jbmt_xfer_st.sections_served);
+			break;
+		}
+		atomic64_inc(&jbmt_xfer_st.sections_refused);
+		{
+			struct jbmt_msg done = {
+				.type = JBMT_MSG_DONE,
+				.status = st,
+				.xid = m->xid,
+			};
+
+			/* a get's sink is revoked with the answer */
+			jbmt_send(p, &done, m->type == JBMT_MSG_GET ?
+				  be32_to_cpu(m->rkey) : 0);
+		}
+		break;
+	case JBMT_MSG_FIN:
+		jbmt_serve_fin(p, rx);
+		break;
+	default:
+		pr_warn_ratelimited("JBMT: %pI4: message type %u\n", &p->addr,
+				    m->type);
+		break;
+	}
+	jbmt_rx_repost(rx);
+	jbmt_peer_leave(p);
+}
+
+/* ---- sysfs and load ----------------------------------------------------- */
+
+#define JBMT_XFER_ATTR(name) \
+	RDMAPLUS_COUNTER(jbmt_xfer_attr_##name, name, &jbmt_xfer_st.name)
+
+JBMT_XFER_ATTR(gets);
+JBMT_XFER_ATTR(puts);
+JBMT_XFER_ATTR(get_bytes);
+JBMT_XFER_ATTR(put_bytes);
+JBMT_XFER_ATTR(op_errors);
+JBMT_XFER_ATTR(sections);
+JBMT_XFER_ATTR(sections_served);
+JBMT_XFER_ATTR(sections_refused);
+JBMT_XFER_ATTR(leases_expired);
+JBMT_XFER_ATTR(pinned_pages);
+
+static struct attribute *jbmt_xfer_attrs[] = {
+	&jbmt_xfer_attr_gets.kattr.attr,
+	&jbmt_xfer_attr_puts.kattr.attr,
+	&jbmt_xfer_attr_get_bytes.kattr.attr,
+	&jbmt_xfer_attr_put_bytes.kattr.attr,
+	&jbmt_xfer_attr_op_errors.kattr.attr,
+	&jbmt_xfer_attr_sections.kattr.attr,
+	&jbmt_xfer_attr_sections_served.kattr.attr,
+	&jbmt_xfer_attr_sections_refused.kattr.attr,
+	&jbmt_xfer_attr_leases_expired.kattr.attr,
+	&jbmt_xfer_attr_pinned_pages.kattr.attr,
+	NULL,
+};
+
+/* merged into registration's /sys/kernel/rdmaplus/jbmt */
+static const struct attribute_group jbmt_xfer_group = {
+	.name = "jbmt",
+	.attrs = jbmt_xfer_attrs,
+};
+
+int jbmt_xfer_init(void)
+{
+	int ret;
+
+	jbmt_xfer_wq = alloc_workqueue("rdmaplus_jbmt_xfer", WQ_UNBOUND, 0);
+	if (!jbmt_xfer_wq)
+		return -ENOMEM;
+	ret = sysfs_merge_group(rdmaplus_kobj(), &jbmt_xfer_group);
+	if (ret)
+		destroy_workqueue(jbmt_xfer_wq);
+	return ret;
+}
+
+/* Every connection is gone: no work is left to queue. */
+void jbmt_xfer_exit(void)
+{
+	destroy_workqueue(jbmt_xfer_wq);
+	WARN_ON(atomic64_read(&jbmt_xfer_st.pinned_pages));
+	sysfs_unmerge_group(rdmaplus_kobj(), &jbmt_xfer_group);
+}

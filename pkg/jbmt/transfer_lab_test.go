@@ -1,0 +1,334 @@
+//go:build lab
+
+package jbmt_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
+	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
+)
+
+// self dials this guest's own JBMT service (a loopback connection).
+func self(t *testing.T, ctx context.Context, s *jbmt.Service) *jbmt.Peer {
+	t.Helper()
+	addr := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 0)
+	p, err := s.Dial(ctx, addr)
+	if err != nil {
+		t.Fatalf("Dial %v: %v", addr, err)
+	}
+	return p
+}
+
+// region allocates n bytes outside the Go heap and registers them.
+func region(t *testing.T, s *jbmt.Service, n int, r jbmt.Rights) ([]byte, *jbmt.Region) {
+	t.Helper()
+	b, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { jbmt.Free(b) })
+	reg, err := s.Register(b, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	return b, reg
+}
+
+// unmap takes b's pages out of the address space (unix.Munmap takes only
+// whole mappings it made).
+func unmap(t *testing.T, b []byte) {
+	t.Helper()
+	if _, _, e := unix.Syscall(unix.SYS_MUNMAP, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0); e != 0 {
+		t.Fatalf("munmap: %v", e)
+	}
+}
+
+func random(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// checkUnpinned: no section is left pinned once every operation returned.
+func checkUnpinned(t *testing.T) {
+	t.Helper()
+	if st := stats(t); st.PinnedPages != 0 {
+		t.Errorf("%d pages still pinned with no transfer in flight", st.PinnedPages)
+	}
+}
+
+// TestLabTransferLoopback (suite jbmt): puts into a registered region and
+// gets back from it over this guest's own connection, at sizes around
+// page and section boundaries, from a Go slice at an odd address to an
+// odd offset: every byte arrives, the bytes around the target range are
+// untouched, and nothing is left pinned.
+func TestLabTransferLoopback(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	const size = 4 << 20
+	mem, reg := region(t, s, size, jbmt.Read|jbmt.Write)
+	before := stats(t)
+	var moved uint64
+	for i, n := range []int{1, 100, 4095, 4096, 4097, 256<<10 - 1, 256 << 10, 256<<10 + 1, 1<<20 + 777, 3 << 20} {
+		off := uint64(13 + i*4096)
+		for j := range mem {
+			mem[j] = 0xee
+		}
+		src := random(n+5, uint64(i))[5:] // a slice that starts off alignment
+		got, err := p.Put(ctx, src, reg.Token(), off)
+		if err != nil || got != n {
+			t.Fatalf("Put of %d bytes at %d: %d, %v", n, off, got, err)
+		}
+		if !bytes.Equal(mem[off:off+uint64(n)], src) {
+			t.Fatalf("Put of %d bytes at %d: the region holds other bytes", n, off)
+		}
+		if mem[off-1] != 0xee || (off+uint64(n) < size && mem[off+uint64(n)] != 0xee) {
+			t.Fatalf("Put of %d bytes at %d wrote around its range", n, off)
+		}
+		dst := make([]byte, n+3)[3:]
+		got, err = p.Get(ctx, dst, reg.Token(), off)
+		if err != nil || got != n {
+			t.Fatalf("Get of %d bytes at %d: %d, %v", n, off, got, err)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("Get of %d bytes at %d brought other bytes", n, off)
+		}
+		moved += uint64(n)
+	}
+	st := stats(t)
+	if st.PutBytes-before.PutBytes != moved || st.GetBytes-before.GetBytes != moved ||
+		st.Puts-before.Puts != 10 || st.Gets-before.Gets != 10 || st.OpErrors != before.OpErrors ||
+		st.SectionsServed-before.SectionsServed != st.Sections-before.Sections {
+		t.Errorf("counters %+v after 10 puts and 10 gets of %d bytes each way (before %+v)", st, moved, before)
+	}
+	t.Logf("%d bytes each way in %d sections", moved, st.Sections-before.Sections)
+	checkUnpinned(t)
+}
+
+// TestLabTransferErrors (suite jbmt): each refusal comes back as its own
+// error and leaves the connection up (the next transfer succeeds, no
+// disconnect is counted): a wrong key, a revoked token, a region without
+// the right, a range past its end, an unmapped page in the region and in
+// the local buffer, an empty buffer.
+func TestLabTransferErrors(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	mem, rw := region(t, s, 1<<20, jbmt.Read|jbmt.Write)
+	_, ro := region(t, s, 1<<16, jbmt.Read)
+	_, wo := region(t, s, 1<<16, jbmt.Write)
+	before := stats(t)
+	buf := make([]byte, 8192)
+	ok := func(what string) {
+		t.Helper()
+		copy(mem, "after")
+		if n, err := p.Get(ctx, buf[:5], rw.Token(), 0); err != nil || n != 5 || string(buf[:5]) != "after" {
+			t.Fatalf("a Get after %s: %d, %v, %q", what, n, err, buf[:5])
+		}
+	}
+	wrong := rw.Token()
+	wrong.Key ^= 1
+	if _, err := p.Get(ctx, buf, wrong, 0); !errors.Is(err, jbmt.ErrBadToken) {
+		t.Errorf("Get with a wrong key: %v, want ErrBadToken", err)
+	}
+	ok("a wrong key")
+	if _, err := p.Put(ctx, buf, ro.Token(), 0); !errors.Is(err, jbmt.ErrPermission) {
+		t.Errorf("Put into a read-only region: %v, want ErrPermission", err)
+	}
+	if _, err := p.Get(ctx, buf, wo.Token(), 0); !errors.Is(err, jbmt.ErrPermission) {
+		t.Errorf("Get from a write-only region: %v, want ErrPermission", err)
+	}
+	ok("missing rights")
+	if _, err := p.Get(ctx, buf[:20], rw.Token(), 1<<20-10); !errors.Is(err, jbmt.ErrRange) {
+		t.Errorf("Get past the region's end: %v, want ErrRange", err)
+	}
+	if _, err := p.Put(ctx, buf[:1], rw.Token(), 1<<62); !errors.Is(err, jbmt.ErrRange) {
+		t.Errorf("Put far past the region's end: %v, want ErrRange", err)
+	}
+	ok("a range past the end")
+
+	// a hole in the region: its third page unmapped
+	holed, hr := region(t, s, 8*4096, jbmt.Read|jbmt.Write)
+	unmap(t, holed[2*4096:3*4096])
+	if n, err := p.Get(ctx, buf, hr.Token(), 4096); !errors.Is(err, jbmt.ErrFault) {
+		t.Errorf("Get over an unmapped page of the region: %d, %v, want ErrFault", n, err)
+	}
+	if _, err := p.Put(ctx, buf, hr.Token(), 4096); !errors.Is(err, jbmt.ErrFault) {
+		t.Errorf("Put over an unmapped page of the region: %v, want ErrFault", err)
+	}
+	// and in the local buffer
+	local, err := jbmt.Alloc(3 * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmap(t, local[4096:2*4096])
+	if n, err := p.Get(ctx, local, rw.Token(), 0); !errors.Is(err, jbmt.ErrFault) && !errors.Is(err, syscall.EFAULT) {
+		t.Errorf("Get into an unmapped local page: %d, %v, want ErrFault", n, err)
+	}
+	unmap(t, local)
+	ok("unmapped pages")
+
+	if _, err := p.Get(ctx, nil, rw.Token(), 0); !errors.Is(err, jbmt.ErrInvalid) {
+		t.Errorf("Get of nothing: %v, want ErrInvalid", err)
+	}
+	tok := ro.Token()
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, buf, tok, 0); !errors.Is(err, jbmt.ErrBadToken) {
+		t.Errorf("Get with a revoked token: %v, want ErrBadToken", err)
+	}
+	ok("a revoked token")
+
+	st := stats(t)
+	if st.Disconnects != before.Disconnects || st.SectionsRefused-before.SectionsRefused < 8 {
+		t.Errorf("counters %+v after the refusals (before %+v): want no disconnect and 8 refusals", st, before)
+	}
+	checkUnpinned(t)
+}
+
+// TestLabTransferUnprivileged (suite jbmt): a process without
+// CAP_IPC_LOCK under a 64 KiB RLIMIT_MEMLOCK (where ibv_reg_mr of the
+// same buffer fails) puts and gets 16 MiB, 256 times its limit.
+func TestLabTransferUnprivileged(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	const n = 16 << 20
+	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	src := random(n, 99)
+	dst := make([]byte, n)
+	var err error
+	labenv.AsUnprivileged(t, 64<<10, 0, func() {
+		if _, err = p.Put(ctx, src, reg.Token(), 0); err != nil {
+			return
+		}
+		_, err = p.Get(ctx, dst, reg.Token(), 0)
+	})
+	if err != nil {
+		t.Fatalf("under a 64 KiB memlock limit: %v", err)
+	}
+	if !bytes.Equal(mem, src) || !bytes.Equal(dst, src) {
+		t.Fatal("the bytes differ")
+	}
+	checkUnpinned(t)
+}
+
+// TestLabTransferCancel (suite jbmt): a context cancelled while a large
+// get runs ends it with the context's error, soon; the connection stays
+// usable and nothing stays pinned.
+func TestLabTransferCancel(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	const n = 64 << 20
+	_, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	dst := make([]byte, n)
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	t0 := time.Now()
+	got, err := p.Get(short, dst, reg.Token(), 0)
+	took := time.Since(t0)
+	t.Logf("a 64 MiB Get cancelled after 200 ms: %d bytes, %v, after %v", got, err, took.Round(time.Millisecond))
+	if err == nil {
+		return // the Get finished before its context ended: nothing to check
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || took > 10*time.Second {
+		t.Errorf("a cancelled Get: %v after %v, want the context's error soon", err, took)
+	}
+	if _, err := p.Get(ctx, dst[:4096], reg.Token(), 0); err != nil {
+		t.Errorf("a Get after the cancelled one: %v", err)
+	}
+	checkUnpinned(t)
+}
+
+// TestTwoGuestsTransfer (suite jbmt-2guests): guest 1 registers 8 MiB
+// and publishes its token; guest 2 gets all of it over the connection
+// between the hosts and checks every byte, then puts other bytes into
+// its second half at an odd offset, which guest 1 checks. Neither host
+// is left with pages pinned.
+func TestTwoGuestsTransfer(t *testing.T) {
+	s := open(t)
+	if n, err := labenv.Guests(); err != nil || n != 2 {
+		t.Fatalf("this test needs a boot of two guests (have %d)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 8 << 20
+	const off = n/2 + 1234
+	want := random(n, 1)
+	put := random(n/2-1234, 2)
+	if labenv.Role() == "server" {
+		mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+		copy(mem, want)
+		if err := labenv.Publish("jbmt-token", reg.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if err := labenv.Wait(ctx, "jbmt-xfer-put"); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(mem[:off], want[:off]) || !bytes.Equal(mem[off:], put) {
+			t.Error("the region does not hold what guest 2 put")
+		}
+		checkUnpinned(t)
+		if err := labenv.Signal("jbmt-xfer-checked"); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var tok jbmt.Token
+	for labenv.Load("jbmt-token", &tok) != nil {
+		if ctx.Err() != nil {
+			t.Fatal("guest 1 published no token")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	t0 := time.Now()
+	if m, err := p.Get(ctx, got, tok, 0); err != nil || m != n {
+		t.Fatalf("Get of 8 MiB from guest 1: %d, %v", m, err)
+	}
+	took := time.Since(t0)
+	if !bytes.Equal(got, want) {
+		t.Fatal("the bytes got from guest 1 differ")
+	}
+	t.Logf("8 MiB got from guest 1 in %v", took.Round(time.Millisecond))
+	if m, err := p.Put(ctx, put, tok, off); err != nil || m != len(put) {
+		t.Fatalf("Put into guest 1: %d, %v", m, err)
+	}
+	checkUnpinned(t)
+	if err := labenv.Signal("jbmt-xfer-put"); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Wait(ctx, "jbmt-xfer-checked"); err != nil {
+		t.Fatal(err)
+	}
+}
