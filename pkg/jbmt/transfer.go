@@ -120,5 +120,5 @@ func wrapTransfer(op string, err error) error {
 	default:
 		return wrap(op, err)
 	}
-	return fmt.Errorf("jbmt: %s: %w: %w", op, s, err)
+	return fmt.Errorf("%w: %w", s, err) // err names the call
 }

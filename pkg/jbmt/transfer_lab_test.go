@@ -332,3 +332,116 @@ func TestTwoGuestsTransfer(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTwoGuestsTransferPeerGone (suite jbmt-2guests): guest 1 deletes
+// its RDMA device while guest 2 gets from its region in a loop. Guest 2's
+// Get fails with ErrPeerGone (never hangs), and neither host keeps a page
+// pinned. The region does not depend on a device: once guest 1 adds the
+// device again, a new connection gets from the same token, every byte
+// right. The lab fails the run on any kernel report, and on a module
+// that does not unload.
+func TestTwoGuestsTransferPeerGone(t *testing.T) {
+	s := open(t)
+	dev := labenv.Device(t)
+	if n, err := labenv.Guests(); err != nil || n != 2 {
+		t.Fatalf("this test needs a boot of two guests (have %d)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 32 << 20
+	want := random(n, 3)
+	if labenv.Role() == "server" {
+		mem, reg := region(t, s, n, jbmt.Read)
+		copy(mem, want)
+		if err := labenv.Publish("gone2-token", reg.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if err := labenv.Wait(ctx, "gone2-started"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		rdmaLink(t, "delete", dev)
+		if err := labenv.Wait(ctx, "gone2-failed"); err != nil {
+			t.Fatal(err)
+		}
+		for st := stats(t); st.PinnedPages != 0 || st.Peers != 0; st = stats(t) {
+			if ctx.Err() != nil {
+				t.Fatalf("with the device gone: %+v, want no peer and no page pinned", st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		rdmaLink(t, "add", dev, "type", "rxe", "netdev", "eth0")
+		if err := labenv.Signal("gone2-back"); err != nil {
+			t.Fatal(err)
+		}
+		if err := labenv.Wait(ctx, "gone2-done"); err != nil {
+			t.Fatal(err)
+		}
+		checkUnpinned(t)
+		if err := labenv.Signal("gone2-checked"); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var tok jbmt.Token
+	for labenv.Load("gone2-token", &tok) != nil {
+		if ctx.Err() != nil {
+			t.Fatal("guest 1 published no token")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := netip.AddrPortFrom(netip.MustParseAddr(a), 0)
+	p, err := s.Dial(ctx, server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := labenv.Signal("gone2-started"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	for err == nil && ctx.Err() == nil {
+		_, err = p.Get(ctx, got, tok, 0)
+	}
+	t.Logf("Get while guest 1's device went: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+	if !errors.Is(err, jbmt.ErrPeerGone) {
+		t.Fatalf("Get while the peer's device went: %v, want ErrPeerGone", err)
+	}
+	if _, err := p.Get(ctx, got[:10], tok, 0); !errors.Is(err, jbmt.ErrPeerGone) {
+		t.Errorf("Get on the lost connection: %v, want ErrPeerGone", err)
+	}
+	checkUnpinned(t)
+	if err := labenv.Signal("gone2-failed"); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Wait(ctx, "gone2-back"); err != nil {
+		t.Fatal(err)
+	}
+	var again *jbmt.Peer
+	for again == nil {
+		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
+		again, err = s.Dial(try, server)
+		cancelTry()
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("Dial after the peer's device came back: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	clear(got)
+	if m, err := again.Get(ctx, got, tok, 0); err != nil || m != n || !bytes.Equal(got, want) {
+		t.Fatalf("Get over the new connection with the same token: %d, %v (bytes equal: %v)", m, err, bytes.Equal(got, want))
+	}
+	checkUnpinned(t)
+	if err := labenv.Signal("gone2-done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Wait(ctx, "gone2-checked"); err != nil {
+		t.Fatal(err)
+	}
+}
