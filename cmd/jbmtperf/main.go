@@ -4,6 +4,7 @@
 // Usage:
 //
 //	jbmtperf -d rxe0 -t reg [-min 4096] [-max 1073741824] [-pinned-max 268435456] [-n 20]
+//	jbmtperf -t bw -addr 10.77.0.1 [-min 65536] [-max 16777216] [-bytes 268435456]
 //
 // Tests:
 //   - reg: the cost of registering and deregistering a fresh buffer, at
@@ -16,6 +17,13 @@
 //     buffer is new (never touched: as memory a program registers before
 //     it has filled it). Prints one line per size and a last line with the
 //     ratios of the largest size to the smallest.
+//   - bw: the bandwidth of Peer.Get and Peer.Put between a Go buffer and a
+//     region of the JBMT service at -addr (this host's own address for a
+//     loopback), for transfer sizes from -min to -max by factors of 4,
+//     each moving -bytes in all, one transfer at a time (each keeps its
+//     sections in flight). Prints MB/s per size and operation. The
+//     anchor is perftest's ib_write_bw between pinned buffers in the same
+//     boot (test/softroce/bench/jbmt-bw.sh).
 //
 // The figures are ratios and slopes under TCG, not absolute times
 // (docs/benchmarks.md).
@@ -35,17 +43,25 @@ import (
 
 func main() {
 	dev := flag.String("d", "", "RDMA device (first one if empty)")
-	test := flag.String("t", "reg", "test: reg")
+	test := flag.String("t", "reg", "test: reg or bw")
+	addr := flag.String("addr", "", "bw: the JBMT service's IPv4 address")
+	total := flag.Int("bytes", 256<<20, "bw: bytes moved per size and operation")
 	minSize := flag.Int("min", 4096, "smallest size in bytes")
 	maxSize := flag.Int("max", 1<<30, "largest size in bytes")
 	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
 	n := flag.Int("n", 20, "registrations per size and kind")
 	flag.Parse()
-	if *test != "reg" || *minSize < 1 || *maxSize < *minSize || *n < 1 {
+	if (*test != "reg" && *test != "bw") || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
 		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
 		os.Exit(2)
 	}
-	if err := reg(*dev, *minSize, *maxSize, *pinnedMax, *n); err != nil {
+	var err error
+	if *test == "bw" {
+		err = bw(*addr, *minSize, *maxSize, *total)
+	} else {
+		err = reg(*dev, *minSize, *maxSize, *pinnedMax, *n)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "jbmtperf:", err)
 		os.Exit(1)
 	}
