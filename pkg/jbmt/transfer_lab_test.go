@@ -3,11 +3,18 @@
 package jbmt_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -443,5 +450,130 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	}
 	if err := labenv.Wait(ctx, "gone2-checked"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLabTransferUnmapDuring (suite jbmt): the buffer a 64 MiB get writes
+// into loses its second half (munmap) while the get runs. The get ends
+// with ErrFault having moved less than all (or, on a fast machine,
+// finishes first); the pages in flight stay valid until their sections
+// end (they are pinned), nothing stays pinned, and the connection serves
+// the next get.
+func TestLabTransferUnmapDuring(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	const n = 64 << 20
+	_, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	dst, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap(t, dst[:n/2])
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		m, err := p.Get(ctx, dst, reg.Token(), 0)
+		done <- result{m, err}
+	}()
+	time.Sleep(150 * time.Millisecond)
+	unmap(t, dst[n/2:])
+	r := <-done
+	t.Logf("a 64 MiB Get whose second half was unmapped 150 ms in: %d bytes, %v", r.n, r.err)
+	switch {
+	case r.err == nil && r.n == n: // finished before the munmap
+	case errors.Is(r.err, jbmt.ErrFault) && r.n < n:
+	default:
+		t.Errorf("Get: %d bytes, %v; want ErrFault and less than all", r.n, r.err)
+	}
+	if _, err := p.Get(ctx, dst[:4096], reg.Token(), 0); err != nil {
+		t.Errorf("a Get after: %v", err)
+	}
+	checkUnpinned(t)
+}
+
+// helperEnv, when set, makes TestLabTransferHelper a child process that
+// gets from the region whose token the variable holds, over its own
+// connection, until it is killed.
+const helperEnv = "JBMT_TEST_HELPER_TOKEN"
+
+// TestLabTransferHelper is the child of TestLabTransferKilled; run
+// directly it only checks that it is not one.
+func TestLabTransferHelper(t *testing.T) {
+	v := os.Getenv(helperEnv)
+	if v == "" {
+		return
+	}
+	var tok jbmt.Token
+	if err := json.Unmarshal([]byte(v), &tok); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t)
+	ctx := context.Background()
+	p := self(t, ctx, s)
+	dst := make([]byte, 32<<20)
+	fmt.Println("helper: getting")
+	for {
+		if _, err := p.Get(ctx, dst, tok, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestLabTransferKilled (suite jbmt): a process killed with SIGKILL while
+// it gets 32 MiB sections in a loop from this process's region leaves
+// nothing behind: no page pinned, no grant, the region still serving,
+// and (the lab checks) no kernel report and a module that unloads.
+func TestLabTransferKilled(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 32 << 20
+	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	copy(mem, random(n, 5))
+	tok, err := json.Marshal(reg.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := stats(t)
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestLabTransferHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"="+string(tok))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() && !strings.Contains(sc.Text(), "helper: getting") {
+	}
+	go io.Copy(io.Discard, out)
+	for st := stats(t); st.SectionsServed-before.SectionsServed < 8; st = stats(t) {
+		if ctx.Err() != nil {
+			t.Fatalf("the helper never got going: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	werr := cmd.Wait()
+	t.Logf("helper killed with sections in flight: %v; %d sections served", werr,
+		stats(t).SectionsServed-before.SectionsServed)
+	for st := stats(t); st.PinnedPages != 0; st = stats(t) {
+		if ctx.Err() != nil {
+			t.Fatalf("pages still pinned after the killed process: %+v", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p := self(t, ctx, s)
+	got := make([]byte, 4096)
+	if _, err := p.Get(ctx, got, reg.Token(), 0); err != nil || !bytes.Equal(got, mem[:4096]) {
+		t.Errorf("a Get after the helper was killed: %v", err)
 	}
 }

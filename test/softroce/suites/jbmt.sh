@@ -11,6 +11,7 @@
 # boundaries with every byte checked, each refusal (bad or revoked token,
 # rights, range, unmapped pages here or there) its own error with the
 # connection kept, 16 MiB moved under a 64 KiB memlock limit, a cancelled
-# get, and no page left pinned.
+# get, the buffer unmapped under a get (ErrFault), a getter killed with
+# SIGKILL mid-transfer, and no page left pinned.
 set -euo pipefail
 lab_gotest jbmt -test.v -test.run 'TestLab' -test.timeout 150s
