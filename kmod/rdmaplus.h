@@ -235,6 +235,6 @@ long rdmaplus_jbmt_connect(void __user *arg);
 
 /* ---- rdmaplus_jbmt_xfer.c: JBMT's transfers ---- */
 
-long rdmaplus_jbmt_op(void __user *arg);
+long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg);
 
 #endif /* _RDMAPLUS_H */

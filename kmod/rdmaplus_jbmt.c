@@ -32,12 +32,6 @@
 #include "rdmaplus.h"
 #include "rdmaplus_jbmt.h"
 
-struct rdmaplus_jbmt_ctx {
-	struct rdmaplus_user *user;
-	struct mutex mutex;		/* regions; held across a registration */
-	struct list_head regions;
-};
-
 /* id -> region, host-wide; readers under RCU */
 static DEFINE_XARRAY_ALLOC1(jbmt_regions);
 static u32 jbmt_next_id;		/* xa_alloc_cyclic's cursor */
@@ -209,7 +203,7 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 	case RDMAPLUS_IOC_JBMT_CONNECT:
 		return rdmaplus_jbmt_connect(arg);
 	case RDMAPLUS_IOC_JBMT_OP:
-		return rdmaplus_jbmt_op(arg);
+		return rdmaplus_jbmt_op(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;
 	}

@@ -19,7 +19,16 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 
-/* ---- regions ------------------------------------------------------------ */
+/* ---- files and regions -------------------------------------------------- */
+
+/* what a file of /dev/rdmaplus keeps for JBMT */
+struct rdmaplus_jbmt_ctx {
+	struct rdmaplus_user *user;
+	struct mutex mutex;		/* regions; held across a registration */
+	struct list_head regions;
+	long pinned;			/* pages its operations hold, under
+					 * the budget's lock */
+};
 
 struct jbmt_region {
 	struct rdmaplus_jbmt_ctx *ctx;	/* the file that registered it */
@@ -38,7 +47,7 @@ void jbmt_region_put(struct jbmt_region *r);
 /* ---- the wire ----------------------------------------------------------- */
 
 #define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
-#define JBMT_PROTO		2
+#define JBMT_PROTO		3
 /* sections one host has in flight to a peer (and the peer to it) */
 #define JBMT_CREDITS		16
 /*
@@ -72,6 +81,7 @@ enum jbmt_status {
 	JBMT_NOMEM,		/* the target is out of memory or sinks */
 	JBMT_INVAL,		/* a malformed request */
 	JBMT_ABORT,		/* the initiator gave up */
+	JBMT_NOPIN,		/* NACK: the target's pin budget is full; retry */
 	JBMT_NSTATUS,
 };
 
@@ -89,7 +99,8 @@ struct jbmt_msg {
 	__be64 off;		/* in the region */
 	__be64 iova;		/* the sink (GET: the initiator's; GRANT) */
 	__be32 rkey;
-	u8 pad[12];
+	__be32 budget;		/* the target's pin budget, pages (answers) */
+	u8 pad[8];
 };
 static_assert(sizeof(struct jbmt_msg) == 64);
 
@@ -147,6 +158,7 @@ struct jbmt_peer {
 	struct ib_pd *pd;
 	struct ib_cq *cq;
 	u32 max_sge;			/* per RDMA WRITE */
+	u32 remote_budget;		/* the peer's pin budget, pages */
 	struct jbmt_rx *rx;		/* JBMT_RECV_DEPTH */
 	struct list_head mrs;		/* FRWR sinks (ib_mr_pool) */
 	int nmrs;			/* in the pool or out */
@@ -182,6 +194,9 @@ extern struct ib_cqe jbmt_unsignaled_cqe;
 void jbmt_rx_repost(struct jbmt_rx *rx);
 
 /* ---- transfers (rdmaplus_jbmt_xfer.c) ---------------------------------- */
+
+/* the pin budget each side of this host has (what hellos announce) */
+u32 jbmt_pin_budget(void);
 
 extern struct workqueue_struct *jbmt_xfer_wq;
 

@@ -52,6 +52,7 @@ struct jbmt_hello {
 	__be32 magic;
 	u8 version;
 	u8 reserved[3];
+	__be32 budget;		/* the sender's pin budget, pages */
 };
 
 static DEFINE_MUTEX(jbmt_net_mutex);
@@ -525,8 +526,10 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 
 static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)
 {
+	memset(h, 0, sizeof(*h));
 	h->magic = cpu_to_be32(JBMT_MAGIC);
 	h->version = JBMT_PROTO;
+	h->budget = cpu_to_be32(jbmt_pin_budget());
 	memset(cp, 0, sizeof(*cp));
 	cp->private_data = h;
 	cp->private_data_len = sizeof(*h);
@@ -558,6 +561,7 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		return 1;
 	}
 	p->cm = cm;
+	p->remote_budget = max(be32_to_cpu(h->budget), 1U);
 	cm->context = p;
 	ret = jbmt_peer_create_qp(p, cm);
 	if (!ret) {
@@ -612,6 +616,16 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 			jbmt_peer_down(p, ret);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
+		if (!p->inbound) {	/* the listener's hello */
+			const struct jbmt_hello *rh = ev->param.conn.private_data;
+
+			if (ev->param.conn.private_data_len < sizeof(*rh) ||
+			    be32_to_cpu(rh->magic) != JBMT_MAGIC) {
+				jbmt_peer_down(p, -EPROTO);
+				break;
+			}
+			p->remote_budget = max(be32_to_cpu(rh->budget), 1U);
+		}
 		spin_lock_irqsave(&p->lock, flags);
 		up = p->state == JBMT_PEER_CONNECTING;
 		if (up) {

@@ -65,6 +65,9 @@ static struct {
 	atomic64_t sections_refused;	/* peers' requests refused */
 	atomic64_t leases_expired;	/* grants taken back */
 	atomic64_t pinned_pages;	/* now, both sides */
+	atomic64_t nacks_sent;		/* NOPIN: our serving budget full */
+	atomic64_t nacks_received;	/* NOPIN: a peer's */
+	atomic64_t budget_waits;	/* operations that waited for budget */
 } jbmt_xfer_st;
 
 static const int jbmt_errno[JBMT_NSTATUS] = {
@@ -76,6 +79,7 @@ static const int jbmt_errno[JBMT_NSTATUS] = {
 	[JBMT_NOMEM] = -ENOMEM,
 	[JBMT_INVAL] = -EINVAL,
 	[JBMT_ABORT] = -ECONNABORTED,
+	[JBMT_NOPIN] = -EAGAIN,
 };
 
 static int jbmt_status_errno(u8 status)
@@ -139,6 +143,93 @@ static void jbmt_unpin(struct page **pages, unsigned int n, bool dirty)
 	atomic64_sub(n, &jbmt_xfer_st.pinned_pages);
 }
 
+/* ---- the pin budget ----------------------------------------------------- */
+
+/*
+ * Each side has its budget: the pages this host's operations hold pinned
+ * (their local sections), and the pages it holds pinned to serve peers.
+ * An operation waits for budget (at least a page, its section shrinking
+ * to what it got) and never fails for it; a request from a peer that
+ * finds the serving budget full is answered NOPIN and asked again later.
+ * Serving never waits on operations, so neither side can wait on the
+ * other, on one host or across two: whatever is pinned is released when
+ * its section ends, and sections end by themselves.
+ */
+static unsigned int jbmt_pin_budget_pages = 32768;
+module_param(jbmt_pin_budget_pages, uint, 0644);
+MODULE_PARM_DESC(jbmt_pin_budget_pages, "pages JBMT may hold pinned on each side: for this host's operations, and to serve peers (at least 1)");
+
+static unsigned int jbmt_pin_share_pages;
+module_param(jbmt_pin_share_pages, uint, 0644);
+MODULE_PARM_DESC(jbmt_pin_share_pages, "pages one process's operations may hold pinned (0: the whole budget)");
+
+static DEFINE_SPINLOCK(jbmt_budget_lock);
+static long jbmt_op_pinned, jbmt_served_pinned;	/* under the lock */
+static long jbmt_op_hwm, jbmt_served_hwm;
+static DECLARE_WAIT_QUEUE_HEAD(jbmt_budget_wq);
+
+u32 jbmt_pin_budget(void)
+{
+	return max(READ_ONCE(jbmt_pin_budget_pages), 1U);
+}
+
+/* Take up to want pages of the operations' budget for ctx: 0 if none. */
+static unsigned int jbmt_budget_take(struct rdmaplus_jbmt_ctx *ctx,
+				     unsigned int want)
+{
+	long budget = jbmt_pin_budget(), share, avail;
+	unsigned int got = 0;
+
+	share = READ_ONCE(jbmt_pin_share_pages) ?: budget;
+	spin_lock(&jbmt_budget_lock);
+	avail = min(budget - jbmt_op_pinned, share - ctx->pinned);
+	if (avail > 0) {
+		got = min_t(long, want, avail);
+		jbmt_op_pinned += got;
+		ctx->pinned += got;
+		jbmt_op_hwm = max(jbmt_op_hwm, jbmt_op_pinned);
+	}
+	spin_unlock(&jbmt_budget_lock);
+	return got;
+}
+
+static void jbmt_budget_give(struct rdmaplus_jbmt_ctx *ctx, unsigned int n)
+{
+	if (!n)
+		return;
+	spin_lock(&jbmt_budget_lock);
+	jbmt_op_pinned -= n;
+	ctx->pinned -= n;
+	spin_unlock(&jbmt_budget_lock);
+	wake_up_all(&jbmt_budget_wq);
+}
+
+/*
+ * Take n pages of the serving budget, all or none. A section larger than
+ * the whole budget (from a peer that has not yet learned it: the NOPIN
+ * tells it) is served when nothing else is, so it cannot wait forever.
+ */
+static bool jbmt_serve_take(unsigned int n)
+{
+	bool ok;
+
+	spin_lock(&jbmt_budget_lock);
+	ok = jbmt_served_pinned + n <= jbmt_pin_budget() || !jbmt_served_pinned;
+	if (ok) {
+		jbmt_served_pinned += n;
+		jbmt_served_hwm = max(jbmt_served_hwm, jbmt_served_pinned);
+	}
+	spin_unlock(&jbmt_budget_lock);
+	return ok;
+}
+
+static void jbmt_serve_give(unsigned int n)
+{
+	spin_lock(&jbmt_budget_lock);
+	jbmt_served_pinned -= n;
+	spin_unlock(&jbmt_budget_lock);
+}
+
 /* ---- sinks -------------------------------------------------------------- */
 
 void jbmt_mr_retire(struct jbmt_peer *p, struct ib_mr *mr)
@@ -178,20 +269,27 @@ static int jbmt_mr_map(struct ib_mr *mr, struct sg_table *sgt, int nents,
 
 enum jbmt_isect_stage {
 	JBMT_WAIT_RESP,		/* in p->xids, awaiting GRANT or DONE */
+	JBMT_WAIT_RETRY,	/* NACKed: asks again at retry_at */
 	JBMT_WAIT_SENT,		/* a put's writes and FIN posted */
 	JBMT_ENDED,		/* status final; resources to release */
 };
 
 struct jbmt_isect {
 	struct jbmt_peer *p;
+	struct rdmaplus_jbmt_ctx *ctx;	/* charged for its pages */
 	u32 xid;
 	u32 op;
 	u64 addr;		/* local */
 	u32 len;
+	u64 roff;		/* in the region */
+	struct rdmaplus_jbmt_token token;
 	enum jbmt_isect_stage stage;
 	int status;
+	unsigned int nacks;
+	unsigned long retry_at;
 	struct page *pages[JBMT_SECT_SPAN];
 	unsigned int npages;
+	unsigned int budget;	/* pages taken from the ops' budget */
 	struct sg_table sgt;
 	int nents;		/* DMA-mapped (get) */
 	struct ib_mr *mr;	/* the sink (get) */
@@ -200,9 +298,10 @@ struct jbmt_isect {
 	bool rw_ready;
 	struct completion done;	/* the response */
 	struct completion sent;	/* the FIN (put) */
+	wait_queue_head_t *opwq;	/* its operation waits here */
 	/* from the response */
 	u8 resp_type, resp_status;
-	u32 tsid, rkey, inv_rkey;
+	u32 tsid, rkey, inv_rkey, resp_budget;
 	u64 iova;
 };
 
@@ -218,8 +317,10 @@ void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
 	s->tsid = be32_to_cpu(m->tsid);
 	s->rkey = be32_to_cpu(m->rkey);
 	s->iova = be64_to_cpu(m->iova);
+	s->resp_budget = be32_to_cpu(m->budget);
 	s->inv_rkey = rx->inv_rkey;
 	complete(&s->done);
+	wake_up(s->opwq);
 }
 
 void jbmt_xfer_fail_peer(struct jbmt_peer *p)
@@ -232,6 +333,7 @@ void jbmt_xfer_fail_peer(struct jbmt_peer *p)
 			continue;
 		s->resp_type = 0;	/* none came */
 		complete(&s->done);
+		wake_up(s->opwq);
 	}
 }
 
@@ -278,6 +380,7 @@ static void jbmt_isect_release(struct jbmt_isect *s)
 		sg_free_table(&s->sgt);
 	if (s->npages)
 		jbmt_unpin(s->pages, s->npages, get);
+	jbmt_budget_give(s->ctx, s->budget);
 	jbmt_credit_give(p);
 }
 
@@ -288,61 +391,45 @@ static void jbmt_fin_sent(struct jbmt_tx *tx, struct ib_wc *wc)
 	if (wc->status != IB_WC_SUCCESS)
 		s->status = -ECONNRESET;
 	complete(&s->sent);
+	wake_up(s->opwq);
 }
 
 /*
- * Start a section of op a at pos (len bytes): pin, register a get's sink,
- * send the request. A credit is held. On error s holds nothing more.
+ * Ask the target for s (again, after a NACK): register a get's sink and
+ * send the request. On error s is not in p->xids.
  */
-static int jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
-			    const struct rdmaplus_jbmt_op *a, u64 pos, u32 len)
+static int jbmt_isect_request(struct jbmt_isect *s)
 {
-	bool get = a->op == RDMAPLUS_JBMT_GET;
+	struct jbmt_peer *p = s->p;
+	bool get = s->op == RDMAPLUS_JBMT_GET;
 	struct ib_send_wr *first;
 	struct ib_reg_wr reg;
 	struct jbmt_tx *tx;
 	int ret;
 
-	memset(s, 0, sizeof(*s));
-	s->p = p;
-	s->op = a->op;
-	s->addr = a->addr + pos;
-	s->len = len;
-	init_completion(&s->done);
-	init_completion(&s->sent);
-
+	reinit_completion(&s->done);
+	s->stage = JBMT_WAIT_RESP;
 	tx = jbmt_tx_alloc(p, GFP_KERNEL);
 	if (!tx)
 		return -ENOMEM;
-	ret = jbmt_pin(NULL, s->addr & PAGE_MASK, jbmt_span(s->addr, len), get,
-		       s->pages);
-	if (ret)
-		goto err_tx;
-	s->npages = jbmt_span(s->addr, len);
-	ret = sg_alloc_table_from_pages(&s->sgt, s->pages, s->npages,
-					offset_in_page(s->addr), len,
-					GFP_KERNEL);
-	if (ret)
-		goto err;
-
 	tx->msg.type = get ? JBMT_MSG_GET : JBMT_MSG_PUT;
-	tx->msg.len = cpu_to_be32(len);
-	tx->msg.token_id = cpu_to_be32(a->token.id);
-	tx->msg.token_gen = cpu_to_be32(a->token.gen);
-	tx->msg.token_key = cpu_to_be64(a->token.key);
-	tx->msg.off = cpu_to_be64(a->offset + pos);
+	tx->msg.len = cpu_to_be32(s->len);
+	tx->msg.token_id = cpu_to_be32(s->token.id);
+	tx->msg.token_gen = cpu_to_be32(s->token.gen);
+	tx->msg.token_key = cpu_to_be64(s->token.key);
+	tx->msg.off = cpu_to_be64(s->roff);
 	if (get) {
-		s->nents = ib_dma_map_sg(p->pd->device, s->sgt.sgl,
-					 s->sgt.orig_nents, DMA_FROM_DEVICE);
-		if (!s->nents) {
-			ret = -ENOMEM;
-			goto err;
+		if (s->mr && !s->mr_invalidated) {	/* not revoked: drop it */
+			jbmt_mr_retire(p, s->mr);
+			s->mr = NULL;
 		}
-		s->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
+		if (!s->mr)
+			s->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
 		if (!s->mr) {
 			ret = -ENOMEM;
 			goto err;
 		}
+		s->mr_invalidated = false;
 		ret = jbmt_mr_map(s->mr, &s->sgt, s->nents, &reg);
 		if (ret)
 			goto err;
@@ -371,7 +458,6 @@ static int jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	ret = ib_post_send(p->cm->qp, first, NULL);
 	if (ret)
 		goto err_xid;
-	atomic64_inc(&jbmt_xfer_st.sections);
 	return 0;
 
 err_xid:
@@ -379,17 +465,69 @@ err_xid:
 		wait_for_completion(&s->done);	/* failed by a dying peer */
 err:
 	jbmt_tx_free(tx);
-	jbmt_isect_release(s);
 	return ret;
-err_tx:
-	jbmt_tx_free(tx);
-	jbmt_credit_give(p);
+}
+
+/*
+ * Start a section of op a at pos, of at most len bytes and pages pages
+ * (taken from the budget): pin, map, request. A credit is held. It
+ * returns the bytes the section covers, or an error, s then holding
+ * nothing.
+ */
+static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
+			     wait_queue_head_t *opwq,
+			     struct rdmaplus_jbmt_ctx *ctx,
+			     const struct rdmaplus_jbmt_op *a, u64 pos, u64 len,
+			     unsigned int pages)
+{
+	bool get = a->op == RDMAPLUS_JBMT_GET;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	s->p = p;
+	s->ctx = ctx;
+	s->budget = pages;
+	s->op = a->op;
+	s->addr = a->addr + pos;
+	s->len = min_t(u64, len, pages * PAGE_SIZE - offset_in_page(s->addr));
+	s->roff = a->offset + pos;
+	s->token = a->token;
+	s->opwq = opwq;
+	init_completion(&s->done);
+	init_completion(&s->sent);
+
+	ret = jbmt_pin(NULL, s->addr & PAGE_MASK, jbmt_span(s->addr, s->len),
+		       get, s->pages);
+	if (ret)
+		goto err;
+	s->npages = jbmt_span(s->addr, s->len);
+	ret = sg_alloc_table_from_pages(&s->sgt, s->pages, s->npages,
+					offset_in_page(s->addr), s->len,
+					GFP_KERNEL);
+	if (ret)
+		goto err;
+	if (get) {
+		s->nents = ib_dma_map_sg(p->pd->device, s->sgt.sgl,
+					 s->sgt.orig_nents, DMA_FROM_DEVICE);
+		if (!s->nents) {
+			ret = -ENOMEM;
+			goto err;
+		}
+	}
+	ret = jbmt_isect_request(s);
+	if (ret)
+		goto err;
+	atomic64_inc(&jbmt_xfer_st.sections);
+	return s->len;
+
+err:
+	jbmt_isect_release(s);
 	return ret;
 }
 
 /*
  * s's response has come (or its connection went): decide its status and,
- * for a granted put, post the writes and the FIN.
+ * for a granted put, post the writes and the FIN; a NACK sets a retry.
  */
 static void jbmt_isect_respond(struct jbmt_isect *s)
 {
@@ -398,14 +536,25 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 	int ret;
 
 	s->stage = JBMT_ENDED;
+	if (s->resp_budget)	/* every answer tells the target's budget */
+		WRITE_ONCE(p->remote_budget, s->resp_budget);
 	switch (s->resp_type) {
 	case 0:
 		s->status = -ECONNRESET;
 		return;
 	case JBMT_MSG_DONE:
-		s->status = jbmt_status_errno(s->resp_status);
 		if (s->mr && s->inv_rkey == s->mr->rkey)
 			s->mr_invalidated = true;
+		if (s->resp_status == JBMT_NOPIN) {
+			/* the target's budget is full: ask again later */
+			atomic64_inc(&jbmt_xfer_st.nacks_received);
+			s->retry_at = jiffies + msecs_to_jiffies(1U <<
+						min(s->nacks, 6U));
+			s->nacks++;
+			s->stage = JBMT_WAIT_RETRY;
+			return;
+		}
+		s->status = jbmt_status_errno(s->resp_status);
 		if (!s->status && s->op != RDMAPLUS_JBMT_GET)
 			s->status = -EPROTO;	/* a put ends by our FIN */
 		return;
@@ -460,6 +609,17 @@ abort:	/* tell the target to take its grant back now */
 	}
 }
 
+/* Ask again for a NACKed s whose time has come; on error it ends. */
+static void jbmt_isect_retry(struct jbmt_isect *s)
+{
+	int ret = jbmt_isect_request(s);
+
+	if (ret) {
+		s->stage = JBMT_ENDED;
+		s->status = ret;
+	}
+}
+
 /*
  * Give s up: its response may still come within a lease, else it must not
  * touch s after. A get's sink is deregistered then, so a write that comes
@@ -467,6 +627,11 @@ abort:	/* tell the target to take its grant back now */
  */
 static void jbmt_isect_cancel(struct jbmt_isect *s, int err)
 {
+	if (s->stage == JBMT_WAIT_RETRY) {
+		s->stage = JBMT_ENDED;
+		s->status = err;
+		return;
+	}
 	if (!wait_for_completion_timeout(&s->done,
 					 msecs_to_jiffies(JBMT_LEASE_MS))) {
 		if (xa_erase(&s->p->xids, s->xid) == s) {
@@ -482,15 +647,50 @@ static void jbmt_isect_cancel(struct jbmt_isect *s, int err)
 		wait_for_completion(&s->sent);
 		s->stage = JBMT_ENDED;
 	}
+	s->stage = JBMT_ENDED;
 	s->status = err;
 }
 
-static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_op *a)
+/*
+ * The pages the next section at addr may take, len bytes left: no more
+ * than a section, the peer's budget or ours allows.
+ */
+static unsigned int jbmt_want_pages(struct jbmt_peer *p, u64 addr, u64 len)
+{
+	u64 bytes = min_t(u64, len, JBMT_SECT_BYTES - offset_in_page(addr));
+
+	return min3(jbmt_span(addr, bytes), max(READ_ONCE(p->remote_budget), 1U),
+		    jbmt_pin_budget());
+}
+
+/* whether a section of the window has an event to act on (an ended one
+ * waits for its turn at the head, which is not waited on) */
+static bool jbmt_op_event(struct jbmt_isect *win, unsigned int head,
+			  unsigned int n)
+{
+	unsigned int i;
+
+	for (i = 0; i < n; i++) {
+		struct jbmt_isect *s = &win[(head + i) % JBMT_WINDOW];
+
+		if ((s->stage == JBMT_WAIT_RESP && completion_done(&s->done)) ||
+		    (s->stage == JBMT_WAIT_SENT && completion_done(&s->sent)) ||
+		    (s->stage == JBMT_WAIT_RETRY &&
+		     time_after_eq(jiffies, s->retry_at)))
+			return true;
+	}
+	return false;
+}
+
+static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
+			struct rdmaplus_jbmt_op *a)
 {
 	unsigned long deadline = jiffies + msecs_to_jiffies(a->timeout_ms ?
 				 a->timeout_ms : RDMAPLUS_JBMT_OP_MAX_MS);
+	DECLARE_WAIT_QUEUE_HEAD_ONSTACK(opwq);
 	struct jbmt_isect *win;
-	unsigned int head = 0, n = 0, i;
+	unsigned int head = 0, n = 0, i, got;
+	unsigned long next;
 	u64 pos = 0;
 	long err = 0, ret;
 
@@ -501,56 +701,104 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_op *a)
 	for (;;) {
 		struct jbmt_isect *s;
 
-		/* start sections while the window has room */
+		/*
+		 * Start sections while the window has room. With sections
+		 * in flight only what is free now is taken: this thread
+		 * must go on answering them (a put's writes are posted
+		 * here), or credits and budget held by waiting operations
+		 * could all wait on one another.
+		 */
 		while (!err && n < JBMT_WINDOW && pos < a->length) {
 			u64 addr = a->addr + pos;
-			u32 len = min_t(u64, a->length - pos,
-					JBMT_SECT_BYTES - offset_in_page(addr));
+			unsigned int want = jbmt_want_pages(p, addr,
+							    a->length - pos);
 
-			ret = wait_event_interruptible_timeout(p->wq,
+			got = 0;
+			if (n) {
+				if (!jbmt_credit_take(p))
+					break;
+				got = jbmt_budget_take(ctx, want);
+				if (!got) {
+					jbmt_credit_give(p);
+					break;
+				}
+			} else {
+				long left = max_t(long, deadline - jiffies, 1);
+
+				ret = wait_event_interruptible_timeout(p->wq,
 					READ_ONCE(p->dead) || jbmt_credit_take(p),
-					max_t(long, deadline - jiffies, 1));
-			if (READ_ONCE(p->dead) || ret <= 0) {
-				err = ret < 0 ? -EINTR : ret == 0 ?
-				      -ETIMEDOUT : -ECONNRESET;
-				break;
+					left);
+				if (ret > 0 && !READ_ONCE(p->dead)) {
+					got = jbmt_budget_take(ctx, want);
+					if (!got)
+						atomic64_inc(&jbmt_xfer_st.budget_waits);
+					if (!got)
+						ret = wait_event_interruptible_timeout(
+							jbmt_budget_wq,
+							READ_ONCE(p->dead) ||
+							(got = jbmt_budget_take(ctx, want)),
+							max_t(long, deadline - jiffies, 1));
+					if (!got)
+						jbmt_credit_give(p);
+				}
+				if (ret <= 0 || !got || READ_ONCE(p->dead)) {
+					if (got) {
+						jbmt_budget_give(ctx, got);
+						jbmt_credit_give(p);
+					}
+					err = ret < 0 ? -EINTR : ret == 0 ?
+					      -ETIMEDOUT : -ECONNRESET;
+					break;
+				}
 			}
 			s = &win[(head + n) % JBMT_WINDOW];
-			ret = jbmt_isect_start(p, s, a, pos, len);
-			if (ret) {
+			ret = jbmt_isect_start(p, s, &opwq, ctx, a, pos,
+					       a->length - pos, got);
+			if (ret < 0) {
 				err = ret;
 				break;
 			}
 			n++;
-			pos += len;
+			pos += ret;
 		}
 		if (!n)
 			break;
 
-		/* answer every section whose response has come */
+		/* move every section on whose event has come */
+		next = deadline;
 		for (i = 0; i < n; i++) {
 			s = &win[(head + i) % JBMT_WINDOW];
 			if (s->stage == JBMT_WAIT_RESP &&
 			    try_wait_for_completion(&s->done))
 				jbmt_isect_respond(s);
+			if (s->stage == JBMT_WAIT_RETRY && !err &&
+			    time_after_eq(jiffies, s->retry_at))
+				jbmt_isect_retry(s);
+			if (s->stage == JBMT_WAIT_RETRY &&
+			    time_before(s->retry_at, next))
+				next = s->retry_at;
+			if (s->stage == JBMT_WAIT_SENT &&
+			    try_wait_for_completion(&s->sent))
+				s->stage = JBMT_ENDED;
 		}
 		s = &win[head];
-		if (s->stage == JBMT_WAIT_RESP) {
-			ret = err ? 0 : wait_for_completion_interruptible_timeout(
-					&s->done,
-					max_t(long, deadline - jiffies, 1));
-			if (ret > 0) {
-				jbmt_isect_respond(s);
-				continue;
-			}
-			if (!err)
-				err = ret < 0 ? -EINTR : -ETIMEDOUT;
-			jbmt_isect_cancel(s, err);
-		}
-		if (s->stage == JBMT_WAIT_SENT) {
-			/* the device reads our pages until then */
-			wait_for_completion(&s->sent);
+		if (s->stage != JBMT_ENDED && err) {
+			if (s->stage == JBMT_WAIT_SENT)	/* the device reads */
+				wait_for_completion(&s->sent);	/* our pages */
+			else
+				jbmt_isect_cancel(s, err);
 			s->stage = JBMT_ENDED;
+		}
+		if (s->stage != JBMT_ENDED) {
+			/* wait for any section's event, the first retry due */
+			ret = wait_event_interruptible_timeout(opwq,
+					jbmt_op_event(win, head, n),
+					max_t(long, (long)(next - jiffies), 1));
+			if (ret < 0)
+				err = -EINTR;
+			else if (time_after_eq(jiffies, deadline))
+				err = -ETIMEDOUT;
+			continue;
 		}
 		if (s->status && !err)
 			err = s->status;
@@ -564,7 +812,7 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_op *a)
 	return err;
 }
 
-long rdmaplus_jbmt_op(void __user *arg)
+long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_jbmt_op a;
 	struct jbmt_peer *p;
@@ -586,7 +834,7 @@ long rdmaplus_jbmt_op(void __user *arg)
 		jbmt_peer_put(p);
 		return -ENOTCONN;
 	}
-	ret = jbmt_op_run(p, &a);
+	ret = jbmt_op_run(p, ctx, &a);
 	jbmt_peer_leave(p);
 	jbmt_peer_put(p);
 
@@ -606,6 +854,7 @@ long rdmaplus_jbmt_op(void __user *arg)
 struct jbmt_tsect {
 	struct jbmt_peer *p;
 	struct jbmt_region *r;
+	unsigned int served;	/* pages of the serving budget */
 	u32 xid, tsid;
 	bool sink;		/* a put's: granted, awaiting FIN */
 	struct page *pages[JBMT_SECT_SPAN];
@@ -639,6 +888,8 @@ static void jbmt_tsect_free(struct jbmt_tsect *t, bool invalidated)
 		sg_free_table(&t->sgt);
 	if (t->npages)
 		jbmt_unpin(t->pages, t->npages, t->sink);
+	if (t->served)
+		jbmt_serve_give(t->served);
 	if (t->r)
 		jbmt_region_put(t->r);
 	kfree(t);
@@ -707,6 +958,9 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	addr = r->addr + off;
 	if (jbmt_span(addr, len) > JBMT_SECT_SPAN)
 		return JBMT_INVAL;
+	if (!jbmt_serve_take(jbmt_span(addr, len)))
+		return JBMT_NOPIN;
+	t->served = jbmt_span(addr, len);
 	if (jbmt_pin(r->mm, addr & PAGE_MASK, jbmt_span(addr, len), t->sink,
 		     t->pages))
 		return JBMT_FAULT;
@@ -740,6 +994,7 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m)
 	st = JBMT_NOMEM;
 	tx->msg.type = JBMT_MSG_DONE;
 	tx->msg.xid = m->xid;
+	tx->msg.budget = cpu_to_be32(jbmt_pin_budget());
 	tx->done = jbmt_source_sent;
 	tx->arg = t;
 	if (jbmt_tx_prepare(tx, rkey))
@@ -801,6 +1056,7 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m)
 		goto err;
 	tx->msg.type = JBMT_MSG_GRANT;
 	tx->msg.xid = m->xid;
+	tx->msg.budget = cpu_to_be32(jbmt_pin_budget());
 	tx->msg.tsid = cpu_to_be32(t->tsid);
 	tx->msg.rkey = cpu_to_be32(t->mr->rkey);
 	tx->msg.iova = cpu_to_be64(t->mr->iova);
@@ -854,12 +1110,14 @@ void jbmt_xfer_request(struct work_struct *w)
 			atomic64_inc(&jbmt_xfer_st.sections_served);
 			break;
 		}
-		atomic64_inc(&jbmt_xfer_st.sections_refused);
+		atomic64_inc(st == JBMT_NOPIN ? &jbmt_xfer_st.nacks_sent :
+			     &jbmt_xfer_st.sections_refused);
 		{
 			struct jbmt_msg done = {
 				.type = JBMT_MSG_DONE,
 				.status = st,
 				.xid = m->xid,
+				.budget = cpu_to_be32(jbmt_pin_budget()),
 			};
 
 			/* a get's sink is revoked with the answer */
@@ -894,6 +1152,62 @@ JBMT_XFER_ATTR(sections_served);
 JBMT_XFER_ATTR(sections_refused);
 JBMT_XFER_ATTR(leases_expired);
 JBMT_XFER_ATTR(pinned_pages);
+JBMT_XFER_ATTR(nacks_sent);
+JBMT_XFER_ATTR(nacks_received);
+JBMT_XFER_ATTR(budget_waits);
+
+/* pages pinned now and their high-water marks, per side */
+static long *jbmt_pin_gauge(const char *name)
+{
+	if (!strcmp(name, "op_pinned_pages"))
+		return &jbmt_op_pinned;
+	if (!strcmp(name, "served_pinned_pages"))
+		return &jbmt_served_pinned;
+	if (!strcmp(name, "op_pinned_hwm"))
+		return &jbmt_op_hwm;
+	return &jbmt_served_hwm;
+}
+
+static ssize_t jbmt_pin_show(struct kobject *kobj, struct kobj_attribute *attr,
+			     char *buf)
+{
+	long v;
+
+	spin_lock(&jbmt_budget_lock);
+	v = *jbmt_pin_gauge(attr->attr.name);
+	spin_unlock(&jbmt_budget_lock);
+	return sysfs_emit(buf, "%ld\n", v);
+}
+
+/* writing 0 to a high-water mark sets it to what is pinned now */
+static ssize_t jbmt_hwm_store(struct kobject *kobj,
+			      struct kobj_attribute *attr, const char *buf,
+			      size_t len)
+{
+	unsigned int v;
+	int ret = kstrtouint(buf, 0, &v);
+
+	if (ret)
+		return ret;
+	if (v)
+		return -EINVAL;
+	spin_lock(&jbmt_budget_lock);
+	if (!strcmp(attr->attr.name, "op_pinned_hwm"))
+		jbmt_op_hwm = jbmt_op_pinned;
+	else
+		jbmt_served_hwm = jbmt_served_pinned;
+	spin_unlock(&jbmt_budget_lock);
+	return len;
+}
+
+static struct kobj_attribute jbmt_attr_op_pinned =
+	__ATTR(op_pinned_pages, 0444, jbmt_pin_show, NULL);
+static struct kobj_attribute jbmt_attr_served_pinned =
+	__ATTR(served_pinned_pages, 0444, jbmt_pin_show, NULL);
+static struct kobj_attribute jbmt_attr_op_hwm =
+	__ATTR(op_pinned_hwm, 0644, jbmt_pin_show, jbmt_hwm_store);
+static struct kobj_attribute jbmt_attr_served_hwm =
+	__ATTR(served_pinned_hwm, 0644, jbmt_pin_show, jbmt_hwm_store);
 
 static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_gets.kattr.attr,
@@ -906,6 +1220,13 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_sections_refused.kattr.attr,
 	&jbmt_xfer_attr_leases_expired.kattr.attr,
 	&jbmt_xfer_attr_pinned_pages.kattr.attr,
+	&jbmt_xfer_attr_nacks_sent.kattr.attr,
+	&jbmt_xfer_attr_nacks_received.kattr.attr,
+	&jbmt_xfer_attr_budget_waits.kattr.attr,
+	&jbmt_attr_op_pinned.attr,
+	&jbmt_attr_served_pinned.attr,
+	&jbmt_attr_op_hwm.attr,
+	&jbmt_attr_served_hwm.attr,
 	NULL,
 };
 

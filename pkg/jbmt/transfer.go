@@ -24,8 +24,10 @@ import (
 // Errors wrap ErrBadToken, ErrPermission (src lacks Read), ErrRange,
 // ErrFault, ErrPeerGone, ErrInvalid (an empty dst), ErrClosed,
 // ErrNotSupported, ctx's error, or the module's errno (syscall.ETIMEDOUT:
-// the peer did not answer in time; syscall.ENOMEM). Only ErrPeerGone
-// means the connection is down.
+// no answer within the module's longest wait, ten minutes, when ctx has
+// no deadline; syscall.ENOMEM). Only ErrPeerGone means the connection is
+// down. A host short of pin budget (its own or the peer's) makes Get
+// wait, never fail.
 func (p *Peer) Get(ctx context.Context, dst []byte, src Token, off uint64) (int, error) {
 	return p.transfer(ctx, kmod.JBMTGet, dst, src, off)
 }
@@ -96,11 +98,20 @@ func (p *Peer) transfer(ctx context.Context, op uint32, buf []byte, t Token, off
 			// another signal: go on from where it stopped
 		case ctx.Err() != nil && (errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.ETIMEDOUT)):
 			return int(done), fmt.Errorf("jbmt: %s: %w", name, ctx.Err())
+		case errors.Is(err, syscall.ETIMEDOUT) && hasDeadline(ctx):
+			// the module's timeout was the context's deadline, which
+			// its clock saw pass first
+			return int(done), fmt.Errorf("jbmt: %s: %w", name, context.DeadlineExceeded)
 		default:
 			return int(done), wrapTransfer(name, err)
 		}
 	}
 	return int(done), nil
+}
+
+func hasDeadline(ctx context.Context) bool {
+	_, ok := ctx.Deadline()
+	return ok
 }
 
 // wrapTransfer maps a transfer's errno onto this package's sentinels.

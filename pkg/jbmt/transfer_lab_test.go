@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -575,5 +576,211 @@ func TestLabTransferKilled(t *testing.T) {
 	got := make([]byte, 4096)
 	if _, err := p.Get(ctx, got, reg.Token(), 0); err != nil || !bytes.Equal(got, mem[:4096]) {
 		t.Errorf("a Get after the helper was killed: %v", err)
+	}
+}
+
+// setParam writes a module parameter and restores it when the test ends.
+func setParam(t *testing.T, name, v string) {
+	t.Helper()
+	path := "/sys/module/rdmaplus/parameters/" + name
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(v), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.WriteFile(path, old, 0o644) })
+}
+
+// sysfsJBMT reads one of the module's JBMT files.
+func sysfsJBMT(t *testing.T, name string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/sys/kernel/rdmaplus/jbmt/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// budgetRun makes 8 gets and 8 puts of 64 KiB at once, each at its own
+// offset of the region, from page-aligned buffers (so that a section
+// spans as many pages on both hosts), and checks every byte when mem (the
+// region's memory) is given.
+func budgetRun(t *testing.T, ctx context.Context, p *jbmt.Peer, mem []byte, tok jbmt.Token) {
+	t.Helper()
+	const each = 64 << 10
+	arena, err := jbmt.Alloc(16 * each)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(arena)
+	errs := make(chan error, 16)
+	for i := range 16 {
+		go func() {
+			off := uint64(i * each)
+			buf := arena[off : off+each]
+			data := random(each, uint64(100+i))
+			var err error
+			if i%2 == 0 {
+				if mem != nil {
+					copy(mem[off:], data)
+				}
+				if _, err = p.Get(ctx, buf, tok, off); err == nil && mem != nil && !bytes.Equal(buf, data) {
+					err = fmt.Errorf("get %d: other bytes", i)
+				}
+			} else {
+				copy(buf, data)
+				if _, err = p.Put(ctx, buf, tok, off); err == nil && mem != nil && !bytes.Equal(mem[off:off+each], data) {
+					err = fmt.Errorf("put %d: other bytes", i)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestLabTransferBudget (suite jbmt): with a pin budget of one page on
+// each side, 8 gets and 8 puts of 64 KiB at once over the loopback
+// connection all complete with every byte right: sections shrink to one
+// page, operations wait for the budget, and the serving side answers
+// NOPIN until it has a page. Neither side's high-water mark passes the
+// budget.
+func TestLabTransferBudget(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	mem, reg := region(t, s, 16*64<<10, jbmt.Read|jbmt.Write)
+	setParam(t, "jbmt_pin_budget_pages", "1")
+	p := self(t, ctx, s)
+	// The connection may be older than the budget: its first section
+	// larger than a page is served alone, and answers it the budget.
+	if _, err := p.Get(ctx, make([]byte, 64<<10), reg.Token(), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"op_pinned_hwm", "served_pinned_hwm"} {
+		if err := os.WriteFile("/sys/kernel/rdmaplus/jbmt/"+f, []byte("0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stats(t)
+	t0 := time.Now()
+	budgetRun(t, ctx, p, mem, reg.Token())
+	st := stats(t)
+	t.Logf("16 transfers of 64 KiB at a budget of one page: %v, %d sections, %d NACKs, %d waits for budget",
+		time.Since(t0).Round(time.Millisecond), st.Sections-before.Sections,
+		sysfsJBMT(t, "nacks_sent"), sysfsJBMT(t, "budget_waits"))
+	if op, served := sysfsJBMT(t, "op_pinned_hwm"), sysfsJBMT(t, "served_pinned_hwm"); op > 1 || served > 1 {
+		t.Errorf("high-water marks: operations %d, serving %d pages; the budget is 1", op, served)
+	}
+	checkUnpinned(t)
+
+	// a process's share: 3 pages of a budget of 1024
+	setParam(t, "jbmt_pin_budget_pages", "1024")
+	setParam(t, "jbmt_pin_share_pages", "3")
+	if err := os.WriteFile("/sys/kernel/rdmaplus/jbmt/op_pinned_hwm", []byte("0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	budgetRun(t, ctx, p, mem, reg.Token())
+	if op := sysfsJBMT(t, "op_pinned_hwm"); op > 3 {
+		t.Errorf("operations' high-water mark %d pages; the process's share is 3", op)
+	}
+	checkUnpinned(t)
+}
+
+// TestTwoGuestsTransferBudget (suite jbmt-2guests): guest 1 serves with a
+// pin budget of one page; guest 2 (its own budget untouched) makes 8
+// gets and 8 puts of 64 KiB at once against it. All complete with every
+// byte right, guest 1 answering NOPIN while its page is taken and never
+// holding more than it.
+func TestTwoGuestsTransferBudget(t *testing.T) {
+	s := open(t)
+	if n, err := labenv.Guests(); err != nil || n != 2 {
+		t.Fatalf("this test needs a boot of two guests (have %d)", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if labenv.Role() == "server" {
+		mem, reg := region(t, s, 16*64<<10, jbmt.Read|jbmt.Write)
+		setParam(t, "jbmt_pin_budget_pages", "1")
+		if err := labenv.Publish("budget-token", reg.Token()); err != nil {
+			t.Fatal(err)
+		}
+		if err := labenv.Wait(ctx, "budget-warm"); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("/sys/kernel/rdmaplus/jbmt/served_pinned_hwm", []byte("0"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		nacks := sysfsJBMT(t, "nacks_sent")
+		if err := labenv.Signal("budget-go"); err != nil {
+			t.Fatal(err)
+		}
+		if err := labenv.Wait(ctx, "budget-done"); err != nil {
+			t.Fatal(err)
+		}
+		hwm := sysfsJBMT(t, "served_pinned_hwm")
+		t.Logf("served at a budget of one page: high-water mark %d, %d NACKs", hwm, sysfsJBMT(t, "nacks_sent")-nacks)
+		if hwm > 1 {
+			t.Errorf("serving high-water mark %d pages; the budget is 1", hwm)
+		}
+		// the region's bytes: guest 2 checked its gets; the puts land here
+		const each = 64 << 10
+		for i := 1; i < 16; i += 2 {
+			if !bytes.Equal(mem[i*each:(i+1)*each], random(each, uint64(100+i))) {
+				t.Errorf("put %d: the region holds other bytes", i)
+			}
+		}
+		checkUnpinned(t)
+		if err := labenv.Signal("budget-checked"); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var tok jbmt.Token
+	for labenv.Load("budget-token", &tok) != nil {
+		if ctx.Err() != nil {
+			t.Fatal("guest 1 published no token")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the connection may be older than guest 1's budget: a first get
+	// learns it
+	if _, err := p.Get(ctx, make([]byte, 64<<10), tok, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Signal("budget-warm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Wait(ctx, "budget-go"); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	budgetRun(t, ctx, p, nil, tok)
+	t.Logf("16 transfers of 64 KiB against a budget of one page: %v, %d NACKs received",
+		time.Since(t0).Round(time.Millisecond), sysfsJBMT(t, "nacks_received"))
+	checkUnpinned(t)
+	if err := labenv.Signal("budget-done"); err != nil {
+		t.Fatal(err)
+	}
+	if err := labenv.Wait(ctx, "budget-checked"); err != nil {
+		t.Fatal(err)
 	}
 }
