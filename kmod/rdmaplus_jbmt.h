@@ -26,8 +26,7 @@ struct rdmaplus_jbmt_ctx {
 	struct rdmaplus_user *user;
 	struct mutex mutex;		/* regions; held across a registration */
 	struct list_head regions;
-	long pinned;			/* pages its operations hold, under
-					 * the budget's lock */
+	long pinned;			/* pages its operations hold */
 };
 
 struct jbmt_region {
@@ -102,6 +101,7 @@ struct jbmt_msg {
 	__be32 budget;		/* the target's pin budget, pages (answers) */
 	u8 pad[8];
 };
+
 static_assert(sizeof(struct jbmt_msg) == 64);
 
 /* ---- peers -------------------------------------------------------------- */

@@ -95,6 +95,7 @@ static unsigned int jbmt_span(u64 addr, u32 len)
 	return (PAGE_ALIGN(addr + len) - (addr & PAGE_MASK)) >> PAGE_SHIFT;
 }
 
+/* 6.5 dropped the vmas argument (the module builds for 6.1 and later) */
 #if LINUX_VERSION_CODE < KERNEL_VERSION(6, 5, 0)
 #define jbmt_pin_remote(mm, start, n, flags, pages) \
 	pin_user_pages_remote(mm, start, n, flags, pages, NULL, NULL)
@@ -469,8 +470,8 @@ err:
 }
 
 /*
- * Start a section of op a at pos, of at most len bytes and pages pages
- * (taken from the budget): pin, map, request. A credit is held. It
+ * Start a section of op a at pos, of at most len bytes and as many pages
+ * as were taken from the budget: pin, map, request. A credit is held. It
  * returns the bytes the section covers, or an error, s then holding
  * nothing.
  */
@@ -663,8 +664,10 @@ static unsigned int jbmt_want_pages(struct jbmt_peer *p, u64 addr, u64 len)
 		    jbmt_pin_budget());
 }
 
-/* whether a section of the window has an event to act on (an ended one
- * waits for its turn at the head, which is not waited on) */
+/*
+ * Whether a section of the window has an event to act on (an ended one
+ * waits for its turn at the head, which is not waited on).
+ */
 static bool jbmt_op_event(struct jbmt_isect *win, unsigned int head,
 			  unsigned int n)
 {
@@ -680,6 +683,42 @@ static bool jbmt_op_event(struct jbmt_isect *win, unsigned int head,
 			return true;
 	}
 	return false;
+}
+
+/*
+ * Wait for a credit and budget (*got pages, at least one) for a section of
+ * an operation with none in flight: 0, -EINTR, -ETIMEDOUT or -ECONNRESET.
+ */
+static long jbmt_wait_slot(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
+			   unsigned int want, unsigned long deadline,
+			   unsigned int *got)
+{
+	long left = max_t(long, deadline - jiffies, 1);
+	long ret;
+
+	*got = 0;
+	ret = wait_event_interruptible_timeout(p->wq, READ_ONCE(p->dead) ||
+					       jbmt_credit_take(p), left);
+	if (ret > 0 && !READ_ONCE(p->dead)) {
+		*got = jbmt_budget_take(ctx, want);
+		if (!*got) {
+			atomic64_inc(&jbmt_xfer_st.budget_waits);
+			left = max_t(long, deadline - jiffies, 1);
+			ret = wait_event_interruptible_timeout(jbmt_budget_wq,
+				READ_ONCE(p->dead) ||
+				(*got = jbmt_budget_take(ctx, want)), left);
+		}
+		if (!*got)
+			jbmt_credit_give(p);
+	}
+	if (ret > 0 && *got && !READ_ONCE(p->dead))
+		return 0;
+	if (*got) {
+		jbmt_budget_give(ctx, *got);
+		jbmt_credit_give(p);
+		*got = 0;
+	}
+	return ret < 0 ? -EINTR : ret == 0 ? -ETIMEDOUT : -ECONNRESET;
 }
 
 static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
@@ -723,33 +762,9 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 					break;
 				}
 			} else {
-				long left = max_t(long, deadline - jiffies, 1);
-
-				ret = wait_event_interruptible_timeout(p->wq,
-					READ_ONCE(p->dead) || jbmt_credit_take(p),
-					left);
-				if (ret > 0 && !READ_ONCE(p->dead)) {
-					got = jbmt_budget_take(ctx, want);
-					if (!got)
-						atomic64_inc(&jbmt_xfer_st.budget_waits);
-					if (!got)
-						ret = wait_event_interruptible_timeout(
-							jbmt_budget_wq,
-							READ_ONCE(p->dead) ||
-							(got = jbmt_budget_take(ctx, want)),
-							max_t(long, deadline - jiffies, 1));
-					if (!got)
-						jbmt_credit_give(p);
-				}
-				if (ret <= 0 || !got || READ_ONCE(p->dead)) {
-					if (got) {
-						jbmt_budget_give(ctx, got);
-						jbmt_credit_give(p);
-					}
-					err = ret < 0 ? -EINTR : ret == 0 ?
-					      -ETIMEDOUT : -ECONNRESET;
+				err = jbmt_wait_slot(p, ctx, want, deadline, &got);
+				if (err)
 					break;
-				}
 			}
 			s = &win[(head + n) % JBMT_WINDOW];
 			ret = jbmt_isect_start(p, s, &opwq, ctx, a, pos,
@@ -791,9 +806,10 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 		}
 		if (s->stage != JBMT_ENDED) {
 			/* wait for any section's event, the first retry due */
+			long nap = max_t(long, (long)(next - jiffies), 1);
+
 			ret = wait_event_interruptible_timeout(opwq,
-					jbmt_op_event(win, head, n),
-					max_t(long, (long)(next - jiffies), 1));
+				jbmt_op_event(win, head, n), nap);
 			if (ret < 0)
 				err = -EINTR;
 			else if (time_after_eq(jiffies, deadline))
@@ -1200,6 +1216,15 @@ static ssize_t jbmt_hwm_store(struct kobject *kobj,
 	return len;
 }
 
+static ssize_t jbmt_budget_show(struct kobject *kobj,
+				struct kobj_attribute *attr, char *buf)
+{
+	return sysfs_emit(buf, "%u\n", jbmt_pin_budget());
+}
+
+/* the budget in force (the module parameter, at least 1) */
+static struct kobj_attribute jbmt_attr_budget =
+	__ATTR(pin_budget_pages, 0444, jbmt_budget_show, NULL);
 static struct kobj_attribute jbmt_attr_op_pinned =
 	__ATTR(op_pinned_pages, 0444, jbmt_pin_show, NULL);
 static struct kobj_attribute jbmt_attr_served_pinned =
@@ -1223,6 +1248,7 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_nacks_sent.kattr.attr,
 	&jbmt_xfer_attr_nacks_received.kattr.attr,
 	&jbmt_xfer_attr_budget_waits.kattr.attr,
+	&jbmt_attr_budget.attr,
 	&jbmt_attr_op_pinned.attr,
 	&jbmt_attr_served_pinned.attr,
 	&jbmt_attr_op_hwm.attr,

@@ -149,6 +149,14 @@ type JBMTStats struct {
 	SectionsRefused uint64 // peers' sections refused (bad token, rights, range, unmapped pages)
 	LeasesExpired   uint64 // sinks granted to a peer and taken back unfinished
 	PinnedPages     uint64 // pages JBMT holds pinned now, both sides
+	NACKsSent       uint64 // peers' sections answered NOPIN: the serving budget was full
+	NACKsReceived   uint64 // this host's sections answered NOPIN by a peer
+	BudgetWaits     uint64 // operations that waited for the pin budget
+	PinBudgetPages  uint64 // the pin budget of each side, pages
+	OpPinnedPages   uint64 // pages this host's operations hold pinned now
+	ServedPinned    uint64 // pages pinned now to serve peers
+	OpPinnedHWM     uint64 // high-water mark of OpPinnedPages (reset by writing 0)
+	ServedPinnedHWM uint64 // high-water mark of ServedPinned (reset by writing 0)
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -171,7 +179,10 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"gets", &st.Gets}, {"puts", &st.Puts}, {"get_bytes", &st.GetBytes}, {"put_bytes", &st.PutBytes},
 		{"op_errors", &st.OpErrors}, {"sections", &st.Sections}, {"sections_served", &st.SectionsServed},
 		{"sections_refused", &st.SectionsRefused}, {"leases_expired", &st.LeasesExpired},
-		{"pinned_pages", &st.PinnedPages},
+		{"pinned_pages", &st.PinnedPages}, {"nacks_sent", &st.NACKsSent}, {"nacks_received", &st.NACKsReceived},
+		{"budget_waits", &st.BudgetWaits}, {"pin_budget_pages", &st.PinBudgetPages},
+		{"op_pinned_pages", &st.OpPinnedPages}, {"served_pinned_pages", &st.ServedPinned},
+		{"op_pinned_hwm", &st.OpPinnedHWM}, {"served_pinned_hwm", &st.ServedPinnedHWM},
 	})
 	if err != nil {
 		return JBMTStats{}, err

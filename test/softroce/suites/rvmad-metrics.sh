@@ -198,7 +198,11 @@ equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplu
 	gets:rdmaplus_jbmt_gets_total puts:rdmaplus_jbmt_puts_total get_bytes:rdmaplus_jbmt_get_bytes_total \
 	put_bytes:rdmaplus_jbmt_put_bytes_total op_errors:rdmaplus_jbmt_op_errors_total sections:rdmaplus_jbmt_sections_total \
 	sections_served:rdmaplus_jbmt_sections_served_total sections_refused:rdmaplus_jbmt_sections_refused_total \
-	leases_expired:rdmaplus_jbmt_leases_expired_total pinned_pages:rdmaplus_jbmt_pinned_pages
+	leases_expired:rdmaplus_jbmt_leases_expired_total pinned_pages:rdmaplus_jbmt_pinned_pages \
+	nacks_sent:rdmaplus_jbmt_nacks_sent_total nacks_received:rdmaplus_jbmt_nacks_received_total \
+	budget_waits:rdmaplus_jbmt_budget_waits_total pin_budget_pages:rdmaplus_jbmt_pin_budget_pages \
+	op_pinned_pages:rdmaplus_jbmt_op_pinned_pages served_pinned_pages:rdmaplus_jbmt_served_pinned_pages \
+	op_pinned_hwm:rdmaplus_jbmt_op_pinned_hwm_pages served_pinned_hwm:rdmaplus_jbmt_served_pinned_hwm_pages
 for m in rdmaplus_jbmt_registrations_total rdmaplus_jbmt_revoked_regions_total; do
 	d=$(delta /tmp/m5 /tmp/m6 "$m")
 	echo "  $m: +$d (the test registered 1000 regions and closed its service)"

@@ -81,5 +81,13 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("sections_refused", "Peers' sections this host refused: a bad token, rights, range, unmapped pages (kernel: sections_refused).", func(st kmod.JBMTStats) uint64 { return st.SectionsRefused })
 	s.counter("leases_expired", "Sinks granted to a peer and taken back unfinished after their lease (kernel: leases_expired).", func(st kmod.JBMTStats) uint64 { return st.LeasesExpired })
 	s.gauge("pinned_pages", "Pages JBMT holds pinned now, for sections in flight either way (kernel: pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.PinnedPages })
+	s.gauge("pin_budget_pages", "The pin budget of each side, pages: what this host's operations may hold pinned, and what it may pin to serve peers; the module parameter jbmt_pin_budget_pages sets it (kernel: pin_budget_pages).", func(st kmod.JBMTStats) uint64 { return st.PinBudgetPages })
+	s.gauge("op_pinned_pages", "Pages this host's operations hold pinned now (kernel: op_pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.OpPinnedPages })
+	s.gauge("served_pinned_pages", "Pages pinned now to serve peers (kernel: served_pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.ServedPinned })
+	s.gauge("op_pinned_hwm_pages", "High-water mark of op_pinned_pages since load or its last reset (kernel: op_pinned_hwm).", func(st kmod.JBMTStats) uint64 { return st.OpPinnedHWM })
+	s.gauge("served_pinned_hwm_pages", "High-water mark of served_pinned_pages since load or its last reset (kernel: served_pinned_hwm).", func(st kmod.JBMTStats) uint64 { return st.ServedPinnedHWM })
+	s.counter("nacks_sent", "Peers' sections answered NOPIN because the serving budget was full; they are asked again (kernel: nacks_sent).", func(st kmod.JBMTStats) uint64 { return st.NACKsSent })
+	s.counter("nacks_received", "This host's sections answered NOPIN by a peer and asked again (kernel: nacks_received).", func(st kmod.JBMTStats) uint64 { return st.NACKsReceived })
+	s.counter("budget_waits", "Operations that waited for the pin budget; rising fast means the budget is too small for the load (kernel: budget_waits).", func(st kmod.JBMTStats) uint64 { return st.BudgetWaits })
 	return s
 }

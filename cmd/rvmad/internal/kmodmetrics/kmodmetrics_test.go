@@ -88,7 +88,9 @@ rdmaplus_rvma_memory_regions 9
 	dir:  "kernel/rdmaplus/jbmt",
 	files: []string{"regions", "registered_bytes", "registrations", "deregistrations", "revoked",
 		"peers", "connects", "accepts", "connect_errors", "disconnects", "gets", "puts", "get_bytes",
-		"put_bytes", "op_errors", "sections", "sections_served", "sections_refused", "leases_expired", "pinned_pages"},
+		"put_bytes", "op_errors", "sections", "sections_served", "sections_refused", "leases_expired", "pinned_pages",
+		"nacks_sent", "nacks_received", "budget_waits", "pin_budget_pages", "op_pinned_pages", "served_pinned_pages",
+		"op_pinned_hwm", "served_pinned_hwm"},
 	loaded: "rdmaplus_jbmt_module_loaded",
 	want: `
 # HELP rdmaplus_jbmt_module_loaded 1 when the rdmaplus module's JBMT counters can be read (/sys/kernel/rdmaplus/jbmt), 0 when the module is not loaded.
