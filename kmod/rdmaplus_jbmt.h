@@ -202,6 +202,11 @@ extern struct workqueue_struct *jbmt_xfer_wq;
 
 /* A response to one of our sections, in completion context. */
 void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx);
+/*
+ * Serve a request from the peer in the completion handler if it needs no
+ * fault and no lock that may wait; false: queue rx->work for it.
+ */
+bool jbmt_xfer_serve_inline(struct jbmt_peer *p, struct jbmt_rx *rx);
 /* A request from the peer (rx->work); p entered for it. */
 void jbmt_xfer_request(struct work_struct *w);
 /* p is dead and drained: fail our sections waiting on it. */

@@ -263,9 +263,18 @@ static void jbmt_rx_done(struct ib_cq *cq, struct ib_wc *wc)
 		jbmt_rx_repost(rx);
 		break;
 	default:
-		/* a request: the buffer is posted again after its work */
-		if (jbmt_peer_enter(p))
+		/*
+		 * A request: served here when its pages are resident, else
+		 * in a work item, after which the buffer is posted again.
+		 */
+		if (!jbmt_peer_enter(p))
+			break;
+		if (jbmt_xfer_serve_inline(p, rx)) {
+			jbmt_rx_repost(rx);
+			jbmt_peer_leave(p);
+		} else {
 			queue_work(jbmt_xfer_wq, &rx->work);
+		}
 		break;
 	}
 }

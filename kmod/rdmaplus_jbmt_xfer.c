@@ -68,6 +68,8 @@ static struct {
 	atomic64_t nacks_sent;		/* NOPIN: our serving budget full */
 	atomic64_t nacks_received;	/* NOPIN: a peer's */
 	atomic64_t budget_waits;	/* operations that waited for budget */
+	atomic64_t sections_inline;	/* served in the completion handler */
+	atomic64_t sections_deferred;	/* to a work item: a fault, a lock */
 } jbmt_xfer_st;
 
 static const int jbmt_errno[JBMT_NSTATUS] = {
@@ -106,10 +108,12 @@ static unsigned int jbmt_span(u64 addr, u32 len)
 
 /*
  * Pin n pages from addr in mm (the calling process's when mm is NULL):
- * -EFAULT unless all are there, none left pinned.
+ * -EFAULT unless all are there, none left pinned. With nofault (mm's
+ * pages, from a completion handler) it neither faults nor waits for mm's
+ * lock: -EAGAIN when it would have to.
  */
 static int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n,
-		    bool write, struct page **pages)
+		    bool write, bool nofault, struct page **pages)
 {
 	unsigned int flags = write ? FOLL_WRITE : 0;
 	long got = 0, ret = 0;
@@ -117,6 +121,23 @@ static int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n,
 	if (!mm) {
 		ret = pin_user_pages_fast(addr, n, flags, pages);
 		got = max(ret, 0L);
+	} else if (nofault) {
+		if (!mmget_not_zero(mm))
+			return -EFAULT;
+		if (mmap_read_trylock(mm)) {
+			ret = jbmt_pin_remote(mm, addr, n, flags | FOLL_NOFAULT,
+					      pages);
+			got = max(ret, 0L);
+			mmap_read_unlock(mm);
+		}
+		mmput(mm);
+		if (got == n) {
+			atomic64_add(n, &jbmt_xfer_st.pinned_pages);
+			return 0;
+		}
+		if (got > 0)
+			unpin_user_pages(pages, got);
+		return -EAGAIN;
 	} else if (mmget_not_zero(mm)) {
 		mmap_read_lock(mm);
 		while (got < n) {
@@ -498,7 +519,7 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	init_completion(&s->sent);
 
 	ret = jbmt_pin(NULL, s->addr & PAGE_MASK, jbmt_span(s->addr, s->len),
-		       get, s->pages);
+		       get, false, s->pages);
 	if (ret)
 		goto err;
 	s->npages = jbmt_span(s->addr, s->len);
@@ -953,9 +974,13 @@ void jbmt_xfer_release_grants(struct jbmt_peer *p)
  * Check a request against the region its token names, hold the region
  * and pin the section's pages: a JBMT_* status.
  */
+/* not on the wire: serve it from a work item, where faults may block */
+#define JBMT_DEFER	0xff
+
 static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
-			 u32 right)
+			 u32 right, bool nofault)
 {
+	int ret;
 	u64 off = be64_to_cpu(m->off), addr;
 	u32 len = be32_to_cpu(m->len);
 	struct jbmt_region *r;
@@ -977,9 +1002,10 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	if (!jbmt_serve_take(jbmt_span(addr, len)))
 		return JBMT_NOPIN;
 	t->served = jbmt_span(addr, len);
-	if (jbmt_pin(r->mm, addr & PAGE_MASK, jbmt_span(addr, len), t->sink,
-		     t->pages))
-		return JBMT_FAULT;
+	ret = jbmt_pin(r->mm, addr & PAGE_MASK, jbmt_span(addr, len), t->sink,
+		       nofault, t->pages);
+	if (ret)
+		return ret == -EAGAIN ? JBMT_DEFER : JBMT_FAULT;
 	t->npages = jbmt_span(addr, len);
 	if (sg_alloc_table_from_pages(&t->sgt, t->pages, t->npages,
 				      offset_in_page(addr), len, GFP_KERNEL))
@@ -988,7 +1014,8 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 }
 
 /* GET: write the section to the initiator's sink, then DONE. */
-static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m)
+static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
+			 bool nofault)
 {
 	u32 rkey = be32_to_cpu(m->rkey);
 	struct jbmt_tsect *t;
@@ -1004,7 +1031,7 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m)
 		return JBMT_NOMEM;
 	}
 	t->p = p;
-	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_READ);
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_READ, nofault);
 	if (st)
 		goto err;
 	st = JBMT_NOMEM;
@@ -1037,7 +1064,8 @@ err:
 }
 
 /* PUT: register a sink for the section and grant it. */
-static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m)
+static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
+			 bool nofault)
 {
 	struct ib_reg_wr reg;
 	struct jbmt_tsect *t;
@@ -1054,7 +1082,7 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m)
 	t->p = p;
 	t->sink = true;
 	INIT_DELAYED_WORK(&t->lease, jbmt_lease_expired);
-	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_WRITE);
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_WRITE, nofault);
 	if (st)
 		goto err;
 	st = JBMT_NOMEM;
@@ -1110,20 +1138,27 @@ static void jbmt_serve_fin(struct jbmt_peer *p, struct jbmt_rx *rx)
 	jbmt_tsect_free(t, rx->inv_rkey && rx->inv_rkey == t->mr->rkey);
 }
 
-void jbmt_xfer_request(struct work_struct *w)
+/*
+ * Serve a request; with nofault (in the completion handler) only if its
+ * pages are resident and nothing else would block: false when it must go
+ * to a work item instead.
+ */
+static bool jbmt_serve(struct jbmt_peer *p, struct jbmt_rx *rx, bool nofault)
 {
-	struct jbmt_rx *rx = container_of(w, struct jbmt_rx, work);
-	struct jbmt_peer *p = rx->p;
 	const struct jbmt_msg *m = &rx->msg;
 	u8 st;
 
 	switch (m->type) {
 	case JBMT_MSG_GET:
 	case JBMT_MSG_PUT:
-		st = m->type == JBMT_MSG_GET ? jbmt_serve_get(p, m) :
-		     jbmt_serve_put(p, m);
+		st = m->type == JBMT_MSG_GET ? jbmt_serve_get(p, m, nofault) :
+		     jbmt_serve_put(p, m, nofault);
+		if (st == JBMT_DEFER)
+			return false;
 		if (st == JBMT_OK) {
 			atomic64_inc(&jbmt_xfer_st.sections_served);
+			if (nofault)
+				atomic64_inc(&jbmt_xfer_st.sections_inline);
 			break;
 		}
 		atomic64_inc(st == JBMT_NOPIN ? &jbmt_xfer_st.nacks_sent :
@@ -1142,6 +1177,8 @@ void jbmt_xfer_request(struct work_struct *w)
 		}
 		break;
 	case JBMT_MSG_FIN:
+		if (nofault)
+			return false;	/* unpinning dirty pages may block */
 		jbmt_serve_fin(p, rx);
 		break;
 	default:
@@ -1149,6 +1186,24 @@ void jbmt_xfer_request(struct work_struct *w)
 				    m->type);
 		break;
 	}
+	return true;
+}
+
+bool jbmt_xfer_serve_inline(struct jbmt_peer *p, struct jbmt_rx *rx)
+{
+	if (jbmt_serve(p, rx, true))
+		return true;
+	if (rx->msg.type != JBMT_MSG_FIN)
+		atomic64_inc(&jbmt_xfer_st.sections_deferred);
+	return false;
+}
+
+void jbmt_xfer_request(struct work_struct *w)
+{
+	struct jbmt_rx *rx = container_of(w, struct jbmt_rx, work);
+	struct jbmt_peer *p = rx->p;
+
+	jbmt_serve(p, rx, false);
 	jbmt_rx_repost(rx);
 	jbmt_peer_leave(p);
 }
@@ -1171,6 +1226,8 @@ JBMT_XFER_ATTR(pinned_pages);
 JBMT_XFER_ATTR(nacks_sent);
 JBMT_XFER_ATTR(nacks_received);
 JBMT_XFER_ATTR(budget_waits);
+JBMT_XFER_ATTR(sections_inline);
+JBMT_XFER_ATTR(sections_deferred);
 
 /* pages pinned now and their high-water marks, per side */
 static long *jbmt_pin_gauge(const char *name)
@@ -1248,6 +1305,8 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_nacks_sent.kattr.attr,
 	&jbmt_xfer_attr_nacks_received.kattr.attr,
 	&jbmt_xfer_attr_budget_waits.kattr.attr,
+	&jbmt_xfer_attr_sections_inline.kattr.attr,
+	&jbmt_xfer_attr_sections_deferred.kattr.attr,
 	&jbmt_attr_budget.attr,
 	&jbmt_attr_op_pinned.attr,
 	&jbmt_attr_served_pinned.attr,

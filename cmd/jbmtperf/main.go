@@ -5,6 +5,7 @@
 //
 //	jbmtperf -d rxe0 -t reg [-min 4096] [-max 1073741824] [-pinned-max 268435456] [-n 20]
 //	jbmtperf -t bw -addr 10.77.0.1 [-min 65536] [-max 16777216] [-bytes 268435456]
+//	jbmtperf -t lat -addr 10.77.0.1 [-min 8] [-max 1048576] [-n 1000]
 //
 // Tests:
 //   - reg: the cost of registering and deregistering a fresh buffer, at
@@ -24,6 +25,10 @@
 //     sections in flight). Prints MB/s per size and operation. The
 //     anchor is perftest's ib_write_bw between pinned buffers in the same
 //     boot (test/softroce/bench/jbmt-bw.sh).
+//   - lat: the latency of one Peer.Get or Peer.Put at a time, sizes from
+//     -min to -max by factors of 8, -n of each: median and 99th
+//     percentile in µs. The anchors are perftest's ib_read_lat and
+//     ib_write_lat in the same boot (test/softroce/bench/jbmt-lat.sh).
 //
 // The figures are ratios and slopes under TCG, not absolute times
 // (docs/benchmarks.md).
@@ -43,7 +48,7 @@ import (
 
 func main() {
 	dev := flag.String("d", "", "RDMA device (first one if empty)")
-	test := flag.String("t", "reg", "test: reg or bw")
+	test := flag.String("t", "reg", "test: reg, bw or lat")
 	addr := flag.String("addr", "", "bw: the JBMT service's IPv4 address")
 	total := flag.Int("bytes", 256<<20, "bw: bytes moved per size and operation")
 	minSize := flag.Int("min", 4096, "smallest size in bytes")
@@ -51,14 +56,17 @@ func main() {
 	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
 	n := flag.Int("n", 20, "registrations per size and kind")
 	flag.Parse()
-	if (*test != "reg" && *test != "bw") || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
+	if (*test != "reg" && *test != "bw" && *test != "lat") || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
 		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
 		os.Exit(2)
 	}
 	var err error
-	if *test == "bw" {
+	switch *test {
+	case "bw":
 		err = bw(*addr, *minSize, *maxSize, *total)
-	} else {
+	case "lat":
+		err = lat(*addr, *minSize, *maxSize, *n)
+	default:
 		err = reg(*dev, *minSize, *maxSize, *pinnedMax, *n)
 	}
 	if err != nil {

@@ -157,6 +157,8 @@ type JBMTStats struct {
 	ServedPinned    uint64 // pages pinned now to serve peers
 	OpPinnedHWM     uint64 // high-water mark of OpPinnedPages (reset by writing 0)
 	ServedPinnedHWM uint64 // high-water mark of ServedPinned (reset by writing 0)
+	SectionsInline  uint64 // peers' sections served in the completion handler (pages resident)
+	SectionsDefer   uint64 // peers' sections served from a work item (a fault or a lock to wait for)
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -183,6 +185,7 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"budget_waits", &st.BudgetWaits}, {"pin_budget_pages", &st.PinBudgetPages},
 		{"op_pinned_pages", &st.OpPinnedPages}, {"served_pinned_pages", &st.ServedPinned},
 		{"op_pinned_hwm", &st.OpPinnedHWM}, {"served_pinned_hwm", &st.ServedPinnedHWM},
+		{"sections_inline", &st.SectionsInline}, {"sections_deferred", &st.SectionsDefer},
 	})
 	if err != nil {
 		return JBMTStats{}, err

@@ -89,5 +89,7 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("nacks_sent", "Peers' sections answered NOPIN because the serving budget was full; they are asked again (kernel: nacks_sent).", func(st kmod.JBMTStats) uint64 { return st.NACKsSent })
 	s.counter("nacks_received", "This host's sections answered NOPIN by a peer and asked again (kernel: nacks_received).", func(st kmod.JBMTStats) uint64 { return st.NACKsReceived })
 	s.counter("budget_waits", "Operations that waited for the pin budget; rising fast means the budget is too small for the load (kernel: budget_waits).", func(st kmod.JBMTStats) uint64 { return st.BudgetWaits })
+	s.counter("sections_inline", "Peers' sections served at once in the completion handler, their pages resident (kernel: sections_inline).", func(st kmod.JBMTStats) uint64 { return st.SectionsInline })
+	s.counter("sections_deferred", "Peers' sections served from a work item because a page had to be faulted in or the address space was locked: JBMT's asynchronous faults (kernel: sections_deferred).", func(st kmod.JBMTStats) uint64 { return st.SectionsDefer })
 	return s
 }
