@@ -784,3 +784,48 @@ func TestTwoGuestsTransferBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLabTransferFaults (suite jbmt): a region never touched has no page
+// in memory. A get from it and a put into it are served from a work item
+// that faults the pages in (counted as deferred), and bring zeros and
+// land every byte; the same ranges, resident now, are served at once in
+// the completion handler.
+func TestLabTransferFaults(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := self(t, ctx, s)
+	const n = 1 << 20
+	mem, reg := region(t, s, 2*n, jbmt.Read|jbmt.Write)
+	before := stats(t)
+	got := make([]byte, n)
+	for i := range got {
+		got[i] = 0xff
+	}
+	if _, err := p.Get(ctx, got, reg.Token(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, make([]byte, n)) {
+		t.Error("a get from untouched memory brought other bytes than zeros")
+	}
+	src := random(n, 9)
+	if _, err := p.Put(ctx, src, reg.Token(), n); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(mem[n:], src) {
+		t.Error("a put into untouched memory left other bytes")
+	}
+	mid := stats(t)
+	if mid.SectionsDefer-before.SectionsDefer < 8 {
+		t.Errorf("%d sections deferred for faults, want at least 8 (4 each way)", mid.SectionsDefer-before.SectionsDefer)
+	}
+	if _, err := p.Get(ctx, got, reg.Token(), n); err != nil || !bytes.Equal(got, src) {
+		t.Fatalf("a get of the resident range: %v", err)
+	}
+	st := stats(t)
+	if st.SectionsDefer != mid.SectionsDefer || st.SectionsInline-mid.SectionsInline < 4 {
+		t.Errorf("a resident range: %d sections deferred, %d inline; want 0 and 4",
+			st.SectionsDefer-mid.SectionsDefer, st.SectionsInline-mid.SectionsInline)
+	}
+	checkUnpinned(t)
+}

@@ -10,6 +10,8 @@
 # go down) and added again (a new connection). Transfers between the
 # guests: 8 MiB got and 4 MiB put, every byte checked; guest 1's device
 # deleted during gets (they fail with ErrPeerGone, nothing stays pinned)
-# and added again (the same token serves a new connection).
+# and added again (the same token serves a new connection); guest 1
+# serving at a pin budget of one page (NOPIN and retries, its high-water
+# mark one page) to 16 transfers at once.
 set -euo pipefail
 lab_gotest jbmt -test.v -test.run 'TestTwoGuests' -test.timeout 150s
