@@ -18,7 +18,9 @@ import (
 //     already free", "kernel BUG at", data-structure checks
 //     ("list_add corruption", "refcount_t: underflow");
 //   - WARNINGs, KASAN/UBSAN/KFENCE/kmemleak reports, lockdep splats, soft
-//     and hard lockups, hung tasks and RCU stalls;
+//     and hard lockups, hung tasks and RCU stalls (seen by another CPU,
+//     "detected stalls on CPUs/tasks", or by the stalled CPU itself,
+//     "self-detected stall on CPU");
 //   - the OOM killer ("... invoked oom-killer", "Out of memory: Killed
 //     process ...").
 //
@@ -29,7 +31,7 @@ import (
 // KASAN or kmemleak, but a debug kernel can be dropped in, so their reports are
 // recognised too. A NIC's stalled transmit queue (nicStall) fails a run
 // as well.
-var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG[: ]|kernel BUG at|Oops|general protection fault|divide error|invalid opcode|stack segment|double fault|PANIC: double fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.* detected stalls|rcu: INFO: .* detected stalls|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking|list_(add|del) corruption|refcount_t: |Out of memory|Memory cgroup out of memory)` +
+var kernelProblem = regexp.MustCompile(`^(WARNING:|BUG[: ]|kernel BUG at|Oops|general protection fault|divide error|invalid opcode|stack segment|double fault|PANIC: double fault|Kernel panic|KASAN:|UBSAN:|KFENCE:|INFO: task .* blocked for more than|INFO: rcu_.*detected stalls?|rcu: INFO: .*detected stalls?|watchdog: BUG: soft lockup|NMI watchdog: Watchdog detected hard LOCKUP|possible circular locking dependency|inconsistent lock state|possible recursive locking|list_(add|del) corruption|refcount_t: |Out of memory|Memory cgroup out of memory)` +
 	`|^\S.*: [0-9a-f]{4,16} \[#\d+\]` + // a die header: "<title>: <error code> [#<oops count>]"
 	`| invoked oom-killer: |^oom-kill:|^kmemleak: \d+ new suspected memory leaks`)
 

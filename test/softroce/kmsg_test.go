@@ -43,6 +43,7 @@ func TestKernelReportCategories(t *testing.T) {
 		{"soft lockup", "watchdog: BUG: soft lockup - CPU#1 stuck for 45s! [rvma.test:211]", true},
 		{"hung task", "INFO: task kworker/0:2:77 blocked for more than 120 seconds.", true},
 		{"RCU stall", "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:", true},
+		{"RCU stall the CPU detected itself", "rcu: INFO: rcu_preempt self-detected stall on CPU", true},
 		{"KASAN", "BUG: KASAN: slab-use-after-free in rxe_mr_copy+0x1c/0x2f0 [rdma_rxe]", true},
 		{"UBSAN", "UBSAN: shift-out-of-bounds in kmod/rdmaplus_aa.c:120:9", true},
 		{"kmemleak", "kmemleak: 2 new suspected memory leaks (see /sys/kernel/debug/kmemleak)", true},

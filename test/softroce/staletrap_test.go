@@ -71,7 +71,8 @@ func TestStaleTrapReason(t *testing.T) {
 		{"a stale int3, its peer stopped", []*guest{peer, crashed("s/g2", stale)}, true},
 		{"a stale int3 alone", []*guest{crashed("s", stale)}, true},
 		{"an int3 in memory", []*guest{crashed("s", real)}, false},
-		{"a stale int3 and a test failure", []*guest{{name: "s/g1", state: stateExited, status: 1, dir: real}, crashed("s/g2", stale)}, false},
+		{"a stale int3, its peer's test failing as it waited", []*guest{{name: "s/g1", state: stateExited, status: 1, dir: real}, crashed("s/g2", stale)}, true},
+		{"a stale int3 and a peer's own kernel report", []*guest{{name: "s/g1", state: stateExited, status: 1, dir: real, kernel: []string{"BUG: x"}}, crashed("s/g2", stale)}, false},
 		{"no console log", []*guest{crashed("s", filepath.Join(dir, "none"))}, false},
 		{"all passed", []*guest{{name: "s", state: stateExited}}, false},
 	} {
@@ -79,5 +80,76 @@ func TestStaleTrapReason(t *testing.T) {
 		if (got != "") != c.retry {
 			t.Errorf("%s: reason %q, want retry %v", c.what, got, c.retry)
 		}
+	}
+}
+
+// TestParkedAtPatchSite: the kernel log of a lab run that hit the qemu
+// fault (kmod-repost-fork, bookworm, 2026-11-29: an RCU stall with the CPU
+// at rxe_responder+0x0, which holds ftrace's CALL) is recognised; the same
+// log changed in each of the ways a bug of ours would look is not.
+func TestParkedAtPatchSite(t *testing.T) {
+	real, err := os.ReadFile("testdata/parked-kmsg.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	why, ok := parkedAtPatchSite(real)
+	if !ok || !strings.Contains(why, "rxe_responder+0x0/0x1cf0, which holds e8") {
+		t.Fatalf("the recorded fault: %v, %q", ok, why)
+	}
+	log := string(real)
+	replace := func(old, new string) []byte {
+		if !strings.Contains(log, old) {
+			t.Fatalf("the fixture has no %q", old)
+		}
+		return []byte(strings.Replace(log, old, new, 1))
+	}
+	second := "\n4,500,51000000,-;watchdog: BUG: soft lockup - CPU#0 stuck for 45s! [kmod.test:155]\n4,501,51000001,-;RIP: 0010:"
+	for _, c := range []struct {
+		what string
+		log  []byte
+	}{
+		{"inside the function", replace("RIP: 0010:rxe_responder+0x0/0x1cf0", "RIP: 0010:rxe_responder+0x2a/0x1cf0")},
+		{"an int3 in memory", replace("<e8> 7b a4 fa ff", "<cc> 7b a4 fa ff")},
+		{"another instruction", replace("<e8> 7b a4 fa ff", "<48> 7b a4 fa ff")},
+		{"a WARNING first", replace("3,394,29371174,-;rcu: INFO", "4,393,29371000,-;WARNING: CPU: 0 PID: 1 at x\n3,394,29371174,-;rcu: INFO")},
+		{"an oops after", []byte(log + "\n4,500,51000000,-;BUG: kernel NULL pointer dereference, address: 0000000000000000\n")},
+		{"a later report elsewhere", []byte(log + second + "rxe_requester+0x10/0x900 [rdma_rxe]\n")},
+		{"no report", []byte("6,1,0,-;Linux version 6.1.0\n")},
+	} {
+		if why, ok := parkedAtPatchSite(c.log); ok {
+			t.Errorf("%s: recognised as the qemu fault: %q", c.what, why)
+		}
+	}
+	if why, ok := parkedAtPatchSite([]byte(log + second + "rxe_responder+0x0/0x1cf0 [rdma_rxe]\n")); !ok {
+		t.Errorf("a later report at the same place: not recognised (%q)", why)
+	}
+}
+
+// TestStaleTrapReasonParked: a guest parked at a patch site, its peer's
+// test failing as it waited, is retried; a peer with a kernel report of
+// its own, or stuck with interrupts off, is not.
+func TestStaleTrapReasonParked(t *testing.T) {
+	real, err := os.ReadFile("testdata/parked-kmsg.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "kmsg.log"), real, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parked := func() *guest {
+		return &guest{name: "s/g1", dir: dir, state: statePeerFailed, kernel: []string{"rcu: INFO: rcu_preempt self-detected stall on CPU"}}
+	}
+	waited := &guest{name: "s/g2", dir: t.TempDir(), state: stateExited, status: 1}
+	if got := staleTrapReason([]*guest{parked(), waited}, time.Minute); !strings.Contains(got, "parked at rxe_responder+0x0") {
+		t.Errorf("parked, the peer's test failed waiting: %q", got)
+	}
+	own := &guest{name: "s/g2", dir: t.TempDir(), state: stateExited, status: 1, kernel: []string{"WARNING: x"}}
+	if got := staleTrapReason([]*guest{parked(), own}, time.Minute); got != "" {
+		t.Errorf("a peer with its own kernel report: %q", got)
+	}
+	irqs := &guest{name: "s/g2", dir: t.TempDir(), state: statePeerFailed, vcpusIRQsOff: true}
+	if got := staleTrapReason([]*guest{parked(), irqs}, time.Minute); got != "" {
+		t.Errorf("a peer stuck with interrupts off: %q", got)
 	}
 }
