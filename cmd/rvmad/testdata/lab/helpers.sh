@@ -10,7 +10,8 @@
 #   ge A B                       true when number A >= number B (floats, exponents)
 #   delta FILE1 FILE2 SERIES     SERIES in FILE2 minus in FILE1, as an integer
 #   equal_files FILE DIR F:M...  fail unless metric M in FILE equals the number in DIR/F, for each F:M
-#   show_changes FILE1 FILE2     print the device series (device= label) whose value changed
+#   show_changes FILE1 FILE2 [S] print the series whose value changed among those whose
+#                                name or labels contain S (default: device=" series)
 #
 # For `make demo` (test/softroce/demo/demo.sh, with gobuild=./cmd/rvmad in its header):
 #   rvmad_demo_begin             start rvmad on 127.0.0.1:9470 and take the "before" scrape
@@ -86,8 +87,9 @@ equal_files() {
 }
 
 show_changes() {
-	awk 'FNR == NR { if ($1 ~ /device="/) before[$1] = $2; next }
-	     $1 ~ /device="/ && ($1 in before) && $2 != before[$1] { printf "  %-72s %14.0f -> %14.0f  (+%.0f)\n", $1, before[$1], $2, $2 - before[$1] }' "$1" "$2"
+	local match=${3:-device=\"}
+	awk -v m="$match" 'FNR == NR { if (index($1, m)) before[$1] = $2; next }
+	     index($1, m) && ($1 in before) && $2 != before[$1] { printf "  %-72s %14.0f -> %14.0f  (%+.0f)\n", $1, before[$1], $2, $2 - before[$1] }' "$1" "$2"
 }
 
 rvmad_demo_begin() {
@@ -104,5 +106,7 @@ rvmad_demo_end() {
 	scrape http://127.0.0.1:9470/metrics "$RVMAD_DEMO_DIR/after.prom"
 	printf '\n== guest %s: what rvmad saw move on %s during the demo:\n' "$LAB_INDEX" "$LAB_DEVICE"
 	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom"
+	printf '\n== guest %s: the module'"'"'s JBMT counters in rvmad, where they moved:\n' "$LAB_INDEX"
+	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom" rdmaplus_jbmt_
 	rvmad_stop
 }
