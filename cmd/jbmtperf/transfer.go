@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
+)
+
+// target is a region of this process served over a connection to addr
+// (a loopback one when addr is this host's): what bw and lat move to.
+type target struct {
+	s   *jbmt.Service
+	mem []byte
+	reg *jbmt.Region
+	p   *jbmt.Peer
+}
+
+func newTarget(addr string, size int) (*target, error) {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return nil, fmt.Errorf("-addr: %w", err)
+	}
+	t := &target{}
+	if t.s, err = jbmt.Open(nil); err != nil {
+		return nil, err
+	}
+	if t.mem, err = jbmt.Alloc(size); err != nil {
+		t.close()
+		return nil, err
+	}
+	for i := range t.mem {
+		t.mem[i] = byte(i)
+	}
+	if t.reg, err = t.s.Register(t.mem, jbmt.Read|jbmt.Write); err != nil {
+		t.close()
+		return nil, err
+	}
+	if t.p, err = t.s.Dial(context.Background(), netip.AddrPortFrom(a, 0)); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *target) close() {
+	if t.reg != nil {
+		t.reg.Close()
+	}
+	if t.mem != nil {
+		jbmt.Free(t.mem)
+	}
+	t.s.Close()
+}
+
+// move makes one get or put of buf at the region's start.
+func (t *target) move(op string, buf []byte) error {
+	var err error
+	if op == "get" {
+		_, err = t.p.Get(context.Background(), buf, t.reg.Token(), 0)
+	} else {
+		_, err = t.p.Put(context.Background(), buf, t.reg.Token(), 0)
+	}
+	if err != nil {
+		return fmt.Errorf("%s of %d bytes: %w", op, len(buf), err)
+	}
+	return nil
+}
+
+// bw measures Get and Put bandwidth against a region of the service at
+// addr.
+func bw(addr string, minSize, maxSize, total int) error {
+	t, err := newTarget(addr, maxSize)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	buf := make([]byte, maxSize)
+	fmt.Printf("%-4s %10s %10s %8s\n", "op", "bytes", "MB/s", "ops")
+	for size := minSize; size <= maxSize; size *= 4 {
+		for _, op := range []string{"get", "put"} {
+			n := max(total/size, 1)
+			t0 := time.Now()
+			for range n {
+				if err := t.move(op, buf[:size]); err != nil {
+					return err
+				}
+			}
+			el := time.Since(t0)
+			fmt.Printf("%-4s %10d %10.1f %8d\n", op, size, float64(n*size)/el.Seconds()/1e6, n)
+		}
+	}
+	return nil
+}
+
+// lat measures the latency of single Gets and Puts of sizes from minSize
+// to maxSize (by factors of 8) against a region of the service at addr:
+// the median and the 99th percentile of n transfers each, in µs.
+func lat(addr string, minSize, maxSize, n int) error {
+	t, err := newTarget(addr, maxSize)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	buf, err := jbmt.Alloc(maxSize) // page-aligned, as perftest's buffers
+	if err != nil {
+		return err
+	}
+	defer jbmt.Free(buf)
+	fmt.Printf("%-4s %10s %10s %10s\n", "op", "bytes", "median_us", "p99_us")
+	for size := minSize; size <= maxSize; size *= 8 {
+		for _, op := range []string{"get", "put"} {
+			v := make([]float64, 0, n)
+			for range n {
+				t0 := time.Now()
+				if err := t.move(op, buf[:size]); err != nil {
+					return err
+				}
+				v = append(v, float64(time.Since(t0).Nanoseconds())/1e3)
+			}
+			slices.Sort(v)
+			fmt.Printf("%-4s %10d %10.1f %10.1f\n", op, size, v[len(v)/2], v[len(v)*99/100])
+		}
+	}
+	return nil
+}
