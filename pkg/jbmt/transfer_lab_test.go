@@ -788,7 +788,7 @@ func TestTwoGuestsTransferBudget(t *testing.T) {
 // TestLabTransferFaults (suite jbmt): a region never touched has no page
 // in memory. A get from it and a put into it are served from a work item
 // that faults the pages in (counted as deferred), and bring zeros and
-// land every byte; the same ranges, resident now, are served at once in
+// land every byte; the same range, resident now, is served at once in
 // the completion handler.
 func TestLabTransferFaults(t *testing.T) {
 	s := open(t)
@@ -815,9 +815,12 @@ func TestLabTransferFaults(t *testing.T) {
 	if !bytes.Equal(mem[n:], src) {
 		t.Error("a put into untouched memory left other bytes")
 	}
+	// At least the first section each way faults; with transparent huge
+	// pages (6.12's default) its fault brings in 2 MiB, and the rest of
+	// the range is resident by the time its sections come.
 	mid := stats(t)
-	if mid.SectionsDefer-before.SectionsDefer < 8 {
-		t.Errorf("%d sections deferred for faults, want at least 8 (4 each way)", mid.SectionsDefer-before.SectionsDefer)
+	if mid.SectionsDefer-before.SectionsDefer < 2 {
+		t.Errorf("%d sections deferred for faults, want at least 2 (one each way)", mid.SectionsDefer-before.SectionsDefer)
 	}
 	if _, err := p.Get(ctx, got, reg.Token(), n); err != nil || !bytes.Equal(got, src) {
 		t.Fatalf("a get of the resident range: %v", err)

@@ -48,7 +48,7 @@ func TestLabEndpointSpinTwoSenders(t *testing.T) {
 	if stale > maxStale {
 		t.Errorf("%d stale puts in %d epochs, want at most %d", stale, epochs, maxStale)
 	}
-	if limit := uint64(2*epochs+8) + stalePutSlack(stale); notices > limit {
+	if limit := uint64(2*epochs+8) + stalePutSlack(stale, buffers-1); notices > limit {
 		t.Errorf("%d notices for %d epochs of two senders, want at most %d", notices, epochs, limit)
 	}
 }
