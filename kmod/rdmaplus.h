@@ -11,6 +11,7 @@
  *   rdmaplus_jbmt.c  JBMT: unpinned memory by token (no hooks)
  *   rdmaplus_jbmt_net.c  JBMT's connections between hosts (rdma_cm)
  *   rdmaplus_jbmt_xfer.c JBMT's transfers: sections pinned just in time
+ *   rdmaplus_jbmt_ring.c JBMT's asynchronous operations: a completion ring
  *
  * Dependencies go down this list only: the services use the rxe layer
  * and accounting, never each other.
@@ -236,5 +237,11 @@ long rdmaplus_jbmt_connect(void __user *arg);
 /* ---- rdmaplus_jbmt_xfer.c: JBMT's transfers ---- */
 
 long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg);
+
+/* ---- rdmaplus_jbmt_ring.c: JBMT's completion ring ---- */
+
+bool rdmaplus_jbmt_owns_pgoff(unsigned long pgoff);
+int rdmaplus_jbmt_mmap(struct rdmaplus_jbmt_ctx *ctx,
+		       struct vm_area_struct *vma);
 
 #endif /* _RDMAPLUS_H */

@@ -204,6 +204,10 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 		return rdmaplus_jbmt_connect(arg);
 	case RDMAPLUS_IOC_JBMT_OP:
 		return rdmaplus_jbmt_op(ctx, arg);
+	case RDMAPLUS_IOC_JBMT_SETUP:
+		return jbmt_ring_setup(ctx, arg);
+	case RDMAPLUS_IOC_JBMT_SUBMIT:
+		return jbmt_ring_submit(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;
 	}
@@ -223,11 +227,12 @@ struct rdmaplus_jbmt_ctx *rdmaplus_jbmt_open(struct rdmaplus_user *u)
 	return ctx;
 }
 
-/* Revoke every region of the file. */
+/* End the file's operations, revoke every region of the file. */
 void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx)
 {
 	struct jbmt_region *r;
 
+	jbmt_ring_release(ctx);
 	mutex_lock(&ctx->mutex);
 	while ((r = list_first_entry_or_null(&ctx->regions,
 					     struct jbmt_region, node))) {
@@ -273,11 +278,16 @@ int rdmaplus_jbmt_init(void)
 	ret = jbmt_xfer_init();
 	if (ret)
 		goto err_group;
-	ret = rdmaplus_jbmt_net_init();
+	ret = jbmt_ring_init();
 	if (ret)
 		goto err_xfer;
+	ret = rdmaplus_jbmt_net_init();
+	if (ret)
+		goto err_ring;
 	return 0;
 
+err_ring:
+	jbmt_ring_exit();
 err_xfer:
 	jbmt_xfer_exit();
 err_group:
@@ -288,6 +298,7 @@ err_group:
 void rdmaplus_jbmt_exit(void)
 {
 	rdmaplus_jbmt_net_exit();
+	jbmt_ring_exit();
 	jbmt_xfer_exit();
 	/* every file is closed: no region is left */
 	WARN_ON(!xa_empty(&jbmt_regions));

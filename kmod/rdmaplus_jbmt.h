@@ -27,7 +27,17 @@ struct rdmaplus_jbmt_ctx {
 	struct mutex mutex;		/* regions; held across a registration */
 	struct list_head regions;
 	long pinned;			/* pages its operations hold */
+	bool closing;			/* released: operations end */
+	struct jbmt_ring *ring;		/* asynchronous operations */
 };
+
+struct jbmt_ring;
+
+/* whether the file of an operation is closing (it ends -ECANCELED) */
+static inline bool jbmt_op_aborted(struct rdmaplus_jbmt_ctx *ctx)
+{
+	return READ_ONCE(ctx->closing);
+}
 
 struct jbmt_region {
 	struct rdmaplus_jbmt_ctx *ctx;	/* the file that registered it */
@@ -218,5 +228,25 @@ void jbmt_mr_retire(struct jbmt_peer *p, struct ib_mr *mr);
 
 int jbmt_xfer_init(void);
 void jbmt_xfer_exit(void);
+
+/* when an operation's stages happened, CLOCK_MONOTONIC ns (0: not yet) */
+struct jbmt_op_times {
+	u64 submit, start, first, end;
+};
+
+/* Check an operation's arguments: -EINVAL. */
+int jbmt_op_check(const struct rdmaplus_jbmt_op *a);
+/* Run a checked operation, its local pages in mm (NULL: the caller's). */
+long jbmt_op_exec(struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
+		  struct rdmaplus_jbmt_op *a, struct jbmt_op_times *times);
+
+/* ---- asynchronous operations (rdmaplus_jbmt_ring.c) -------------------- */
+
+long jbmt_ring_setup(struct rdmaplus_jbmt_ctx *ctx, void __user *arg);
+long jbmt_ring_submit(struct rdmaplus_jbmt_ctx *ctx, void __user *arg);
+/* The file is closing: cancel and wait for its operations, free the ring. */
+void jbmt_ring_release(struct rdmaplus_jbmt_ctx *ctx);
+int jbmt_ring_init(void);
+void jbmt_ring_exit(void);
 
 #endif /* RDMAPLUS_JBMT_H */

@@ -51,6 +51,8 @@
 
 /* sections one operation keeps in flight */
 #define JBMT_WINDOW		4
+/* the longest an operation waits without looking whether its file closes */
+#define JBMT_WAIT_SLICE		(HZ / 5)
 
 struct workqueue_struct *jbmt_xfer_wq;
 
@@ -287,6 +289,62 @@ static int jbmt_mr_map(struct ib_mr *mr, struct sg_table *sgt, int nents,
 	return 0;
 }
 
+/* ---- a section's pages ------------------------------------------------- */
+
+/* a section's pages on this host, and how the device reaches them */
+struct jbmt_pages {
+	struct page *pages[JBMT_SECT_SPAN];
+	unsigned int npages;
+	bool sink;		/* written by the device: unpinned dirty */
+	struct sg_table sgt;
+	int nents;		/* DMA-mapped (a sink) */
+	struct ib_mr *mr;	/* a sink's registration */
+	bool mr_invalidated;	/* its rkey revoked by the peer's SEND_WITH_INV */
+	struct rdma_rw_ctx rw;	/* a source's writes */
+	bool rw_ready;
+};
+
+/*
+ * Pin the pages of [addr, addr + len) in mm (the caller's when NULL) and
+ * build their scatterlist: -EFAULT, -EAGAIN (nofault: a fault or a lock
+ * to wait for), -ENOMEM.
+ */
+static int jbmt_pages_pin(struct jbmt_pages *m, struct mm_struct *mm,
+			  u64 addr, u32 len, bool nofault)
+{
+	unsigned int n = jbmt_span(addr, len);
+	int ret;
+
+	ret = jbmt_pin(mm, addr & PAGE_MASK, n, m->sink, nofault, m->pages);
+	if (ret)
+		return ret;
+	m->npages = n;
+	return sg_alloc_table_from_pages(&m->sgt, m->pages, n,
+					 offset_in_page(addr), len, GFP_KERNEL);
+}
+
+/* Release what m holds; the device is done with it. */
+static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
+{
+	if (m->mr) {
+		if (m->mr_invalidated)
+			ib_mr_pool_put(p->cm->qp, &p->mrs, m->mr);
+		else
+			jbmt_mr_retire(p, m->mr);
+	}
+	if (m->nents)
+		ib_dma_unmap_sg(p->pd->device, m->sgt.sgl, m->sgt.orig_nents,
+				DMA_FROM_DEVICE);
+	if (m->rw_ready)
+		rdma_rw_ctx_destroy(&m->rw, p->cm->qp, p->cm->port_num,
+				    m->sgt.sgl, m->sgt.orig_nents,
+				    DMA_TO_DEVICE);
+	if (m->sgt.sgl)
+		sg_free_table(&m->sgt);
+	if (m->npages)
+		jbmt_unpin(m->pages, m->npages, m->sink);
+}
+
 /* ---- sections we start -------------------------------------------------- */
 
 enum jbmt_isect_stage {
@@ -299,6 +357,7 @@ enum jbmt_isect_stage {
 struct jbmt_isect {
 	struct jbmt_peer *p;
 	struct rdmaplus_jbmt_ctx *ctx;	/* charged for its pages */
+	struct mm_struct *mm;		/* its pages' (NULL: the caller's) */
 	u32 xid;
 	u32 op;
 	u64 addr;		/* local */
@@ -309,15 +368,8 @@ struct jbmt_isect {
 	int status;
 	unsigned int nacks;
 	unsigned long retry_at;
-	struct page *pages[JBMT_SECT_SPAN];
-	unsigned int npages;
 	unsigned int budget;	/* pages taken from the ops' budget */
-	struct sg_table sgt;
-	int nents;		/* DMA-mapped (get) */
-	struct ib_mr *mr;	/* the sink (get) */
-	bool mr_invalidated;
-	struct rdma_rw_ctx rw;	/* the writes (put) */
-	bool rw_ready;
+	struct jbmt_pages mem;	/* a get's sink, a put's source */
 	struct completion done;	/* the response */
 	struct completion sent;	/* the FIN (put) */
 	wait_queue_head_t *opwq;	/* its operation waits here */
@@ -383,25 +435,8 @@ static void jbmt_credit_give(struct jbmt_peer *p)
 static void jbmt_isect_release(struct jbmt_isect *s)
 {
 	struct jbmt_peer *p = s->p;
-	bool get = s->op == RDMAPLUS_JBMT_GET;
 
-	if (s->mr) {
-		if (s->mr_invalidated)
-			ib_mr_pool_put(p->cm->qp, &p->mrs, s->mr);
-		else
-			jbmt_mr_retire(p, s->mr);
-	}
-	if (s->nents)
-		ib_dma_unmap_sg(p->pd->device, s->sgt.sgl, s->sgt.orig_nents,
-				DMA_FROM_DEVICE);
-	if (s->rw_ready)
-		rdma_rw_ctx_destroy(&s->rw, p->cm->qp, p->cm->port_num,
-				    s->sgt.sgl, s->sgt.orig_nents,
-				    DMA_TO_DEVICE);
-	if (s->sgt.sgl)
-		sg_free_table(&s->sgt);
-	if (s->npages)
-		jbmt_unpin(s->pages, s->npages, get);
+	jbmt_pages_release(p, &s->mem);
 	jbmt_budget_give(s->ctx, s->budget);
 	jbmt_credit_give(p);
 }
@@ -441,22 +476,22 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 	tx->msg.token_key = cpu_to_be64(s->token.key);
 	tx->msg.off = cpu_to_be64(s->roff);
 	if (get) {
-		if (s->mr && !s->mr_invalidated) {	/* not revoked: drop it */
-			jbmt_mr_retire(p, s->mr);
-			s->mr = NULL;
+		if (s->mem.mr && !s->mem.mr_invalidated) {	/* not revoked: drop it */
+			jbmt_mr_retire(p, s->mem.mr);
+			s->mem.mr = NULL;
 		}
-		if (!s->mr)
-			s->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
-		if (!s->mr) {
+		if (!s->mem.mr)
+			s->mem.mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
+		if (!s->mem.mr) {
 			ret = -ENOMEM;
 			goto err;
 		}
-		s->mr_invalidated = false;
-		ret = jbmt_mr_map(s->mr, &s->sgt, s->nents, &reg);
+		s->mem.mr_invalidated = false;
+		ret = jbmt_mr_map(s->mem.mr, &s->mem.sgt, s->mem.nents, &reg);
 		if (ret)
 			goto err;
-		tx->msg.rkey = cpu_to_be32(s->mr->rkey);
-		tx->msg.iova = cpu_to_be64(s->mr->iova);
+		tx->msg.rkey = cpu_to_be32(s->mem.mr->rkey);
+		tx->msg.iova = cpu_to_be64(s->mem.mr->iova);
 	}
 	ret = xa_alloc_cyclic(&p->xids, &s->xid, s, xa_limit_32b,
 			      &p->next_xid, GFP_KERNEL);
@@ -498,7 +533,7 @@ err:
  */
 static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 			     wait_queue_head_t *opwq,
-			     struct rdmaplus_jbmt_ctx *ctx,
+			     struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
 			     const struct rdmaplus_jbmt_op *a, u64 pos, u64 len,
 			     unsigned int pages)
 {
@@ -508,6 +543,7 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	memset(s, 0, sizeof(*s));
 	s->p = p;
 	s->ctx = ctx;
+	s->mm = mm;
 	s->budget = pages;
 	s->op = a->op;
 	s->addr = a->addr + pos;
@@ -518,20 +554,14 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	init_completion(&s->done);
 	init_completion(&s->sent);
 
-	ret = jbmt_pin(NULL, s->addr & PAGE_MASK, jbmt_span(s->addr, s->len),
-		       get, false, s->pages);
-	if (ret)
-		goto err;
-	s->npages = jbmt_span(s->addr, s->len);
-	ret = sg_alloc_table_from_pages(&s->sgt, s->pages, s->npages,
-					offset_in_page(s->addr), s->len,
-					GFP_KERNEL);
+	s->mem.sink = get;
+	ret = jbmt_pages_pin(&s->mem, mm, s->addr, s->len, false);
 	if (ret)
 		goto err;
 	if (get) {
-		s->nents = ib_dma_map_sg(p->pd->device, s->sgt.sgl,
-					 s->sgt.orig_nents, DMA_FROM_DEVICE);
-		if (!s->nents) {
+		s->mem.nents = ib_dma_map_sg(p->pd->device, s->mem.sgt.sgl,
+					 s->mem.sgt.orig_nents, DMA_FROM_DEVICE);
+		if (!s->mem.nents) {
 			ret = -ENOMEM;
 			goto err;
 		}
@@ -565,8 +595,8 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 		s->status = -ECONNRESET;
 		return;
 	case JBMT_MSG_DONE:
-		if (s->mr && s->inv_rkey == s->mr->rkey)
-			s->mr_invalidated = true;
+		if (s->mem.mr && s->inv_rkey == s->mem.mr->rkey)
+			s->mem.mr_invalidated = true;
 		if (s->resp_status == JBMT_NOPIN) {
 			/* the target's budget is full: ask again later */
 			atomic64_inc(&jbmt_xfer_st.nacks_received);
@@ -602,13 +632,13 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 	fin->arg = s;
 	ret = jbmt_tx_prepare(fin, s->rkey);
 	if (!ret) {
-		ret = rdma_rw_ctx_init(&s->rw, p->cm->qp, p->cm->port_num,
-				       s->sgt.sgl, s->sgt.orig_nents, 0,
+		ret = rdma_rw_ctx_init(&s->mem.rw, p->cm->qp, p->cm->port_num,
+				       s->mem.sgt.sgl, s->mem.sgt.orig_nents, 0,
 				       s->iova, s->rkey, DMA_TO_DEVICE);
-		s->rw_ready = ret > 0;
+		s->mem.rw_ready = ret > 0;
 	}
 	if (ret >= 0)
-		ret = rdma_rw_ctx_post(&s->rw, p->cm->qp, p->cm->port_num,
+		ret = rdma_rw_ctx_post(&s->mem.rw, p->cm->qp, p->cm->port_num,
 				       NULL, &fin->wr);
 	if (ret) {
 		jbmt_tx_free(fin);
@@ -714,36 +744,57 @@ static long jbmt_wait_slot(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 			   unsigned int want, unsigned long deadline,
 			   unsigned int *got)
 {
-	long left = max_t(long, deadline - jiffies, 1);
-	long ret;
+	bool credit = false;
+	long ret = 1;
 
 	*got = 0;
-	ret = wait_event_interruptible_timeout(p->wq, READ_ONCE(p->dead) ||
-					       jbmt_credit_take(p), left);
-	if (ret > 0 && !READ_ONCE(p->dead)) {
-		*got = jbmt_budget_take(ctx, want);
-		if (!*got) {
-			atomic64_inc(&jbmt_xfer_st.budget_waits);
-			left = max_t(long, deadline - jiffies, 1);
-			ret = wait_event_interruptible_timeout(jbmt_budget_wq,
-				READ_ONCE(p->dead) ||
-				(*got = jbmt_budget_take(ctx, want)), left);
+	/* in slices: a closing file ends the wait (jbmt_op_aborted) */
+	while (!credit && !READ_ONCE(p->dead) && !jbmt_op_aborted(ctx)) {
+		long left = (long)(deadline - jiffies);
+
+		if (left <= 0)
+			return -ETIMEDOUT;
+		ret = wait_event_interruptible_timeout(p->wq,
+				READ_ONCE(p->dead) || (credit = jbmt_credit_take(p)),
+				min(left, JBMT_WAIT_SLICE));
+		if (ret < 0)
+			return -EINTR;
+	}
+	if (!credit)
+		return jbmt_op_aborted(ctx) ? -ECANCELED : -ECONNRESET;
+	*got = jbmt_budget_take(ctx, want);
+	if (!*got)
+		atomic64_inc(&jbmt_xfer_st.budget_waits);
+	while (!*got && !READ_ONCE(p->dead) && !jbmt_op_aborted(ctx)) {
+		long left = (long)(deadline - jiffies);
+
+		if (left <= 0) {
+			ret = -ETIMEDOUT;
+			break;
 		}
-		if (!*got)
-			jbmt_credit_give(p);
+		ret = wait_event_interruptible_timeout(jbmt_budget_wq,
+				READ_ONCE(p->dead) ||
+				(*got = jbmt_budget_take(ctx, want)),
+				min(left, JBMT_WAIT_SLICE));
+		if (ret < 0) {
+			ret = -EINTR;
+			break;
+		}
 	}
-	if (ret > 0 && *got && !READ_ONCE(p->dead))
+	if (*got && !READ_ONCE(p->dead) && !jbmt_op_aborted(ctx))
 		return 0;
-	if (*got) {
+	if (*got)
 		jbmt_budget_give(ctx, *got);
-		jbmt_credit_give(p);
-		*got = 0;
-	}
-	return ret < 0 ? -EINTR : ret == 0 ? -ETIMEDOUT : -ECONNRESET;
+	*got = 0;
+	jbmt_credit_give(p);
+	if (ret < 0)
+		return ret;
+	return jbmt_op_aborted(ctx) ? -ECANCELED : -ECONNRESET;
 }
 
 static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
-			struct rdmaplus_jbmt_op *a)
+			struct mm_struct *mm, struct rdmaplus_jbmt_op *a,
+			struct jbmt_op_times *times)
 {
 	unsigned long deadline = jiffies + msecs_to_jiffies(a->timeout_ms ?
 				 a->timeout_ms : RDMAPLUS_JBMT_OP_MAX_MS);
@@ -788,7 +839,7 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 					break;
 			}
 			s = &win[(head + n) % JBMT_WINDOW];
-			ret = jbmt_isect_start(p, s, &opwq, ctx, a, pos,
+			ret = jbmt_isect_start(p, s, &opwq, ctx, mm, a, pos,
 					       a->length - pos, got);
 			if (ret < 0) {
 				err = ret;
@@ -805,8 +856,11 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 		for (i = 0; i < n; i++) {
 			s = &win[(head + i) % JBMT_WINDOW];
 			if (s->stage == JBMT_WAIT_RESP &&
-			    try_wait_for_completion(&s->done))
+			    try_wait_for_completion(&s->done)) {
+				if (times && !times->first)
+					times->first = ktime_get_ns();
 				jbmt_isect_respond(s);
+			}
 			if (s->stage == JBMT_WAIT_RETRY && !err &&
 			    time_after_eq(jiffies, s->retry_at))
 				jbmt_isect_retry(s);
@@ -826,8 +880,12 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 			s->stage = JBMT_ENDED;
 		}
 		if (s->stage != JBMT_ENDED) {
-			/* wait for any section's event, the first retry due */
-			long nap = max_t(long, (long)(next - jiffies), 1);
+			/*
+			 * Wait for any section's event, the first retry due,
+			 * or a slice (a closing file ends the operation).
+			 */
+			long nap = clamp_t(long, (long)(next - jiffies), 1,
+					   JBMT_WAIT_SLICE);
 
 			ret = wait_event_interruptible_timeout(opwq,
 				jbmt_op_event(win, head, n), nap);
@@ -835,6 +893,8 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 				err = -EINTR;
 			else if (time_after_eq(jiffies, deadline))
 				err = -ETIMEDOUT;
+			else if (jbmt_op_aborted(ctx))
+				err = -ECANCELED;
 			continue;
 		}
 		if (s->status && !err)
@@ -849,38 +909,57 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 	return err;
 }
 
-long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
+/* Check an operation's arguments (from the ioctl or a submission). */
+int jbmt_op_check(const struct rdmaplus_jbmt_op *a)
 {
-	struct rdmaplus_jbmt_op a;
+	if ((a->op != RDMAPLUS_JBMT_GET && a->op != RDMAPLUS_JBMT_PUT) ||
+	    !a->length || a->addr + a->length < a->addr ||
+	    !access_ok(u64_to_user_ptr(a->addr), a->length) ||
+	    a->offset + a->length < a->offset || a->done ||
+	    a->timeout_ms > RDMAPLUS_JBMT_OP_MAX_MS)
+		return -EINVAL;
+	return 0;
+}
+
+long jbmt_op_exec(struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
+		  struct rdmaplus_jbmt_op *a, struct jbmt_op_times *times)
+{
 	struct jbmt_peer *p;
 	long ret;
 
-	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
-	if (ret)
-		return ret;
-	if ((a.op != RDMAPLUS_JBMT_GET && a.op != RDMAPLUS_JBMT_PUT) ||
-	    !a.length || a.addr + a.length < a.addr ||
-	    !access_ok(u64_to_user_ptr(a.addr), a.length) ||
-	    a.offset + a.length < a.offset || a.done ||
-	    a.timeout_ms > RDMAPLUS_JBMT_OP_MAX_MS)
-		return -EINVAL;
-	p = jbmt_peer_get(a.peer);
+	a->done = 0;
+	p = jbmt_peer_get(a->peer);
 	if (!p)
 		return -ENOTCONN;
 	if (READ_ONCE(p->state) != JBMT_PEER_UP || !jbmt_peer_enter(p)) {
 		jbmt_peer_put(p);
 		return -ENOTCONN;
 	}
-	ret = jbmt_op_run(p, ctx, &a);
+	ret = jbmt_op_run(p, ctx, mm, a, times);
 	jbmt_peer_leave(p);
 	jbmt_peer_put(p);
 
-	atomic64_inc(a.op == RDMAPLUS_JBMT_GET ? &jbmt_xfer_st.gets :
+	atomic64_inc(a->op == RDMAPLUS_JBMT_GET ? &jbmt_xfer_st.gets :
 		     &jbmt_xfer_st.puts);
-	atomic64_add(a.done, a.op == RDMAPLUS_JBMT_GET ?
+	atomic64_add(a->done, a->op == RDMAPLUS_JBMT_GET ?
 		     &jbmt_xfer_st.get_bytes : &jbmt_xfer_st.put_bytes);
 	if (ret)
 		atomic64_inc(&jbmt_xfer_st.op_errors);
+	return ret;
+}
+
+long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_jbmt_op a;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	ret = jbmt_op_check(&a);
+	if (ret)
+		return ret;
+	ret = jbmt_op_exec(ctx, NULL, &a, NULL);
 	if (rdmaplus_copy_out(arg, &a, sizeof(a)) && !ret)
 		ret = -EFAULT;
 	return ret;
@@ -893,38 +972,15 @@ struct jbmt_tsect {
 	struct jbmt_region *r;
 	unsigned int served;	/* pages of the serving budget */
 	u32 xid, tsid;
-	bool sink;		/* a put's: granted, awaiting FIN */
-	struct page *pages[JBMT_SECT_SPAN];
-	unsigned int npages;
-	struct sg_table sgt;
-	int nents;		/* DMA-mapped (sink) */
-	struct ib_mr *mr;	/* (sink) */
-	struct rdma_rw_ctx rw;	/* the writes (get's source) */
-	bool rw_ready;
+	struct jbmt_pages mem;	/* a put's sink (granted, awaiting FIN), a
+				 * get's source */
 	struct delayed_work lease;
 };
 
 static void jbmt_tsect_free(struct jbmt_tsect *t, bool invalidated)
 {
-	struct jbmt_peer *p = t->p;
-
-	if (t->mr) {
-		if (invalidated)
-			ib_mr_pool_put(p->cm->qp, &p->mrs, t->mr);
-		else
-			jbmt_mr_retire(p, t->mr);
-	}
-	if (t->nents)
-		ib_dma_unmap_sg(p->pd->device, t->sgt.sgl, t->sgt.orig_nents,
-				DMA_FROM_DEVICE);
-	if (t->rw_ready)
-		rdma_rw_ctx_destroy(&t->rw, p->cm->qp, p->cm->port_num,
-				    t->sgt.sgl, t->sgt.orig_nents,
-				    DMA_TO_DEVICE);
-	if (t->sgt.sgl)
-		sg_free_table(&t->sgt);
-	if (t->npages)
-		jbmt_unpin(t->pages, t->npages, t->sink);
+	t->mem.mr_invalidated = invalidated;
+	jbmt_pages_release(t->p, &t->mem);
 	if (t->served)
 		jbmt_serve_give(t->served);
 	if (t->r)
@@ -1002,14 +1058,10 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	if (!jbmt_serve_take(jbmt_span(addr, len)))
 		return JBMT_NOPIN;
 	t->served = jbmt_span(addr, len);
-	ret = jbmt_pin(r->mm, addr & PAGE_MASK, jbmt_span(addr, len), t->sink,
-		       nofault, t->pages);
+	ret = jbmt_pages_pin(&t->mem, r->mm, addr, len, nofault);
 	if (ret)
-		return ret == -EAGAIN ? JBMT_DEFER : JBMT_FAULT;
-	t->npages = jbmt_span(addr, len);
-	if (sg_alloc_table_from_pages(&t->sgt, t->pages, t->npages,
-				      offset_in_page(addr), len, GFP_KERNEL))
-		return JBMT_NOMEM;
+		return ret == -EAGAIN ? JBMT_DEFER : ret == -EFAULT ?
+		       JBMT_FAULT : JBMT_NOMEM;
 	return JBMT_OK;
 }
 
@@ -1042,15 +1094,15 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
 	tx->arg = t;
 	if (jbmt_tx_prepare(tx, rkey))
 		goto err;
-	ret = rdma_rw_ctx_init(&t->rw, p->cm->qp, p->cm->port_num, t->sgt.sgl,
-			       t->sgt.orig_nents, 0, be64_to_cpu(m->iova), rkey,
+	ret = rdma_rw_ctx_init(&t->mem.rw, p->cm->qp, p->cm->port_num, t->mem.sgt.sgl,
+			       t->mem.sgt.orig_nents, 0, be64_to_cpu(m->iova), rkey,
 			       DMA_TO_DEVICE);
 	if (ret <= 0)
 		goto err;
-	t->rw_ready = true;
+	t->mem.rw_ready = true;
 	if (!jbmt_peer_enter(p))	/* the section's own, till sent */
 		goto err;
-	if (rdma_rw_ctx_post(&t->rw, p->cm->qp, p->cm->port_num, NULL,
+	if (rdma_rw_ctx_post(&t->mem.rw, p->cm->qp, p->cm->port_num, NULL,
 			     &tx->wr)) {
 		jbmt_peer_leave(p);
 		goto err;
@@ -1080,20 +1132,20 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
 		return JBMT_NOMEM;
 	}
 	t->p = p;
-	t->sink = true;
+	t->mem.sink = true;
 	INIT_DELAYED_WORK(&t->lease, jbmt_lease_expired);
 	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_WRITE, nofault);
 	if (st)
 		goto err;
 	st = JBMT_NOMEM;
-	t->nents = ib_dma_map_sg(p->pd->device, t->sgt.sgl, t->sgt.orig_nents,
+	t->mem.nents = ib_dma_map_sg(p->pd->device, t->mem.sgt.sgl, t->mem.sgt.orig_nents,
 				 DMA_FROM_DEVICE);
-	if (!t->nents)
+	if (!t->mem.nents)
 		goto err;
-	t->mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
-	if (!t->mr)
+	t->mem.mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
+	if (!t->mem.mr)
 		goto err;	/* more sections than credits allow */
-	if (jbmt_mr_map(t->mr, &t->sgt, t->nents, &reg))
+	if (jbmt_mr_map(t->mem.mr, &t->mem.sgt, t->mem.nents, &reg))
 		goto err;
 	if (xa_alloc_cyclic(&p->grants, &t->tsid, t, xa_limit_32b,
 			    &p->next_grant, GFP_KERNEL) < 0)
@@ -1102,8 +1154,8 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
 	tx->msg.xid = m->xid;
 	tx->msg.budget = cpu_to_be32(jbmt_pin_budget());
 	tx->msg.tsid = cpu_to_be32(t->tsid);
-	tx->msg.rkey = cpu_to_be32(t->mr->rkey);
-	tx->msg.iova = cpu_to_be64(t->mr->iova);
+	tx->msg.rkey = cpu_to_be32(t->mem.mr->rkey);
+	tx->msg.iova = cpu_to_be64(t->mem.mr->iova);
 	if (jbmt_tx_prepare(tx, 0))
 		goto err_grant;
 	reg.wr.next = &tx->wr;
@@ -1135,7 +1187,7 @@ static void jbmt_serve_fin(struct jbmt_peer *p, struct jbmt_rx *rx)
 	if (!t)
 		return;		/* the lease took it back */
 	cancel_delayed_work_sync(&t->lease);
-	jbmt_tsect_free(t, rx->inv_rkey && rx->inv_rkey == t->mr->rkey);
+	jbmt_tsect_free(t, rx->inv_rkey && rx->inv_rkey == t->mem.mr->rkey);
 }
 
 /*

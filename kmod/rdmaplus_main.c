@@ -191,6 +191,8 @@ static int rdmaplus_mmap(struct file *file, struct vm_area_struct *vma)
 
 	if (rdmaplus_rvma_owns_pgoff(vma->vm_pgoff))
 		return rdmaplus_rvma_mmap(f->rvma, vma);
+	if (rdmaplus_jbmt_owns_pgoff(vma->vm_pgoff))
+		return rdmaplus_jbmt_mmap(f->jbmt, vma);
 	return rdmaplus_aa_mmap(f->aa, vma);
 }
 

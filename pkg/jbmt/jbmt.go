@@ -37,6 +37,10 @@ var (
 	ErrFault = errors.New("jbmt: pages not mapped")
 	// ErrPeerGone: the connection is down (Dial again to make it anew).
 	ErrPeerGone = errors.New("jbmt: connection to the peer is down")
+	// ErrBusy: the completion ring holds as many transfers in flight and
+	// completions not yet polled as it has entries (Options.RingEntries);
+	// Poll, then start again.
+	ErrBusy = errors.New("jbmt: too many transfers in flight: poll completions first")
 )
 
 // Rights are what peers may do with a region.
@@ -91,7 +95,15 @@ func (t *Token) UnmarshalBinary(b []byte) error {
 
 // Options configure a Service; nil means the defaults (there are no
 // other settings yet).
-type Options struct{}
+type Options struct {
+	// RingEntries sizes the completion ring of asynchronous transfers
+	// (StartGet, StartPut): a power of two, at most 65536; 0 means
+	// DefaultRingEntries. It bounds the transfers in flight plus the
+	// completions not yet polled, and its pages count against
+	// RLIMIT_MEMLOCK (64 bytes an entry). The ring is made by the first
+	// Start.
+	RingEntries int
+}
 
 // Service is this process's use of the JBMT service: an open
 // /dev/rdmaplus. It is safe for concurrent use.
@@ -100,11 +112,26 @@ type Service struct {
 	dev     *kmod.Device
 	regions map[*Region]struct{}
 	closed  bool
+
+	ringEntries int
+	ring        *kmod.JBMTRing     // asynchronous transfers, from the first Start
+	pending     map[uint64]pending // by the id the module echoes
+	nextID      uint64
+	cqes        []kmod.JBMTCQE // Poll's scratch
 }
 
-// Open opens the service. Errors wrap ErrNotSupported (no module, or one
-// without JBMT) or the device's open error.
+// Open opens the service (nil Options: the defaults). Errors wrap
+// ErrInvalid (Options.RingEntries not a power of two up to 65536),
+// ErrNotSupported (no module, or one without JBMT) or the device's open
+// error.
 func Open(o *Options) (*Service, error) {
+	entries := DefaultRingEntries
+	if o != nil && o.RingEntries != 0 {
+		entries = o.RingEntries
+	}
+	if entries < 1 || entries > kmod.JBMTMaxRing || entries&(entries-1) != 0 {
+		return nil, fmt.Errorf("%w: %d ring entries (a power of two up to %d)", ErrInvalid, entries, kmod.JBMTMaxRing)
+	}
 	d, err := kmod.Open()
 	if err != nil {
 		if errors.Is(err, kmod.ErrNotLoaded) || errors.Is(err, kmod.ErrABI) {
@@ -116,11 +143,12 @@ func Open(o *Options) (*Service, error) {
 		d.Close()
 		return nil, fmt.Errorf("%w (module %s)", ErrNotSupported, d.Version().Release)
 	}
-	return &Service{dev: d, regions: map[*Region]struct{}{}}, nil
+	return &Service{dev: d, regions: map[*Region]struct{}{}, ringEntries: entries}, nil
 }
 
-// Close revokes every region of the Service and closes it. A second Close
-// returns nil.
+// Close revokes every region of the Service and closes it; asynchronous
+// transfers still in flight are cancelled (their completions are not
+// delivered) and have ended when it returns. A second Close returns nil.
 func (s *Service) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -132,7 +160,14 @@ func (s *Service) Close() error {
 		r.closed = true
 	}
 	s.regions = nil
-	return s.dev.Close() // the module revokes the file's regions
+	if s.ring != nil {
+		s.ring.Close()
+	}
+	// the module cancels the transfers in flight and waits for them, then
+	// revokes the file's regions; their buffers may go after this
+	err := s.dev.Close()
+	s.pending = nil
+	return err
 }
 
 // Region is a registered range of memory.

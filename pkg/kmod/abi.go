@@ -204,6 +204,8 @@ var (
 	iocJBMTDereg      = ioc(iocWrite, 0x31, unsafe.Sizeof(rawJBMTDereg{}))
 	iocJBMTConnect    = ioc(iocRead|iocWrite, 0x32, unsafe.Sizeof(rawJBMTConnect{}))
 	iocJBMTOp         = ioc(iocRead|iocWrite, 0x33, unsafe.Sizeof(rawJBMTOp{}))
+	iocJBMTSetup      = ioc(iocRead|iocWrite, 0x34, unsafe.Sizeof(rawJBMTSetup{}))
+	iocJBMTSubmit     = ioc(iocRead|iocWrite, 0x35, unsafe.Sizeof(rawJBMTSubmit{}))
 )
 
 type rawJBMTOp struct {

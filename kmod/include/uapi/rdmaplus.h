@@ -188,6 +188,116 @@ struct rdmaplus_jbmt_op {
 	__u64 done;
 };
 
+/*
+ * Asynchronous operations: a completion ring per file, mapped by the
+ * process; operations handed over in batches (the doorbell), each ending
+ * with an entry in the ring and the eventfd signalled.
+ */
+#define RDMAPLUS_JBMT_MAX_CQ	65536
+
+/**
+ * struct rdmaplus_jbmt_ring - the start of the mapped completion ring
+ * @cq_head:	the next entry the process will read; it advances it
+ * @cq_tail:	one past the last entry the module posted (read it with
+ *		acquire ordering)
+ * @cq_entries:	the ring's entries, a power of two
+ *
+ * The entries (struct rdmaplus_jbmt_cqe) follow this header; entry i of
+ * the stream is at index i & (cq_entries - 1).
+ */
+struct rdmaplus_jbmt_ring {
+	__u32 cq_head;
+	__u32 cq_tail;
+	__u32 cq_entries;
+	__u32 reserved[13];
+};
+
+/**
+ * struct rdmaplus_jbmt_cqe - an asynchronous operation's end
+ * @user_data:	the submission's
+ * @status:	0, or what RDMAPLUS_IOC_JBMT_OP would return (a negative
+ *		errno; -ECANCELED when the file closed first)
+ * @done:	bytes moved from the start before any error
+ * @t_submit:	CLOCK_MONOTONIC ns: the doorbell took the operation
+ * @t_start:	a kernel worker began it
+ * @t_first:	the answer to its first section came (0: none did)
+ * @t_end:	it ended
+ */
+struct rdmaplus_jbmt_cqe {
+	__u64 user_data;
+	__s32 status;
+	__u32 reserved;
+	__u64 done;
+	__u64 t_submit;
+	__u64 t_start;
+	__u64 t_first;
+	__u64 t_end;
+	__u64 reserved2;
+};
+
+/**
+ * struct rdmaplus_jbmt_setup - RDMAPLUS_IOC_JBMT_SETUP
+ * @size:	sizeof(struct rdmaplus_jbmt_setup)
+ * @flags:	zero
+ * @cq_entries:	the ring's entries, a power of two up to
+ *		RDMAPLUS_JBMT_MAX_CQ; operations in flight and entries not yet
+ *		read never exceed it (RDMAPLUS_IOC_JBMT_SUBMIT says EBUSY)
+ * @eventfd:	an eventfd signalled after entries are posted, or -1
+ * @mmap_offset: out: where to map the ring (mmap of the file)
+ * @mmap_bytes:	out: how much to map
+ *
+ * One ring per file (EBUSY for a second). Its pages count against the
+ * user's RLIMIT_MEMLOCK (ENOMEM beyond). EINVAL, EBADF (not an eventfd).
+ */
+struct rdmaplus_jbmt_setup {
+	__u32 size;
+	__u32 flags;
+	__u32 cq_entries;
+	__s32 eventfd;
+	__u64 mmap_offset;
+	__u64 mmap_bytes;
+};
+
+/**
+ * struct rdmaplus_jbmt_sqe - one operation for RDMAPLUS_IOC_JBMT_SUBMIT
+ * @op, @peer, @timeout_ms, @addr, @length, @token, @offset: as in struct
+ *		rdmaplus_jbmt_op; the buffer must stay mapped until the
+ *		operation's entry is posted
+ * @user_data:	given back in the entry
+ * @flags:	zero
+ * @reserved:	zero
+ */
+struct rdmaplus_jbmt_sqe {
+	__u32 op;
+	__u32 peer;
+	__u64 addr;
+	__u64 length;
+	struct rdmaplus_jbmt_token token;
+	__u64 offset;
+	__u64 user_data;
+	__u32 timeout_ms;
+	__u16 flags;
+	__u16 reserved;
+};
+
+/**
+ * struct rdmaplus_jbmt_submit - RDMAPLUS_IOC_JBMT_SUBMIT
+ * @size:	sizeof(struct rdmaplus_jbmt_submit)
+ * @count:	in: submissions at @sqes; out: how many were taken
+ * @sqes:	an array of struct rdmaplus_jbmt_sqe
+ *
+ * Takes submissions in order until one is refused or the ring has no room
+ * for more completions; returns 0 when it took any (each then ends with an
+ * entry), else the first one's error: EINVAL (as RDMAPLUS_IOC_JBMT_OP, or
+ * no ring), EBUSY (the ring is full: read entries first), EFAULT, ENOMEM,
+ * ENXIO (no ring set up).
+ */
+struct rdmaplus_jbmt_submit {
+	__u32 size;
+	__u32 count;
+	__u64 sqes;
+};
+
 /* ---- Active Access ---------------------------------------------------- */
 
 #define RDMAPLUS_AA_MAX_DOMAINS		1024	/* domain ids are 1..1024 */
@@ -735,5 +845,9 @@ struct rdmaplus_rvma_qp {
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x32, struct rdmaplus_jbmt_connect)
 #define RDMAPLUS_IOC_JBMT_OP	\
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x33, struct rdmaplus_jbmt_op)
+#define RDMAPLUS_IOC_JBMT_SETUP	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x34, struct rdmaplus_jbmt_setup)
+#define RDMAPLUS_IOC_JBMT_SUBMIT	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x35, struct rdmaplus_jbmt_submit)
 
 #endif /* _UAPI_RDMAPLUS_H */

@@ -18,6 +18,8 @@ static unsigned long off_data_len(void) { return OFF(rdmaplus_aa_entry, data_len
 static unsigned long off_value(void) { return OFF(rdmaplus_aa_entry, value); }
 static unsigned long off_ws_refused(void) { return OFF(rdmaplus_rvma_window_state, refused); }
 static unsigned long off_post_gen(void) { return OFF(rdmaplus_rvma_post, gen); }
+static unsigned long off_jbmt_cqe_t_end(void) { return OFF(rdmaplus_jbmt_cqe, t_end); }
+static unsigned long off_jbmt_sqe_user_data(void) { return OFF(rdmaplus_jbmt_sqe, user_data); }
 static unsigned long off_post_rkey(void) { return OFF(rdmaplus_rvma_post, rkey); }
 static unsigned long off_post_record(void) { return OFF(rdmaplus_rvma_post, record); }
 static unsigned long off_setup_mmap_offset(void) { return OFF(rdmaplus_rvma_setup, mmap_offset); }
@@ -72,6 +74,16 @@ var (
 	JBMTGet            = uint32(C.RDMAPLUS_JBMT_GET)
 	JBMTPut            = uint32(C.RDMAPLUS_JBMT_PUT)
 	JBMTOpMaxMS        = uint32(C.RDMAPLUS_JBMT_OP_MAX_MS)
+	JBMTMaxCQ          = uint32(C.RDMAPLUS_JBMT_MAX_CQ)
+	SizeJBMTRing       = uintptr(C.sizeof_struct_rdmaplus_jbmt_ring)
+	SizeJBMTCQE        = uintptr(C.sizeof_struct_rdmaplus_jbmt_cqe)
+	SizeJBMTSQE        = uintptr(C.sizeof_struct_rdmaplus_jbmt_sqe)
+	SizeJBMTSetup      = uintptr(C.sizeof_struct_rdmaplus_jbmt_setup)
+	SizeJBMTSubmit     = uintptr(C.sizeof_struct_rdmaplus_jbmt_submit)
+	OffJBMTCQETEnd     = uintptr(C.off_jbmt_cqe_t_end())
+	OffJBMTSQEUserData = uintptr(C.off_jbmt_sqe_user_data())
+	IocJBMTSetup       = uintptr(C.RDMAPLUS_IOC_JBMT_SETUP)
+	IocJBMTSubmit      = uintptr(C.RDMAPLUS_IOC_JBMT_SUBMIT)
 	RVMAMaxWindows     = int(C.RDMAPLUS_RVMA_MAX_WINDOWS)
 	RVMAMaxRecords     = int(C.RDMAPLUS_RVMA_MAX_RECORDS)
 	RVMARecordSize     = int(C.RDMAPLUS_RVMA_RECORD_SIZE)
