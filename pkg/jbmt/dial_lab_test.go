@@ -30,12 +30,8 @@ func TestTwoGuestsDial(t *testing.T) {
 	defer cancel()
 	before := stats(t)
 	if labenv.Role() == "server" {
-		if err := labenv.Signal("jbmt-up"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "jbmt-dialled"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "jbmt-up")
+		await(t, ctx, "jbmt-dialled")
 		st := stats(t)
 		if st.Accepts-before.Accepts != 1 || st.Peers < 1 {
 			t.Errorf("counters %+v after one peer dialled (before %+v)", st, before)
@@ -45,9 +41,7 @@ func TestTwoGuestsDial(t *testing.T) {
 		}
 		return
 	}
-	if err := labenv.Wait(ctx, "jbmt-up"); err != nil {
-		t.Fatal(err)
-	}
+	await(t, ctx, "jbmt-up")
 	a, err := labenv.AddrOf(1)
 	if err != nil {
 		t.Fatal(err)
@@ -96,12 +90,8 @@ func TestTwoGuestsDial(t *testing.T) {
 	if _, err := s.Dial(ctx, netip.MustParseAddrPort("[::1]:0")); !errors.Is(err, jbmt.ErrInvalid) {
 		t.Errorf("Dial of an IPv6 address: %v, want ErrInvalid", err)
 	}
-	if err := labenv.Signal("jbmt-dialled"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "jbmt-checked"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "jbmt-dialled")
+	await(t, ctx, "jbmt-checked")
 }
 
 // TestTwoGuestsDialDeviceGone: guest 1 deletes its RDMA device under an
@@ -119,32 +109,18 @@ func TestTwoGuestsDialDeviceGone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if labenv.Role() == "server" {
-		if err := labenv.Signal("gone-up"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "gone-dialled"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone-up")
+		await(t, ctx, "gone-dialled")
 		rdmaLink(t, "delete", dev)
-		if err := labenv.Signal("gone-deleted"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "gone-tried"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone-deleted")
+		await(t, ctx, "gone-tried")
 		rdmaLink(t, "add", dev, "type", "rxe", "netdev", "eth0")
-		if err := labenv.Signal("gone-back"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "gone-done"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone-back")
+		await(t, ctx, "gone-done")
 		if st := stats(t); st.Peers != 1 {
 			t.Errorf("counters %+v: want the new connection up", st)
 		}
-		if err := labenv.Signal("gone-checked"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone-checked")
 		return
 	}
 	a, err := labenv.AddrOf(1)
@@ -152,20 +128,14 @@ func TestTwoGuestsDialDeviceGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	server := netip.AddrPortFrom(netip.MustParseAddr(a), 0)
-	if err := labenv.Wait(ctx, "gone-up"); err != nil {
-		t.Fatal(err)
-	}
+	await(t, ctx, "gone-up")
 	first, err := s.Dial(ctx, server)
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
 	before := stats(t)
-	if err := labenv.Signal("gone-dialled"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "gone-deleted"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone-dialled")
+	await(t, ctx, "gone-deleted")
 	for st := stats(t); st.Disconnects == before.Disconnects; st = stats(t) {
 		if ctx.Err() != nil {
 			t.Fatalf("the connection never went down: %+v", st)
@@ -180,12 +150,8 @@ func TestTwoGuestsDialDeviceGone(t *testing.T) {
 	if err == nil || time.Since(t0) > 15*time.Second {
 		t.Errorf("Dial while the peer has no device: %v after %v", err, time.Since(t0))
 	}
-	if err := labenv.Signal("gone-tried"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "gone-back"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone-tried")
+	await(t, ctx, "gone-back")
 	var again *jbmt.Peer
 	for again == nil {
 		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
@@ -201,12 +167,8 @@ func TestTwoGuestsDialDeviceGone(t *testing.T) {
 	if again.ID() == first.ID() {
 		t.Errorf("the new connection has the old one's id %d", first.ID())
 	}
-	if err := labenv.Signal("gone-done"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "gone-checked"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone-done")
+	await(t, ctx, "gone-checked")
 }
 
 func rdmaLink(t *testing.T, args ...string) {

@@ -72,6 +72,48 @@ func random(n int, seed uint64) []byte {
 	return b
 }
 
+// signal and await pass a barrier of the lab's guests, or fail the test.
+func signal(t *testing.T, name string) {
+	t.Helper()
+	if err := labenv.Signal(name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func await(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	if err := labenv.Wait(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// loadToken waits for the token guest 1 published under name.
+func loadToken(t *testing.T, ctx context.Context, name string) jbmt.Token {
+	t.Helper()
+	var tok jbmt.Token
+	for labenv.Load(name, &tok) != nil {
+		if ctx.Err() != nil {
+			t.Fatalf("guest 1 published no token %q", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return tok
+}
+
+// dialGuest1 dials guest 1's JBMT service.
+func dialGuest1(t *testing.T, ctx context.Context, s *jbmt.Service) *jbmt.Peer {
+	t.Helper()
+	a, err := labenv.AddrOf(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a), 0))
+	if err != nil {
+		t.Fatalf("Dial guest 1: %v", err)
+	}
+	return p
+}
+
 // checkUnpinned: no section is left pinned once every operation returned.
 func checkUnpinned(t *testing.T) {
 	t.Helper()
@@ -292,33 +334,16 @@ func TestTwoGuestsTransfer(t *testing.T) {
 		if err := labenv.Publish("jbmt-token", reg.Token()); err != nil {
 			t.Fatal(err)
 		}
-		if err := labenv.Wait(ctx, "jbmt-xfer-put"); err != nil {
-			t.Fatal(err)
-		}
+		await(t, ctx, "jbmt-xfer-put")
 		if !bytes.Equal(mem[:off], want[:off]) || !bytes.Equal(mem[off:], put) {
 			t.Error("the region does not hold what guest 2 put")
 		}
 		checkUnpinned(t)
-		if err := labenv.Signal("jbmt-xfer-checked"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "jbmt-xfer-checked")
 		return
 	}
-	var tok jbmt.Token
-	for labenv.Load("jbmt-token", &tok) != nil {
-		if ctx.Err() != nil {
-			t.Fatal("guest 1 published no token")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	a, err := labenv.AddrOf(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a), 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := loadToken(t, ctx, "jbmt-token")
+	p := dialGuest1(t, ctx, s)
 	got := make([]byte, n)
 	t0 := time.Now()
 	if m, err := p.Get(ctx, got, tok, 0); err != nil || m != n {
@@ -333,12 +358,8 @@ func TestTwoGuestsTransfer(t *testing.T) {
 		t.Fatalf("Put into guest 1: %d, %v", m, err)
 	}
 	checkUnpinned(t)
-	if err := labenv.Signal("jbmt-xfer-put"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "jbmt-xfer-checked"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "jbmt-xfer-put")
+	await(t, ctx, "jbmt-xfer-checked")
 }
 
 // TestTwoGuestsTransferPeerGone (suite jbmt-2guests): guest 1 deletes
@@ -364,14 +385,10 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 		if err := labenv.Publish("gone2-token", reg.Token()); err != nil {
 			t.Fatal(err)
 		}
-		if err := labenv.Wait(ctx, "gone2-started"); err != nil {
-			t.Fatal(err)
-		}
+		await(t, ctx, "gone2-started")
 		time.Sleep(300 * time.Millisecond)
 		rdmaLink(t, "delete", dev)
-		if err := labenv.Wait(ctx, "gone2-failed"); err != nil {
-			t.Fatal(err)
-		}
+		await(t, ctx, "gone2-failed")
 		for st := stats(t); st.PinnedPages != 0 || st.Peers != 0; st = stats(t) {
 			if ctx.Err() != nil {
 				t.Fatalf("with the device gone: %+v, want no peer and no page pinned", st)
@@ -379,39 +396,19 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 		rdmaLink(t, "add", dev, "type", "rxe", "netdev", "eth0")
-		if err := labenv.Signal("gone2-back"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "gone2-done"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone2-back")
+		await(t, ctx, "gone2-done")
 		checkUnpinned(t)
-		if err := labenv.Signal("gone2-checked"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "gone2-checked")
 		return
 	}
-	var tok jbmt.Token
-	for labenv.Load("gone2-token", &tok) != nil {
-		if ctx.Err() != nil {
-			t.Fatal("guest 1 published no token")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	a, err := labenv.AddrOf(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := netip.AddrPortFrom(netip.MustParseAddr(a), 0)
-	p, err := s.Dial(ctx, server)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := loadToken(t, ctx, "gone2-token")
+	p := dialGuest1(t, ctx, s)
+	server := p.Addr()
 	got := make([]byte, n)
-	if err := labenv.Signal("gone2-started"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone2-started")
 	t0 := time.Now()
+	var err error
 	for err == nil && ctx.Err() == nil {
 		_, err = p.Get(ctx, got, tok, 0)
 	}
@@ -423,12 +420,8 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 		t.Errorf("Get on the lost connection: %v, want ErrPeerGone", err)
 	}
 	checkUnpinned(t)
-	if err := labenv.Signal("gone2-failed"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "gone2-back"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone2-failed")
+	await(t, ctx, "gone2-back")
 	var again *jbmt.Peer
 	for again == nil {
 		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
@@ -446,12 +439,8 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 		t.Fatalf("Get over the new connection with the same token: %d, %v (bytes equal: %v)", m, err, bytes.Equal(got, want))
 	}
 	checkUnpinned(t)
-	if err := labenv.Signal("gone2-done"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "gone2-checked"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "gone2-done")
+	await(t, ctx, "gone2-checked")
 }
 
 // TestLabTransferUnmapDuring (suite jbmt): the buffer a 64 MiB get writes
@@ -715,19 +704,13 @@ func TestTwoGuestsTransferBudget(t *testing.T) {
 		if err := labenv.Publish("budget-token", reg.Token()); err != nil {
 			t.Fatal(err)
 		}
-		if err := labenv.Wait(ctx, "budget-warm"); err != nil {
-			t.Fatal(err)
-		}
+		await(t, ctx, "budget-warm")
 		if err := os.WriteFile("/sys/kernel/rdmaplus/jbmt/served_pinned_hwm", []byte("0"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		nacks := sysfsJBMT(t, "nacks_sent")
-		if err := labenv.Signal("budget-go"); err != nil {
-			t.Fatal(err)
-		}
-		if err := labenv.Wait(ctx, "budget-done"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "budget-go")
+		await(t, ctx, "budget-done")
 		hwm := sysfsJBMT(t, "served_pinned_hwm")
 		t.Logf("served at a budget of one page: high-water mark %d, %d NACKs", hwm, sysfsJBMT(t, "nacks_sent")-nacks)
 		if hwm > 1 {
@@ -741,48 +724,25 @@ func TestTwoGuestsTransferBudget(t *testing.T) {
 			}
 		}
 		checkUnpinned(t)
-		if err := labenv.Signal("budget-checked"); err != nil {
-			t.Fatal(err)
-		}
+		signal(t, "budget-checked")
 		return
 	}
-	var tok jbmt.Token
-	for labenv.Load("budget-token", &tok) != nil {
-		if ctx.Err() != nil {
-			t.Fatal("guest 1 published no token")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	a, err := labenv.AddrOf(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := s.Dial(ctx, netip.AddrPortFrom(netip.MustParseAddr(a), 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := loadToken(t, ctx, "budget-token")
+	p := dialGuest1(t, ctx, s)
 	// the connection may be older than guest 1's budget: a first get
 	// learns it
 	if _, err := p.Get(ctx, make([]byte, 64<<10), tok, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := labenv.Signal("budget-warm"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "budget-go"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "budget-warm")
+	await(t, ctx, "budget-go")
 	t0 := time.Now()
 	budgetRun(t, ctx, p, nil, tok)
 	t.Logf("16 transfers of 64 KiB against a budget of one page: %v, %d NACKs received",
 		time.Since(t0).Round(time.Millisecond), sysfsJBMT(t, "nacks_received"))
 	checkUnpinned(t)
-	if err := labenv.Signal("budget-done"); err != nil {
-		t.Fatal(err)
-	}
-	if err := labenv.Wait(ctx, "budget-checked"); err != nil {
-		t.Fatal(err)
-	}
+	signal(t, "budget-done")
+	await(t, ctx, "budget-checked")
 }
 
 // TestLabTransferFaults (suite jbmt): a region never touched has no page
