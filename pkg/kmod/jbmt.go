@@ -159,6 +159,8 @@ type JBMTStats struct {
 	ServedPinnedHWM uint64 // high-water mark of ServedPinned (reset by writing 0)
 	SectionsInline  uint64 // peers' sections served in the completion handler (pages resident)
 	SectionsDefer   uint64 // peers' sections served from a work item (a fault or a lock to wait for)
+	AsyncSubmitted  uint64 // asynchronous operations submitted, since load
+	AsyncCompleted  uint64 // asynchronous operations whose completion was posted
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -186,6 +188,7 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"op_pinned_pages", &st.OpPinnedPages}, {"served_pinned_pages", &st.ServedPinned},
 		{"op_pinned_hwm", &st.OpPinnedHWM}, {"served_pinned_hwm", &st.ServedPinnedHWM},
 		{"sections_inline", &st.SectionsInline}, {"sections_deferred", &st.SectionsDefer},
+		{"async_submitted", &st.AsyncSubmitted}, {"async_completed", &st.AsyncCompleted},
 	})
 	if err != nil {
 		return JBMTStats{}, err

@@ -203,7 +203,8 @@ equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplu
 	budget_waits:rdmaplus_jbmt_budget_waits_total pin_budget_pages:rdmaplus_jbmt_pin_budget_pages \
 	op_pinned_pages:rdmaplus_jbmt_op_pinned_pages served_pinned_pages:rdmaplus_jbmt_served_pinned_pages \
 	op_pinned_hwm:rdmaplus_jbmt_op_pinned_hwm_pages served_pinned_hwm:rdmaplus_jbmt_served_pinned_hwm_pages \
-	sections_inline:rdmaplus_jbmt_sections_inline_total sections_deferred:rdmaplus_jbmt_sections_deferred_total
+	sections_inline:rdmaplus_jbmt_sections_inline_total sections_deferred:rdmaplus_jbmt_sections_deferred_total \
+	async_submitted:rdmaplus_jbmt_async_submitted_total async_completed:rdmaplus_jbmt_async_completed_total
 for m in rdmaplus_jbmt_registrations_total rdmaplus_jbmt_revoked_regions_total; do
 	d=$(delta /tmp/m5 /tmp/m6 "$m")
 	echo "  $m: +$d (the test registered 1000 regions and closed its service)"

@@ -91,5 +91,7 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("budget_waits", "Operations that waited for the pin budget; rising fast means the budget is too small for the load (kernel: budget_waits).", func(st kmod.JBMTStats) uint64 { return st.BudgetWaits })
 	s.counter("sections_inline", "Peers' sections served at once in the completion handler, their pages resident (kernel: sections_inline).", func(st kmod.JBMTStats) uint64 { return st.SectionsInline })
 	s.counter("sections_deferred", "Peers' sections served from a work item because a page had to be faulted in or the address space was locked: JBMT's asynchronous faults (kernel: sections_deferred).", func(st kmod.JBMTStats) uint64 { return st.SectionsDefer })
+	s.counter("async_submitted", "Asynchronous operations this host's processes submitted (kernel: async_submitted).", func(st kmod.JBMTStats) uint64 { return st.AsyncSubmitted })
+	s.counter("async_completed", "Asynchronous operations whose completion the module posted; submitted minus completed is in flight (kernel: async_completed).", func(st kmod.JBMTStats) uint64 { return st.AsyncCompleted })
 	return s
 }
