@@ -6,6 +6,7 @@
 //	jbmtperf -d rxe0 -t reg [-min 4096] [-max 1073741824] [-pinned-max 268435456] [-n 20]
 //	jbmtperf -t bw -addr 10.77.0.1 [-min 65536] [-max 16777216] [-bytes 268435456]
 //	jbmtperf -t lat -addr 10.77.0.1 [-min 8] [-max 1048576] [-n 1000]
+//	jbmtperf -t async -addr 10.77.0.1 [-min 65536] [-max 4194304] [-window 8] [-bytes 268435456] [-n 100]
 //
 // Tests:
 //   - reg: the cost of registering and deregistering a fresh buffer, at
@@ -29,6 +30,13 @@
 //     -min to -max by factors of 8, -n of each: median and 99th
 //     percentile in µs. The anchors are perftest's ib_read_lat and
 //     ib_write_lat in the same boot (test/softroce/bench/jbmt-lat.sh).
+//   - async: asynchronous gets (Peer.StartGet, Service.Wait and Poll):
+//     the bandwidth with -window of them in flight, and, one at a time,
+//     the median of each stage of -n, from the times in each completion:
+//     queued (submitted until a kernel worker began it), the first
+//     section's round trip, the rest of the transfer, and the wake-up
+//     (the end until Wait returned in the caller), in µs: where a get's
+//     time goes, as in the report's Figures 6 and 7.
 //
 // The figures are ratios and slopes under TCG, not absolute times
 // (docs/benchmarks.md).
@@ -48,7 +56,8 @@ import (
 
 func main() {
 	dev := flag.String("d", "", "RDMA device (first one if empty)")
-	test := flag.String("t", "reg", "test: reg, bw or lat")
+	test := flag.String("t", "reg", "test: reg, bw, lat or async")
+	window := flag.Int("window", 8, "async: transfers in flight")
 	addr := flag.String("addr", "", "bw: the JBMT service's IPv4 address")
 	total := flag.Int("bytes", 256<<20, "bw: bytes moved per size and operation")
 	minSize := flag.Int("min", 4096, "smallest size in bytes")
@@ -56,7 +65,7 @@ func main() {
 	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
 	n := flag.Int("n", 20, "registrations per size and kind")
 	flag.Parse()
-	if (*test != "reg" && *test != "bw" && *test != "lat") || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
+	if (*test != "reg" && *test != "bw" && *test != "lat" && *test != "async") || *window < 1 || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
 		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
 		os.Exit(2)
 	}
@@ -66,6 +75,8 @@ func main() {
 		err = bw(*addr, *minSize, *maxSize, *total)
 	case "lat":
 		err = lat(*addr, *minSize, *maxSize, *n)
+	case "async":
+		err = async(*addr, *minSize, *maxSize, *total, *window, *n)
 	default:
 		err = reg(*dev, *minSize, *maxSize, *pinnedMax, *n)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
 )
 
@@ -126,4 +128,89 @@ func lat(addr string, minSize, maxSize, n int) error {
 		}
 	}
 	return nil
+}
+
+// async measures asynchronous gets (Peer.StartGet, Service.Poll) of sizes
+// from minSize to maxSize (by factors of 4) against a region of the
+// service at addr: with window transfers in flight, the bandwidth over
+// total bytes; one at a time, the median of each stage of n transfers
+// (submitted to begun by a kernel worker, begun to the first section's
+// answer, that to the end, the end to Wait's return in the caller), µs.
+func async(addr string, minSize, maxSize, total, window, n int) error {
+	t, err := newTarget(addr, maxSize)
+	if err != nil {
+		return err
+	}
+	defer t.close()
+	ctx := context.Background()
+	bufs := make([][]byte, window)
+	for i := range bufs {
+		if bufs[i], err = jbmt.Alloc(maxSize); err != nil {
+			return err
+		}
+		defer jbmt.Free(bufs[i])
+	}
+	cs := make([]jbmt.Completion, window)
+	wait := func() (int, error) {
+		if err := t.s.Wait(ctx); err != nil {
+			return 0, err
+		}
+		k := t.s.Poll(cs)
+		for _, c := range cs[:k] {
+			if c.Err != nil {
+				return 0, c.Err
+			}
+		}
+		return k, nil
+	}
+	fmt.Printf("%-6s %10s %6s %10s %10s %10s %10s %10s\n", "op", "bytes", "window", "MB/s", "queue_us", "first_us", "rest_us", "wake_us")
+	for size := minSize; size <= maxSize; size *= 4 {
+		ops := max(total/size, window)
+		t0 := time.Now()
+		inflight, started := 0, 0
+		for started < ops || inflight > 0 {
+			for inflight < window && started < ops {
+				if err := t.p.StartGet(bufs[started%window][:size], t.reg.Token(), 0, uint64(started)); err != nil {
+					return fmt.Errorf("start get of %d bytes: %w", size, err)
+				}
+				started++
+				inflight++
+			}
+			k, err := wait()
+			if err != nil {
+				return fmt.Errorf("get of %d bytes: %w", size, err)
+			}
+			inflight -= k
+		}
+		mbs := float64(ops*size) / time.Since(t0).Seconds() / 1e6
+		var queue, first, rest, wake []float64
+		for range n {
+			if err := t.p.StartGet(bufs[0][:size], t.reg.Token(), 0, 0); err != nil {
+				return err
+			}
+			if err := t.s.Wait(ctx); err != nil {
+				return err
+			}
+			seen := monotonic()
+			if t.s.Poll(cs[:1]) != 1 || cs[0].Err != nil {
+				return fmt.Errorf("get of %d bytes: %v", size, cs[0].Err)
+			}
+			c := cs[0]
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			queue = append(queue, us(c.Started-c.Submitted))
+			first = append(first, us(c.FirstAnswer-c.Started))
+			rest = append(rest, us(c.Ended-c.FirstAnswer))
+			wake = append(wake, us(seen-c.Ended))
+		}
+		fmt.Printf("%-6s %10d %6d %10.1f %10.1f %10.1f %10.1f %10.1f\n", "aget", size, window, mbs,
+			median(queue), median(first), median(rest), median(wake))
+	}
+	return nil
+}
+
+// monotonic reads CLOCK_MONOTONIC, the clock of a Completion's times.
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }
