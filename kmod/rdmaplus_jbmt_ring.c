@@ -171,7 +171,8 @@ long jbmt_ring_setup(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 		ret = -EBUSY;	/* one ring per file */
 		goto err_mem;
 	}
-	ctx->ring = r;
+	/* whole before another thread's submit or mmap finds it */
+	smp_store_release(&ctx->ring, r);
 	mutex_unlock(&ctx->mutex);
 	a.mmap_offset = JBMT_PGOFF << PAGE_SHIFT;
 	a.mmap_bytes = bytes;
@@ -202,7 +203,7 @@ long jbmt_ring_submit(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 		return ret;
 	if (!a.count)
 		return -EINVAL;
-	r = READ_ONCE(ctx->ring);	/* set once, freed at release */
+	r = smp_load_acquire(&ctx->ring);	/* set once, freed at release */
 	if (!r)
 		return -ENXIO;
 	for (; taken < a.count; taken++) {
@@ -268,7 +269,7 @@ bool rdmaplus_jbmt_owns_pgoff(unsigned long pgoff)
 
 int rdmaplus_jbmt_mmap(struct rdmaplus_jbmt_ctx *ctx, struct vm_area_struct *vma)
 {
-	struct jbmt_ring *r = READ_ONCE(ctx->ring);
+	struct jbmt_ring *r = smp_load_acquire(&ctx->ring);
 
 	if (!r)
 		return -ENXIO;
