@@ -269,6 +269,7 @@ bool rdmaplus_jbmt_owns_pgoff(unsigned long pgoff)
 
 int rdmaplus_jbmt_mmap(struct rdmaplus_jbmt_ctx *ctx, struct vm_area_struct *vma)
 {
+	/* pairs with the setup's release: the ring is whole */
 	struct jbmt_ring *r = smp_load_acquire(&ctx->ring);
 
 	if (!r)
