@@ -7,6 +7,7 @@
 //	jbmtperf -t bw -addr 10.77.0.1 [-min 65536] [-max 16777216] [-bytes 268435456]
 //	jbmtperf -t lat -addr 10.77.0.1 [-min 8] [-max 1048576] [-n 1000]
 //	jbmtperf -t async -addr 10.77.0.1 [-min 65536] [-max 4194304] [-window 8] [-bytes 268435456] [-n 100]
+//	jbmtperf -t sweep -addr 10.77.0.1 [-max 262144] [-budgets 1,4,16,64,256,1024] [-procs 1,4,16] [-dur 2s]
 //
 // Tests:
 //   - reg: the cost of registering and deregistering a fresh buffer, at
@@ -37,6 +38,12 @@
 //     section's round trip, the rest of the transfer, and the wake-up
 //     (the end until Wait returned in the caller), in µs: where a get's
 //     time goes, as in the report's Figures 6 and 7.
+//   - sweep: gets of -max bytes under each pin budget of -budgets (pages,
+//     set through the module parameter jbmt_pin_budget_pages, restored
+//     after; root only) by each number of services in -procs (each its
+//     own file, as processes would have), for -dur each: aggregate MB/s,
+//     Jain's fairness index over the services' bytes, and the NACKs and
+//     budget waits the module counted.
 //
 // The figures are ratios and slopes under TCG, not absolute times
 // (docs/benchmarks.md).
@@ -48,6 +55,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
@@ -56,7 +65,10 @@ import (
 
 func main() {
 	dev := flag.String("d", "", "RDMA device (first one if empty)")
-	test := flag.String("t", "reg", "test: reg, bw, lat or async")
+	test := flag.String("t", "reg", "test: reg, bw, lat, async or sweep")
+	budgets := flag.String("budgets", "1,4,16,64,256,1024", "sweep: pin budgets, pages")
+	procs := flag.String("procs", "1,4,16", "sweep: numbers of services")
+	dur := flag.Duration("dur", 2*time.Second, "sweep: time per budget and number of services")
 	window := flag.Int("window", 8, "async: transfers in flight")
 	addr := flag.String("addr", "", "bw: the JBMT service's IPv4 address")
 	total := flag.Int("bytes", 256<<20, "bw: bytes moved per size and operation")
@@ -65,7 +77,7 @@ func main() {
 	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
 	n := flag.Int("n", 20, "registrations per size and kind")
 	flag.Parse()
-	if (*test != "reg" && *test != "bw" && *test != "lat" && *test != "async") || *window < 1 || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
+	if (*test != "reg" && *test != "bw" && *test != "lat" && *test != "async" && *test != "sweep") || *window < 1 || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
 		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
 		os.Exit(2)
 	}
@@ -77,6 +89,14 @@ func main() {
 		err = lat(*addr, *minSize, *maxSize, *n)
 	case "async":
 		err = async(*addr, *minSize, *maxSize, *total, *window, *n)
+	case "sweep":
+		var bs, ps []int
+		if bs, err = ints(*budgets); err == nil {
+			ps, err = ints(*procs)
+		}
+		if err == nil {
+			err = sweep(*addr, *maxSize, bs, ps, *dur)
+		}
 	default:
 		err = reg(*dev, *minSize, *maxSize, *pinnedMax, *n)
 	}
@@ -220,6 +240,19 @@ func measure(k kind, size, n int) (float64, float64, error) {
 		deregs = append(deregs, float64(t2.Sub(t1).Nanoseconds())/1e3)
 	}
 	return median(regs), median(deregs), nil
+}
+
+// ints parses a comma-separated list of positive integers.
+func ints(s string) ([]int, error) {
+	var v []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: not a list of positive integers", s)
+		}
+		v = append(v, n)
+	}
+	return v, nil
 }
 
 func median(v []float64) float64 {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 
 	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
 )
@@ -213,4 +217,72 @@ func monotonic() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return time.Duration(ts.Nano())
+}
+
+// sweep measures gets under pin budgets of each size in budgets (pages,
+// set through the module's parameter jbmt_pin_budget_pages, which it
+// restores after), by each number of services in procs (each a file of
+// its own, as a process would have; one region each, over this host's
+// connection to addr), each getting size bytes at a time for dur: the
+// aggregate MB/s, Jain's fairness index over the services' bytes, and
+// the NACKs and budget waits the module counted.
+func sweep(addr string, size int, budgets, procs []int, dur time.Duration) error {
+	const param = "/sys/module/rdmaplus/parameters/jbmt_pin_budget_pages"
+	old, err := os.ReadFile(param)
+	if err != nil {
+		return err
+	}
+	defer os.WriteFile(param, old, 0o644)
+	fmt.Printf("%8s %6s %10s %8s %8s %8s\n", "budget", "procs", "MB/s", "jain", "nacks", "waits")
+	for _, np := range procs {
+		targets := make([]*target, np)
+		for i := range targets {
+			if targets[i], err = newTarget(addr, size); err != nil {
+				return err
+			}
+			defer targets[i].close()
+		}
+		for _, b := range budgets {
+			if err := os.WriteFile(param, []byte(strconv.Itoa(b)), 0o644); err != nil {
+				return err
+			}
+			before, err := kmod.JBMTStatsFromSysfs("")
+			if err != nil {
+				return err
+			}
+			moved := make([]float64, np)
+			errs := make(chan error, np)
+			stop := time.Now().Add(dur)
+			for i, t := range targets {
+				go func() {
+					buf := make([]byte, size)
+					for time.Now().Before(stop) {
+						if err := t.move("get", buf); err != nil {
+							errs <- err
+							return
+						}
+						moved[i] += float64(size)
+					}
+					errs <- nil
+				}()
+			}
+			for range targets {
+				if err := <-errs; err != nil {
+					return fmt.Errorf("budget %d, %d services: %w", b, np, err)
+				}
+			}
+			after, err := kmod.JBMTStatsFromSysfs("")
+			if err != nil {
+				return err
+			}
+			var sum, sq float64
+			for _, m := range moved {
+				sum += m
+				sq += m * m
+			}
+			fmt.Printf("%8d %6d %10.1f %8.3f %8d %8d\n", b, np, sum/dur.Seconds()/1e6, sum*sum/(float64(np)*sq),
+				after.NACKsReceived-before.NACKsReceived, after.BudgetWaits-before.BudgetWaits)
+		}
+	}
+	return nil
 }
