@@ -5,6 +5,7 @@ import (
 
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/config"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/devices"
+	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/jbmtbudget"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/kmodmetrics"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/service"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/softroce"
@@ -22,5 +23,6 @@ func buildServices(cfg config.Config, log *slog.Logger) []service.Service {
 		kmodmetrics.NewActiveAccess(cfg.SysfsRoot, log.With("service", "activeaccess")),
 		kmodmetrics.NewMailboxes(cfg.SysfsRoot, log.With("service", "mailboxes")),
 		kmodmetrics.NewJBMT(cfg.SysfsRoot, log.With("service", "jbmt")),
+		jbmtbudget.New(log.With("service", "jbmt-budget"), cfg),
 	}
 }

@@ -11,8 +11,9 @@
 # counters (rdmaplus_rvma_*) equal to theirs and moving with keyed writes
 # into a mailbox (one refused for want of memory), its JBMT counters
 # (rdmaplus_jbmt_*) equal to theirs and moving with 1000 registrations
-# revoked on close, and SIGTERM exiting 0 while leaving the adopted rxe
-# link in place.
+# revoked on close, the module's JBMT pin budget set by rvmad's
+# --jbmt-pin-budget-pages, and SIGTERM exiting 0 while leaving the adopted
+# rxe link in place.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 
@@ -40,7 +41,7 @@ grep -q "\"name\": \"$dev\"" /tmp/devices.json || lab_fail "JSON inventory lacks
 grep -q "\"parent\": \"$netdev\"" /tmp/devices.json || lab_fail "JSON inventory lacks parent $netdev"
 
 echo "== rvmad serve, adopting the lab's $dev"
-rvmad_start /tmp/rvmad.log --listen 127.0.0.1:9470 --device "$dev" --rxe "$dev:$netdev" --log-format json
+rvmad_start /tmp/rvmad.log --listen 127.0.0.1:9470 --device "$dev" --rxe "$dev:$netdev" --log-format json --jbmt-pin-budget-pages 4096
 base=http://127.0.0.1:9470
 wait_http $base/readyz
 http_ok $base/healthz || lab_fail "/healthz not 200"
@@ -189,6 +190,7 @@ done
 echo "== JBMT: the module's counters, and how they move with registrations revoked on close"
 jb=/sys/kernel/rdmaplus/jbmt
 [ "$(metric /tmp/m5 rdmaplus_jbmt_module_loaded)" = 1 ] || lab_fail "rdmaplus_jbmt_module_loaded is not 1 with the module loaded"
+[ "$(metric /tmp/m5 rdmaplus_jbmt_pin_budget_pages)" = 4096 ] || lab_fail "rvmad --jbmt-pin-budget-pages 4096: the module's budget is $(metric /tmp/m5 rdmaplus_jbmt_pin_budget_pages)"
 lab_gotest jbmt -test.run '^TestLabRegisterRevokedOnClose$' >/tmp/jbmt-test.log 2>&1 || { cat /tmp/jbmt-test.log; lab_fail "TestLabRegisterRevokedOnClose failed"; }
 scrape $base/metrics /tmp/m6
 equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplus_jbmt_registered_bytes \

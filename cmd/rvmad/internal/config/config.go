@@ -45,6 +45,10 @@ type Config struct {
 	RemoveCreatedLinks bool `json:"remove_created_links"`
 	// ShutdownTimeout bounds a graceful shutdown.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// JBMTPinBudgetPages, when not 0, is the JBMT pin budget rvmad sets in
+	// the rdmaplus module (its parameter jbmt_pin_budget_pages) at start
+	// and on SIGHUP; 0 leaves the module's own.
+	JBMTPinBudgetPages uint32 `json:"jbmt_pin_budget_pages"`
 }
 
 // RXELink asks for the SoftRoCE device Name bound to the network device

@@ -86,6 +86,8 @@ func TestParseErrorsNameTheKey(t *testing.T) {
 		`{"listen": 80}`:                          `"listen"`,
 		`{"shutdown_timeout": 10}`:                `"shutdown_timeout"`,
 		`{"shutdown_timeout": "ten"}`:             `"shutdown_timeout"`,
+		`{"jbmt_pin_budget_pages": -1}`:           `"jbmt_pin_budget_pages"`,
+		`{"jbmt_pin_budget_pages": "64"}`:         `"jbmt_pin_budget_pages"`,
 		`{"rxe": [{"name": "r", "netdve": "e"}]}`: `"rxe"`,
 		"{\n\"listen\": ,}":                       "line 2",
 		`[]`:                                      "not a JSON object",

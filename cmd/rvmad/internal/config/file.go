@@ -43,14 +43,15 @@ func Parse(data []byte, base Config) (Config, error) {
 		return base, errors.New("not a JSON object: null")
 	}
 	fields := map[string]any{
-		"listen":               &cfg.Listen,
-		"log_level":            &cfg.LogLevel,
-		"log_format":           &cfg.LogFormat,
-		"sysfs_root":           &cfg.SysfsRoot,
-		"devices":              &cfg.Devices,
-		"rxe":                  &cfg.RXE,
-		"remove_created_links": &cfg.RemoveCreatedLinks,
-		"shutdown_timeout":     &cfg.ShutdownTimeout,
+		"listen":                &cfg.Listen,
+		"log_level":             &cfg.LogLevel,
+		"log_format":            &cfg.LogFormat,
+		"sysfs_root":            &cfg.SysfsRoot,
+		"devices":               &cfg.Devices,
+		"rxe":                   &cfg.RXE,
+		"remove_created_links":  &cfg.RemoveCreatedLinks,
+		"shutdown_timeout":      &cfg.ShutdownTimeout,
+		"jbmt_pin_budget_pages": &cfg.JBMTPinBudgetPages,
 	}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {

@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -22,6 +23,7 @@ type Flags struct {
 	rxe             listFlag
 	removeCreated   bool
 	shutdownTimeout time.Duration
+	jbmtBudget      uint
 }
 
 // BindFlags defines rvmad's configuration flags on fs, with the defaults of
@@ -38,6 +40,7 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 	fs.Var(&f.rxe, "rxe", "SoftRoCE link to provision, `NAME:NETDEV` (e.g. rxe0:eth0); repeatable or comma-separated")
 	fs.BoolVar(&f.removeCreated, "remove-created-links", d.RemoveCreatedLinks, "on shutdown, remove the rxe links this process created (adopted links are always kept)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", d.ShutdownTimeout.D(), "upper bound of a graceful shutdown")
+	fs.UintVar(&f.jbmtBudget, "jbmt-pin-budget-pages", uint(d.JBMTPinBudgetPages), "JBMT pin budget to set in the rdmaplus module, `pages` per side (0: leave the module's)")
 	return f
 }
 
@@ -74,6 +77,12 @@ func (f *Flags) Apply(cfg *Config) error {
 			cfg.RemoveCreatedLinks = f.removeCreated
 		case "shutdown-timeout":
 			cfg.ShutdownTimeout = Duration(f.shutdownTimeout)
+		case "jbmt-pin-budget-pages":
+			if f.jbmtBudget > math.MaxUint32 {
+				err = fmt.Errorf("flag --jbmt-pin-budget-pages: %d is more than %d", f.jbmtBudget, uint32(math.MaxUint32))
+				return
+			}
+			cfg.JBMTPinBudgetPages = uint32(f.jbmtBudget)
 		}
 	})
 	return err
