@@ -51,6 +51,9 @@ func cmdLint(args []string, stdout, stderr io.Writer) error {
 		if err := config.Validate(cfg); err != nil {
 			return usageError{err}
 		}
+		if err := config.CheckHost(cfg); err != nil {
+			return usageError{err}
+		}
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		reg, err := daemon.NewRegistry(log, buildServices(cfg, log), true)
 		if err != nil {

@@ -94,3 +94,52 @@ func TestExampleConfigIsValid(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
 }
+
+// TestStrictConfigExits2 starts `rvmad serve` with each configuration the
+// strict checks reject: exit status 2 and one line on stderr naming the
+// field or flag. Every case would also fail without its check (a bad
+// listen address or a missing device), so none can start a daemon that
+// keeps running.
+func TestStrictConfigExits2(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	missing := filepath.Join(dir, "no-sysfs")
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--config", file("trailing.json", `{"log_level":"debug"} }}} not json`), "--listen", "127.0.0.1:bad"}, []string{"trailing.json", "one JSON object and nothing after it"}},
+		{[]string{"--config", file("second.json", "{\"log_level\":\"debug\"}\n{\"log_level\":\"warn\"}"), "--listen", "127.0.0.1:bad"}, []string{"second.json", "line 2", `found "{"`}},
+		{[]string{"--config", file("null.json", `{"log_format": null}`), "--listen", "127.0.0.1:bad"}, []string{`field "log_format"`, "null"}},
+		{[]string{"--config", file("nullbool.json", `{"remove_created_links": null}`), "--listen", "127.0.0.1:bad"}, []string{`field "remove_created_links"`, "null"}},
+		{[]string{"--config", file("case.json", `{"rxe": [{"name": "rxe0", "Netdev": "eth0"}]}`), "--listen", "127.0.0.1:bad"}, []string{`field "rxe" at [0]`, `"Netdev"`, `"netdev"`}},
+		{[]string{"--config", file("topcase.json", `{"Log_Level": "debug"}`), "--listen", "127.0.0.1:bad"}, []string{`field "Log_Level"`, `"log_level"`}},
+		{[]string{"--device", "", "--listen", "127.0.0.1:bad"}, []string{"flag --device", "empty"}},
+		{[]string{"--rxe", "", "--listen", "127.0.0.1:bad"}, []string{"flag --rxe", "empty"}},
+		{[]string{"--sysfs-root", missing, "--listen", "127.0.0.1:0", "--device", "nosuchdev0"}, []string{"sysfs_root", "--sysfs-root", missing}},
+	}
+	for _, tc := range cases {
+		code, _, stderr := runArgs(append([]string{"serve"}, tc.args...)...)
+		if code != exitUsage {
+			t.Errorf("%q: exit %d, want %d: %s", tc.args, code, exitUsage, stderr)
+		}
+		if strings.Count(stderr, "\n") != 1 {
+			t.Errorf("%q: not one line: %q", tc.args, stderr)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%q: %q lacks %q", tc.args, stderr, w)
+			}
+		}
+	}
+	code, _, stderr := runArgs("lint", "--sysfs-root", missing)
+	if code != exitUsage || !strings.Contains(stderr, "sysfs_root") {
+		t.Errorf("lint with a missing root: exit %d: %s", code, stderr)
+	}
+}

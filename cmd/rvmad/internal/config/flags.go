@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -45,7 +46,9 @@ func BindFlags(fs *flag.FlagSet) *Flags {
 }
 
 // Apply copies the flags that were set on the command line into cfg. It
-// fails when an --rxe value is not NAME:NETDEV.
+// fails when an --rxe value is not NAME:NETDEV, and when --config,
+// --device or --rxe is given an empty value (or an empty item of a
+// comma-separated list), which would otherwise be silently ignored.
 func (f *Flags) Apply(cfg *Config) error {
 	var err error
 	f.fs.Visit(func(fl *flag.Flag) {
@@ -53,6 +56,16 @@ func (f *Flags) Apply(cfg *Config) error {
 			return
 		}
 		switch fl.Name {
+		case "config":
+			if f.ConfigFile == "" {
+				err = errors.New("flag --config: empty file name (leave the flag out to run without a config file)")
+			}
+		case "device":
+			if f.devices.empty != nil {
+				err = fmt.Errorf("flag --device: empty device name in %q", *f.devices.empty)
+				return
+			}
+			cfg.Devices = append([]string(nil), f.devices.vals...)
 		case "listen":
 			cfg.Listen = f.listen
 		case "log-level":
@@ -61,11 +74,13 @@ func (f *Flags) Apply(cfg *Config) error {
 			cfg.LogFormat = f.logFormat
 		case "sysfs-root":
 			cfg.SysfsRoot = f.sysfsRoot
-		case "device":
-			cfg.Devices = append([]string(nil), f.devices...)
 		case "rxe":
+			if f.rxe.empty != nil {
+				err = fmt.Errorf("flag --rxe: empty NAME:NETDEV in %q", *f.rxe.empty)
+				return
+			}
 			cfg.RXE = nil
-			for _, s := range f.rxe {
+			for _, s := range f.rxe.vals {
 				l, perr := ParseRXELink(s)
 				if perr != nil {
 					err = fmt.Errorf("flag --rxe: %w", perr)
@@ -89,8 +104,8 @@ func (f *Flags) Apply(cfg *Config) error {
 }
 
 // Load builds the configuration: defaults, then the config file if one was
-// named, then the flags set on the command line, then Validate. Every error
-// names the file, key or flag at fault.
+// named, then the flags set on the command line, then Validate and
+// CheckHost. Every error names the file, key or flag at fault.
 func (f *Flags) Load() (Config, error) {
 	cfg := Default()
 	if f.ConfigFile != "" {
@@ -102,7 +117,11 @@ func (f *Flags) Load() (Config, error) {
 	if err := f.Apply(&cfg); err != nil {
 		return cfg, err
 	}
-	if err := Validate(cfg); err != nil {
+	err := Validate(cfg)
+	if err == nil {
+		err = CheckHost(cfg)
+	}
+	if err != nil {
 		if f.ConfigFile != "" {
 			return cfg, fmt.Errorf("%w (config file %s, or flags)", err, f.ConfigFile)
 		}
@@ -112,14 +131,26 @@ func (f *Flags) Load() (Config, error) {
 }
 
 // listFlag is a repeatable flag whose values may also be comma-separated.
-type listFlag []string
+// It keeps the first value that had an empty item ("", "a,,b", "a,") for
+// Apply to reject.
+type listFlag struct {
+	vals  []string
+	empty *string
+}
 
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(l.vals, ",")
+}
 
 func (l *listFlag) Set(s string) error {
 	for _, p := range strings.Split(s, ",") {
 		if p = strings.TrimSpace(p); p != "" {
-			*l = append(*l, p)
+			l.vals = append(l.vals, p)
+		} else if l.empty == nil {
+			l.empty = &s
 		}
 	}
 	return nil

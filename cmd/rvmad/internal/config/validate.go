@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -84,6 +85,24 @@ func Validate(c Config) error {
 		bad("shutdown_timeout", "shutdown-timeout", c.ShutdownTimeout.String(), "want more than 0 and at most %v", MaxShutdownTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckHost checks what Validate cannot see in the values alone, on this
+// host: sysfs_root must be an existing directory (a mistyped one would
+// start a daemon that exports nothing). It returns a *FieldError.
+func CheckHost(c Config) error {
+	fi, err := os.Stat(c.SysfsRoot)
+	if err == nil && !fi.IsDir() {
+		err = errors.New("not a directory")
+	}
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is in the message already
+		}
+		return &FieldError{Field: "sysfs_root", Flag: "sysfs-root", Value: c.SysfsRoot, Err: err}
+	}
+	return nil
 }
 
 func checkListen(addr string) error {

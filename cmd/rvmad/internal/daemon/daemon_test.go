@@ -68,6 +68,7 @@ func (s *stub) record(e string) {
 
 type harness struct {
 	reload func() (config.Config, error)
+	log    *slog.Logger // nil: quiet
 	sigs   chan os.Signal
 	addr   chan net.Addr
 	done   chan error
@@ -84,6 +85,10 @@ func start(t *testing.T, cfg config.Config, mod func(h *harness)) *harness {
 		mod(h)
 	}
 	fixture := sysfs.New(filepath.Join("..", "..", "testdata", "sysfs-rxe"))
+	log := h.log
+	if log == nil {
+		log = quiet
+	}
 	go func() {
 		h.done <- Run(context.Background(), Options{
 			Config: cfg,
@@ -93,7 +98,7 @@ func start(t *testing.T, cfg config.Config, mod func(h *harness)) *harness {
 				}
 				return cfg, nil
 			},
-			Log:     quiet,
+			Log:     log,
 			Signals: h.sigs,
 			Services: func(c config.Config) ([]service.Service, error) {
 				return []service.Service{h.a, devices.New(fixture, quiet, c), h.b}, nil
