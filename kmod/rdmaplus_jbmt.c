@@ -98,6 +98,7 @@ static void jbmt_region_revoke(struct jbmt_region *r)
 	atomic64_sub(r->length, &jbmt_st.registered_bytes);
 	rdmaplus_user_give(r->ctx->user, RDMAPLUS_RES_JBMT_REGION);
 	wait_var_event(&r->ref, refcount_read(&r->ref) == 1);
+	jbmt_pc_drop_owner(r);	/* no section on it is left to cache more */
 	jbmt_region_put(r);
 }
 
@@ -233,6 +234,7 @@ void rdmaplus_jbmt_release(struct rdmaplus_jbmt_ctx *ctx)
 	struct jbmt_region *r;
 
 	jbmt_ring_release(ctx);
+	jbmt_pc_drop_owner(ctx);	/* its operations have ended */
 	mutex_lock(&ctx->mutex);
 	while ((r = list_first_entry_or_null(&ctx->regions,
 					     struct jbmt_region, node))) {
@@ -275,9 +277,12 @@ int rdmaplus_jbmt_init(void)
 
 	if (ret)
 		return ret;
-	ret = jbmt_xfer_init();
+	ret = jbmt_pin_init();
 	if (ret)
 		goto err_group;
+	ret = jbmt_xfer_init();
+	if (ret)
+		goto err_pin;
 	ret = jbmt_ring_init();
 	if (ret)
 		goto err_xfer;
@@ -290,6 +295,8 @@ err_ring:
 	jbmt_ring_exit();
 err_xfer:
 	jbmt_xfer_exit();
+err_pin:
+	jbmt_pin_exit();
 err_group:
 	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);
 	return ret;
@@ -300,6 +307,7 @@ void rdmaplus_jbmt_exit(void)
 	rdmaplus_jbmt_net_exit();
 	jbmt_ring_exit();
 	jbmt_xfer_exit();
+	jbmt_pin_exit();
 	/* every file is closed: no region is left */
 	WARN_ON(!xa_empty(&jbmt_regions));
 	sysfs_remove_group(rdmaplus_kobj(), &jbmt_attr_group);

@@ -10,6 +10,7 @@
 #include <linux/build_bug.h>
 #include <linux/completion.h>
 #include <linux/list.h>
+#include <linux/mm.h>
 #include <linux/mm_types.h>
 #include <linux/refcount.h>
 #include <linux/spinlock.h>
@@ -203,10 +204,77 @@ extern struct ib_cqe jbmt_unsignaled_cqe;
 /* Give rx back to the device once its work is done; p entered. */
 void jbmt_rx_repost(struct jbmt_rx *rx);
 
-/* ---- transfers (rdmaplus_jbmt_xfer.c) ---------------------------------- */
+/* ---- pins, the pin budget, the pin cache (rdmaplus_jbmt_pin.c) -------- */
+
+/* the pages a section [addr, addr + len) spans */
+static inline unsigned int jbmt_span(u64 addr, u64 len)
+{
+	return (PAGE_ALIGN(addr + len) - (addr & PAGE_MASK)) >> PAGE_SHIFT;
+}
+
+/*
+ * Pin n pages from addr in mm (the calling process's when NULL): -EFAULT
+ * unless all are there, none left pinned. With nofault (mm's pages, from
+ * a completion handler) it neither faults nor waits for mm's lock:
+ * -EAGAIN when it would have to.
+ */
+int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n, bool write,
+	     bool nofault, struct page **pages);
+void jbmt_unpin(struct page **pages, unsigned int n, bool dirty);
 
 /* the pin budget each side of this host has (what hellos announce) */
 u32 jbmt_pin_budget(void);
+/* budget freed (operations wait here for it) */
+extern wait_queue_head_t jbmt_budget_wq;
+/*
+ * Take up to want pages of the operations' budget for ctx (idle cached
+ * ranges are evicted for it): 0 if none.
+ */
+unsigned int jbmt_budget_take(struct rdmaplus_jbmt_ctx *ctx,
+			      unsigned int want);
+void jbmt_budget_give(struct rdmaplus_jbmt_ctx *ctx, unsigned int n);
+/* Take n pages of the serving budget, all or none. */
+bool jbmt_serve_take(unsigned int n);
+void jbmt_serve_give(unsigned int n);
+
+enum jbmt_side {
+	JBMT_SIDE_OP,		/* this host's operations' local pages */
+	JBMT_SIDE_SERVE,	/* regions' pages, served to peers */
+};
+
+struct jbmt_pc_ent;
+
+bool jbmt_pc_enabled(void);
+/*
+ * A cached range covering the n pages from addr of mm (writable when
+ * write; owner's, unless NULL), held for a section; NULL when none. It
+ * never sleeps.
+ */
+struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
+				const void *owner, u64 addr, unsigned int n,
+				bool write);
+/* the range's page array from addr's page */
+struct page **jbmt_pc_pages(struct jbmt_pc_ent *e, u64 addr);
+/*
+ * Pin the n pages from addr of mm (alive, or -EFAULT) as a cached range,
+ * held for a section, taking over n pages of budget the caller took (to
+ * ctx, on the op side); owner (the file or the region) drops it with
+ * jbmt_pc_drop_owner. NULL and *err on failure (the caller keeps its
+ * budget). It may sleep and fault.
+ */
+struct jbmt_pc_ent *jbmt_pc_fill(struct mm_struct *mm, enum jbmt_side side,
+				 const void *owner,
+				 struct rdmaplus_jbmt_ctx *ctx, u64 addr,
+				 unsigned int n, bool write, int *err);
+/* A section is done with e (having dirtied the pages it wrote). */
+void jbmt_pc_put(struct jbmt_pc_ent *e);
+/* Release owner's ranges (those in use when their section ends). */
+void jbmt_pc_drop_owner(const void *owner);
+
+int jbmt_pin_init(void);
+void jbmt_pin_exit(void);
+
+/* ---- transfers (rdmaplus_jbmt_xfer.c) ---------------------------------- */
 
 extern struct workqueue_struct *jbmt_xfer_wq;
 

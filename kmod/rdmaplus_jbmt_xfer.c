@@ -66,7 +66,6 @@ static struct {
 	atomic64_t sections_served;	/* served for peers */
 	atomic64_t sections_refused;	/* peers' requests refused */
 	atomic64_t leases_expired;	/* grants taken back */
-	atomic64_t pinned_pages;	/* now, both sides */
 	atomic64_t nacks_sent;		/* NOPIN: our serving budget full */
 	atomic64_t nacks_received;	/* NOPIN: a peer's */
 	atomic64_t budget_waits;	/* operations that waited for budget */
@@ -89,169 +88,6 @@ static const int jbmt_errno[JBMT_NSTATUS] = {
 static int jbmt_status_errno(u8 status)
 {
 	return status < JBMT_NSTATUS ? jbmt_errno[status] : -EPROTO;
-}
-
-/* ---- pages -------------------------------------------------------------- */
-
-/* the pages a section [addr, addr + len) spans */
-static unsigned int jbmt_span(u64 addr, u32 len)
-{
-	return (PAGE_ALIGN(addr + len) - (addr & PAGE_MASK)) >> PAGE_SHIFT;
-}
-
-/* 6.5 dropped the vmas argument (the module builds for 6.1 and later) */
-#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 5, 0)
-#define jbmt_pin_remote(mm, start, n, flags, pages) \
-	pin_user_pages_remote(mm, start, n, flags, pages, NULL, NULL)
-#else
-#define jbmt_pin_remote(mm, start, n, flags, pages) \
-	pin_user_pages_remote(mm, start, n, flags, pages, NULL)
-#endif
-
-/*
- * Pin n pages from addr in mm (the calling process's when mm is NULL):
- * -EFAULT unless all are there, none left pinned. With nofault (mm's
- * pages, from a completion handler) it neither faults nor waits for mm's
- * lock: -EAGAIN when it would have to.
- */
-static int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n,
-		    bool write, bool nofault, struct page **pages)
-{
-	unsigned int flags = write ? FOLL_WRITE : 0;
-	long got = 0, ret = 0;
-
-	if (!mm) {
-		ret = pin_user_pages_fast(addr, n, flags, pages);
-		got = max(ret, 0L);
-	} else if (nofault) {
-		if (!mmget_not_zero(mm))
-			return -EFAULT;
-		if (mmap_read_trylock(mm)) {
-			ret = jbmt_pin_remote(mm, addr, n, flags | FOLL_NOFAULT,
-					      pages);
-			got = max(ret, 0L);
-			mmap_read_unlock(mm);
-		}
-		mmput(mm);
-		if (got == n) {
-			atomic64_add(n, &jbmt_xfer_st.pinned_pages);
-			return 0;
-		}
-		if (got > 0)
-			unpin_user_pages(pages, got);
-		return -EAGAIN;
-	} else if (mmget_not_zero(mm)) {
-		mmap_read_lock(mm);
-		while (got < n) {
-			ret = jbmt_pin_remote(mm, addr + got * PAGE_SIZE,
-					      n - got, flags, pages + got);
-			if (ret <= 0)
-				break;
-			got += ret;
-		}
-		mmap_read_unlock(mm);
-		mmput(mm);
-	}
-	if (got == n) {
-		atomic64_add(n, &jbmt_xfer_st.pinned_pages);
-		return 0;
-	}
-	if (got > 0)
-		unpin_user_pages(pages, got);
-	return -EFAULT;
-}
-
-static void jbmt_unpin(struct page **pages, unsigned int n, bool dirty)
-{
-	unpin_user_pages_dirty_lock(pages, n, dirty);
-	atomic64_sub(n, &jbmt_xfer_st.pinned_pages);
-}
-
-/* ---- the pin budget ----------------------------------------------------- */
-
-/*
- * Each side has its budget: the pages this host's operations hold pinned
- * (their local sections), and the pages it holds pinned to serve peers.
- * An operation waits for budget (at least a page, its section shrinking
- * to what it got) and never fails for it; a request from a peer that
- * finds the serving budget full is answered NOPIN and asked again later.
- * Serving never waits on operations, so neither side can wait on the
- * other, on one host or across two: whatever is pinned is released when
- * its section ends, and sections end by themselves.
- */
-static unsigned int jbmt_pin_budget_pages = 32768;
-module_param(jbmt_pin_budget_pages, uint, 0644);
-MODULE_PARM_DESC(jbmt_pin_budget_pages, "pages JBMT may hold pinned on each side: for this host's operations, and to serve peers (at least 1)");
-
-static unsigned int jbmt_pin_share_pages;
-module_param(jbmt_pin_share_pages, uint, 0644);
-MODULE_PARM_DESC(jbmt_pin_share_pages, "pages one process's operations may hold pinned (0: the whole budget)");
-
-static DEFINE_SPINLOCK(jbmt_budget_lock);
-static long jbmt_op_pinned, jbmt_served_pinned;	/* under the lock */
-static long jbmt_op_hwm, jbmt_served_hwm;
-static DECLARE_WAIT_QUEUE_HEAD(jbmt_budget_wq);
-
-u32 jbmt_pin_budget(void)
-{
-	return max(READ_ONCE(jbmt_pin_budget_pages), 1U);
-}
-
-/* Take up to want pages of the operations' budget for ctx: 0 if none. */
-static unsigned int jbmt_budget_take(struct rdmaplus_jbmt_ctx *ctx,
-				     unsigned int want)
-{
-	long budget = jbmt_pin_budget(), share, avail;
-	unsigned int got = 0;
-
-	share = READ_ONCE(jbmt_pin_share_pages) ?: budget;
-	spin_lock(&jbmt_budget_lock);
-	avail = min(budget - jbmt_op_pinned, share - ctx->pinned);
-	if (avail > 0) {
-		got = min_t(long, want, avail);
-		jbmt_op_pinned += got;
-		ctx->pinned += got;
-		jbmt_op_hwm = max(jbmt_op_hwm, jbmt_op_pinned);
-	}
-	spin_unlock(&jbmt_budget_lock);
-	return got;
-}
-
-static void jbmt_budget_give(struct rdmaplus_jbmt_ctx *ctx, unsigned int n)
-{
-	if (!n)
-		return;
-	spin_lock(&jbmt_budget_lock);
-	jbmt_op_pinned -= n;
-	ctx->pinned -= n;
-	spin_unlock(&jbmt_budget_lock);
-	wake_up_all(&jbmt_budget_wq);
-}
-
-/*
- * Take n pages of the serving budget, all or none. A section larger than
- * the whole budget (from a peer that has not yet learned it: the NOPIN
- * tells it) is served when nothing else is, so it cannot wait forever.
- */
-static bool jbmt_serve_take(unsigned int n)
-{
-	bool ok;
-
-	spin_lock(&jbmt_budget_lock);
-	ok = jbmt_served_pinned + n <= jbmt_pin_budget() || !jbmt_served_pinned;
-	if (ok) {
-		jbmt_served_pinned += n;
-		jbmt_served_hwm = max(jbmt_served_hwm, jbmt_served_pinned);
-	}
-	spin_unlock(&jbmt_budget_lock);
-	return ok;
-}
-
-static void jbmt_serve_give(unsigned int n)
-{
-	spin_lock(&jbmt_budget_lock);
-	jbmt_served_pinned -= n;
-	spin_unlock(&jbmt_budget_lock);
 }
 
 /* ---- sinks -------------------------------------------------------------- */
@@ -293,9 +129,10 @@ static int jbmt_mr_map(struct ib_mr *mr, struct sg_table *sgt, int nents,
 
 /* a section's pages on this host, and how the device reaches them */
 struct jbmt_pages {
-	struct page *pages[JBMT_SECT_SPAN];
+	struct page *pages[JBMT_SECT_SPAN];	/* pinned for it alone */
 	unsigned int npages;
-	bool sink;		/* written by the device: unpinned dirty */
+	struct jbmt_pc_ent *pc;	/* or the cached range holding them */
+	bool sink;		/* written by the device: dirtied after */
 	struct sg_table sgt;
 	int nents;		/* DMA-mapped (a sink) */
 	struct ib_mr *mr;	/* a sink's registration */
@@ -307,14 +144,32 @@ struct jbmt_pages {
 /*
  * Pin the pages of [addr, addr + len) in mm (the caller's when NULL) and
  * build their scatterlist: -EFAULT, -EAGAIN (nofault: a fault or a lock
- * to wait for), -ENOMEM.
+ * to wait for), -ENOMEM. With m->pc set they are that cached range's.
+ * Else, unless nofault, with the pin cache on they become a cached range
+ * of side for owner (ctx charged, on the op side), which takes over their
+ * pages of the *charged the caller holds.
  */
 static int jbmt_pages_pin(struct jbmt_pages *m, struct mm_struct *mm,
-			  u64 addr, u32 len, bool nofault)
+			  enum jbmt_side side, const void *owner,
+			  struct rdmaplus_jbmt_ctx *ctx, u64 addr, u32 len,
+			  bool nofault, unsigned int *charged)
 {
 	unsigned int n = jbmt_span(addr, len);
 	int ret;
 
+	if (!m->pc && !nofault && jbmt_pc_enabled()) {
+		m->pc = jbmt_pc_fill(mm ?: current->mm, side, owner, ctx, addr,
+				     n, m->sink, &ret);
+		if (m->pc)
+			*charged -= n;
+		else if (ret == -EFAULT)
+			return ret;
+	}
+	if (m->pc)
+		return sg_alloc_table_from_pages(&m->sgt,
+						 jbmt_pc_pages(m->pc, addr), n,
+						 offset_in_page(addr), len,
+						 GFP_KERNEL);
 	ret = jbmt_pin(mm, addr & PAGE_MASK, n, m->sink, nofault, m->pages);
 	if (ret)
 		return ret;
@@ -326,6 +181,8 @@ static int jbmt_pages_pin(struct jbmt_pages *m, struct mm_struct *mm,
 /* Release what m holds; the device is done with it. */
 static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 {
+	struct sg_page_iter it;
+
 	if (m->mr) {
 		if (m->mr_invalidated)
 			ib_mr_pool_put(p->cm->qp, &p->mrs, m->mr);
@@ -339,6 +196,13 @@ static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 		rdma_rw_ctx_destroy(&m->rw, p->cm->qp, p->cm->port_num,
 				    m->sgt.sgl, m->sgt.orig_nents,
 				    DMA_TO_DEVICE);
+	if (m->pc) {
+		/* the range stays pinned: its pages are dirtied now */
+		if (m->sink && m->sgt.sgl)
+			for_each_sgtable_page(&m->sgt, &it, 0)
+				set_page_dirty_lock(sg_page_iter_page(&it));
+		jbmt_pc_put(m->pc);
+	}
 	if (m->sgt.sgl)
 		sg_free_table(&m->sgt);
 	if (m->npages)
@@ -526,16 +390,16 @@ err:
 }
 
 /*
- * Start a section of op a at pos, of at most len bytes and as many pages
- * as were taken from the budget: pin, map, request. A credit is held. It
- * returns the bytes the section covers, or an error, s then holding
- * nothing.
+ * Start a section of op a at pos, of at most len bytes and pages pages,
+ * taken from the budget or (pc) a cached range: pin, map, request. A
+ * credit is held. It returns the bytes the section covers, or an error,
+ * s then holding nothing.
  */
 static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 			     wait_queue_head_t *opwq,
 			     struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
 			     const struct rdmaplus_jbmt_op *a, u64 pos, u64 len,
-			     unsigned int pages)
+			     unsigned int pages, struct jbmt_pc_ent *pc)
 {
 	bool get = a->op == RDMAPLUS_JBMT_GET;
 	int ret;
@@ -544,7 +408,8 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	s->p = p;
 	s->ctx = ctx;
 	s->mm = mm;
-	s->budget = pages;
+	s->budget = pc ? 0 : pages;
+	s->mem.pc = pc;
 	s->op = a->op;
 	s->addr = a->addr + pos;
 	s->len = min_t(u64, len, pages * PAGE_SIZE - offset_in_page(s->addr));
@@ -555,7 +420,8 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	init_completion(&s->sent);
 
 	s->mem.sink = get;
-	ret = jbmt_pages_pin(&s->mem, mm, s->addr, s->len, false);
+	ret = jbmt_pages_pin(&s->mem, mm, JBMT_SIDE_OP, ctx, ctx, s->addr,
+			     s->len, false, &s->budget);
 	if (ret)
 		goto err;
 	if (get) {
@@ -737,12 +603,28 @@ static bool jbmt_op_event(struct jbmt_isect *win, unsigned int head,
 }
 
 /*
- * Wait for a credit and budget (*got pages, at least one) for a section of
- * an operation with none in flight: 0, -EINTR, -ETIMEDOUT or -ECONNRESET.
+ * The cached range holding the want pages of the section of a at addr,
+ * in mm (the caller's when NULL), or NULL; a credit is held.
+ */
+static struct jbmt_pc_ent *jbmt_isect_cached(struct rdmaplus_jbmt_ctx *ctx,
+					     struct mm_struct *mm,
+					     const struct rdmaplus_jbmt_op *a,
+					     u64 addr, unsigned int want)
+{
+	return jbmt_pc_get(mm ?: current->mm, JBMT_SIDE_OP, ctx, addr, want,
+			   a->op == RDMAPLUS_JBMT_GET);
+}
+
+/*
+ * Wait for a credit and then for a cached range (*pc) or budget (*got
+ * pages, at least one) for the section at addr of an operation with none
+ * in flight: 0, -EINTR, -ETIMEDOUT or -ECONNRESET.
  */
 static long jbmt_wait_slot(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
+			   struct mm_struct *mm,
+			   const struct rdmaplus_jbmt_op *a, u64 addr,
 			   unsigned int want, unsigned long deadline,
-			   unsigned int *got)
+			   unsigned int *got, struct jbmt_pc_ent **pc)
 {
 	bool credit = false;
 	long ret = 1;
@@ -762,6 +644,11 @@ static long jbmt_wait_slot(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 	}
 	if (!credit)
 		return jbmt_op_aborted(ctx) ? -ECANCELED : -ECONNRESET;
+	*pc = jbmt_isect_cached(ctx, mm, a, addr, want);
+	if (*pc) {
+		*got = want;
+		return 0;
+	}
 	*got = jbmt_budget_take(ctx, want);
 	if (!*got)
 		atomic64_inc(&jbmt_xfer_st.budget_waits);
@@ -823,24 +710,27 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 			u64 addr = a->addr + pos;
 			unsigned int want = jbmt_want_pages(p, addr,
 							    a->length - pos);
+			struct jbmt_pc_ent *pc = NULL;
 
 			got = 0;
 			if (n) {
 				if (!jbmt_credit_take(p))
 					break;
-				got = jbmt_budget_take(ctx, want);
+				pc = jbmt_isect_cached(ctx, mm, a, addr, want);
+				got = pc ? want : jbmt_budget_take(ctx, want);
 				if (!got) {
 					jbmt_credit_give(p);
 					break;
 				}
 			} else {
-				err = jbmt_wait_slot(p, ctx, want, deadline, &got);
+				err = jbmt_wait_slot(p, ctx, mm, a, addr, want,
+						     deadline, &got, &pc);
 				if (err)
 					break;
 			}
 			s = &win[(head + n) % JBMT_WINDOW];
 			ret = jbmt_isect_start(p, s, &opwq, ctx, mm, a, pos,
-					       a->length - pos, got);
+					       a->length - pos, got, pc);
 			if (ret < 0) {
 				err = ret;
 				break;
@@ -1036,10 +926,11 @@ void jbmt_xfer_release_grants(struct jbmt_peer *p)
 static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 			 u32 right, bool nofault)
 {
-	int ret;
 	u64 off = be64_to_cpu(m->off), addr;
 	u32 len = be32_to_cpu(m->len);
 	struct jbmt_region *r;
+	unsigned int n;
+	int ret;
 
 	if (!len || len > JBMT_SECT_BYTES)
 		return JBMT_INVAL;
@@ -1053,12 +944,20 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	if (off > r->length || len > r->length - off)
 		return JBMT_RANGE;
 	addr = r->addr + off;
-	if (jbmt_span(addr, len) > JBMT_SECT_SPAN)
+	n = jbmt_span(addr, len);
+	if (n > JBMT_SECT_SPAN)
 		return JBMT_INVAL;
-	if (!jbmt_serve_take(jbmt_span(addr, len)))
-		return JBMT_NOPIN;
-	t->served = jbmt_span(addr, len);
-	ret = jbmt_pages_pin(&t->mem, r->mm, addr, len, nofault);
+	t->mem.pc = jbmt_pc_get(r->mm, JBMT_SIDE_SERVE, NULL, addr, n,
+				t->mem.sink);
+	if (!t->mem.pc) {
+		if (nofault && jbmt_pc_enabled())
+			return JBMT_DEFER;	/* the work caches it */
+		if (!jbmt_serve_take(n))
+			return JBMT_NOPIN;
+		t->served = n;
+	}
+	ret = jbmt_pages_pin(&t->mem, r->mm, JBMT_SIDE_SERVE, r, NULL, addr,
+			     len, nofault, &t->served);
 	if (ret)
 		return ret == -EAGAIN ? JBMT_DEFER : ret == -EFAULT ?
 		       JBMT_FAULT : JBMT_NOMEM;
@@ -1274,74 +1173,11 @@ JBMT_XFER_ATTR(sections);
 JBMT_XFER_ATTR(sections_served);
 JBMT_XFER_ATTR(sections_refused);
 JBMT_XFER_ATTR(leases_expired);
-JBMT_XFER_ATTR(pinned_pages);
 JBMT_XFER_ATTR(nacks_sent);
 JBMT_XFER_ATTR(nacks_received);
 JBMT_XFER_ATTR(budget_waits);
 JBMT_XFER_ATTR(sections_inline);
 JBMT_XFER_ATTR(sections_deferred);
-
-/* pages pinned now and their high-water marks, per side */
-static long *jbmt_pin_gauge(const char *name)
-{
-	if (!strcmp(name, "op_pinned_pages"))
-		return &jbmt_op_pinned;
-	if (!strcmp(name, "served_pinned_pages"))
-		return &jbmt_served_pinned;
-	if (!strcmp(name, "op_pinned_hwm"))
-		return &jbmt_op_hwm;
-	return &jbmt_served_hwm;
-}
-
-static ssize_t jbmt_pin_show(struct kobject *kobj, struct kobj_attribute *attr,
-			     char *buf)
-{
-	long v;
-
-	spin_lock(&jbmt_budget_lock);
-	v = *jbmt_pin_gauge(attr->attr.name);
-	spin_unlock(&jbmt_budget_lock);
-	return sysfs_emit(buf, "%ld\n", v);
-}
-
-/* writing 0 to a high-water mark sets it to what is pinned now */
-static ssize_t jbmt_hwm_store(struct kobject *kobj,
-			      struct kobj_attribute *attr, const char *buf,
-			      size_t len)
-{
-	unsigned int v;
-	int ret = kstrtouint(buf, 0, &v);
-
-	if (ret)
-		return ret;
-	if (v)
-		return -EINVAL;
-	spin_lock(&jbmt_budget_lock);
-	if (!strcmp(attr->attr.name, "op_pinned_hwm"))
-		jbmt_op_hwm = jbmt_op_pinned;
-	else
-		jbmt_served_hwm = jbmt_served_pinned;
-	spin_unlock(&jbmt_budget_lock);
-	return len;
-}
-
-static ssize_t jbmt_budget_show(struct kobject *kobj,
-				struct kobj_attribute *attr, char *buf)
-{
-	return sysfs_emit(buf, "%u\n", jbmt_pin_budget());
-}
-
-/* the budget in force (the module parameter, at least 1) */
-static struct kobj_attribute jbmt_attr_budget =
-	__ATTR(pin_budget_pages, 0444, jbmt_budget_show, NULL);
-static struct kobj_attribute jbmt_attr_op_pinned =
-	__ATTR(op_pinned_pages, 0444, jbmt_pin_show, NULL);
-static struct kobj_attribute jbmt_attr_served_pinned =
-	__ATTR(served_pinned_pages, 0444, jbmt_pin_show, NULL);
-static struct kobj_attribute jbmt_attr_op_hwm =
-	__ATTR(op_pinned_hwm, 0644, jbmt_pin_show, jbmt_hwm_store);
-static struct kobj_attribute jbmt_attr_served_hwm =
-	__ATTR(served_pinned_hwm, 0644, jbmt_pin_show, jbmt_hwm_store);
 
 static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_gets.kattr.attr,
@@ -1353,17 +1189,11 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_sections_served.kattr.attr,
 	&jbmt_xfer_attr_sections_refused.kattr.attr,
 	&jbmt_xfer_attr_leases_expired.kattr.attr,
-	&jbmt_xfer_attr_pinned_pages.kattr.attr,
 	&jbmt_xfer_attr_nacks_sent.kattr.attr,
 	&jbmt_xfer_attr_nacks_received.kattr.attr,
 	&jbmt_xfer_attr_budget_waits.kattr.attr,
 	&jbmt_xfer_attr_sections_inline.kattr.attr,
 	&jbmt_xfer_attr_sections_deferred.kattr.attr,
-	&jbmt_attr_budget.attr,
-	&jbmt_attr_op_pinned.attr,
-	&jbmt_attr_served_pinned.attr,
-	&jbmt_attr_op_hwm.attr,
-	&jbmt_attr_served_hwm.attr,
 	NULL,
 };
 
@@ -1390,6 +1220,5 @@ int jbmt_xfer_init(void)
 void jbmt_xfer_exit(void)
 {
 	destroy_workqueue(jbmt_xfer_wq);
-	WARN_ON(atomic64_read(&jbmt_xfer_st.pinned_pages));
 	sysfs_unmerge_group(rdmaplus_kobj(), &jbmt_xfer_group);
 }

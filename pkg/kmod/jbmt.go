@@ -161,6 +161,12 @@ type JBMTStats struct {
 	SectionsDefer   uint64 // peers' sections served from a work item (a fault or a lock to wait for)
 	AsyncSubmitted  uint64 // asynchronous operations submitted, since load
 	AsyncCompleted  uint64 // asynchronous operations whose completion was posted
+	PinCacheHits    uint64 // sections whose pages a cached range already held pinned
+	PinCacheMisses  uint64 // sections that found no cached range and pinned theirs as a new one (the cache on)
+	PinCacheStale   uint64 // cached ranges dropped because their process's mapping changed
+	PinCacheEvicted uint64 // cached ranges given back for budget or under memory pressure
+	PinCachePages   uint64 // pages cached ranges hold pinned now (counted in PinnedPages)
+	PinCacheIdle    uint64 // of PinCachePages, those no section uses now
 }
 
 // JBMTStatsFromSysfs reads the counters from JBMTSysfsDir under root (""
@@ -189,6 +195,9 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"op_pinned_hwm", &st.OpPinnedHWM}, {"served_pinned_hwm", &st.ServedPinnedHWM},
 		{"sections_inline", &st.SectionsInline}, {"sections_deferred", &st.SectionsDefer},
 		{"async_submitted", &st.AsyncSubmitted}, {"async_completed", &st.AsyncCompleted},
+		{"pin_cache_hits", &st.PinCacheHits}, {"pin_cache_misses", &st.PinCacheMisses},
+		{"pin_cache_stale", &st.PinCacheStale}, {"pin_cache_evicted", &st.PinCacheEvicted},
+		{"pin_cache_pages", &st.PinCachePages}, {"pin_cache_idle_pages", &st.PinCacheIdle},
 	})
 	if err != nil {
 		return JBMTStats{}, err

@@ -206,7 +206,10 @@ equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplu
 	op_pinned_pages:rdmaplus_jbmt_op_pinned_pages served_pinned_pages:rdmaplus_jbmt_served_pinned_pages \
 	op_pinned_hwm:rdmaplus_jbmt_op_pinned_hwm_pages served_pinned_hwm:rdmaplus_jbmt_served_pinned_hwm_pages \
 	sections_inline:rdmaplus_jbmt_sections_inline_total sections_deferred:rdmaplus_jbmt_sections_deferred_total \
-	async_submitted:rdmaplus_jbmt_async_submitted_total async_completed:rdmaplus_jbmt_async_completed_total
+	async_submitted:rdmaplus_jbmt_async_submitted_total async_completed:rdmaplus_jbmt_async_completed_total \
+	pin_cache_hits:rdmaplus_jbmt_pin_cache_hits_total pin_cache_misses:rdmaplus_jbmt_pin_cache_misses_total \
+	pin_cache_stale:rdmaplus_jbmt_pin_cache_stale_ranges_total pin_cache_evicted:rdmaplus_jbmt_pin_cache_evicted_ranges_total \
+	pin_cache_pages:rdmaplus_jbmt_pin_cache_pages pin_cache_idle_pages:rdmaplus_jbmt_pin_cache_idle_pages
 for m in rdmaplus_jbmt_registrations_total rdmaplus_jbmt_revoked_regions_total; do
 	d=$(delta /tmp/m5 /tmp/m6 "$m")
 	echo "  $m: +$d (the test registered 1000 regions and closed its service)"

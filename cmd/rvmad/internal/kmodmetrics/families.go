@@ -80,7 +80,7 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("sections_served", "Peers' sections this host served (kernel: sections_served).", func(st kmod.JBMTStats) uint64 { return st.SectionsServed })
 	s.counter("sections_refused", "Peers' sections this host refused: a bad token, rights, range, unmapped pages (kernel: sections_refused).", func(st kmod.JBMTStats) uint64 { return st.SectionsRefused })
 	s.counter("leases_expired", "Sinks granted to a peer and taken back unfinished after their lease (kernel: leases_expired).", func(st kmod.JBMTStats) uint64 { return st.LeasesExpired })
-	s.gauge("pinned_pages", "Pages JBMT holds pinned now, for sections in flight either way (kernel: pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.PinnedPages })
+	s.gauge("pinned_pages", "Pages JBMT holds pinned now, for sections in flight either way and in cached ranges (kernel: pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.PinnedPages })
 	s.gauge("pin_budget_pages", "The pin budget of each side, pages: what this host's operations may hold pinned, and what it may pin to serve peers; the module parameter jbmt_pin_budget_pages sets it (kernel: pin_budget_pages).", func(st kmod.JBMTStats) uint64 { return st.PinBudgetPages })
 	s.gauge("op_pinned_pages", "Pages this host's operations hold pinned now (kernel: op_pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.OpPinnedPages })
 	s.gauge("served_pinned_pages", "Pages pinned now to serve peers (kernel: served_pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.ServedPinned })
@@ -93,5 +93,11 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("sections_deferred", "Peers' sections served from a work item because a page had to be faulted in or the address space was locked: JBMT's asynchronous faults (kernel: sections_deferred).", func(st kmod.JBMTStats) uint64 { return st.SectionsDefer })
 	s.counter("async_submitted", "Asynchronous operations this host's processes submitted (kernel: async_submitted).", func(st kmod.JBMTStats) uint64 { return st.AsyncSubmitted })
 	s.counter("async_completed", "Asynchronous operations whose completion the module posted; submitted minus completed is in flight (kernel: async_completed).", func(st kmod.JBMTStats) uint64 { return st.AsyncCompleted })
+	s.counter("pin_cache_hits", "Sections whose pages a cached range already held pinned: no page walk (kernel: pin_cache_hits).", func(st kmod.JBMTStats) uint64 { return st.PinCacheHits })
+	s.counter("pin_cache_misses", "Sections that found no cached range and pinned their pages as a new one, with the pin cache on (kernel: pin_cache_misses).", func(st kmod.JBMTStats) uint64 { return st.PinCacheMisses })
+	s.counter("pin_cache_stale_ranges", "Cached ranges dropped because their process's mapping changed (munmap, mremap, mprotect, fork, exit) (kernel: pin_cache_stale).", func(st kmod.JBMTStats) uint64 { return st.PinCacheStale })
+	s.counter("pin_cache_evicted_ranges", "Idle cached ranges given back because a section needed their budget or memory was short (kernel: pin_cache_evicted).", func(st kmod.JBMTStats) uint64 { return st.PinCacheEvicted })
+	s.gauge("pin_cache_pages", "Pages cached ranges hold pinned now, counted in pinned_pages and in their side's budget (kernel: pin_cache_pages).", func(st kmod.JBMTStats) uint64 { return st.PinCachePages })
+	s.gauge("pin_cache_idle_pages", "Of pin_cache_pages, those no section uses now; the first given back (kernel: pin_cache_idle_pages).", func(st kmod.JBMTStats) uint64 { return st.PinCacheIdle })
 	return s
 }

@@ -90,7 +90,8 @@ rdmaplus_rvma_memory_regions 9
 		"peers", "connects", "accepts", "connect_errors", "disconnects", "gets", "puts", "get_bytes",
 		"put_bytes", "op_errors", "sections", "sections_served", "sections_refused", "leases_expired", "pinned_pages",
 		"nacks_sent", "nacks_received", "budget_waits", "pin_budget_pages", "op_pinned_pages", "served_pinned_pages",
-		"op_pinned_hwm", "served_pinned_hwm", "sections_inline", "sections_deferred", "async_submitted", "async_completed"},
+		"op_pinned_hwm", "served_pinned_hwm", "sections_inline", "sections_deferred", "async_submitted", "async_completed",
+		"pin_cache_hits", "pin_cache_misses", "pin_cache_stale", "pin_cache_evicted", "pin_cache_pages", "pin_cache_idle_pages"},
 	loaded: "rdmaplus_jbmt_module_loaded",
 	want: `
 # HELP rdmaplus_jbmt_module_loaded 1 when the rdmaplus module's JBMT counters can be read (/sys/kernel/rdmaplus/jbmt), 0 when the module is not loaded.

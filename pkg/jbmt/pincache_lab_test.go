@@ -1,0 +1,179 @@
+//go:build lab
+
+package jbmt_test
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/rdmaplus/rdmaplus/pkg/jbmt"
+)
+
+// remap puts a fresh anonymous mapping at b's place (MAP_FIXED), holding
+// data: the same addresses, other pages.
+func remap(t *testing.T, b []byte, data []byte) {
+	t.Helper()
+	_, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED)
+	if err != nil {
+		t.Fatalf("mmap MAP_FIXED: %v", err)
+	}
+	copy(b, data)
+}
+
+// TestLabTransferPinCache (suite jbmt): a get repeated over the same
+// buffer and region finds both sides' sections in the pin cache, and a
+// changed mapping is never served from it: a region whose pages were
+// replaced (MAP_FIXED) gives the new bytes, a local buffer replaced the
+// same way receives them, a put sees bytes written in place since.
+// Turning the cache off gives its pages back, closing the service gives
+// back every page.
+func TestLabTransferPinCache(t *testing.T) {
+	setParam(t, "jbmt_pin_cache", "Y")
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 1 << 20 // four sections
+	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	want := random(n, 11)
+	copy(mem, want)
+	buf, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(buf)
+	p := self(t, ctx, s)
+	get := func(what string, want []byte) {
+		t.Helper()
+		clear(buf)
+		if m, err := p.Get(ctx, buf, reg.Token(), 0); err != nil || m != n {
+			t.Fatalf("%s: Get: %d, %v", what, m, err)
+		}
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("%s: the bytes that arrived differ from the region's", what)
+		}
+	}
+
+	get("first get", want)
+	before := stats(t)
+	get("second get", want)
+	st := stats(t)
+	t.Logf("second get of 1 MiB: %d hits, %d misses; %d pages cached", st.PinCacheHits-before.PinCacheHits,
+		st.PinCacheMisses-before.PinCacheMisses, st.PinCachePages)
+	// four sections, each found on both sides
+	if hits := st.PinCacheHits - before.PinCacheHits; hits < 8 {
+		t.Errorf("second get over the same buffer and region: %d pin-cache hits, want 8", hits)
+	}
+	if st.PinCacheIdle == 0 || st.PinCacheIdle != st.PinCachePages {
+		t.Errorf("after the gets: %d cached pages, %d idle; want some, all idle", st.PinCachePages, st.PinCacheIdle)
+	}
+	checkUnpinned(t)
+
+	// the region's pages replaced: its cached ranges are stale
+	fresh := random(n, 12)
+	remap(t, mem, fresh)
+	get("get after the region's pages were replaced", fresh)
+	if d := stats(t).PinCacheStale - st.PinCacheStale; d == 0 {
+		t.Errorf("no cached range went stale when the region's pages were replaced")
+	}
+
+	// the local buffer's pages replaced: the bytes land in the new ones
+	remap(t, buf, nil)
+	get("get into a buffer whose pages were replaced", fresh)
+
+	// a put from the same buffer sees what was written in place since
+	put := func(what string) {
+		t.Helper()
+		if m, err := p.Put(ctx, buf, reg.Token(), 0); err != nil || m != n {
+			t.Fatalf("%s: Put: %d, %v", what, m, err)
+		}
+		if !bytes.Equal(mem, buf) {
+			t.Fatalf("%s: the region differs from the bytes put", what)
+		}
+	}
+	copy(buf, random(n, 13))
+	put("first put")
+	copy(buf, random(n, 14))
+	before = stats(t)
+	put("put of bytes written in place")
+	if hits := stats(t).PinCacheHits - before.PinCacheHits; hits < 8 {
+		t.Errorf("second put from the same buffer into the same region: %d pin-cache hits, want 8", hits)
+	}
+	checkUnpinned(t)
+
+	// off: what it holds is given back, and nothing is cached again
+	setParam(t, "jbmt_pin_cache", "N")
+	if st := stats(t); st.PinCachePages != 0 || st.PinnedPages != 0 {
+		t.Errorf("with the pin cache turned off: %d pages cached, %d pinned; want none", st.PinCachePages, st.PinnedPages)
+	}
+	before = stats(t)
+	get("get with the pin cache off", mem)
+	if st := stats(t); st.PinCacheHits != before.PinCacheHits || st.PinCachePages != 0 {
+		t.Errorf("with the pin cache off: %d hits, %d pages cached", st.PinCacheHits-before.PinCacheHits, st.PinCachePages)
+	}
+	setParam(t, "jbmt_pin_cache", "Y")
+	get("get with the pin cache on again", mem)
+	if st := stats(t); st.PinCachePages == 0 {
+		t.Errorf("with the pin cache on again: nothing cached")
+	}
+
+	// closing the region and the service gives back every page
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := stats(t); st.PinnedPages != 0 || st.PinCachePages != 0 {
+		t.Errorf("after closing the region and the service: %d pages pinned, %d cached", st.PinnedPages, st.PinCachePages)
+	}
+}
+
+// TestLabTransferPinCacheUnmap (suite jbmt): a region's cached range
+// whose pages are unmapped is dropped at once (no pin outlives the
+// mapping), and a get of them fails with ErrFault on a connection that
+// goes on serving.
+func TestLabTransferPinCacheUnmap(t *testing.T) {
+	setParam(t, "jbmt_pin_cache", "Y")
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 256 << 10
+	mem, err := jbmt.Alloc(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(mem)
+	reg, err := s.Register(mem, jbmt.Read)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Close()
+	copy(mem, random(2*n, 21))
+	p := self(t, ctx, s)
+	buf := make([]byte, n)
+	for i := 0; i < 2; i++ {
+		if _, err := p.Get(ctx, buf, reg.Token(), n); err != nil || !bytes.Equal(buf, mem[n:]) {
+			t.Fatalf("Get of the second half: %v", err)
+		}
+	}
+	before := stats(t)
+	unmap(t, mem[n:])
+	st := stats(t)
+	if st.PinCacheStale == before.PinCacheStale || st.PinnedPages >= before.PinnedPages {
+		t.Errorf("after munmap of a cached range: stale %d -> %d, pinned %d -> %d; want the range dropped",
+			before.PinCacheStale, st.PinCacheStale, before.PinnedPages, st.PinnedPages)
+	}
+	if _, err := p.Get(ctx, buf, reg.Token(), n); err == nil {
+		t.Errorf("Get of unmapped pages succeeded")
+	}
+	if _, err := p.Get(ctx, buf, reg.Token(), 0); err != nil || !bytes.Equal(buf, mem[:n]) {
+		t.Errorf("Get of the mapped half after: %v", err)
+	}
+	checkUnpinned(t)
+}
