@@ -12,7 +12,7 @@ GUESTS  ?= 1
 # The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
 KERNEL  ?= bookworm
 
-.PHONY: all build setup vet unit lab lab-newer test test-kernels bench demo lab-test lab-shell clean
+.PHONY: all build setup vet deploy-check unit lab lab-newer test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -31,6 +31,25 @@ vet: setup
 
 unit: setup
 	$(GO) test -race ./...
+
+# The operators' Prometheus rules (deploy/prometheus): promtool checks them
+# and runs their unit tests; cmd/rvmad's Go tests use promtool too. A
+# promtool on PATH is used; otherwise the one of Debian's prometheus package,
+# unpacked into build/promtool (the package is not installed: that would
+# start a Prometheus server).
+PROMTOOL_DIR := build/promtool
+PROMTOOL     ?= $(or $(shell command -v promtool 2>/dev/null),$(PROMTOOL_DIR)/usr/bin/promtool)
+
+deploy-check: $(PROMTOOL)
+	cd deploy/prometheus && $(abspath $(PROMTOOL)) check rules rvmad-alerts.yml
+	cd deploy/prometheus && $(abspath $(PROMTOOL)) test rules rvmad-alerts_test.yml
+
+$(PROMTOOL_DIR)/usr/bin/promtool:
+	rm -rf $(PROMTOOL_DIR) && mkdir -p $(PROMTOOL_DIR)
+	cd $(PROMTOOL_DIR) && { apt-get download prometheus || { apt-get update -q && apt-get download prometheus; }; }
+	dpkg-deb --fsys-tarfile $(PROMTOOL_DIR)/prometheus_*.deb | tar -x -C $(PROMTOOL_DIR) ./usr/bin/promtool
+	rm -f $(PROMTOOL_DIR)/prometheus_*.deb
+	$@ --version
 
 # Every suite in test/softroce/suites, the lab's self-tests included.
 lab: setup
@@ -51,10 +70,10 @@ NEWER_SUITES ?= aa-2guests aa-dht aa-kmod aa-lifecycle aa-model aa-perftest \
 lab-newer: setup
 	$(LAB) run -kernel $(NEWER_KERNEL) $(NEWER_SUITES)
 
-# go vet, host unit tests with -race, every lab suite, then the module's
-# suites on a newer kernel (in this order: the Makefile runs serially, and
-# setup runs once).
-test: vet unit lab lab-newer
+# go vet, the Prometheus rules' checks, host unit tests with -race, every
+# lab suite, then the module's suites on a newer kernel (in this order: the
+# Makefile runs serially, and setup runs once).
+test: vet deploy-check unit lab lab-newer
 
 # Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
 bench: setup
