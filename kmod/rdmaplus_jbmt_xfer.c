@@ -1042,8 +1042,15 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
 	if (!t->mem.nents)
 		goto err;
 	t->mem.mr = ib_mr_pool_get(p->cm->qp, &p->mrs);
-	if (!t->mem.mr)
-		goto err;	/* more sections than credits allow */
+	if (!t->mem.mr) {
+		/*
+		 * Every sink is granted: the FINs that give them back wait
+		 * for their work item while the peer, its sections ended,
+		 * asks for more. Ask again later, as for the budget.
+		 */
+		st = JBMT_NOPIN;
+		goto err;
+	}
 	if (jbmt_mr_map(t->mem.mr, &t->mem.sgt, t->mem.nents, &reg))
 		goto err;
 	if (xa_alloc_cyclic(&p->grants, &t->tsid, t, xa_limit_32b,
