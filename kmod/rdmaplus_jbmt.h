@@ -253,6 +253,11 @@ bool jbmt_pc_enabled(void);
 struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
 				const void *owner, u64 addr, unsigned int n,
 				bool write);
+/*
+ * Whether the n pages from addr of mm were served uncached lately (then
+ * worth caching); else they are noted as such.
+ */
+bool jbmt_pc_seen(struct mm_struct *mm, u64 addr, unsigned int n, bool write);
 /* the range's page array from addr's page */
 struct page **jbmt_pc_pages(struct jbmt_pc_ent *e, u64 addr);
 /*

@@ -412,6 +412,26 @@ struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
 	return e;
 }
 
+/*
+ * Ranges served without the cache lately, by a hash of what names them:
+ * a range is cached the second time it is served, so that a stream that
+ * never comes back costs no cache fill (nor the work item that makes it).
+ */
+#define JBMT_PC_SEEN_BITS	8
+static u64 jbmt_pc_seen_keys[1 << JBMT_PC_SEEN_BITS];
+
+bool jbmt_pc_seen(struct mm_struct *mm, u64 addr, unsigned int n, bool write)
+{
+	u64 key = (u64)(unsigned long)mm ^ (addr & PAGE_MASK) ^ ((u64)n << 1) ^
+		  write;
+	u64 *slot = &jbmt_pc_seen_keys[hash_64(key, JBMT_PC_SEEN_BITS)];
+
+	if (READ_ONCE(*slot) == key)
+		return true;
+	WRITE_ONCE(*slot, key);
+	return false;
+}
+
 struct page **jbmt_pc_pages(struct jbmt_pc_ent *e, u64 addr)
 {
 	return &e->pages[((addr & PAGE_MASK) - e->start) >> PAGE_SHIFT];

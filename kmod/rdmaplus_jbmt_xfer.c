@@ -950,8 +950,10 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	t->mem.pc = jbmt_pc_get(r->mm, JBMT_SIDE_SERVE, NULL, addr, n,
 				t->mem.sink);
 	if (!t->mem.pc) {
-		if (nofault && jbmt_pc_enabled())
-			return JBMT_DEFER;	/* the work caches it */
+		/* served again: the work caches it; else pinned for once */
+		if (nofault && jbmt_pc_enabled() &&
+		    jbmt_pc_seen(r->mm, addr, n, t->mem.sink))
+			return JBMT_DEFER;
 		if (!jbmt_serve_take(n))
 			return JBMT_NOPIN;
 		t->served = n;
