@@ -193,6 +193,53 @@ static long jbmt_dereg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	return ret;
 }
 
+/* Pin a local buffer or one of the file's regions ahead of use. */
+static long jbmt_advise(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
+{
+	struct rdmaplus_jbmt_advise a;
+	struct jbmt_region *r;
+	long ret;
+
+	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
+	if (ret)
+		return ret;
+	if ((a.flags & ~RDMAPLUS_JBMT_ADVISE_REGION) || a.reserved ||
+	    a.done || !a.length || a.addr + a.length < a.addr)
+		return -EINVAL;
+	if (!(a.flags & RDMAPLUS_JBMT_ADVISE_REGION)) {
+		if (!a.rights || (a.rights & ~RDMAPLUS_JBMT_RIGHTS) ||
+		    a.token.id || a.token.gen || a.token.key ||
+		    !access_ok(u64_to_user_ptr(a.addr), a.length))
+			return -EINVAL;
+		ret = jbmt_pc_advise(current->mm, JBMT_SIDE_OP, ctx, ctx,
+				     a.addr, a.length,
+				     a.rights & RDMAPLUS_JBMT_WRITE, &a.done);
+		goto out;
+	}
+	if (a.rights)
+		return -EINVAL;
+	mutex_lock(&ctx->mutex);	/* the region stays meanwhile */
+	rcu_read_lock();
+	r = xa_load(&jbmt_regions, a.token.id);
+	if (r && (r->ctx != ctx || r->gen != a.token.gen ||
+		  r->key != a.token.key))
+		r = NULL;	/* another file's answers as none */
+	rcu_read_unlock();
+	if (!r)
+		ret = -ENOENT;
+	else if (a.addr > r->length || a.length > r->length - a.addr)
+		ret = -ERANGE;
+	else
+		ret = jbmt_pc_advise(r->mm, JBMT_SIDE_SERVE, r, NULL,
+				     r->addr + a.addr, a.length,
+				     r->rights & RDMAPLUS_JBMT_WRITE, &a.done);
+	mutex_unlock(&ctx->mutex);
+out:
+	if (rdmaplus_copy_out(arg, &a, sizeof(a)) && !ret)
+		ret = -EFAULT;
+	return ret;
+}
+
 long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 			 void __user *arg)
 {
@@ -209,6 +256,8 @@ long rdmaplus_jbmt_ioctl(struct rdmaplus_jbmt_ctx *ctx, unsigned int cmd,
 		return jbmt_ring_setup(ctx, arg);
 	case RDMAPLUS_IOC_JBMT_SUBMIT:
 		return jbmt_ring_submit(ctx, arg);
+	case RDMAPLUS_IOC_JBMT_ADVISE:
+		return jbmt_advise(ctx, arg);
 	default:
 		return -ENOIOCTLCMD;
 	}

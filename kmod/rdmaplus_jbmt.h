@@ -271,6 +271,15 @@ struct jbmt_pc_ent *jbmt_pc_fill(struct mm_struct *mm, enum jbmt_side side,
 				 const void *owner,
 				 struct rdmaplus_jbmt_ctx *ctx, u64 addr,
 				 unsigned int n, bool write, int *err);
+/*
+ * Pin [addr, addr + len) of mm ahead of use into the cache, cut as an
+ * operation from addr cuts it, with free budget only (ctx's, on the op
+ * side): 0 when it is all there or it stopped for budget, *done saying
+ * how far; -EFAULT (a page not mapped), -ENOMEM, -EINTR.
+ */
+int jbmt_pc_advise(struct mm_struct *mm, enum jbmt_side side,
+		   const void *owner, struct rdmaplus_jbmt_ctx *ctx, u64 addr,
+		   u64 len, bool write, u64 *done);
 /* A section is done with e (having dirtied the pages it wrote). */
 void jbmt_pc_put(struct jbmt_pc_ent *e);
 /* Release owner's ranges (those in use when their section ends). */

@@ -392,9 +392,10 @@ static struct jbmt_pc_ent *jbmt_pc_find_locked(struct mm_struct *mm,
 	return NULL;
 }
 
-struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
-				const void *owner, u64 addr, unsigned int n,
-				bool write)
+static struct jbmt_pc_ent *jbmt_pc_lookup(struct mm_struct *mm,
+					  enum jbmt_side side,
+					  const void *owner, u64 addr,
+					  unsigned int n, bool write)
 {
 	struct jbmt_pc_ent *e;
 
@@ -407,6 +408,15 @@ struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
 		atomic64_sub(e->npages, &jbmt_pin_st.pin_cache_idle_pages);
 	}
 	spin_unlock(&jbmt_pc_lock);
+	return e;
+}
+
+struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
+				const void *owner, u64 addr, unsigned int n,
+				bool write)
+{
+	struct jbmt_pc_ent *e = jbmt_pc_lookup(mm, side, owner, addr, n, write);
+
 	if (e)
 		atomic64_inc(&jbmt_pin_st.pin_cache_hits);
 	return e;
@@ -586,6 +596,56 @@ void jbmt_pc_drop_owner(const void *owner)
 		}
 		cond_resched();
 	}
+}
+
+int jbmt_pc_advise(struct mm_struct *mm, enum jbmt_side side,
+		   const void *owner, struct rdmaplus_jbmt_ctx *ctx, u64 addr,
+		   u64 len, bool write, u64 *done)
+{
+	struct jbmt_pc_ent *e;
+	unsigned int n, got;
+	u64 a, bytes;
+	bool own;
+	int err;
+
+	for (*done = 0; *done < len && jbmt_pc_enabled(); *done += bytes) {
+		a = addr + *done;
+		bytes = min_t(u64, len - *done,
+			      JBMT_SECT_BYTES - offset_in_page(a));
+		n = jbmt_span(a, bytes);
+		if (n > jbmt_pin_budget())
+			return 0;
+		e = jbmt_pc_lookup(mm, side, side == JBMT_SIDE_OP ? owner :
+				   NULL, a, n, write);
+		if (!e) {
+			/* free budget only: a hint takes nobody's pages */
+			if (side == JBMT_SIDE_OP) {
+				got = jbmt_budget_try(ctx, n, &own);
+				if (got < n) {
+					jbmt_budget_give(ctx, got);
+					return 0;
+				}
+			} else if (!jbmt_serve_try(n)) {
+				return 0;
+			}
+			e = jbmt_pc_fill(mm, side, owner, ctx, a, n, write,
+					 &err);
+			if (!e) {
+				if (side == JBMT_SIDE_OP)
+					jbmt_budget_give(ctx, n);
+				else
+					jbmt_serve_give(n);
+				return err == -EAGAIN ? 0 : err;
+			}
+		}
+		jbmt_pc_put(e);
+		if (fatal_signal_pending(current)) {
+			*done += bytes;
+			return -EINTR;
+		}
+		cond_resched();
+	}
+	return 0;
 }
 
 static void jbmt_pc_drop_idle(void)

@@ -5,6 +5,7 @@ package jbmt_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 	"unsafe"
@@ -181,4 +182,87 @@ func TestLabTransferPinCacheUnmap(t *testing.T) {
 		t.Errorf("Get of the mapped half after: %v", err)
 	}
 	checkUnpinned(t)
+}
+
+// TestLabTransferAdvise (suite jbmt): Region.Advise and Service.Advise pin
+// a range ahead of use, so that the first get over it finds both sides'
+// sections cached (and is served in the completion handler); an advice
+// stops without an error at the pin budget, fails with ErrFault before
+// unmapped pages and ErrRange outside the region.
+func TestLabTransferAdvise(t *testing.T) {
+	setParam(t, "jbmt_pin_cache", "Y")
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const n = 1 << 20 // four sections
+	mem, reg := region(t, s, n, jbmt.Read)
+	copy(mem, random(n, 31))
+	buf, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(buf)
+	p := self(t, ctx, s)
+	before := stats(t)
+	if m, err := reg.Advise(0, n); err != nil || m != n {
+		t.Fatalf("Region.Advise of 1 MiB: %d, %v", m, err)
+	}
+	if m, err := s.Advise(buf, jbmt.Write); err != nil || m != n {
+		t.Fatalf("Service.Advise of 1 MiB: %d, %v", m, err)
+	}
+	mid := stats(t)
+	if d := mid.PinCachePages - before.PinCachePages; d != 2*n/4096 {
+		t.Errorf("after advising 1 MiB each side: %d more pages cached, want %d", d, 2*n/4096)
+	}
+	if m, err := p.Get(ctx, buf, reg.Token(), 0); err != nil || m != n || !bytes.Equal(buf, mem) {
+		t.Fatalf("Get over advised memory: %d, %v", m, err)
+	}
+	st := stats(t)
+	if hits, inline := st.PinCacheHits-mid.PinCacheHits, st.SectionsInline-mid.SectionsInline; hits != 8 || inline != 4 {
+		t.Errorf("the first get over advised memory: %d pin-cache hits, %d sections inline; want 8, 4", hits, inline)
+	}
+	if st.PinCacheMisses != mid.PinCacheMisses {
+		t.Errorf("the first get over advised memory: %d misses", st.PinCacheMisses-mid.PinCacheMisses)
+	}
+
+	// errors, and the budget
+	if _, err := s.Advise(nil, jbmt.Write); !errors.Is(err, jbmt.ErrInvalid) {
+		t.Errorf("Advise of nothing: %v, want ErrInvalid", err)
+	}
+	if _, err := s.Advise(buf, 0); !errors.Is(err, jbmt.ErrInvalid) {
+		t.Errorf("Advise with no use: %v, want ErrInvalid", err)
+	}
+	if _, err := reg.Advise(n-4096, 8192); !errors.Is(err, jbmt.ErrRange) {
+		t.Errorf("Region.Advise past the region's end: %v, want ErrRange", err)
+	}
+	hole, err := jbmt.Alloc(3 * 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(hole)
+	unmap(t, hole[8192:])
+	if m, err := s.Advise(hole, jbmt.Read); !errors.Is(err, jbmt.ErrFault) || m != 0 {
+		// one section: it faults as a whole
+		t.Errorf("Advise over an unmapped page: %d, %v; want 0, ErrFault", m, err)
+	}
+	setParam(t, "jbmt_pin_cache", "N") // give everything back
+	setParam(t, "jbmt_pin_cache", "Y")
+	setParam(t, "jbmt_pin_budget_pages", "96")
+	if m, err := reg.Advise(0, n); err != nil || m != 256<<10 {
+		t.Errorf("Region.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB", m, err)
+	}
+	other, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(other)
+	if m, err := s.Advise(other, jbmt.Read); err != nil || m != 256<<10 {
+		t.Errorf("Service.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB", m, err)
+	}
+	if err := reg.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Advise(0, 4096); !errors.Is(err, jbmt.ErrClosed) {
+		t.Errorf("Advise of a closed region: %v, want ErrClosed", err)
+	}
 }

@@ -206,7 +206,21 @@ var (
 	iocJBMTOp         = ioc(iocRead|iocWrite, 0x33, unsafe.Sizeof(rawJBMTOp{}))
 	iocJBMTSetup      = ioc(iocRead|iocWrite, 0x34, unsafe.Sizeof(rawJBMTSetup{}))
 	iocJBMTSubmit     = ioc(iocRead|iocWrite, 0x35, unsafe.Sizeof(rawJBMTSubmit{}))
+	iocJBMTAdvise     = ioc(iocRead|iocWrite, 0x36, unsafe.Sizeof(rawJBMTAdvise{}))
 )
+
+type rawJBMTAdvise struct {
+	Size     uint32
+	Flags    uint32
+	Rights   uint32
+	Reserved uint32
+	Addr     uint64
+	Length   uint64
+	Token    JBMTToken
+	Done     uint64
+}
+
+const jbmtAdviseRegion uint32 = 1 << 0
 
 type rawJBMTOp struct {
 	Size      uint32

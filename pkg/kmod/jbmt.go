@@ -85,6 +85,36 @@ func (d *Device) JBMTConnect(addr netip.AddrPort, timeout time.Duration) (uint32
 	return a.Peer, nil
 }
 
+// JBMTAdviseBuffer pins length bytes at addr in this process ahead of use
+// into the module's pin cache, for this file's operations: cut as an
+// operation from addr cuts its sections, writable when rights has
+// JBMTWrite (gets will write it), readable with JBMTRead (puts will read
+// it). It is a hint: it returns the bytes from addr now cached, stopping
+// without an error where the pin budget (or this file's share) is taken
+// or the cache is off. Errors wrap ErrInvalid, ErrClosed,
+// ErrNotSupported, or the errno: EFAULT (pages not mapped; the count
+// stops before them), EINTR, ENOMEM.
+func (d *Device) JBMTAdviseBuffer(addr uintptr, length uint64, rights uint32) (uint64, error) {
+	return d.jbmtAdvise(rawJBMTAdvise{Rights: rights, Addr: uint64(addr), Length: length})
+}
+
+// JBMTAdviseRegion pins length bytes at offset in this file's region t
+// ahead of use into the module's pin cache, for serving peers; as
+// JBMTAdviseBuffer, and ENOENT (no such region of this file), ERANGE
+// (outside it).
+func (d *Device) JBMTAdviseRegion(t JBMTToken, offset, length uint64) (uint64, error) {
+	return d.jbmtAdvise(rawJBMTAdvise{Flags: jbmtAdviseRegion, Addr: offset, Length: length, Token: t})
+}
+
+func (d *Device) jbmtAdvise(a rawJBMTAdvise) (uint64, error) {
+	if !d.ver.JBMT {
+		return 0, &Error{Op: "jbmt advise", Err: syscall.EOPNOTSUPP}
+	}
+	a.Size = uint32(unsafe.Sizeof(a))
+	err := d.ioctl("jbmt advise", iocJBMTAdvise, unsafe.Pointer(&a))
+	return a.Done, err
+}
+
 // JBMT operations (JBMTOp).
 const (
 	JBMTGet uint32 = 1 // from the peer's region to this process

@@ -188,6 +188,43 @@ struct rdmaplus_jbmt_op {
 	__u64 done;
 };
 
+#define RDMAPLUS_JBMT_ADVISE_REGION	(1U << 0) /* @addr: in @token's region */
+
+/**
+ * struct rdmaplus_jbmt_advise - RDMAPLUS_IOC_JBMT_ADVISE
+ * @size:	sizeof(struct rdmaplus_jbmt_advise)
+ * @flags:	RDMAPLUS_JBMT_ADVISE_REGION: @addr is an offset in the region
+ *		@token names, one of this file's, pinned to be served to peers;
+ *		else @addr is a local buffer of the calling process, pinned
+ *		for this file's operations
+ * @rights:	a local buffer: RDMAPLUS_JBMT_WRITE when gets will write it,
+ *		RDMAPLUS_JBMT_READ when puts will read it (both: either);
+ *		a region: 0 (its own rights)
+ * @addr:	where the range starts
+ * @length:	bytes, at least 1
+ * @token:	the region (RDMAPLUS_JBMT_ADVISE_REGION), else zero
+ * @done:	out: bytes from @addr now in the pin cache
+ *
+ * Pins the range ahead of use into the pin cache, cut as an operation
+ * starting at @addr cuts its sections, so that the sections of later
+ * operations over it find their pages pinned. A hint: it stops without an
+ * error where the pin budget (or, for a file's operations, its share) is
+ * taken, or where the pin cache is off (@done says how far it got). It
+ * takes no budget from others (it evicts nothing). ENOENT (no such region
+ * of this file), ERANGE (outside the region), EFAULT (pages not mapped:
+ * @done stops before them), EINTR (a fatal signal), ENOMEM, EINVAL.
+ */
+struct rdmaplus_jbmt_advise {
+	__u32 size;
+	__u32 flags;
+	__u32 rights;
+	__u32 reserved;
+	__u64 addr;
+	__u64 length;
+	struct rdmaplus_jbmt_token token;
+	__u64 done;
+};
+
 /*
  * Asynchronous operations: a completion ring per file, mapped by the
  * process; operations handed over in batches (the doorbell), each ending
@@ -849,5 +886,7 @@ struct rdmaplus_rvma_qp {
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x34, struct rdmaplus_jbmt_setup)
 #define RDMAPLUS_IOC_JBMT_SUBMIT	\
 	_IOWR(RDMAPLUS_IOC_MAGIC, 0x35, struct rdmaplus_jbmt_submit)
+#define RDMAPLUS_IOC_JBMT_ADVISE	\
+	_IOWR(RDMAPLUS_IOC_MAGIC, 0x36, struct rdmaplus_jbmt_advise)
 
 #endif /* _UAPI_RDMAPLUS_H */
