@@ -2,8 +2,10 @@
 // over memory that is never pinned for long (docs/jbmt.md): a process
 // registers any range of its memory, of any size and whatever its
 // RLIMIT_MEMLOCK, and hands the region's token to peers, which get from it
-// and put into it. Pages are pinned, on both hosts, only while a section
-// of a transfer moves them, under each host's pin budget.
+// and put into it. Pages are pinned, on both hosts, for the sections of a
+// transfer that move them, under each host's pin budget; the module may
+// keep them pinned after (its pin cache) while their mapping is unchanged,
+// and Service.Advise and Region.Advise pin a range ahead of use.
 //
 //	s, _ := jbmt.Open(nil)
 //	mem, _ := jbmt.Alloc(1 << 30)       // outside the Go heap

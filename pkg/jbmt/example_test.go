@@ -101,3 +101,40 @@ func ExamplePeer_StartGet() {
 		done += n
 	}
 }
+
+// The owner of a region about to be read by peers, and a reader about to
+// get into a buffer many times, pin ahead of use: the first transfer then
+// finds every section's pages pinned on both hosts. Advice is a hint: it
+// stops where the pin budget ends, without an error.
+func ExampleRegion_Advise() {
+	s, err := jbmt.Open(nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+	mem, err := jbmt.Alloc(64 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer jbmt.Free(mem)
+	r, err := s.Register(mem, jbmt.Read)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer r.Close()
+	n, err := r.Advise(0, int64(len(mem))) // served to peers
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d of %d bytes pinned ahead\n", n, len(mem))
+
+	// on the reader: its buffer, for gets into it
+	buf, err := jbmt.Alloc(4 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer jbmt.Free(buf)
+	if _, err := s.Advise(buf, jbmt.Write); err != nil {
+		log.Fatal(err)
+	}
+}
