@@ -109,7 +109,7 @@ func (g *guest) noteTestLine(t string) {
 }
 
 // qemuArgs is the qemu command line of guest i.
-func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp int, interactive bool) []string {
+func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp, mem int, interactive bool) []string {
 	con := "stdio,id=con,signal=off"
 	if interactive {
 		con = "stdio,id=con,mux=on,signal=off"
@@ -118,7 +118,7 @@ func qemuArgs(l *Lab, k *Kernel, initrd, runDir, sockDir, token string, i, smp i
 		"-name", fmt.Sprintf("softroce-g%d", i),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-accel", "tcg,thread=multi", "-cpu", "max",
-		"-smp", strconv.Itoa(smp), "-m", strconv.Itoa(l.MemMiB),
+		"-smp", strconv.Itoa(smp), "-m", strconv.Itoa(mem),
 		"-kernel", k.Image(), "-initrd", initrd,
 		// The whole kernel log goes to the console until /init lowers the
 		// console's level (to 4, errors only): a guest that hangs before

@@ -218,7 +218,7 @@ func TestShellQuote(t *testing.T) {
 func TestGDBPort(t *testing.T) {
 	k := &Kernel{Name: "bookworm", ABI: "6.1.0-0-amd64", Root: t.TempDir()}
 	gdbArg := func(l *Lab, i int) string {
-		args := qemuArgs(l, k, "initrd", "run", "sock", "token", i, 1, false)
+		args := qemuArgs(l, k, "initrd", "run", "sock", "token", i, 1, 1024, false)
 		for j, a := range args {
 			if a == "-gdb" && j+1 < len(args) {
 				return args[j+1]

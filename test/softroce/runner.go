@@ -299,6 +299,10 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 	case smp == 0:
 		smp = 1
 	}
+	mem := l.MemMiB
+	if s.MemMiB > 0 {
+		mem = s.MemMiB
+	}
 
 	start := time.Now()
 	guests := make([]*guest, s.Guests)
@@ -336,7 +340,7 @@ func (l *Lab) Run(ctx context.Context, s *Suite, interactive bool, attempt int) 
 			mon, path := monitorAddr(sockDir, i), filepath.Join(gdir, "vcpus.txt")
 			g.probeVCPUs = func() (string, bool) { return probeVCPUs(mon, path) }
 		}
-		args := qemuArgs(l, l.kernel, l.initrd, runDir, sockDir, token, i, smp, interactive && i == 1)
+		args := qemuArgs(l, l.kernel, l.initrd, runDir, sockDir, token, i, smp, mem, interactive && i == 1)
 		if err := startGuest(g, args, gdir, token, l.out, interactive && i == 1); err != nil {
 			return nil, err
 		}

@@ -37,6 +37,7 @@ type Suite struct {
 	GoBuilds   []string
 	ExpectFail *regexp.Regexp
 	Smp        int      // vCPUs per guest; 0 means the lab's default
+	MemMiB     int      // memory per guest; 0 means the lab's (-mem)
 	Kernels    []string // the guest kernels it is for; nil: every one
 	// Command, when set, replaces the script: the lab runs it with bash -c.
 	Command string
@@ -115,6 +116,12 @@ func (s *Suite) set(key, val string) error {
 			return fmt.Errorf("smp=%q: want 1 to 4", val)
 		}
 		s.Smp = n
+	case "mem":
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 256 || n > 4096 {
+			return fmt.Errorf("mem=%q: want 256 to 4096 (MiB)", val)
+		}
+		s.MemMiB = n
 	case "timeout":
 		d, err := parseSeconds(val)
 		if err != nil {
@@ -139,7 +146,7 @@ func (s *Suite) set(key, val string) error {
 		}
 		s.ExpectFail = re
 	default:
-		return fmt.Errorf("unknown setting %q (known: guests, smp, timeout, gotest, gobuild, kernels, expect-fail)", key)
+		return fmt.Errorf("unknown setting %q (known: guests, smp, mem, timeout, gotest, gobuild, kernels, expect-fail)", key)
 	}
 	return nil
 }

@@ -10,7 +10,7 @@ import (
 
 func TestParseSuite(t *testing.T) {
 	s, err := parseSuite([]byte(`#!/bin/bash
-# lab: guests=3 timeout=90 smp=1
+# lab: guests=3 timeout=90 smp=1 mem=512
 # Some prose that is not a setting.
 # lab: gotest=./pkg/verbs,./pkg/rvma gobuild=./cmd/rvmad
 # lab: expect-fail="g2: .*status 3"
@@ -21,8 +21,8 @@ echo hello
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Guests != 3 || s.Timeout != 90*time.Second || s.Smp != 1 {
-		t.Errorf("guests/timeout/smp = %d/%s/%d, want 3/1m30s/1 (settings after the first command are ignored)", s.Guests, s.Timeout, s.Smp)
+	if s.Guests != 3 || s.Timeout != 90*time.Second || s.Smp != 1 || s.MemMiB != 512 {
+		t.Errorf("guests/timeout/smp/mem = %d/%s/%d/%d, want 3/1m30s/1/512 (settings after the first command are ignored)", s.Guests, s.Timeout, s.Smp, s.MemMiB)
 	}
 	if strings.Join(s.GoTests, " ") != "./pkg/verbs ./pkg/rvma" || strings.Join(s.GoBuilds, " ") != "./cmd/rvmad" {
 		t.Errorf("gotest %q gobuild %q", s.GoTests, s.GoBuilds)
@@ -50,6 +50,8 @@ func TestParseSuiteErrors(t *testing.T) {
 		"# lab: timeout=-3",
 		"# lab: timeout=soon",
 		"# lab: smp=9",
+		"# lab: mem=100",
+		"# lab: mem=lots",
 		"# lab: colour=blue",
 		"# lab: expect-fail=\"(unclosed\"",
 		"# lab: expect-fail=\"no end",
