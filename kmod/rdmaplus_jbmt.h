@@ -70,6 +70,14 @@ void jbmt_region_put(struct jbmt_region *r);
 #define JBMT_SECT_BYTES		(JBMT_SECT_PAGES * PAGE_SIZE)
 /* a section's pages: one more when it does not start on a page */
 #define JBMT_SECT_SPAN		(JBMT_SECT_PAGES + 1)
+/*
+ * The QPs' local ACK timeout, 4.096 us * 2^19 (about 2.1 s; rdma_cm's
+ * default for RoCE is 2^17). rxe (6.1 to 7.x) executes again, after a
+ * retransmission, the fast registrations queued behind the request it
+ * retries, and the second one fails on the registered MR and takes the
+ * connection down: so a retry must be rare, not a stall of a second.
+ */
+#define JBMT_ACK_TIMEOUT	19
 /* how long a peer may hold a sink section granted to it */
 #define JBMT_LEASE_MS		2000
 
@@ -255,9 +263,10 @@ struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
 				bool write);
 /*
  * Whether the n pages from addr of mm were served uncached lately (then
- * worth caching); else they are noted as such.
+ * worth caching: jbmt_pc_note says they were).
  */
 bool jbmt_pc_seen(struct mm_struct *mm, u64 addr, unsigned int n, bool write);
+void jbmt_pc_note(struct mm_struct *mm, u64 addr, unsigned int n, bool write);
 /* the range's page array from addr's page */
 struct page **jbmt_pc_pages(struct jbmt_pc_ent *e, u64 addr);
 /*

@@ -578,6 +578,8 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		ret = jbmt_peer_link(p);
 		mutex_unlock(&jbmt_net_mutex);
 	}
+	if (!ret)
+		ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 	if (!ret) {
 		jbmt_conn_param(&cp, &mine);
 		ret = rdma_accept(cm, &cp);
@@ -616,6 +618,8 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		ret = jbmt_peer_create_qp(p, cm);
+		if (!ret)
+			ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 		if (!ret) {
 			jbmt_conn_param(&cp, &h);
 			/* in the handler: its mutex is held */

@@ -425,21 +425,32 @@ struct jbmt_pc_ent *jbmt_pc_get(struct mm_struct *mm, enum jbmt_side side,
 /*
  * Ranges served without the cache lately, by a hash of what names them:
  * a range is cached the second time it is served, so that a stream that
- * never comes back costs no cache fill (nor the work item that makes it).
+ * never comes back costs no cache fill (nor the work item that makes it),
+ * and pins nothing once its sections end.
  */
 #define JBMT_PC_SEEN_BITS	8
 static u64 jbmt_pc_seen_keys[1 << JBMT_PC_SEEN_BITS];
 
+static u64 *jbmt_pc_seen_slot(struct mm_struct *mm, u64 addr, unsigned int n,
+			      bool write, u64 *key)
+{
+	*key = (u64)(unsigned long)mm ^ (addr & PAGE_MASK) ^ ((u64)n << 1) ^
+	       write;
+	return &jbmt_pc_seen_keys[hash_64(*key, JBMT_PC_SEEN_BITS)];
+}
+
 bool jbmt_pc_seen(struct mm_struct *mm, u64 addr, unsigned int n, bool write)
 {
-	u64 key = (u64)(unsigned long)mm ^ (addr & PAGE_MASK) ^ ((u64)n << 1) ^
-		  write;
-	u64 *slot = &jbmt_pc_seen_keys[hash_64(key, JBMT_PC_SEEN_BITS)];
+	u64 key, *slot = jbmt_pc_seen_slot(mm, addr, n, write, &key);
 
-	if (READ_ONCE(*slot) == key)
-		return true;
+	return READ_ONCE(*slot) == key;
+}
+
+void jbmt_pc_note(struct mm_struct *mm, u64 addr, unsigned int n, bool write)
+{
+	u64 key, *slot = jbmt_pc_seen_slot(mm, addr, n, write, &key);
+
 	WRITE_ONCE(*slot, key);
-	return false;
 }
 
 struct page **jbmt_pc_pages(struct jbmt_pc_ent *e, u64 addr)

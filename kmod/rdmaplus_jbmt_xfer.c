@@ -145,19 +145,19 @@ struct jbmt_pages {
  * Pin the pages of [addr, addr + len) in mm (the caller's when NULL) and
  * build their scatterlist: -EFAULT, -EAGAIN (nofault: a fault or a lock
  * to wait for), -ENOMEM. With m->pc set they are that cached range's.
- * Else, unless nofault, with the pin cache on they become a cached range
- * of side for owner (ctx charged, on the op side), which takes over their
- * pages of the *charged the caller holds.
+ * Else, with cache (and not nofault) and the pin cache on, they become a
+ * cached range of side for owner (ctx charged, on the op side), which
+ * takes over their pages of the *charged the caller holds.
  */
 static int jbmt_pages_pin(struct jbmt_pages *m, struct mm_struct *mm,
 			  enum jbmt_side side, const void *owner,
 			  struct rdmaplus_jbmt_ctx *ctx, u64 addr, u32 len,
-			  bool nofault, unsigned int *charged)
+			  bool nofault, bool cache, unsigned int *charged)
 {
 	unsigned int n = jbmt_span(addr, len);
 	int ret;
 
-	if (!m->pc && !nofault && jbmt_pc_enabled()) {
+	if (!m->pc && cache && !nofault && jbmt_pc_enabled()) {
 		m->pc = jbmt_pc_fill(mm ?: current->mm, side, owner, ctx, addr,
 				     n, m->sink, &ret);
 		if (m->pc)
@@ -421,7 +421,7 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 
 	s->mem.sink = get;
 	ret = jbmt_pages_pin(&s->mem, mm, JBMT_SIDE_OP, ctx, ctx, s->addr,
-			     s->len, false, &s->budget);
+			     s->len, false, true, &s->budget);
 	if (ret)
 		goto err;
 	if (get) {
@@ -929,6 +929,7 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	u64 off = be64_to_cpu(m->off), addr;
 	u32 len = be32_to_cpu(m->len);
 	struct jbmt_region *r;
+	bool cache = false;
 	unsigned int n;
 	int ret;
 
@@ -951,18 +952,21 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 				t->mem.sink);
 	if (!t->mem.pc) {
 		/* served again: the work caches it; else pinned for once */
-		if (nofault && jbmt_pc_enabled() &&
-		    jbmt_pc_seen(r->mm, addr, n, t->mem.sink))
+		cache = jbmt_pc_enabled() &&
+			jbmt_pc_seen(r->mm, addr, n, t->mem.sink);
+		if (nofault && cache)
 			return JBMT_DEFER;
 		if (!jbmt_serve_take(n))
 			return JBMT_NOPIN;
 		t->served = n;
 	}
 	ret = jbmt_pages_pin(&t->mem, r->mm, JBMT_SIDE_SERVE, r, NULL, addr,
-			     len, nofault, &t->served);
+			     len, nofault, cache, &t->served);
 	if (ret)
 		return ret == -EAGAIN ? JBMT_DEFER : ret == -EFAULT ?
 		       JBMT_FAULT : JBMT_NOMEM;
+	if (!t->mem.pc)
+		jbmt_pc_note(r->mm, addr, n, t->mem.sink);
 	return JBMT_OK;
 }
 

@@ -41,10 +41,10 @@ func (s *Service) Advise(buf []byte, use Rights) (int, error) {
 // (from a page-aligned buffer to a page-aligned offset, the usual case
 // for large ones) find their sections' pages pinned. A hint, as
 // Service.Advise: it returns the bytes from off now cached. Errors wrap
-// ErrInvalid (n < 1, off < 0), ErrRange (outside the region), ErrFault,
-// ErrClosed (the region or its Service closed), or the module's error.
-func (r *Region) Advise(off, n int64) (int64, error) {
-	if off < 0 || n < 1 {
+// ErrInvalid (n < 1), ErrRange (outside the region), ErrFault, ErrClosed
+// (the region or its Service closed), or the module's error.
+func (r *Region) Advise(off uint64, n int) (int, error) {
+	if n < 1 {
 		return 0, fmt.Errorf("%w: advise of %d bytes at %d", ErrInvalid, n, off)
 	}
 	s := r.s
@@ -54,6 +54,6 @@ func (r *Region) Advise(off, n int64) (int64, error) {
 		return 0, fmt.Errorf("jbmt: advise: %w", ErrClosed)
 	}
 	t := r.token
-	done, err := s.dev.JBMTAdviseRegion(kmod.JBMTToken{ID: t.ID, Gen: t.Gen, Key: t.Key}, uint64(off), uint64(n))
-	return int64(done), wrapTransfer("advise", err)
+	done, err := s.dev.JBMTAdviseRegion(kmod.JBMTToken{ID: t.ID, Gen: t.Gen, Key: t.Key}, off, uint64(n))
+	return int(done), wrapTransfer("advise", err)
 }

@@ -122,7 +122,7 @@ func ExampleRegion_Advise() {
 		log.Fatal(err)
 	}
 	defer r.Close()
-	n, err := r.Advise(0, int64(len(mem))) // served to peers
+	n, err := r.Advise(0, len(mem)) // served to peers
 	if err != nil {
 		log.Fatal(err)
 	}
