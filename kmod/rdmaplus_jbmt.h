@@ -60,6 +60,8 @@ void jbmt_region_put(struct jbmt_region *r);
 #define JBMT_PROTO		3
 /* sections one host has in flight to a peer (and the peer to it) */
 #define JBMT_CREDITS		16
+/* registrations in flight: our gets' sinks, and the peer's puts' */
+#define JBMT_REG_DEPTH		(2 * JBMT_CREDITS)
 /*
  * Receives each side keeps posted: per credit the peer's request and its
  * FIN (a FIN may arrive before the request's buffer is posted again),
@@ -70,14 +72,6 @@ void jbmt_region_put(struct jbmt_region *r);
 #define JBMT_SECT_BYTES		(JBMT_SECT_PAGES * PAGE_SIZE)
 /* a section's pages: one more when it does not start on a page */
 #define JBMT_SECT_SPAN		(JBMT_SECT_PAGES + 1)
-/*
- * The QPs' local ACK timeout, 4.096 us * 2^19 (about 2.1 s; rdma_cm's
- * default for RoCE is 2^17). rxe (6.1 to 7.x) executes again, after a
- * retransmission, the fast registrations queued behind the request it
- * retries, and the second one fails on the registered MR and takes the
- * connection down: so a retry must be rare, not a stall of a second.
- */
-#define JBMT_ACK_TIMEOUT	19
 /* how long a peer may hold a sink section granted to it */
 #define JBMT_LEASE_MS		2000
 
@@ -148,6 +142,7 @@ struct jbmt_rx {
 /* a send of one message, freed when it completes */
 struct jbmt_tx {
 	struct ib_cqe cqe;
+	struct ib_cqe reg_cqe;		/* the registration it follows */
 	struct jbmt_peer *p;
 	struct ib_send_wr wr;
 	struct ib_sge sge;
@@ -176,6 +171,13 @@ struct jbmt_peer {
 	struct rdma_cm_id *cm;
 	struct ib_pd *pd;
 	struct ib_cq *cq;
+	/*
+	 * Fast registrations go on a QP of their own that never sends, so
+	 * that they are never queued behind a request rxe may retransmit:
+	 * rxe executes such registrations again, and the second fails.
+	 */
+	struct ib_qp *regqp;
+	bool regqp_ready;		/* in RTS: drained before it goes */
 	u32 max_sge;			/* per RDMA WRITE */
 	u32 remote_budget;		/* the peer's pin budget, pages */
 	struct jbmt_rx *rx;		/* JBMT_RECV_DEPTH */
@@ -203,12 +205,18 @@ void jbmt_tx_free(struct jbmt_tx *tx);
  * inv_rkey is not 0); p entered. -ENOMEM.
  */
 int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey);
+/*
+ * Post reg (a fast registration) on p's registration QP and, once it has
+ * been executed, tx (prepared) on the connection; p entered. An error:
+ * nothing posted, tx still the caller's. A registration that fails later
+ * takes p down and frees tx unsent.
+ */
+int jbmt_post_reg_then(struct jbmt_peer *p, struct ib_reg_wr *reg,
+		       struct jbmt_tx *tx);
 /* Send a message and forget it; p entered. */
 int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey);
 /* A WR of p failed: say why (unless flushed) and take p down. */
 void jbmt_wc_error(struct jbmt_peer *p, struct ib_wc *wc, const char *what);
-/* the wr_cqe of unsignaled WRs (registrations, writes): errors only */
-extern struct ib_cqe jbmt_unsignaled_cqe;
 /* Give rx back to the device once its work is done; p entered. */
 void jbmt_rx_repost(struct jbmt_rx *rx);
 

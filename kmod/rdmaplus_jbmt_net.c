@@ -150,13 +150,6 @@ void jbmt_wc_error(struct jbmt_peer *p, struct ib_wc *wc, const char *what)
 	jbmt_peer_down(p, -ECONNRESET);
 }
 
-/* the CQE of a WR nobody waits for: it completes only when it fails */
-static void jbmt_wr_failed(struct ib_cq *cq, struct ib_wc *wc)
-{
-	jbmt_wc_error(cq->cq_context, wc, "a registration or write");
-}
-
-struct ib_cqe jbmt_unsignaled_cqe = { .done = jbmt_wr_failed };
 
 static void jbmt_tx_done(struct ib_cq *cq, struct ib_wc *wc)
 {
@@ -292,6 +285,9 @@ static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
 	spin_unlock_irqrestore(&p->lock, flags);
 	wake_up_all(&p->wq);		/* operations waiting for credits */
 	if (p->cm && p->cm->qp) {
+		/* registrations first: their completions post on the QP */
+		if (p->regqp_ready)
+			ib_drain_qp(p->regqp);
 		/* every posted request completes, flushed if need be */
 		ib_drain_qp(p->cm->qp);
 		jbmt_xfer_fail_peer(p);
@@ -300,6 +296,10 @@ static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
 		ib_mr_pool_destroy(p->cm->qp, &p->mrs);
 		rdma_destroy_qp(p->cm);
 	}
+	if (p->regqp)
+		ib_destroy_qp(p->regqp);
+	p->regqp = NULL;
+	p->regqp_ready = false;
 	if (p->rx) {
 		for (i = 0; i < JBMT_RECV_DEPTH; i++)
 			if (p->rx[i].dma)
@@ -518,8 +518,8 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 		p->pd = NULL;
 		return ret;
 	}
-	p->cq = ib_alloc_cq(dev, p, send_wr + JBMT_RECV_DEPTH + 2, 0,
-			    IB_POLL_WORKQUEUE);
+	p->cq = ib_alloc_cq(dev, p, send_wr + JBMT_RECV_DEPTH + 2 +
+			    JBMT_REG_DEPTH + 2, 0, IB_POLL_WORKQUEUE);
 	if (IS_ERR(p->cq)) {
 		ret = PTR_ERR(p->cq);
 		p->cq = NULL;
@@ -530,7 +530,80 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 	ret = rdma_create_qp(cm, p->pd, &attr);
 	if (ret)
 		return ret;
+	memset(&attr, 0, sizeof(attr));
+	attr.event_handler = jbmt_qp_event;
+	attr.qp_context = p;
+	attr.send_cq = p->cq;
+	attr.recv_cq = p->cq;
+	attr.cap.max_send_wr = JBMT_REG_DEPTH + 1;	/* and a drain's */
+	attr.cap.max_recv_wr = 1;			/* a drain's */
+	attr.cap.max_send_sge = 1;
+	attr.cap.max_recv_sge = 1;
+	attr.sq_sig_type = IB_SIGNAL_REQ_WR;
+	attr.qp_type = IB_QPT_RC;	/* rxe registers on RC QPs only */
+	attr.port_num = cm->port_num;
+	p->regqp = ib_create_qp(p->pd, &attr);
+	if (IS_ERR(p->regqp)) {
+		ret = PTR_ERR(p->regqp);
+		p->regqp = NULL;
+		return ret;
+	}
 	return jbmt_peer_post_rx(p);
+}
+
+/*
+ * Bring the registration QP to RTS with the connection's attributes, once
+ * it is established: it never sends, so where it points does not matter.
+ */
+static int jbmt_regqp_ready(struct jbmt_peer *p)
+{
+	static const enum ib_qp_state states[] = {
+		IB_QPS_INIT, IB_QPS_RTR, IB_QPS_RTS,
+	};
+	struct ib_qp_attr qa;
+	int i, mask, ret;
+
+	for (i = 0; i < ARRAY_SIZE(states); i++) {
+		memset(&qa, 0, sizeof(qa));
+		qa.qp_state = states[i];
+		ret = rdma_init_qp_attr(p->cm, &qa, &mask);
+		if (!ret)
+			ret = ib_modify_qp(p->regqp, &qa, mask);
+		if (ret)
+			return ret;
+		/* from INIT on, a drain can take it to ERR */
+		p->regqp_ready = true;
+	}
+	return 0;
+}
+
+/* a registration executed: send what follows it */
+static void jbmt_reg_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+	struct jbmt_tx *tx = container_of(wc->wr_cqe, struct jbmt_tx, reg_cqe);
+	struct jbmt_peer *p = tx->p;
+
+	if (wc->status != IB_WC_SUCCESS) {
+		jbmt_wc_error(p, wc, "a registration");
+	} else if (!READ_ONCE(p->dead) &&
+		   !ib_post_send(p->cm->qp, &tx->wr, NULL)) {
+		return;
+	} else {
+		jbmt_peer_down(p, -ECONNRESET);
+	}
+	if (tx->done)
+		tx->done(tx, wc);
+	jbmt_tx_free(tx);
+}
+
+int jbmt_post_reg_then(struct jbmt_peer *p, struct ib_reg_wr *reg,
+		       struct jbmt_tx *tx)
+{
+	tx->reg_cqe.done = jbmt_reg_done;
+	reg->wr.wr_cqe = &tx->reg_cqe;
+	reg->wr.send_flags = IB_SEND_SIGNALED;
+	reg->wr.next = NULL;
+	return ib_post_send(p->regqp, &reg->wr, NULL);
 }
 
 static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)
@@ -578,8 +651,6 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		ret = jbmt_peer_link(p);
 		mutex_unlock(&jbmt_net_mutex);
 	}
-	if (!ret)
-		ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 	if (!ret) {
 		jbmt_conn_param(&cp, &mine);
 		ret = rdma_accept(cm, &cp);
@@ -618,8 +689,6 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		ret = jbmt_peer_create_qp(p, cm);
-		if (!ret)
-			ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 		if (!ret) {
 			jbmt_conn_param(&cp, &h);
 			/* in the handler: its mutex is held */
@@ -638,6 +707,11 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 				break;
 			}
 			p->remote_budget = max(be32_to_cpu(rh->budget), 1U);
+		}
+		ret = jbmt_regqp_ready(p);
+		if (ret) {
+			jbmt_peer_down(p, ret);
+			break;
 		}
 		spin_lock_irqsave(&p->lock, flags);
 		up = p->state == JBMT_PEER_CONNECTING;

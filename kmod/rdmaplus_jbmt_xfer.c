@@ -118,7 +118,6 @@ static int jbmt_mr_map(struct ib_mr *mr, struct sg_table *sgt, int nents,
 		return -EINVAL;
 	memset(reg, 0, sizeof(*reg));
 	reg->wr.opcode = IB_WR_REG_MR;
-	reg->wr.wr_cqe = &jbmt_unsignaled_cqe;
 	reg->mr = mr;
 	reg->key = mr->rkey;
 	reg->access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE;
@@ -323,7 +322,6 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 {
 	struct jbmt_peer *p = s->p;
 	bool get = s->op == RDMAPLUS_JBMT_GET;
-	struct ib_send_wr *first;
 	struct ib_reg_wr reg;
 	struct jbmt_tx *tx;
 	int ret;
@@ -365,18 +363,15 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 	ret = jbmt_tx_prepare(tx, 0);	/* the message is whole now */
 	if (ret)
 		goto err_xid;
-	first = &tx->wr;
-	if (get) {
-		reg.wr.next = &tx->wr;
-		first = &reg.wr;
-	}
 	/* a connection dying now either sees s in xids or is seen here */
 	smp_mb();
 	if (READ_ONCE(p->dead)) {
 		ret = -ECONNRESET;
 		goto err_xid;
 	}
-	ret = ib_post_send(p->cm->qp, first, NULL);
+	/* a get's request goes once its sink is registered */
+	ret = get ? jbmt_post_reg_then(p, &reg, tx) :
+		    ib_post_send(p->cm->qp, &tx->wr, NULL);
 	if (ret)
 		goto err_xid;
 	return 0;
@@ -1070,10 +1065,9 @@ static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
 	tx->msg.iova = cpu_to_be64(t->mem.mr->iova);
 	if (jbmt_tx_prepare(tx, 0))
 		goto err_grant;
-	reg.wr.next = &tx->wr;
 	queue_delayed_work(jbmt_xfer_wq, &t->lease,
 			   msecs_to_jiffies(JBMT_LEASE_MS));
-	if (ib_post_send(p->cm->qp, &reg.wr, NULL)) {
+	if (jbmt_post_reg_then(p, &reg, tx)) {
 		jbmt_tx_free(tx);
 		if (xa_erase(&p->grants, t->tsid) == t) {
 			cancel_delayed_work_sync(&t->lease);
