@@ -583,14 +583,13 @@ static void jbmt_reg_done(struct ib_cq *cq, struct ib_wc *wc)
 	struct jbmt_tx *tx = container_of(wc->wr_cqe, struct jbmt_tx, reg_cqe);
 	struct jbmt_peer *p = tx->p;
 
-	if (wc->status != IB_WC_SUCCESS) {
-		jbmt_wc_error(p, wc, "a registration");
-	} else if (!READ_ONCE(p->dead) &&
-		   !ib_post_send(p->cm->qp, &tx->wr, NULL)) {
+	if (wc->status == IB_WC_SUCCESS && !READ_ONCE(p->dead) &&
+	    !ib_post_send(p->cm->qp, &tx->wr, NULL))
 		return;
-	} else {
+	if (wc->status != IB_WC_SUCCESS)
+		jbmt_wc_error(p, wc, "a registration");
+	else
 		jbmt_peer_down(p, -ECONNRESET);
-	}
 	if (tx->done)
 		tx->done(tx, wc);
 	jbmt_tx_free(tx);
