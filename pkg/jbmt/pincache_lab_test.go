@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -265,4 +267,88 @@ func TestLabTransferAdvise(t *testing.T) {
 	if _, err := reg.Advise(0, 4096); !errors.Is(err, jbmt.ErrClosed) {
 		t.Errorf("Advise of a closed region: %v, want ErrClosed", err)
 	}
+}
+
+// forkWhile forks this process (a real fork: CLONE_NEWUSER keeps Go from
+// sharing the address space with the child, so its page tables are copied
+// copy-on-write) and execs true in the child, again and again until done
+// is closed; it returns how many times.
+func forkWhile(t *testing.T, done <-chan struct{}) int {
+	t.Helper()
+	n := 0
+	for {
+		select {
+		case <-done:
+			return n
+		default:
+		}
+		cmd := exec.Command("true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER}
+		if err := cmd.Run(); err != nil {
+			t.Errorf("fork and exec: %v", err)
+			return n
+		}
+		n++
+	}
+}
+
+// TestLabTransferFork (suite jbmt): a process forks again and again while
+// a 32 MiB get lands in its buffer and a 32 MiB put reads from it (the
+// fork copies its page tables, write-protecting every page; pinned pages
+// are copied for the child). Every byte lands, the cached ranges the
+// forks made stale are dropped, and nothing stays pinned but idle cached
+// ranges.
+func TestLabTransferFork(t *testing.T) {
+	setParam(t, "jbmt_pin_cache", "Y")
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 32 << 20
+	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
+	want := random(n, 41)
+	copy(mem, want)
+	buf, err := jbmt.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jbmt.Free(buf)
+	p := self(t, ctx, s)
+	if _, err := p.Get(ctx, buf, reg.Token(), 0); err != nil { // caches both sides
+		t.Fatal(err)
+	}
+	before := stats(t)
+	for _, op := range []string{"get", "put"} {
+		if op == "put" {
+			want = random(n, 42)
+			copy(buf, want)
+		} else {
+			clear(buf)
+		}
+		done := make(chan struct{})
+		forks := make(chan int)
+		go func() { forks <- forkWhile(t, done) }()
+		var m int
+		if op == "get" {
+			m, err = p.Get(ctx, buf, reg.Token(), 0)
+		} else {
+			m, err = p.Put(ctx, buf, reg.Token(), 0)
+		}
+		close(done)
+		k := <-forks
+		if err != nil || m != n {
+			t.Fatalf("%s of 32 MiB with %d forks meanwhile: %d, %v", op, k, m, err)
+		}
+		got := buf
+		if op == "put" {
+			got = mem
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s of 32 MiB with %d forks meanwhile: the bytes differ", op, k)
+		}
+		t.Logf("%s of 32 MiB with %d forks meanwhile: every byte right", op, k)
+	}
+	if st := stats(t); st.PinCacheStale == before.PinCacheStale {
+		t.Errorf("no cached range went stale across the forks")
+	}
+	checkUnpinned(t)
 }
