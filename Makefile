@@ -12,7 +12,7 @@ GUESTS  ?= 1
 # The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
 KERNEL  ?= bookworm
 
-.PHONY: all build setup vet deploy-check unit lab lab-newer test test-kernels bench demo lab-test lab-shell clean
+.PHONY: all build setup vet deploy-check unit deb lab lab-newer test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -50,6 +50,11 @@ $(PROMTOOL_DIR)/usr/bin/promtool:
 	dpkg-deb --fsys-tarfile $(PROMTOOL_DIR)/prometheus_*.deb | tar -x -C $(PROMTOOL_DIR) ./usr/bin/promtool
 	rm -f $(PROMTOOL_DIR)/prometheus_*.deb
 	$@ --version
+
+# The Debian packages rdmaplus-dkms and rvmad, from the commit checked out
+# (uncommitted changes are left out), into build/deb/ (packaging/).
+deb:
+	packaging/build-deb
 
 # Every suite in test/softroce/suites, the lab's self-tests included.
 lab: setup
