@@ -12,7 +12,7 @@ GUESTS  ?= 1
 # The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
 KERNEL  ?= bookworm
 
-.PHONY: all build setup vet deploy-check unit deb lab lab-newer test test-kernels bench demo lab-test lab-shell clean
+.PHONY: all build setup vet deploy-check unit deb test-packages lab lab-newer test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -56,6 +56,12 @@ $(PROMTOOL_DIR)/usr/bin/promtool:
 deb:
 	packaging/build-deb
 
+# The packages installed for real: lintian, then apt install in a Debian 13
+# chroot, DKMS builds for the lab's trixie and bookworm kernels, apt purge
+# leaves nothing (test/packages/run.sh; about 2.5 minutes with its cache warm).
+test-packages:
+	test/packages/run.sh
+
 # Every suite in test/softroce/suites, the lab's self-tests included.
 lab: setup
 	$(LAB) all -kernel $(KERNEL)
@@ -75,10 +81,10 @@ NEWER_SUITES ?= aa-2guests aa-dht aa-kmod aa-lifecycle aa-model aa-perftest \
 lab-newer: setup
 	$(LAB) run -kernel $(NEWER_KERNEL) $(NEWER_SUITES)
 
-# go vet, the Prometheus rules' checks, host unit tests with -race, every
-# lab suite, then the module's suites on a newer kernel (in this order: the
-# Makefile runs serially, and setup runs once).
-test: vet deploy-check unit lab lab-newer
+# go vet, the Prometheus rules' checks, host unit tests with -race, the
+# Debian packages, every lab suite, then the module's suites on a newer
+# kernel (in this order: the Makefile runs serially, and setup runs once).
+test: vet deploy-check unit test-packages lab lab-newer
 
 # Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
 bench: setup
