@@ -216,12 +216,16 @@ pick_abi() { # $1: flavour
 # The kernel installed before the packages, and the one installed after.
 abi_first=$(pick_abi "$suite")
 [ -n "$abi_first" ] || fail "no $suite kernel ABI"
+# In trixie, bookworm's packages have a low priority and apt takes them
+# where trixie has none; bookworm-backports' must be asked for (-t).
 if [ "$suite" = trixie ]; then
 	abi_later=$(pick_abi bookworm)
 	later_release=bookworm
+	later_target=()
 else
 	abi_later=$(meta_abi bookworm-backports)
 	later_release=bookworm-backports
+	later_target=(-t bookworm-backports)
 fi
 [ -n "$abi_later" ] || fail "no $later_release kernel ABI"
 kernels=("$abi_first" "$abi_later")
@@ -243,7 +247,7 @@ dkms_installed() { # $1: abi
 dkms_installed "$abi_first" || fail "dkms status: rdmaplus/$version not installed for $abi_first"
 
 step "kernel $abi_later installed after the module (image and headers)"
-apt_in install -t "$later_release" "linux-image-$abi_later" "linux-headers-$abi_later" ||
+apt_in install "${later_target[@]}" "linux-image-$abi_later" "linux-headers-$abi_later" ||
 	fail "apt-get install linux-image-$abi_later linux-headers-$abi_later"
 dkms_installed "$abi_later" || fail "dkms status: rdmaplus/$version not installed for $abi_later after its headers came"
 say "dkms status:"
