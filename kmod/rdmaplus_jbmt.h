@@ -159,12 +159,12 @@ struct jbmt_peer {
 	__be32 addr;			/* the peer host (IPv4) */
 	__be16 port;
 	bool inbound;			/* it connected to us */
-	spinlock_t lock;		/* state, err, torn, dead, credits */
+	spinlock_t lock;		/* state, err, torn, dead, inflight */
 	enum jbmt_peer_state state;
 	int err;			/* why it is down */
 	bool torn;			/* resources freed (or being freed) */
 	bool dead;			/* verbs resources going: no new user */
-	int credits;			/* sections we may start */
+	int inflight;			/* our sections in flight to it */
 	atomic_t users;			/* ops, works: the QP stays meanwhile */
 	wait_queue_head_t wq;		/* credits, users, dead */
 	struct completion done;		/* CONNECTING ended */

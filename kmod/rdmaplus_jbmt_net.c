@@ -404,7 +404,6 @@ static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 	p->port = port;
 	p->inbound = inbound;
 	spin_lock_init(&p->lock);
-	p->credits = JBMT_CREDITS;
 	init_waitqueue_head(&p->wq);
 	init_completion(&p->done);
 	INIT_LIST_HEAD(&p->mrs);

@@ -274,14 +274,24 @@ void jbmt_xfer_fail_peer(struct jbmt_peer *p)
 	}
 }
 
+/*
+ * Sections this host keeps in flight to one peer, all its operations
+ * together: JBMT_CREDITS, what the peer's receives are sized for, or
+ * fewer.
+ */
+static unsigned int jbmt_credits = JBMT_CREDITS;
+module_param(jbmt_credits, uint, 0644);
+MODULE_PARM_DESC(jbmt_credits, "sections this host keeps in flight to one peer, 1 to 16 (default 16)");
+
 static bool jbmt_credit_take(struct jbmt_peer *p)
 {
+	int max = clamp_t(int, READ_ONCE(jbmt_credits), 1, JBMT_CREDITS);
 	bool ok;
 
 	spin_lock_irq(&p->lock);
-	ok = p->credits > 0;
+	ok = p->inflight < max;
 	if (ok)
-		p->credits--;
+		p->inflight++;
 	spin_unlock_irq(&p->lock);
 	return ok;
 }
@@ -289,7 +299,7 @@ static bool jbmt_credit_take(struct jbmt_peer *p)
 static void jbmt_credit_give(struct jbmt_peer *p)
 {
 	spin_lock_irq(&p->lock);
-	p->credits++;
+	p->inflight--;
 	spin_unlock_irq(&p->lock);
 	wake_up_all(&p->wq);
 }

@@ -802,3 +802,28 @@ func TestLabTransferFaults(t *testing.T) {
 	}
 	checkUnpinned(t)
 }
+
+// TestLabTransferCredits (suite jbmt): with one credit (one section in
+// flight to the peer, all operations together), 8 gets and 8 puts of
+// 64 KiB at once all complete with every byte right; and again with a
+// pin budget of one page on each side, so that they also go through NACK
+// and retry.
+func TestLabTransferCredits(t *testing.T) {
+	s := open(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	mem, reg := region(t, s, 16*64<<10, jbmt.Read|jbmt.Write)
+	p := self(t, ctx, s)
+	setParam(t, "jbmt_credits", "1")
+	t0 := time.Now()
+	budgetRun(t, ctx, p, mem, reg.Token())
+	t.Logf("16 transfers of 64 KiB at once with one credit: %v", time.Since(t0).Round(time.Millisecond))
+	setParam(t, "jbmt_pin_budget_pages", "1")
+	before := stats(t)
+	t0 = time.Now()
+	budgetRun(t, ctx, p, mem, reg.Token())
+	st := stats(t)
+	t.Logf("and a pin budget of one page: %v, %d NACKs, %d waits for budget", time.Since(t0).Round(time.Millisecond),
+		st.NACKsSent-before.NACKsSent, st.BudgetWaits-before.BudgetWaits)
+	checkUnpinned(t)
+}
