@@ -58,9 +58,14 @@ deb:
 
 # The packages installed for real: lintian, then apt install in a Debian 13
 # chroot, DKMS builds for the lab's trixie and bookworm kernels, apt purge
-# leaves nothing (test/packages/run.sh; about 2.5 minutes with its cache warm).
-test-packages:
+# leaves nothing (test/packages/run.sh; about 2.5 minutes with its cache warm);
+# then a guest of each kernel loads the module DKMS built and passes the
+# smoke and JBMT suites (about a minute).
+DKMS_KO := build/packages/ko
+test-packages: setup
 	test/packages/run.sh
+	$(LAB) run -kernel bookworm -kmod "$$(ls $(DKMS_KO)/6.1.*/rdmaplus.ko)" smoke-1guest jbmt
+	$(LAB) run -kernel trixie -kmod "$$(ls $(DKMS_KO)/6.12.*/rdmaplus.ko)" smoke-1guest jbmt
 
 # Every suite in test/softroce/suites, the lab's self-tests included.
 lab: setup

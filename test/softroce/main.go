@@ -95,6 +95,7 @@ func dispatch(ctx context.Context, cmd string, args []string) error {
 	fs.IntVar(&l.Smp, "smp", 0, "vCPUs per guest; 0: 2 for a single guest, 1 each for several (a suite's smp= overrides)")
 	fs.StringVar(&l.Append, "append", "", "extra guest kernel command line")
 	fs.IntVar(&l.GDBPort, "gdb", 0, "serve guest i's qemu gdbstub on 127.0.0.1:N+i-1 (0: none; docs/lab.md)")
+	fs.StringVar(&l.Kmod, "kmod", "", "load this rdmaplus.ko (inside the repository; built by DKMS, say) instead of building kmod/ for the guest kernel")
 	guests := 1
 	var timeout time.Duration
 	if cmd == "gotest" || cmd == "shell" {

@@ -24,7 +24,11 @@ type Lab struct {
 	Smp        int
 	Append     string // extra kernel command line
 	GDBPort    int    // guest i serves qemu's gdbstub on 127.0.0.1:GDBPort+i-1; 0: none
-	out        *syncWriter
+	// Kmod, when set, is our module already built (by DKMS, say) for the
+	// guest kernel, loaded instead of one built from kmod/; it must live
+	// inside the repository (guests see only that).
+	Kmod string
+	out  *syncWriter
 
 	kernel *Kernel
 	initrd string
@@ -110,7 +114,11 @@ func (l *Lab) Prepare(ctx context.Context) error {
 		defer wg.Done()
 		_, errSelf = buildModule(ctx, k, filepath.Join(l.Root, "test", "softroce", "selftest"), filepath.Join(out, "selftest"))
 	}()
-	kos, err1 = buildModule(ctx, k, filepath.Join(l.Root, "kmod"), filepath.Join(out, "rdmaplus"))
+	if l.Kmod != "" {
+		kos, err1 = l.givenModule()
+	} else {
+		kos, err1 = buildModule(ctx, k, filepath.Join(l.Root, "kmod"), filepath.Join(out, "rdmaplus"))
+	}
 	wg.Wait()
 	if err := errors.Join(err1, errSelf); err != nil {
 		return err
@@ -120,6 +128,22 @@ func (l *Lab) Prepare(ctx context.Context) error {
 		l.kmods = append(l.kmods, l.guestPath(ko))
 	}
 	return nil
+}
+
+// givenModule checks the module -kmod names: a file inside the repository.
+func (l *Lab) givenModule() ([]string, error) {
+	abs, err := filepath.Abs(l.Kmod)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := os.Stat(abs); err != nil || !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("-kmod %s: not a module file (%v)", l.Kmod, err)
+	}
+	if rel, err := filepath.Rel(l.Root, abs); err != nil || strings.HasPrefix(rel, "..") {
+		return nil, fmt.Errorf("-kmod %s: must live inside the repository %s (guests see only that)", l.Kmod, l.Root)
+	}
+	logf("loading the given module %s instead of building kmod/", l.Kmod)
+	return []string{abs}, nil
 }
 
 // buildGo compiles the Go binaries a suite asks for into build/lab/bin.
