@@ -164,6 +164,24 @@ err_give:
 	return ret;
 }
 
+/*
+ * The region of ctx a token names, or NULL (another file's answers as
+ * none: tokens cannot be probed); ctx->mutex held, which keeps it.
+ */
+static struct jbmt_region *jbmt_region_own(struct rdmaplus_jbmt_ctx *ctx,
+					   const struct rdmaplus_jbmt_token *t)
+{
+	struct jbmt_region *r;
+
+	/* another file may free its region meanwhile: look under RCU */
+	rcu_read_lock();
+	r = xa_load(&jbmt_regions, t->id);
+	if (r && (r->ctx != ctx || r->gen != t->gen || r->key != t->key))
+		r = NULL;
+	rcu_read_unlock();
+	return r;
+}
+
 static long jbmt_dereg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_jbmt_dereg a;
@@ -176,14 +194,8 @@ static long jbmt_dereg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	if (a.reserved)
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);
-	/* another file may free its region meanwhile: look under RCU */
-	rcu_read_lock();
-	r = xa_load(&jbmt_regions, a.token.id);
-	if (r && (r->ctx != ctx || r->gen != a.token.gen ||
-		  r->key != a.token.key))
-		r = NULL;	/* another file's answers as none */
-	rcu_read_unlock();
-	if (r) {		/* ours: our mutex keeps it */
+	r = jbmt_region_own(ctx, &a.token);
+	if (r) {
 		jbmt_region_revoke(r);
 		atomic64_inc(&jbmt_st.deregistrations);
 	} else {
@@ -219,12 +231,7 @@ static long jbmt_advise(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	if (a.rights)
 		return -EINVAL;
 	mutex_lock(&ctx->mutex);	/* the region stays meanwhile */
-	rcu_read_lock();
-	r = xa_load(&jbmt_regions, a.token.id);
-	if (r && (r->ctx != ctx || r->gen != a.token.gen ||
-		  r->key != a.token.key))
-		r = NULL;	/* another file's answers as none */
-	rcu_read_unlock();
+	r = jbmt_region_own(ctx, &a.token);
 	if (!r)
 		ret = -ENOENT;
 	else if (a.addr > r->length || a.length > r->length - a.addr)

@@ -66,6 +66,7 @@ int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n, bool write,
 {
 	unsigned int flags = write ? FOLL_WRITE : 0;
 	long got = 0, ret = 0;
+	int fail = -EFAULT;
 
 	if (!mm) {
 		ret = pin_user_pages_fast(addr, n, flags, pages);
@@ -80,13 +81,7 @@ int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n, bool write,
 			mmap_read_unlock(mm);
 		}
 		mmput(mm);
-		if (got == n) {
-			atomic64_add(n, &jbmt_pin_st.pinned_pages);
-			return 0;
-		}
-		if (got > 0)
-			unpin_user_pages(pages, got);
-		return -EAGAIN;
+		fail = -EAGAIN;		/* a fault or the lock to wait for */
 	} else if (mmget_not_zero(mm)) {
 		mmap_read_lock(mm);
 		while (got < n) {
@@ -105,7 +100,7 @@ int jbmt_pin(struct mm_struct *mm, u64 addr, unsigned int n, bool write,
 	}
 	if (got > 0)
 		unpin_user_pages(pages, got);
-	return -EFAULT;
+	return fail;
 }
 
 void jbmt_unpin(struct page **pages, unsigned int n, bool dirty)
