@@ -47,11 +47,7 @@ func TestLabTransferPinCache(t *testing.T) {
 	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
 	want := random(n, 11)
 	copy(mem, want)
-	buf, err := jbmt.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(buf)
+	buf := alloc(t, n)
 	p := self(t, ctx, s)
 	get := func(what string, want []byte) {
 		t.Helper()
@@ -152,11 +148,7 @@ func TestLabTransferPinCacheUnmap(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 256 << 10
-	mem, err := jbmt.Alloc(2 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(mem)
+	mem := alloc(t, 2*n)
 	reg, err := s.Register(mem, jbmt.Read)
 	if err != nil {
 		t.Fatal(err)
@@ -199,11 +191,7 @@ func TestLabTransferAdvise(t *testing.T) {
 	const n = 1 << 20 // four sections
 	mem, reg := region(t, s, n, jbmt.Read)
 	copy(mem, random(n, 31))
-	buf, err := jbmt.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(buf)
+	buf := alloc(t, n)
 	p := self(t, ctx, s)
 	before := stats(t)
 	if m, err := reg.Advise(0, n); err != nil || m != n {
@@ -237,11 +225,7 @@ func TestLabTransferAdvise(t *testing.T) {
 	if _, err := reg.Advise(n-4096, 8192); !errors.Is(err, jbmt.ErrRange) {
 		t.Errorf("Region.Advise past the region's end: %v, want ErrRange", err)
 	}
-	hole, err := jbmt.Alloc(3 * 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(hole)
+	hole := alloc(t, 3*4096)
 	unmap(t, hole[8192:])
 	if m, err := s.Advise(hole, jbmt.Read); !errors.Is(err, jbmt.ErrFault) || m != 0 {
 		// one section: it faults as a whole
@@ -253,11 +237,7 @@ func TestLabTransferAdvise(t *testing.T) {
 	if m, err := reg.Advise(0, n); err != nil || m != 256<<10 {
 		t.Errorf("Region.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB", m, err)
 	}
-	other, err := jbmt.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(other)
+	other := alloc(t, n)
 	if m, err := s.Advise(other, jbmt.Read); err != nil || m != 256<<10 {
 		t.Errorf("Service.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB", m, err)
 	}
@@ -307,11 +287,7 @@ func TestLabTransferFork(t *testing.T) {
 	mem, reg := region(t, s, n, jbmt.Read|jbmt.Write)
 	want := random(n, 41)
 	copy(mem, want)
-	buf, err := jbmt.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(buf)
+	buf := alloc(t, n)
 	p := self(t, ctx, s)
 	if _, err := p.Get(ctx, buf, reg.Token(), 0); err != nil { // caches both sides
 		t.Fatal(err)
@@ -328,6 +304,7 @@ func TestLabTransferFork(t *testing.T) {
 		forks := make(chan int)
 		go func() { forks <- forkWhile(t, done) }()
 		var m int
+		var err error
 		if op == "get" {
 			m, err = p.Get(ctx, buf, reg.Token(), 0)
 		} else {

@@ -74,11 +74,7 @@ func TestSwapTransferLargerThanRAM(t *testing.T) {
 	}
 	retries0 := retries()
 	before := stats(t)
-	buf, err := jbmt.Alloc(chunk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jbmt.Free(buf)
+	buf := alloc(t, chunk)
 	var maxPinned uint64
 	t0 = time.Now()
 	for off := 0; off < size; off += chunk {

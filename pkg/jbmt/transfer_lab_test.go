@@ -38,14 +38,21 @@ func self(t *testing.T, ctx context.Context, s *jbmt.Service) *jbmt.Peer {
 	return p
 }
 
-// region allocates n bytes outside the Go heap and registers them.
-func region(t *testing.T, s *jbmt.Service, n int, r jbmt.Rights) ([]byte, *jbmt.Region) {
+// alloc allocates n bytes outside the Go heap, freed when the test ends.
+func alloc(t *testing.T, n int) []byte {
 	t.Helper()
 	b, err := jbmt.Alloc(n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { jbmt.Free(b) })
+	return b
+}
+
+// region allocates n bytes outside the Go heap and registers them.
+func region(t *testing.T, s *jbmt.Service, n int, r jbmt.Rights) ([]byte, *jbmt.Region) {
+	t.Helper()
+	b := alloc(t, n)
 	reg, err := s.Register(b, r)
 	if err != nil {
 		t.Fatal(err)
