@@ -131,6 +131,17 @@ func TestLabTransferAsyncFullAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("Close with 4 transfers of 16 MiB in flight: %v", time.Since(t0).Round(time.Millisecond))
+	// nothing lands in the buffers once Close returned
+	snap := make([][]byte, len(dst))
+	for i := range dst {
+		snap[i] = bytes.Clone(dst[i])
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i := range dst {
+		if !bytes.Equal(dst[i], snap[i]) {
+			t.Errorf("buffer %d changed after Close returned", i)
+		}
+	}
 	if err := s.Wait(ctx); !errors.Is(err, jbmt.ErrClosed) {
 		t.Errorf("Wait after Close: %v, want ErrClosed", err)
 	}

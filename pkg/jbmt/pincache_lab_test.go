@@ -64,7 +64,7 @@ func TestLabTransferPinCache(t *testing.T) {
 	get("second get", want)
 	before := stats(t)
 	get("third get", want)
-	st := stats(t)
+	st := settle(t)
 	t.Logf("third get of 1 MiB: %d hits, %d misses; %d pages cached", st.PinCacheHits-before.PinCacheHits,
 		st.PinCacheMisses-before.PinCacheMisses, st.PinCachePages)
 	// four sections, each found on both sides
@@ -162,7 +162,7 @@ func TestLabTransferPinCacheUnmap(t *testing.T) {
 			t.Fatalf("Get of the second half: %v", err)
 		}
 	}
-	before := stats(t)
+	before := settle(t) // the serving side's sections released: the range idle
 	unmap(t, mem[n:])
 	st := stats(t)
 	if st.PinCacheStale == before.PinCacheStale || st.PinnedPages >= before.PinnedPages {
@@ -231,11 +231,14 @@ func TestLabTransferAdvise(t *testing.T) {
 		// one section: it faults as a whole
 		t.Errorf("Advise over an unmapped page: %d, %v; want 0, ErrFault", m, err)
 	}
+	settle(t)
 	setParam(t, "jbmt_pin_cache", "N") // give everything back
 	setParam(t, "jbmt_pin_cache", "Y")
 	setParam(t, "jbmt_pin_budget_pages", "96")
 	if m, err := reg.Advise(0, n); err != nil || m != 256<<10 {
-		t.Errorf("Region.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB", m, err)
+		st := stats(t)
+		t.Errorf("Region.Advise of 1 MiB with a budget of 96 pages: %d, %v; want one section of 256 KiB (%d pages pinned, %d cached, %d idle)",
+			m, err, st.PinnedPages, st.PinCachePages, st.PinCacheIdle)
 	}
 	other := alloc(t, n)
 	if m, err := s.Advise(other, jbmt.Read); err != nil || m != 256<<10 {

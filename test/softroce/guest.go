@@ -63,6 +63,7 @@ type guest struct {
 	stopWhy     string
 	recent      []string // the command's last few console lines
 	failQuote   []string // a Go test's first failure, as the console showed it
+	crashLines  int      // lines of a crash's trace still to quote
 	finished    chan struct{}
 
 	// onNICStall, if set, is called once when the kernel first reports
@@ -84,10 +85,14 @@ type guest struct {
 
 // Quoting a Go test's failure in the verdict: the lines before the first
 // "--- FAIL:" (where t.Fatal's message is), that line, and the names of
-// the tests that failed with it.
+// the tests that failed with it; or, for a test binary that crashed
+// (status 2, no FAIL line), the lines before its "panic:" or "fatal
+// error:" and the first lines of its trace. A command that failed with
+// neither is quoted by its last lines.
 const (
 	quoteBefore = 8
 	quoteMax    = 14
+	quoteCrash  = 6 // lines quoted after a panic's first
 )
 
 // noteTestLine keeps what a verdict quotes of a failing Go test, from a
@@ -96,11 +101,18 @@ func (g *guest) noteTestLine(t string) {
 	if t == "" {
 		return
 	}
-	if strings.HasPrefix(t, "--- FAIL:") && len(g.failQuote) < quoteMax {
+	switch {
+	case g.crashLines > 0 && len(g.failQuote) < quoteMax:
+		g.failQuote = append(g.failQuote, t)
+		g.crashLines--
+	case strings.HasPrefix(t, "--- FAIL:") && len(g.failQuote) < quoteMax:
 		if len(g.failQuote) == 0 {
 			g.failQuote = append(g.failQuote, g.recent...)
 		}
 		g.failQuote = append(g.failQuote, t)
+	case (strings.HasPrefix(t, "panic: ") || strings.HasPrefix(t, "fatal error: ")) && len(g.failQuote) == 0:
+		g.failQuote = append(append(g.failQuote, g.recent...), t)
+		g.crashLines = quoteCrash
 	}
 	if len(g.recent) == quoteBefore {
 		g.recent = append(g.recent[:0], g.recent[1:]...)
@@ -412,8 +424,14 @@ func (g *guest) verdict(timeout time.Duration) string {
 		return ""
 	}
 	v := g.name + ": " + strings.Join(why, "; ")
-	if g.state == stateExited && g.status != 0 && len(g.failQuote) > 0 {
-		v += "\n    | " + strings.Join(g.failQuote, "\n    | ")
+	if g.state == stateExited && g.status != 0 {
+		q := g.failQuote
+		if len(q) == 0 {
+			q = g.recent
+		}
+		if len(q) > 0 {
+			v += "\n    | " + strings.Join(q, "\n    | ")
+		}
 	}
 	return v
 }

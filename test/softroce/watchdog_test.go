@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -82,6 +83,40 @@ func TestConsoleLine(t *testing.T) {
 	g.consoleLine(strings.Repeat("x", 1000), "tok")
 	if len(g.lastLine) != consoleLineMax+3 {
 		t.Errorf("last line not bounded: %d bytes", len(g.lastLine))
+	}
+}
+
+// A test binary's crash (a panic outside a test, a runtime fatal error:
+// status 2, no FAIL line) is quoted from the lines before it to the first
+// of its trace; a command failing with neither, by its last lines.
+func TestVerdictQuotesCrash(t *testing.T) {
+	g := &guest{name: "s/g1", started: time.Now(), phase: phaseReady}
+	lines := []string{"=== RUN   TestLabY", "panic: runtime error: index out of range [3] with length 3", "",
+		"goroutine 7 [running]:"}
+	for i := range 20 {
+		lines = append(lines, fmt.Sprintf("frame %d", i))
+	}
+	for _, l := range lines {
+		g.consoleLine(l, "tok")
+	}
+	g.state, g.status = stateExited, 2
+	want := "s/g1: command exited with status 2" +
+		"\n    | === RUN   TestLabY" +
+		"\n    | panic: runtime error: index out of range [3] with length 3" +
+		"\n    | goroutine 7 [running]:" +
+		"\n    | frame 0\n    | frame 1\n    | frame 2\n    | frame 3\n    | frame 4"
+	if got := g.verdict(time.Minute); got != want {
+		t.Errorf("verdict\n got %q\nwant %q", got, want)
+	}
+
+	g = &guest{name: "s/g1", started: time.Now(), phase: phaseReady}
+	for _, l := range []string{"a", "b", "lab: no such file"} {
+		g.consoleLine(l, "tok")
+	}
+	g.state, g.status = stateExited, 1
+	want = "s/g1: command exited with status 1\n    | a\n    | b\n    | lab: no such file"
+	if got := g.verdict(time.Minute); got != want {
+		t.Errorf("verdict\n got %q\nwant %q", got, want)
 	}
 }
 
