@@ -12,7 +12,7 @@ GUESTS  ?= 1
 # The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
 KERNEL  ?= bookworm
 
-.PHONY: all build setup vet deploy-check unit deb test-packages lab lab-newer test test-kernels bench demo lab-test lab-shell clean
+.PHONY: all build setup host-deps check vet staticcheck deploy-check unit deb test-packages lab lab-newer test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -24,12 +24,42 @@ setup:
 build: setup
 	$(GO) build ./...
 
-vet: setup
+# What cgo needs to build pkg/verbs on the host (vet, staticcheck and the
+# unit tests): a C compiler and rdma-core's headers. Installed when missing
+# (as root; otherwise the apt-get command is printed); nothing else of the
+# lab's (qemu, the guest kernel) is needed by the host checks.
+HOST_DEPS := gcc libc6-dev libibverbs-dev librdmacm-dev
+host-deps:
+	@missing=; for p in $(HOST_DEPS); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q ' installed$$' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "missing host packages; install them with: apt-get install --no-install-recommends$$missing"; exit 1; fi; \
+		echo "installing host packages:$$missing"; \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 $$missing; }; \
+	fi
+
+# The host checks, without booting a guest or fetching a guest kernel (about
+# a minute once staticcheck is in Go's module cache): gofmt and go vet (with
+# and without the lab tag), staticcheck, the Prometheus rules' checks and the
+# host unit tests with -race.
+check: vet staticcheck deploy-check unit
+
+# gofmt fails on any unformatted file, then go vet with and without the lab tag.
+vet: host-deps
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags lab ./...
 
-unit: setup
+# staticcheck with its default checks, over the host and the lab build
+# (-matrix: code used only by lab tests is not reported unused). The version
+# is pinned here; go run fetches it into Go's module cache on first use.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+staticcheck: host-deps
+	printf 'host:\nlab: -tags=lab\n' | $(STATICCHECK) -matrix ./...
+
+unit: host-deps
 	$(GO) test -race ./...
 
 # The operators' Prometheus rules (deploy/prometheus): promtool checks them
@@ -86,10 +116,10 @@ NEWER_SUITES ?= aa-2guests aa-dht aa-kmod aa-lifecycle aa-model aa-perftest \
 lab-newer: setup
 	$(LAB) run -kernel $(NEWER_KERNEL) $(NEWER_SUITES)
 
-# go vet, the Prometheus rules' checks, host unit tests with -race, the
-# Debian packages, every lab suite, then the module's suites on a newer
-# kernel (in this order: the Makefile runs serially, and setup runs once).
-test: vet deploy-check unit test-packages lab lab-newer
+# The host checks (make check), the Debian packages, every lab suite, then
+# the module's suites on a newer kernel (in this order: the Makefile runs
+# serially, and setup runs once).
+test: check test-packages lab lab-newer
 
 # Benchmarks (test/softroce/bench): figures for docs/benchmarks.md.
 bench: setup
