@@ -40,8 +40,8 @@ const (
 	rvmaPort = 7491 // the endpoint's port; the client's is rvmaPort+1
 	// rvmaBuffers is the buffers posted per window in rvma_lat: the sender
 	// is shown those the application does not hold, all 31 when the
-	// module counts (rvma.Entry.Through: a notice every 30 epochs),
-	// rvma.MaxDescs when the library does (one every MaxDescs-1).
+	// module counts (a notice every 30 epochs), rvma.ShownBuffers when
+	// the library does (one every ShownBuffers-1).
 	rvmaBuffers = 32
 	rvmaBWBufs  = 4  // buffers posted per window in rvma_bw (16 puts per epoch: notices are rare anyway)
 	rvmaBatch   = 16 // puts per buffer in rvma_bw

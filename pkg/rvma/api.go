@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // windowDriver is what a Window needs from its endpoint: binding and
@@ -30,7 +32,7 @@ type windowDriver interface {
 	windowClosed(w *Window)
 	// entryChanged publishes e in the descriptor table and, as push
 	// says, to the senders that hold a view of it.
-	entryChanged(w *Window, e Entry, push pushMode)
+	entryChanged(w *Window, e wire.Entry, push pushMode)
 	// subscribers is the number of senders that hold a view of the
 	// window in slot.
 	subscribers(slot uint32) int
@@ -179,7 +181,7 @@ type Window struct {
 	comps    completionSource
 	kid      uint32 // the module's id of a counted window
 	lastSeq  uint64
-	pushed   Entry // the last entry pushed to senders
+	pushed   wire.Entry // the last entry pushed to senders
 }
 
 func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
@@ -251,7 +253,7 @@ func (w *Window) flush() {
 	bind, unbind, _ := w.st.takeActions()
 	hides := w.st.takeHides()
 	regs, ends := w.st.takeModuleActions()
-	var e Entry
+	var e wire.Entry
 	changed := w.st.seq != w.lastSeq
 	push := pushNone
 	if changed {
@@ -316,7 +318,7 @@ func (w *Window) flush() {
 
 // sameForSenders reports whether two entries differ only in their
 // sequence number.
-func sameForSenders(a, b Entry) bool {
+func sameForSenders(a, b wire.Entry) bool {
 	a.Seq, b.Seq = 0, 0
 	return a == b
 }
@@ -326,9 +328,9 @@ func sameForSenders(a, b Entry) bool {
 // being shown e: the window is open in both, and p still describes the new
 // head and the generation after it exactly as e does (a sender left with
 // one descriptor is pushed the entry, so it never waits for one).
-func senderKeepsUp(p, e Entry) bool {
+func senderKeepsUp(p, e wire.Entry) bool {
 	if p.Seq == 0 || p.Mailbox != e.Mailbox || p.Incarnation != e.Incarnation ||
-		p.State != StateOpen || e.State != StateOpen || p.Kind != e.Kind || e.Head < p.Head {
+		p.State != wire.StateOpen || e.State != wire.StateOpen || p.Kind != e.Kind || e.Head < p.Head {
 		return false
 	}
 	end := p.End()
@@ -346,7 +348,7 @@ func senderKeepsUp(p, e Entry) bool {
 
 // noteBound is the driver's report that b's memory window was bound;
 // the driver flushes the window after it.
-func (w *Window) noteBound(b *buffer, d Desc) {
+func (w *Window) noteBound(b *buffer, d wire.Desc) {
 	w.mu.Lock()
 	w.st.bound(b, d)
 	w.mu.Unlock()
@@ -370,7 +372,7 @@ func (w *Window) unbound(b *buffer) {
 // genLow, and returns what it made of it and the generation (the epoch).
 func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 	w.mu.Lock()
-	gen := ExpandGen(w.st.head, genLow)
+	gen := wire.ExpandGen(w.st.head, genLow)
 	r := w.st.arrive(gen, n)
 	w.mu.Unlock()
 	w.flush()
@@ -407,7 +409,7 @@ func (w *Window) syncCounted() {
 
 // knock counts n puts a sender reported: refused by its library after
 // Close (NACK, drop), or by the receiver's module as stale.
-func (w *Window) knock(r KnockReason, n uint64) {
+func (w *Window) knock(r wire.KnockReason, n uint64) {
 	w.mu.Lock()
 	w.st.knock(r, n)
 	w.mu.Unlock()

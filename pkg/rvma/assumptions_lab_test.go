@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
@@ -160,7 +161,7 @@ func TestLabAssumptions(t *testing.T) {
 	if err := srq.PostRecv(verbs.RecvWR{ID: 100}); err != nil {
 		t.Fatalf("SRQ receive without SGEs: %v", err)
 	}
-	imm, _ := Imm{Kind: KindData, Slot: 5, Gen: GenLow(1)}.Encode()
+	imm, _ := wire.Imm{Kind: wire.KindData, Slot: 5, Gen: wire.GenLow(1)}.Encode()
 	const putOff, putLen = 100, 1000
 	if err := sq.PostSend(verbs.SendWR{ID: 10, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled, Imm: imm,
 		SGL: []verbs.SGE{src.SGE(0, putLen)}, RemoteAddr: mr.Addr() + bufOff + putOff, RKey: rkey}); err != nil {
@@ -176,7 +177,7 @@ func TestLabAssumptions(t *testing.T) {
 	if w.ByteLen != putLen {
 		t.Fatalf("receive completion byte_len %d, want the WRITE's length %d", w.ByteLen, putLen)
 	}
-	if got := ParseImm(w.Imm); got.Slot != 5 || got.Gen != 1 {
+	if got := wire.ParseImm(w.Imm); got.Slot != 5 || got.Gen != 1 {
 		t.Fatalf("immediate %+v", got)
 	}
 	placed := mr.Bytes()[bufOff+putOff : bufOff+putOff+putLen]
@@ -215,7 +216,7 @@ func TestLabAssumptions(t *testing.T) {
 	if err := srq.PostRecv(verbs.RecvWR{ID: 102}); err != nil {
 		t.Fatal(err)
 	}
-	knock, _ := Imm{Kind: KindCtrl, Slot: 5, Gen: uint16(KnockNack)}.Encode()
+	knock, _ := wire.Imm{Kind: wire.KindCtrl, Slot: 5, Gen: uint16(wire.KnockNack)}.Encode()
 	if err := sq2.PostSend(verbs.SendWR{ID: 12, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled, Imm: knock}); err != nil {
 		t.Fatalf("zero-length WRITE WITH IMMEDIATE: %v", err)
 	}

@@ -3,6 +3,8 @@ package rvma
 import (
 	"fmt"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // testMailboxKey is the mailbox key the counted fixtures' windows have.
@@ -90,7 +92,7 @@ func TestWindowCountedMailboxDescs(t *testing.T) {
 		for g := epoch; g < epoch+2; g++ {
 			d, ok := e.Desc(g)
 			pb := f.w.lookup(g)
-			want := Desc{Addr: mailboxAddr(g), RKey: testMailboxKey, Len: uint32(pb.cap), Threshold: pb.threshold}
+			want := wire.Desc{Addr: wire.MailboxAddr(g), RKey: testMailboxKey, Len: uint32(pb.cap), Threshold: pb.threshold}
 			if !ok || d != want {
 				t.Fatalf("epoch %d: generation %d shown as %+v, want %+v", epoch, g, d, want)
 			}
@@ -123,7 +125,7 @@ func TestWindowCountedMailboxDescs(t *testing.T) {
 func TestWindowCountedThrough(t *testing.T) {
 	f := newCountedFixture(t, WindowOptions{})
 	var bs []*buffer
-	for range MaxDescs + 4 {
+	for range wire.MaxDescs + 4 {
 		bs = append(bs, f.post(64, PostOptions{}))
 	}
 	odd := f.post(128, PostOptions{}) // another length: not derived
@@ -132,7 +134,7 @@ func TestWindowCountedThrough(t *testing.T) {
 		t.Fatalf("%d registrations for %d buffers", len(f.regs), len(bs)+1)
 	}
 	e := f.w.entry(1)
-	if e.NDesc != MaxDescs || e.Head != 0 || e.Through != uint64(len(bs)-1) {
+	if e.NDesc != wire.MaxDescs || e.Head != 0 || e.Through != uint64(len(bs)-1) {
 		t.Fatalf("entry head %d, %d descriptors, through %d", e.Head, e.NDesc, e.Through)
 	}
 	for _, b := range bs {
@@ -143,8 +145,8 @@ func TestWindowCountedThrough(t *testing.T) {
 	if _, ok := e.Desc(odd.gen); ok {
 		t.Fatal("a buffer of another length derived")
 	}
-	b := make([]byte, EntrySize)
-	if err := MarshalEntry(b, &e); err != nil {
+	b := make([]byte, wire.EntrySize)
+	if err := wire.MarshalEntry(b, &e); err != nil {
 		t.Fatalf("the window's entry does not marshal: %v", err)
 	}
 
@@ -167,11 +169,11 @@ func TestWindowCountedThrough(t *testing.T) {
 		t.Fatalf("one buffer: %+v", e)
 	}
 	lib := newFixture(t, WindowOptions{})
-	for range MaxDescs + 2 {
+	for range wire.MaxDescs + 2 {
 		lib.post(64, PostOptions{})
 	}
 	lib.flush()
-	if e := lib.w.entry(1); e.NDesc != MaxDescs || e.Through != 0 {
+	if e := lib.w.entry(1); e.NDesc != wire.MaxDescs || e.Through != 0 {
 		t.Fatalf("library-counted window: %d descriptors, through %d", e.NDesc, e.Through)
 	}
 }
@@ -201,7 +203,7 @@ func TestWindowCountedEnds(t *testing.T) {
 
 	one := f.post(64, PostOptions{OneTime: true})
 	var more []*buffer
-	for range MaxDescs {
+	for range wire.MaxDescs {
 		more = append(more, f.post(64, PostOptions{}))
 	}
 	f.flush()
@@ -209,7 +211,7 @@ func TestWindowCountedEnds(t *testing.T) {
 		t.Fatal("close")
 	}
 	f.flush()
-	last := more[MaxDescs-1].gen
+	last := more[wire.MaxDescs-1].gen
 	for g := uint64(1); g <= last; g++ {
 		if !f.ended(g, FlagClosed) {
 			t.Fatalf("generation %d not ended closed: ends %+v", g, f.ends)

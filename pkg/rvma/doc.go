@@ -35,8 +35,8 @@
 // A sender that fills epochs alone is sent a notice only when it runs out
 // of the buffers it was shown: with n buffers of one shape posted, once
 // every n-2 epochs where the module counts (an entry derives every queued
-// generation from its mailbox addresses), once every MaxDescs-1 epochs
-// where the library does (post MaxDescs+1 buffers).
+// generation from its mailbox addresses), once every ShownBuffers-1 epochs
+// where the library does (post ShownBuffers+1 buffers).
 // Senders that fill epochs together learn of every completed epoch from a
 // notice, unless the window promises each one's share
 // (WindowOptions.Share, as in a halo exchange): then each moves on by its

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/kmod"
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -103,7 +104,7 @@ type Endpoint struct {
 	viewGen      uint32 // numbers the views' RESOLVE Seqs
 	// loseCtrl is a test hook: a control message it returns true for is
 	// not sent (as if lost with a failed stripe). Set before any traffic.
-	loseCtrl func(Ctrl) bool
+	loseCtrl func(wire.Ctrl) bool
 	queues   map[putKey][]*PutOp // puts waiting their turn, by destination and mailbox
 	nextID   uint64
 	subs     map[uint32][]subscriber // window slot -> links whose view slots mirror it
@@ -195,10 +196,10 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		counting: o.Counting, records: o.Records}); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
-	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
+	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: view table: %w", addr, err)
 	}
-	if ep.ctrlMR, err = ep.e.pd.AllocMR(EntrySize, verbs.AccessLocalWrite); err != nil {
+	if ep.ctrlMR, err = ep.e.pd.AllocMR(wire.EntrySize, verbs.AccessLocalWrite); err != nil {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep.views = make([]*remoteView, viewSlots)

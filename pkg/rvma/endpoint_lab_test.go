@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -743,7 +744,7 @@ func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[str
 // 22 epochs, while one the library counts still describes MaxDescs.
 func TestLabEndpointNotices(t *testing.T) {
 	ep := labListen(t, 7478, &rvma.Options{Stripes: 2})
-	for i, buffers := range []int{rvma.MaxDescs + 1, 24} {
+	for i, buffers := range []int{wire.MaxDescs + 1, 24} {
 		t.Run(fmt.Sprintf("%d buffers", buffers), func(t *testing.T) {
 			labNotices(t, ep, rvma.Mailbox(0xABCD0077+i), buffers)
 		})
@@ -828,7 +829,7 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 	sent := ep.Stats().Notices - before
 	seen := buffers - 1 // generations the sender is shown
 	if ep.Counting() == rvma.CountLibrary {
-		seen = min(seen, rvma.MaxDescs)
+		seen = min(seen, wire.MaxDescs)
 	}
 	t.Logf("%d epochs from one sender, %d buffers posted: %d notices", epochs, buffers, sent)
 	// Where a notice can land after the put that follows it (see
@@ -890,5 +891,5 @@ func stalePutSlack(stale uint64, seen int) uint64 {
 	if labenv.InlineLoopback() {
 		return 0
 	}
-	return stale * 2 * uint64((seen+rvma.MaxDescs-1)/rvma.MaxDescs+1)
+	return stale * 2 * uint64((seen+wire.MaxDescs-1)/wire.MaxDescs+1)
 }

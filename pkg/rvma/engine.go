@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -50,8 +51,8 @@ type engine struct {
 	descMu   sync.RWMutex
 	descGone bool
 
-	links linkHandler       // nil without an endpoint
-	trace func(Imm, uint32) // test hook: every DATA arrival, in order
+	links linkHandler            // nil without an endpoint
+	trace func(wire.Imm, uint32) // test hook: every DATA arrival, in order
 
 	bounce bounce // registered copies of small put sources (bounce.go)
 
@@ -148,7 +149,7 @@ type bindOp struct {
 // receives that are not data for a window.
 type linkHandler interface {
 	sendDone(wc verbs.WC)
-	ctrl(wc verbs.WC, imm Imm, msg []byte)
+	ctrl(wc verbs.WC, imm wire.Imm, msg []byte)
 	notice(wc verbs.WC, viewSlot uint32)
 	recvFailed(wc verbs.WC)
 	late(wc verbs.WC, slot uint32, epoch uint64, stale bool) // a put wc counted late into the window in slot
@@ -240,7 +241,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if err = e.srq.PostRecv(wrs...); err != nil {
 		return nil, err
 	}
-	if e.descMR, err = e.pd.AllocMR(engineSlots*EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+	if e.descMR, err = e.pd.AllocMR(engineSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
 	if opts.counting != CountLibrary {
@@ -301,7 +302,7 @@ func (e *engine) Close() error {
 		switch {
 		case op.ex != nil:
 			if !op.unbind {
-				e.settle(op.ex, Desc{}, fmt.Errorf("rvma: endpoint closed: %w", ErrClosed))
+				e.settle(op.ex, wire.Desc{}, fmt.Errorf("rvma: endpoint closed: %w", ErrClosed))
 			}
 		case op.unbind && !op.retire:
 			op.w.unbound(op.b)
@@ -537,7 +538,7 @@ func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
 // for the next idle poll while the progress loop is parked. A window
 // already freed (engine.free) publishes nothing: its slot may belong to
 // another one; nor does any window once Close released the table.
-func (e *engine) entryChanged(w *Window, en Entry, push pushMode) {
+func (e *engine) entryChanged(w *Window, en wire.Entry, push pushMode) {
 	e.descMu.RLock()
 	defer e.descMu.RUnlock()
 	if e.descGone {
@@ -550,7 +551,7 @@ func (e *engine) entryChanged(w *Window, en Entry, push pushMode) {
 	if mem == nil || push == pushNone || e.links == nil {
 		return
 	}
-	if push == pushSoon && en.State == StateOpen {
+	if push == pushSoon && en.State == wire.StateOpen {
 		e.pushMu.Lock()
 		e.pushes[w.slot] = pendingPush{w: w, all: true}
 		e.pushMu.Unlock()
@@ -590,11 +591,11 @@ func (e *engine) deferPush(w *Window) {
 // entry's own checksum (readers retry on a torn read) and returns the
 // table's bytes of the slot (nil if en does not encode). The caller holds
 // the window's dispatch lock.
-func (e *engine) writeEntry(slot uint32, en *Entry) []byte {
-	off := int(slot) * EntrySize
-	mem := e.descMR.Bytes()[off : off+EntrySize]
-	var tmp [EntrySize]byte
-	if err := MarshalEntry(tmp[:], en); err != nil {
+func (e *engine) writeEntry(slot uint32, en *wire.Entry) []byte {
+	off := int(slot) * wire.EntrySize
+	mem := e.descMR.Bytes()[off : off+wire.EntrySize]
+	var tmp [wire.EntrySize]byte
+	if err := wire.MarshalEntry(tmp[:], en); err != nil {
 		e.fail(err)
 		return nil
 	}
@@ -642,7 +643,7 @@ func (e *engine) free(w *Window) {
 	w.mu.Lock()
 	w.st.seq += 2
 	en := w.st.entry(w.incarnation) // closed: no descriptors
-	en.State = StateGone
+	en.State = wire.StateGone
 	bufs := w.st.buffers()
 	w.mu.Unlock()
 	if mem := e.writeEntry(w.slot, &en); mem != nil && e.links != nil {
@@ -690,8 +691,8 @@ func (e *engine) flushPushes() {
 		w.dispatch.Lock()
 		e.descMu.RLock() // after dispatch, as in entryChanged
 		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w && !e.descGone {
-			off := int(slot) * EntrySize
-			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+EntrySize], p.all) {
+			off := int(slot) * wire.EntrySize
+			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+wire.EntrySize], p.all) {
 				e.deferPush(w)
 			}
 		}
@@ -703,8 +704,8 @@ func (e *engine) flushPushes() {
 // descRemote is what a sender needs to RDMA READ the entry of slot.
 func (e *engine) descRemote(slot uint32) verbs.Remote {
 	r := e.descMR.Remote()
-	r.Addr += uint64(slot) * EntrySize
-	r.Len = EntrySize
+	r.Addr += uint64(slot) * wire.EntrySize
+	r.Len = wire.EntrySize
 	return r
 }
 
@@ -976,7 +977,7 @@ func (e *engine) bindDone(wc verbs.WC) *Window {
 	if op.from != nil {
 		op.w.noteUnbound(op.from)
 	}
-	op.w.noteBound(op.b, Desc{Addr: op.b.addr, RKey: key})
+	op.w.noteBound(op.b, wire.Desc{Addr: op.b.addr, RKey: key})
 	return op.w
 }
 
@@ -994,9 +995,9 @@ func (e *engine) recvDone(wc verbs.WC) {
 		e.unknown.Add(1)
 		return
 	}
-	imm := ParseImm(wc.Imm)
+	imm := wire.ParseImm(wc.Imm)
 	if wc.Opcode == verbs.WCRecv {
-		if e.links == nil || imm.Kind != KindCtrl || wc.ByteLen > recvSlot {
+		if e.links == nil || imm.Kind != wire.KindCtrl || wc.ByteLen > recvSlot {
 			e.unknown.Add(1)
 			return
 		}
@@ -1008,13 +1009,13 @@ func (e *engine) recvDone(wc verbs.WC) {
 		e.unknown.Add(1)
 		return
 	}
-	if imm.Kind == KindNotice {
+	if imm.Kind == wire.KindNotice {
 		if e.links != nil {
 			e.links.notice(wc, imm.Slot)
 		}
 		return
 	}
-	if e.trace != nil && imm.Kind == KindData {
+	if e.trace != nil && imm.Kind == wire.KindData {
 		e.trace(imm, wc.ByteLen)
 	}
 	_, inc, w, ok := e.table.Slot(imm.Slot)
@@ -1023,7 +1024,7 @@ func (e *engine) recvDone(wc verbs.WC) {
 		return
 	}
 	switch imm.Kind {
-	case KindData:
+	case wire.KindData:
 		switch r, gen := w.arrive(imm.Gen, uint64(wc.ByteLen)); r {
 		case arriveLate, arriveStale:
 			// Landed, but after its epoch's threshold: tell the sender.
@@ -1033,8 +1034,8 @@ func (e *engine) recvDone(wc verbs.WC) {
 		case arriveUnknown:
 			e.unknown.Add(1)
 		}
-	case KindCtrl:
-		r, kinc := ParseKnock(imm.Gen)
+	case wire.KindCtrl:
+		r, kinc := wire.ParseKnock(imm.Gen)
 		if kinc != uint8(inc) {
 			e.unknown.Add(1) // for a freed window whose slot was reused
 			return

@@ -24,6 +24,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
@@ -36,18 +37,18 @@ type labSender struct {
 	id   uint64
 }
 
-func (s *labSender) readEntry(rem verbs.Remote) Entry {
+func (s *labSender) readEntry(rem verbs.Remote) wire.Entry {
 	s.t.Helper()
 	for tries := 0; ; tries++ {
 		s.id++
 		if err := s.qps[len(s.qps)-1].PostSend(verbs.SendWR{ID: s.id, Op: verbs.OpRead, Flags: verbs.SendSignaled,
-			SGL: []verbs.SGE{s.mr.SGE(0, EntrySize)}, RemoteAddr: rem.Addr, RKey: rem.RKey}); err != nil {
+			SGL: []verbs.SGE{s.mr.SGE(0, wire.EntrySize)}, RemoteAddr: rem.Addr, RKey: rem.RKey}); err != nil {
 			s.t.Fatal(err)
 		}
 		if w := s.side.wait(s.id); w.Err() != nil {
 			s.t.Fatalf("READ of the entry: %v; other completions: %+v", w.Err(), s.side.drain(200*time.Millisecond))
 		}
-		e, err := UnmarshalEntry(s.mr.Bytes()[:EntrySize])
+		e, err := wire.UnmarshalEntry(s.mr.Bytes()[:wire.EntrySize])
 		if err == nil {
 			return e
 		}
@@ -59,11 +60,11 @@ func (s *labSender) readEntry(rem verbs.Remote) Entry {
 
 // put writes data (copied to offset 4096+ of the sender's MR) with
 // WRITE WITH IMMEDIATE on stripe qp and returns the work request id.
-func (s *labSender) put(qp int, slot uint32, gen uint64, d Desc, off uint64, data []byte) uint64 {
+func (s *labSender) put(qp int, slot uint32, gen uint64, d wire.Desc, off uint64, data []byte) uint64 {
 	s.t.Helper()
 	src := 4096 + int(s.id%8)*8192
 	copy(s.mr.Bytes()[src:], data)
-	imm, _ := Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
+	imm, _ := wire.Imm{Kind: wire.KindData, Slot: slot, Gen: wire.GenLow(gen)}.Encode()
 	s.id++
 	if err := s.qps[qp].PostSend(verbs.SendWR{ID: s.id, Op: verbs.OpWriteImm, Flags: verbs.SendSignaled, Imm: imm,
 		SGL: []verbs.SGE{s.mr.SGE(src, len(data))}, RemoteAddr: d.Addr + off, RKey: d.RKey}); err != nil {
@@ -100,12 +101,12 @@ func TestLabEngine(t *testing.T) {
 	rem := e.descRemote(w.slot)
 	chunk := bufLen / puts
 	pattern := func(ep, p int) []byte { return bytes.Repeat([]byte{byte(ep*16 + p + 1)}, chunk) }
-	var staleDesc Desc
+	var staleDesc wire.Desc
 	for ep := 0; ep < epochs; ep++ {
 		var ids []uint64
 		for p := puts - 1; p >= 0; p-- { // reverse order, alternating stripes
 			var gen uint64
-			var d Desc
+			var d wire.Desc
 			for tries := 0; ; tries++ {
 				view.update(snd.readEntry(rem))
 				gen, d, err = view.target(uint64(p*chunk), uint64(chunk))
@@ -225,7 +226,7 @@ func TestLabEngineLatency(t *testing.T) {
 		var ta []time.Duration
 		for i := 0; i < iters; i++ {
 			var gen uint64
-			var d Desc
+			var d wire.Desc
 			for tries := 0; ; tries++ {
 				lview.update(snd.readEntry(lrem))
 				if gen, d, err = lview.target(0, 64); err == nil {

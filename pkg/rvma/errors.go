@@ -3,6 +3,8 @@ package rvma
 import (
 	"errors"
 	"fmt"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // Sentinel errors. Every error of this package wraps one of them; test with
@@ -47,6 +49,28 @@ var (
 // invalidf returns an error wrapping ErrInvalid.
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// wireErr wraps ErrInvalid around an error of package wire (which wraps
+// wire.ErrInvalid), so that it wraps a sentinel of this package.
+func wireErr(err error) error { return fmt.Errorf("%w: %w", ErrInvalid, err) }
+
+// nackErr returns the sentinel error a NACK reason stands for (ErrInvalid
+// for an unknown reason).
+func nackErr(r wire.NackReason) error {
+	switch r {
+	case wire.NackNoMailbox:
+		return ErrNoMailbox
+	case wire.NackClosed:
+		return ErrMailboxClosed
+	case wire.NackStale:
+		return ErrStale
+	case wire.NackTooLarge:
+		return ErrTooLarge
+	case wire.NackNoBuffer:
+		return ErrNoBuffer
+	}
+	return invalidf("unknown NACK reason %d", r)
 }
 
 // PutError describes a failed put: where it went and which epoch it

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -62,7 +63,7 @@ type getOp struct {
 	// answered is closed when answer holds the GETREPLY or NACK of the
 	// GET in flight (both under ep.mu).
 	answered chan struct{}
-	answer   Ctrl
+	answer   wire.Ctrl
 	done     chan error // the outcome of each READ posted, one value each
 	st       *stripe    // the stripe of the READs in flight (under ep.mu)
 	inflight int        // READs posted on st whose outcome is not yet sent (under ep.mu)
@@ -94,7 +95,7 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		ep.mu.Unlock()
 	}()
 
-	var m Ctrl
+	var m wire.Ctrl
 	for attempt := 0; ; attempt++ {
 		l, err := ep.link(ctx, dst)
 		if err != nil {
@@ -119,13 +120,13 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		ep.mu.Lock()
 		delete(ep.gets, op.seq)
 		ep.getSeq++
-		op.seq = GetSeqBit | ep.getSeq&(GetSeqBit-1)
+		op.seq = wire.GetSeqBit | ep.getSeq&(wire.GetSeqBit-1)
 		ep.gets[op.seq] = op
 		op.l = l
 		op.answered = make(chan struct{})
 		ep.mu.Unlock()
 		ep.e.waitBegin()
-		err = l.exchange(ctx, Ctrl{Type: CtrlGet, Seq: op.seq, Slot: slot, Incarnation: inc, Epoch: epoch}, op.answered, true)
+		err = l.exchange(ctx, wire.Ctrl{Type: wire.CtrlGet, Seq: op.seq, Slot: slot, Incarnation: inc, Epoch: epoch}, op.answered, true)
 		ep.e.waitEnd()
 		if err != nil {
 			return GetResult{}, err
@@ -133,10 +134,10 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 		ep.mu.Lock()
 		m = op.answer
 		ep.mu.Unlock()
-		if m.Type == CtrlGetReply {
+		if m.Type == wire.CtrlGetReply {
 			break
 		}
-		err = m.Reason.Err()
+		err = nackErr(m.Reason)
 		if !errors.Is(err, ErrNoMailbox) || attempt > 0 {
 			return GetResult{}, err
 		}
@@ -352,7 +353,7 @@ func (op *getOp) finish(err error) {
 
 // getAnswer hands a GETREPLY, or the NACK of a GET, to the Get waiting for
 // it (engine callback, from ctrl).
-func (ep *Endpoint) getAnswer(l *link, m Ctrl) {
+func (ep *Endpoint) getAnswer(l *link, m wire.Ctrl) {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	op := ep.gets[m.Seq]
@@ -370,8 +371,8 @@ func (ep *Endpoint) getAnswer(l *link, m Ctrl) {
 
 // serveGet answers a peer's GET: the read-only window over the kept
 // buffer of the epoch asked for, or a NACK.
-func (ep *Endpoint) serveGet(l *link, m Ctrl) {
-	answer := func(a Ctrl) {
+func (ep *Endpoint) serveGet(l *link, m wire.Ctrl) {
+	answer := func(a wire.Ctrl) {
 		err := l.sendCtrl(a)
 		if !errors.Is(err, errNoStripe) && !errors.Is(err, verbs.ErrQueueFull) {
 			return // sent, or the link failed: the Get fails with it
@@ -386,24 +387,24 @@ func (ep *Endpoint) serveGet(l *link, m Ctrl) {
 			l.sendCtrlWait(ctx, a)
 		})
 	}
-	nack := func(r NackReason) {
+	nack := func(r wire.NackReason) {
 		ep.getsRefused.Add(1)
-		answer(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: r})
+		answer(wire.Ctrl{Type: wire.CtrlNack, Seq: m.Seq, Reason: r})
 	}
 	_, inc, w, ok := ep.e.table.Slot(m.Slot)
 	if !ok || w == nil || inc != m.Incarnation {
-		nack(NackNoMailbox)
+		nack(wire.NackNoMailbox)
 		return
 	}
-	ep.e.expose(w, m.Epoch, func(rec Record, d Desc, err error) {
+	ep.e.expose(w, m.Epoch, func(rec Record, d wire.Desc, err error) {
 		switch {
 		case errors.Is(err, ErrNoBuffer):
-			nack(NackNoBuffer)
+			nack(wire.NackNoBuffer)
 		case err != nil:
-			nack(NackStale)
+			nack(wire.NackStale)
 		default:
 			ep.getsServed.Add(1)
-			answer(Ctrl{Type: CtrlGetReply, Seq: m.Seq, Epoch: rec.Epoch, Addr: d.Addr, RKey: d.RKey, Len: d.Len})
+			answer(wire.Ctrl{Type: wire.CtrlGetReply, Seq: m.Seq, Epoch: rec.Epoch, Addr: d.Addr, RKey: d.RKey, Len: d.Len})
 		}
 	})
 }
@@ -413,10 +414,10 @@ func (ep *Endpoint) serveGet(l *link, m Ctrl) {
 type exposure struct {
 	mw      *verbs.MW
 	mr      *verbs.MR
-	desc    Desc // Addr and Len at once, RKey when ready
+	desc    wire.Desc // Addr and Len at once, RKey when ready
 	ready   bool
-	hidden  bool                // hide was dispatched: answer no more Gets with it
-	waiters []func(Desc, error) // Gets waiting for the bind
+	hidden  bool                     // hide was dispatched: answer no more Gets with it
+	waiters []func(wire.Desc, error) // Gets waiting for the bind
 }
 
 // expose finds the kept buffer of epoch in w, binds a read-only window
@@ -424,7 +425,7 @@ type exposure struct {
 // the epoch's record and the window (from the bind's completion, or at
 // once), or with an error wrapping ErrNoBuffer or ErrStale (window.go,
 // keptBuffer) or the bind's.
-func (e *engine) expose(w *Window, epoch uint64, reply func(Record, Desc, error)) {
+func (e *engine) expose(w *Window, epoch uint64, reply func(Record, wire.Desc, error)) {
 	// Under the dispatch lock no hide of the buffer is dispatched between
 	// finding it kept and posting its bind: the unbind comes after.
 	w.dispatch.Lock()
@@ -437,20 +438,20 @@ func (e *engine) expose(w *Window, epoch uint64, reply func(Record, Desc, error)
 	}
 	w.mu.Unlock()
 	if err != nil {
-		reply(rec, Desc{}, err)
+		reply(rec, wire.Desc{}, err)
 		return
 	}
 	n := min(rec.Len, rec.Cap) // overlapping puts count more bytes than they cover
 	if n == 0 {
-		reply(rec, Desc{Addr: rec.Addr}, nil) // nothing to read, nothing to bind
+		reply(rec, wire.Desc{Addr: rec.Addr}, nil) // nothing to read, nothing to bind
 		return
 	}
-	f := func(d Desc, err error) { reply(rec, d, err) }
+	f := func(d wire.Desc, err error) { reply(rec, d, err) }
 	mr := e.arenaOf(b.addr, b.cap)
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
-		f(Desc{}, ErrClosed)
+		f(wire.Desc{}, ErrClosed)
 		return
 	}
 	if ex := e.exposed[b]; ex != nil {
@@ -464,7 +465,7 @@ func (e *engine) expose(w *Window, epoch uint64, reply func(Record, Desc, error)
 		e.mu.Unlock()
 		return
 	}
-	ex := &exposure{mr: mr, desc: Desc{Addr: b.addr, Len: uint32(n)}, waiters: []func(Desc, error){f}}
+	ex := &exposure{mr: mr, desc: wire.Desc{Addr: b.addr, Len: uint32(n)}, waiters: []func(wire.Desc, error){f}}
 	if k := len(e.mws[mr]); k > 0 {
 		ex.mw = e.mws[mr][k-1]
 		e.mws[mr] = e.mws[mr][:k-1]
@@ -517,7 +518,7 @@ func (e *engine) exposeDone(op bindOp) {
 	d, hidden := ex.desc, ex.hidden
 	e.mu.Unlock()
 	if hidden {
-		e.settle(ex, Desc{}, fmt.Errorf("the epoch left the rewind ring: %w", ErrStale))
+		e.settle(ex, wire.Desc{}, fmt.Errorf("the epoch left the rewind ring: %w", ErrStale))
 		return
 	}
 	e.settle(ex, d, nil)
@@ -531,11 +532,11 @@ func (e *engine) exposeFailed(op bindOp, err error) {
 		delete(e.exposed, op.b)
 	}
 	e.mu.Unlock()
-	e.settle(op.ex, Desc{}, err)
+	e.settle(op.ex, wire.Desc{}, err)
 }
 
 // settle calls the Gets waiting for ex with d, or err.
-func (e *engine) settle(ex *exposure, d Desc, err error) {
+func (e *engine) settle(ex *exposure, d wire.Desc, err error) {
 	e.mu.Lock()
 	ws := ex.waiters
 	ex.waiters = nil

@@ -31,6 +31,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -227,7 +228,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	for i, n := range sizes {
 		byLen[uint32(n)] = i
 	}
-	ep.e.trace = func(imm Imm, n uint32) {
+	ep.e.trace = func(imm wire.Imm, n uint32) {
 		mu.Lock()
 		if a := arrivals[imm.Slot]; a != nil {
 			a[imm.Gen] = append(a[imm.Gen], byLen[n])

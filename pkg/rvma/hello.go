@@ -3,6 +3,8 @@ package rvma
 import (
 	"encoding/binary"
 	"net/netip"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // The connection handshake (docs/rvma.md, section 3) rides in rdma_cm's
@@ -48,7 +50,7 @@ type tableRef struct {
 }
 
 func (t tableRef) valid() bool {
-	return t.Slots > 0 && t.Slots <= MaxSlots && t.Addr+uint64(t.Slots)*EntrySize > t.Addr
+	return t.Slots > 0 && t.Slots <= MaxWindows && t.Addr+uint64(t.Slots)*wire.EntrySize > t.Addr
 }
 
 // marshal encodes h; it fails with ErrInvalid for fields out of range.

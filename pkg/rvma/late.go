@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/netip"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -60,7 +61,7 @@ func (ep *Endpoint) late(wc verbs.WC, slot uint32, epoch uint64, stale bool) {
 		ep.lostNotices.Add(1) // a put without a subscription: not from this library
 		return
 	}
-	l.reportLate(Ctrl{Type: CtrlLate, ViewSlot: view, Slot: slot, Epoch: epoch, Count: 1, Len: wc.ByteLen, Stale: stale})
+	l.reportLate(wire.Ctrl{Type: wire.CtrlLate, ViewSlot: view, Slot: slot, Epoch: epoch, Count: 1, Len: wc.ByteLen, Stale: stale})
 }
 
 // reportLate queues m, a LATE or a REFUSED report, merged into the last
@@ -68,7 +69,7 @@ func (ep *Endpoint) late(wc verbs.WC, slot uint32, epoch uint64, stale bool) {
 // sends what the control share of the send queue takes. Reports are sent
 // again after a stripe failure and numbered, so that the peer takes each
 // once (lateReport, refusedReport).
-func (l *link) reportLate(m Ctrl) {
+func (l *link) reportLate(m wire.Ctrl) {
 	l.lateMu.Lock()
 	if n := len(l.lateQ); n > 0 {
 		q := &l.lateQ[n-1]
@@ -139,7 +140,7 @@ func (l *link) flushLate() {
 // lateSend is a LATE report posted on l, until its send completes.
 type lateSend struct {
 	l *link
-	m Ctrl
+	m wire.Ctrl
 }
 
 // lateSent is the completion of the LATE send with work request ID id
@@ -182,7 +183,7 @@ func (ep *Endpoint) dropLate(l *link) {
 
 // lateReport handles a receiver's report that puts from this endpoint
 // arrived late (a LATE control message on l).
-func (ep *Endpoint) lateReport(l *link, m Ctrl) {
+func (ep *Endpoint) lateReport(l *link, m wire.Ctrl) {
 	if !l.takeReport(m.Seq) {
 		return // delivered before its stripe failed, then sent again
 	}
@@ -217,7 +218,7 @@ func (l *link) takeReport(seq uint32) bool {
 // control message on l): the module counts packets, not puts, and sees
 // none of the puts the NIC refused for a dead key, so the window counts
 // what its senders report (Stats.Stale).
-func (ep *Endpoint) refusedReport(l *link, m Ctrl) {
+func (ep *Endpoint) refusedReport(l *link, m wire.Ctrl) {
 	if !l.takeReport(m.Seq) {
 		return // delivered before its stripe failed, then sent again
 	}
@@ -226,7 +227,7 @@ func (ep *Endpoint) refusedReport(l *link, m Ctrl) {
 		ep.e.unknown.Add(1) // the window was freed meanwhile
 		return
 	}
-	w.knock(KnockStale, uint64(m.Count))
+	w.knock(wire.KnockStale, uint64(m.Count))
 }
 
 // maxLateGap bounds the report numbers a sender remembers above a gap.

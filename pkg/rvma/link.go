@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -52,8 +53,8 @@ type link struct {
 	// control share of the send queue, and the next report number. As the
 	// sender: the report numbers taken.
 	lateMu    sync.Mutex
-	lateQ     []Ctrl // new reports; the last one may take more late puts
-	lateAgain []Ctrl // reports whose send failed: sent first, never merged into (already numbered, maybe delivered)
+	lateQ     []wire.Ctrl // new reports; the last one may take more late puts
+	lateAgain []wire.Ctrl // reports whose send failed: sent first, never merged into (already numbered, maybe delivered)
 	lateNum   uint32
 	lateTaken seqWindow
 }
@@ -145,7 +146,7 @@ func newLink(ep *Endpoint, peer netip.AddrPort, id uint64, n int, dial bool) *li
 // engine's SRQ, completions on its CQ.
 func (ep *Endpoint) qpAttr() *verbs.QPInitAttr {
 	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.e.cq, RecvCQ: ep.e.cq, SRQ: ep.e.srq,
-		Cap: verbs.QPCap{MaxSendWR: stripeSendWR, MaxSendSGE: 1, MaxInlineData: EntrySize}}
+		Cap: verbs.QPCap{MaxSendWR: stripeSendWR, MaxSendSGE: 1, MaxInlineData: wire.EntrySize}}
 }
 
 // newStripe creates a stripe's QP on id. Where the module counts, the QP
@@ -157,8 +158,8 @@ func (ep *Endpoint) newStripe(l *link, idx int, id *verbs.CMID) (*stripe, error)
 	if err != nil {
 		return nil, err
 	}
-	if qp.Cap().MaxInlineData < EntrySize {
-		return nil, fmt.Errorf("QP inline data %d < %d: %w", qp.Cap().MaxInlineData, EntrySize, verbs.ErrNotSupported)
+	if qp.Cap().MaxInlineData < wire.EntrySize {
+		return nil, fmt.Errorf("QP inline data %d < %d: %w", qp.Cap().MaxInlineData, wire.EntrySize, verbs.ErrNotSupported)
 	}
 	if m := ep.e.mod; m != nil {
 		if err := m.mb.NameQP(qp.QPN()); err != nil {
@@ -879,19 +880,19 @@ const ctrlTag = 1 << 62
 
 // sendCtrl posts a control message (SEND WITH IMMEDIATE, inline) on the
 // link's control stripe.
-func (l *link) sendCtrl(m Ctrl) error { return l.sendCtrlID(m, 0) }
+func (l *link) sendCtrl(m wire.Ctrl) error { return l.sendCtrlID(m, 0) }
 
 // sendCtrlID is sendCtrl with id (below ctrlTag) in the work request's ID,
 // which the send's completion brings back to sendDone.
-func (l *link) sendCtrlID(m Ctrl, id uint64) error {
-	b, err := AppendCtrl(nil, m)
+func (l *link) sendCtrlID(m wire.Ctrl, id uint64) error {
+	b, err := wire.AppendCtrl(nil, m)
 	if err != nil {
-		return err
+		return wireErr(err)
 	}
 	if l.ep.loseCtrl != nil && l.ep.loseCtrl(m) {
 		return nil
 	}
-	imm, _ := Imm{Kind: KindCtrl}.Encode()
+	imm, _ := wire.Imm{Kind: wire.KindCtrl}.Encode()
 	return l.postCtrl(verbs.SendWR{ID: id, Op: verbs.OpSendImm, Imm: imm}, b)
 }
 
@@ -902,7 +903,7 @@ var errNoStripe = errors.New("no live stripe")
 // sendCtrlWait sends m like sendCtrl, but while every stripe is being
 // replaced, or the control share of the send queue is full, it waits and
 // tries again, until ctx ends or the link fails.
-func (l *link) sendCtrlWait(ctx context.Context, m Ctrl) error {
+func (l *link) sendCtrlWait(ctx context.Context, m wire.Ctrl) error {
 	for {
 		err := l.sendCtrl(m)
 		if err == nil || !errors.Is(err, errNoStripe) && !errors.Is(err, verbs.ErrQueueFull) {
@@ -951,7 +952,7 @@ func (l *link) pause(ctx context.Context, replaced, done <-chan struct{}, d time
 // false the first send is skipped (another goroutine made it). The
 // receiver must treat a repeated m as one, and the caller must drop a
 // repeated answer. Errors wrap ctx's error or the link's failure.
-func (l *link) exchange(ctx context.Context, m Ctrl, answered <-chan struct{}, first bool) error {
+func (l *link) exchange(ctx context.Context, m wire.Ctrl, answered <-chan struct{}, first bool) error {
 	for rto := 50 * time.Millisecond; ; rto = min(2*rto, time.Second) {
 		replaced := l.replaced()
 		if first {
@@ -994,10 +995,10 @@ func (l *link) awaitStripe(ctx context.Context) (*stripe, error) {
 // knock posts a zero-length WRITE WITH IMMEDIATE that makes the receiver
 // count a put refused against its closed window slot, if the slot still
 // holds that incarnation of the window.
-func (l *link) knock(slot, incarnation uint32, r KnockReason) error {
-	imm, err := Imm{Kind: KindCtrl, Slot: slot, Gen: KnockGen(r, incarnation)}.Encode()
+func (l *link) knock(slot, incarnation uint32, r wire.KnockReason) error {
+	imm, err := wire.Imm{Kind: wire.KindCtrl, Slot: slot, Gen: wire.KnockGen(r, incarnation)}.Encode()
 	if err != nil {
-		return err
+		return wireErr(err)
 	}
 	return l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm}, nil)
 }

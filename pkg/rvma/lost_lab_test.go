@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
@@ -25,12 +26,12 @@ func TestLabLostControl(t *testing.T) {
 	self := ep.Addr()
 
 	var mu sync.Mutex
-	lost := map[CtrlType]int{}
-	ep.loseCtrl = func(m Ctrl) bool {
+	lost := map[wire.CtrlType]int{}
+	ep.loseCtrl = func(m wire.Ctrl) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		switch m.Type {
-		case CtrlResolve, CtrlResolved, CtrlGet, CtrlGetReply:
+		case wire.CtrlResolve, wire.CtrlResolved, wire.CtrlGet, wire.CtrlGetReply:
 			if lost[m.Type] == 0 {
 				lost[m.Type]++
 				return true
@@ -73,7 +74,7 @@ func TestLabLostControl(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, ty := range []CtrlType{CtrlResolve, CtrlResolved, CtrlGet, CtrlGetReply} {
+	for _, ty := range []wire.CtrlType{wire.CtrlResolve, wire.CtrlResolved, wire.CtrlGet, wire.CtrlGetReply} {
 		if lost[ty] != 1 {
 			t.Errorf("%v lost %d times, want 1", ty, lost[ty])
 		}

@@ -3,6 +3,8 @@ package rvma
 import (
 	"fmt"
 	"sync"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // Mailbox is an RVMA mailbox address: a 64-bit number the receiving
@@ -13,10 +15,12 @@ type Mailbox uint64
 // String formats the address in hexadecimal, as the paper writes them.
 func (m Mailbox) String() string { return fmt.Sprintf("%#x", uint64(m)) }
 
-// MaxSlots is the number of windows one endpoint can have open (or
-// lingering after close) at a time: slots are carried in 20 bits of the
-// immediate.
-const MaxSlots = 1 << slotBits
+// MaxWindows is the number of windows one endpoint can have open (or
+// lingering after close) at a time: InitWindow fails with ErrInvalid
+// beyond it. (A window's slot travels in 20 bits of an immediate.)
+const MaxWindows = 1 << 20
+
+const _ = uint(MaxWindows-1<<wire.SlotBits) + uint(1<<wire.SlotBits-MaxWindows) // the same value
 
 // mailboxTable maps mailbox addresses to slots, the small integers the
 // wire carries, and slots back to their window. A slot keeps its mailbox
@@ -39,11 +43,11 @@ type tableSlot[V any] struct {
 	val         V
 }
 
-// newMailboxTable returns a table of at most max slots (MaxSlots if max <= 0
+// newMailboxTable returns a table of at most max slots (MaxWindows if max <= 0
 // or larger).
 func newMailboxTable[V any](max int) *mailboxTable[V] {
-	if max <= 0 || max > MaxSlots {
-		max = MaxSlots
+	if max <= 0 || max > MaxWindows {
+		max = MaxWindows
 	}
 	return &mailboxTable[V]{byAddr: make(map[Mailbox]uint32), max: max}
 }

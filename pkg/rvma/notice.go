@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -146,9 +147,9 @@ func (ep *Endpoint) subscribers(slot uint32) int {
 }
 
 func (l *link) notify(viewSlot uint32, entry []byte) error {
-	imm, err := Imm{Kind: KindNotice, Slot: viewSlot}.Encode()
+	imm, err := wire.Imm{Kind: wire.KindNotice, Slot: viewSlot}.Encode()
 	if err != nil {
-		return err
+		return wireErr(err)
 	}
 	l.mu.Lock()
 	pv := l.peerViews
@@ -156,7 +157,7 @@ func (l *link) notify(viewSlot uint32, entry []byte) error {
 	if viewSlot >= pv.Slots {
 		return invalidf("view slot %d beyond the peer's %d", viewSlot, pv.Slots)
 	}
-	err = l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm, RemoteAddr: pv.Addr + uint64(viewSlot)*EntrySize,
+	err = l.postCtrl(verbs.SendWR{Op: verbs.OpWriteImm, Imm: imm, RemoteAddr: pv.Addr + uint64(viewSlot)*wire.EntrySize,
 		RKey: pv.RKey}, entry)
 	if err == nil {
 		l.noticed.Store(true)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -56,7 +57,7 @@ func (ep *Endpoint) newView(l *link, mb Mailbox) (*remoteView, error) {
 // in the same slot (resent, then answered twice) then matches no view
 // instead of the slot's next one.
 func resolveSeq(s, gen uint32) uint32 {
-	return (gen<<viewSlotBits | s) &^ GetSeqBit
+	return (gen<<viewSlotBits | s) &^ wire.GetSeqBit
 }
 
 // view returns the view in view slot s, or nil if the slot is free or
@@ -74,7 +75,7 @@ func (ep *Endpoint) view(s uint32) *remoteView {
 func (ep *Endpoint) freeView(v *remoteView) {
 	if ep.views[v.viewSlot] == v {
 		ep.views[v.viewSlot] = nil
-		clear(ep.viewMR.Bytes()[int(v.viewSlot)*EntrySize : int(v.viewSlot+1)*EntrySize])
+		clear(ep.viewMR.Bytes()[int(v.viewSlot)*wire.EntrySize : int(v.viewSlot+1)*wire.EntrySize])
 		ep.freeViews = append(ep.freeViews, v.viewSlot)
 	}
 }
@@ -107,7 +108,7 @@ func (ep *Endpoint) resolve(ctx context.Context, l *link, mb Mailbox) (*remoteVi
 	// RESOLVE lost with a failed stripe. The receiver subscribes a view
 	// slot once however often it asks.
 	ep.e.waitBegin()
-	err = l.exchange(ctx, Ctrl{Type: CtrlResolve, Seq: v.seq, Mailbox: mb, ViewSlot: v.viewSlot}, v.resolved, fresh)
+	err = l.exchange(ctx, wire.Ctrl{Type: wire.CtrlResolve, Seq: v.seq, Mailbox: uint64(mb), ViewSlot: v.viewSlot}, v.resolved, fresh)
 	ep.e.waitEnd()
 	if err != nil {
 		if fresh && !errors.Is(err, ctx.Err()) {
@@ -487,9 +488,9 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		slot, inc := v.slot, v.sv.incarnation
 		v.mu.Unlock()
 		<-st.credits
-		r := KnockNack
+		r := wire.KnockNack
 		if errors.Is(err, errDropped) {
-			r, err = KnockDrop, nil
+			r, err = wire.KnockDrop, nil
 		}
 		l.knock(slot, inc, r) // counted at the receiver; a lost knock loses only the count
 		if err != nil {
@@ -502,7 +503,7 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 		<-st.credits
 		return false, nil, err
 	}
-	counted := v.sv.entry.Flags&EntryCounted != 0
+	counted := v.sv.entry.Flags&wire.EntryCounted != 0
 	if counted && op.n == 0 {
 		v.mu.Unlock()
 		<-st.credits
@@ -517,7 +518,7 @@ func (ep *Endpoint) postOnce(op *PutOp, l *link, v *remoteView, block bool) (don
 	wop, imm := verbs.OpWrite, uint32(0)
 	if !counted {
 		wop = verbs.OpWriteImm
-		imm, _ = Imm{Kind: KindData, Slot: slot, Gen: GenLow(gen)}.Encode()
+		imm, _ = wire.Imm{Kind: wire.KindData, Slot: slot, Gen: wire.GenLow(gen)}.Encode()
 	}
 	ep.mu.Lock()
 	ep.nextID++
@@ -608,12 +609,12 @@ func (ep *Endpoint) sendDone(wc verbs.WC) {
 		ep.stalePuts.Add(1)
 		v.mu.Lock()
 		v.sv.stale(gen)
-		counted, slot, inc := v.sv.entry.Flags&EntryCounted != 0, v.slot, v.sv.incarnation
+		counted, slot, inc := v.sv.entry.Flags&wire.EntryCounted != 0, v.slot, v.sv.incarnation
 		v.mu.Unlock()
 		if counted {
 			// Nothing reached the receiver's library: tell it, through
 			// the queue that outlives this refusal's broken stripe.
-			st.l.reportLate(Ctrl{Type: CtrlRefused, Slot: slot, Incarnation: inc, Count: 1, Len: uint32(op.n)})
+			st.l.reportLate(wire.Ctrl{Type: wire.CtrlRefused, Slot: slot, Incarnation: inc, Count: 1, Len: uint32(op.n)})
 		}
 		op.refusals++
 		if ep.opts.NoRetryStale || op.refusals >= maxAttempts {
@@ -668,17 +669,17 @@ func (ep *Endpoint) linkOf(qpn uint32) *link {
 }
 
 // ctrl handles a control message received on a link (engine callback).
-func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
+func (ep *Endpoint) ctrl(wc verbs.WC, imm wire.Imm, msg []byte) {
 	ep.mu.Lock()
 	l := ep.linkOf(wc.QPN)
 	ep.mu.Unlock()
-	m, err := ParseCtrl(msg)
+	m, err := wire.ParseCtrl(msg)
 	if l == nil || err != nil {
 		ep.e.unknown.Add(1)
 		return
 	}
 	switch m.Type {
-	case CtrlResolve:
+	case wire.CtrlResolve:
 		// The accepting side learns a stripe's QP can send only when its
 		// Accept returned, which may come after the dialer's first message:
 		// answer once every stripe of the link is established.
@@ -701,20 +702,20 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 			})
 			ep.mu.Unlock()
 		}
-	case CtrlGet:
-		if m.Seq&GetSeqBit == 0 {
+	case wire.CtrlGet:
+		if m.Seq&wire.GetSeqBit == 0 {
 			ep.e.unknown.Add(1)
 			return
 		}
 		ep.serveGet(l, m)
-	case CtrlGetReply:
+	case wire.CtrlGetReply:
 		ep.getAnswer(l, m)
-	case CtrlLate:
+	case wire.CtrlLate:
 		ep.lateReport(l, m)
-	case CtrlRefused:
+	case wire.CtrlRefused:
 		ep.refusedReport(l, m)
-	case CtrlNack, CtrlResolved:
-		if m.Seq&GetSeqBit != 0 {
+	case wire.CtrlNack, wire.CtrlResolved:
+		if m.Seq&wire.GetSeqBit != 0 {
 			ep.getAnswer(l, m)
 			return
 		}
@@ -730,8 +731,8 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 			return // a duplicate
 		default:
 		}
-		if m.Type == CtrlNack {
-			v.err = fmt.Errorf("%w (mailbox %v at %v)", m.Reason.Err(), v.mb, l.peer)
+		if m.Type == wire.CtrlNack {
+			v.err = fmt.Errorf("%w (mailbox %v at %v)", nackErr(m.Reason), v.mb, l.peer)
 		} else {
 			v.slot = m.Slot
 			v.sv = newSenderView(v.mb, m.Incarnation)
@@ -746,16 +747,16 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm Imm, msg []byte) {
 
 // answerResolve subscribes l to the window of m.Mailbox and answers with
 // RESOLVED and the current entry, or NACK.
-func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
+func (ep *Endpoint) answerResolve(l *link, m wire.Ctrl) {
 	var (
 		slot, inc uint32
 		w         *Window
 	)
 	for {
 		var ok bool
-		slot, inc, w, ok = ep.e.table.Lookup(m.Mailbox)
+		slot, inc, w, ok = ep.e.table.Lookup(Mailbox(m.Mailbox))
 		if !ok || w == nil {
-			l.sendCtrl(Ctrl{Type: CtrlNack, Seq: m.Seq, Reason: NackNoMailbox})
+			l.sendCtrl(wire.Ctrl{Type: wire.CtrlNack, Seq: m.Seq, Reason: wire.NackNoMailbox})
 			return
 		}
 		// Under the dispatch lock no entry change is pushed meanwhile, so
@@ -776,15 +777,15 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 	}
 	only := len(ep.subs[slot]) == 1
 	ep.mu.Unlock()
-	if err := l.sendCtrl(Ctrl{Type: CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {
+	if err := l.sendCtrl(wire.Ctrl{Type: wire.CtrlResolved, Seq: m.Seq, Slot: slot, Incarnation: inc}); err != nil {
 		// Not a lost notice: the sender asks again (RESOLVE is sent again
 		// when a stripe is replaced and on a timeout) and is answered
 		// then. Every stripe of the link being replaced at once is how
 		// this happens, after refused puts.
 		return
 	}
-	off := int(slot) * EntrySize
-	cur := ep.e.descMR.Bytes()[off : off+EntrySize]
+	off := int(slot) * wire.EntrySize
+	cur := ep.e.descMR.Bytes()[off : off+wire.EntrySize]
 	if err := ep.noticeLink(sub).notify(m.ViewSlot, cur); err != nil {
 		if errors.Is(err, ErrInvalid) {
 			ep.lostNotices.Add(1)
@@ -798,7 +799,7 @@ func (ep *Endpoint) answerResolve(l *link, m Ctrl) {
 		return
 	}
 	ep.notices.Add(1)
-	if en, err := UnmarshalEntry(cur); err == nil && only {
+	if en, err := wire.UnmarshalEntry(cur); err == nil && only {
 		// The one subscriber holds this entry: later pushes are judged
 		// against it (Window.flush). With more, pushed stays the entry
 		// the others were last sent.
@@ -838,10 +839,10 @@ func (ep *Endpoint) notice(wc verbs.WC, viewSlot uint32) {
 // is newer. The caller holds v.mu. A torn read (an update landing while it
 // is read) is ignored: that update's own notice follows.
 func (ep *Endpoint) refreshView(v *remoteView) {
-	var buf [EntrySize]byte
-	off := int(v.viewSlot) * EntrySize
-	copy(buf[:], ep.viewMR.Bytes()[off:off+EntrySize])
-	e, err := UnmarshalEntry(buf[:])
+	var buf [wire.EntrySize]byte
+	off := int(v.viewSlot) * wire.EntrySize
+	copy(buf[:], ep.viewMR.Bytes()[off:off+wire.EntrySize])
+	e, err := wire.UnmarshalEntry(buf[:])
 	if err != nil || !v.sv.update(e) {
 		return
 	}

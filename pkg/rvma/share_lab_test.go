@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma"
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // TestLabEndpointShare is TestLabEndpointSpinTwoSenders's exchange on a
@@ -19,7 +20,7 @@ import (
 func TestLabEndpointShare(t *testing.T) {
 	recv := labListen(t, 7494, nil)
 	senders := []*rvma.Endpoint{labListen(t, 7495, nil), labListen(t, 7496, nil)}
-	const mb, size, buffers, epochs = rvma.Mailbox(0x5A1D0002), 256, rvma.MaxDescs + 1, 30
+	const mb, size, buffers, epochs = rvma.Mailbox(0x5A1D0002), 256, wire.MaxDescs + 1, 30
 	_, _, posted := openPosted(t, recv, mb, rvma.WindowOptions{Threshold: 2 * size, Share: size}, buffers, buffers, 2*size)
 	fillTogether(t, recv, senders, mb, posted, size, epochs, (*rvma.Posted).Wait)
 	// A sender is pushed an entry when it resolves the window and when it
@@ -30,7 +31,7 @@ func TestLabEndpointShare(t *testing.T) {
 	if stale != 0 {
 		t.Errorf("%d stale puts, want none: each sender knows when it is done with an epoch", stale)
 	}
-	if limit := uint64(2 * (epochs/(rvma.MaxDescs-2) + 2)); notices > limit {
+	if limit := uint64(2 * (epochs/(wire.MaxDescs-2) + 2)); notices > limit {
 		t.Errorf("%d notices for %d epochs of two senders, want at most %d", notices, epochs, limit)
 	}
 }

@@ -1,6 +1,10 @@
 package rvma
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
+)
 
 // errDropped is returned by senderView.target for a window closed
 // silently: the put must be reported as done to the application, and
@@ -31,7 +35,7 @@ var errGone = fmt.Errorf("rvma: the window behind the view is gone")
 type senderView struct {
 	mailbox     Mailbox
 	incarnation uint32
-	entry       Entry
+	entry       wire.Entry
 	valid       bool
 	floor       uint64 // no generation below it is targeted: max(entry head, last stale + 1)
 	cursor      uint64 // next(): the first generation from floor on that mine does not mark full
@@ -51,8 +55,8 @@ func newSenderView(mb Mailbox, incarnation uint32) *senderView {
 // to the same window incarnation and is newer than the one held; an older
 // or duplicate entry is ignored, so updates may arrive twice or out of
 // order. It reports whether the entry was taken.
-func (v *senderView) update(e Entry) bool {
-	if e.Mailbox != v.mailbox || e.Incarnation != v.incarnation {
+func (v *senderView) update(e wire.Entry) bool {
+	if e.Mailbox != uint64(v.mailbox) || e.Incarnation != v.incarnation {
 		return false
 	}
 	if v.valid && e.Seq <= v.entry.Seq {
@@ -116,22 +120,22 @@ func (v *senderView) revisits() bool {
 // off must use. Errors: ErrMailboxClosed (closed with NACK), errDropped
 // (closed silently), errGone (freed: resolve again), ErrNoBuffer (no descriptor yet for the generation:
 // wait for an update), ErrTooLarge (the put does not fit the buffer).
-func (v *senderView) target(off, n uint64) (uint64, Desc, error) {
+func (v *senderView) target(off, n uint64) (uint64, wire.Desc, error) {
 	if !v.valid {
-		return 0, Desc{}, ErrNoBuffer
+		return 0, wire.Desc{}, ErrNoBuffer
 	}
 	switch v.entry.State {
-	case StateClosedNack:
-		return 0, Desc{}, ErrMailboxClosed
-	case StateClosedSilent:
-		return 0, Desc{}, errDropped
-	case StateGone:
-		return 0, Desc{}, errGone
+	case wire.StateClosedNack:
+		return 0, wire.Desc{}, ErrMailboxClosed
+	case wire.StateClosedSilent:
+		return 0, wire.Desc{}, errDropped
+	case wire.StateGone:
+		return 0, wire.Desc{}, errGone
 	}
 	g := v.next()
 	d, ok := v.entry.Desc(g)
 	if !ok {
-		return g, Desc{}, ErrNoBuffer
+		return g, wire.Desc{}, ErrNoBuffer
 	}
 	if off > uint64(d.Len) || n > uint64(d.Len)-off {
 		return g, d, fmt.Errorf("%d bytes at offset %d into a buffer of %d: %w", n, off, d.Len, ErrTooLarge)
@@ -161,7 +165,7 @@ func (v *senderView) filled(gen uint64, c contrib) bool {
 	if s := v.entry.Share; s > 0 && s < limit {
 		limit = s
 	}
-	if v.entry.Kind == EpochOps {
+	if v.entry.Kind == wire.EpochOps {
 		return c.ops >= limit
 	}
 	return c.bytes >= limit

@@ -4,12 +4,14 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
-func viewEntry(seq, head uint64, kind EpochKind, th uint64, n int) Entry {
-	e := Entry{Seq: seq, Mailbox: 0x42, Incarnation: 1, State: StateOpen, Kind: kind, Head: head}
+func viewEntry(seq, head uint64, kind EpochKind, th uint64, n int) wire.Entry {
+	e := wire.Entry{Seq: seq, Mailbox: 0x42, Incarnation: 1, State: wire.StateOpen, Kind: wire.EpochKind(kind), Head: head}
 	for i := 0; i < n; i++ {
-		e.Descs[i] = Desc{Addr: 0x1000 * (head + uint64(i) + 1), RKey: uint32(head) + uint32(i) + 1, Len: 100, Threshold: th}
+		e.Descs[i] = wire.Desc{Addr: 0x1000 * (head + uint64(i) + 1), RKey: uint32(head) + uint32(i) + 1, Len: 100, Threshold: th}
 		e.NDesc++
 	}
 	return e
@@ -202,23 +204,23 @@ func TestViewErrors(t *testing.T) {
 	if v.update(other) {
 		t.Fatal("entry of another mailbox taken")
 	}
-	closed := Entry{Seq: 4, Mailbox: 0x42, Incarnation: 1, State: StateClosedNack, Kind: EpochBytes, Head: 0}
+	closed := wire.Entry{Seq: 4, Mailbox: 0x42, Incarnation: 1, State: wire.StateClosedNack, Kind: wire.EpochBytes, Head: 0}
 	v.update(closed)
 	if _, _, err := v.target(0, 1); !errors.Is(err, ErrMailboxClosed) {
 		t.Fatal(err)
 	}
-	closed.Seq, closed.State = 6, StateClosedSilent
+	closed.Seq, closed.State = 6, wire.StateClosedSilent
 	v.update(closed)
 	if _, _, err := v.target(0, 1); err != errDropped {
 		t.Fatal(err)
 	}
 	gone := closed
-	gone.Seq, gone.State = 8, StateGone
-	var raw [EntrySize]byte
-	if err := MarshalEntry(raw[:], &gone); err != nil {
+	gone.Seq, gone.State = 8, wire.StateGone
+	var raw [wire.EntrySize]byte
+	if err := wire.MarshalEntry(raw[:], &gone); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := UnmarshalEntry(raw[:]); err != nil || got != gone {
+	if got, err := wire.UnmarshalEntry(raw[:]); err != nil || got != gone {
 		t.Fatalf("gone entry round trip: %+v %v", got, err)
 	}
 	v.update(gone)
@@ -234,12 +236,12 @@ func TestResolveSeq(t *testing.T) {
 		seen := map[uint32]bool{}
 		for gen := uint32(0); gen < 1<<12; gen++ {
 			q := resolveSeq(s, gen)
-			if q%viewSlots != s || q&GetSeqBit != 0 || seen[q] {
+			if q%viewSlots != s || q&wire.GetSeqBit != 0 || seen[q] {
 				t.Fatalf("slot %d gen %d: seq %#x", s, gen, q)
 			}
 			seen[q] = true
 		}
-		if q := resolveSeq(s, 1<<31-1); q%viewSlots != s || q&GetSeqBit != 0 {
+		if q := resolveSeq(s, 1<<31-1); q%viewSlots != s || q&wire.GetSeqBit != 0 {
 			t.Fatalf("slot %d, a wrapped generation: seq %#x", s, q)
 		}
 	}
@@ -251,12 +253,12 @@ func TestResolveSeq(t *testing.T) {
 // generations filled since the entry came.
 func BenchmarkViewPutThrough(b *testing.B) {
 	const key = 0xf0000100
-	e := Entry{Seq: 1, Mailbox: 0x42, Incarnation: 1, State: StateOpen, Kind: EpochOps, Flags: EntryCounted,
-		NDesc: 1, Through: MaxThrough - 1}
-	e.Descs[0] = Desc{Addr: mailboxAddr(0), RKey: key, Len: 64, Threshold: 1}
+	e := wire.Entry{Seq: 1, Mailbox: 0x42, Incarnation: 1, State: wire.StateOpen, Kind: wire.EpochOps, Flags: wire.EntryCounted,
+		NDesc: 1, Through: wire.MaxThrough - 1}
+	e.Descs[0] = wire.Desc{Addr: wire.MailboxAddr(0), RKey: key, Len: 64, Threshold: 1}
 	var v *senderView
 	for i := range b.N {
-		if i%(MaxThrough-1) == 0 {
+		if i%(wire.MaxThrough-1) == 0 {
 			v = newSenderView(0x42, 1)
 			v.update(e)
 		}

@@ -3,6 +3,8 @@ package rvma
 import (
 	"fmt"
 	"time"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // CloseMode says what senders see when they put to a closed window.
@@ -38,6 +40,43 @@ const (
 	GuardNone Guard = 1
 )
 
+// EpochKind says whether a window's threshold counts bytes or operations.
+type EpochKind uint8
+
+// Epoch kinds (the paper's EPOCH_BYTES and EPOCH_OPS).
+const (
+	EpochBytes EpochKind = 1
+	EpochOps   EpochKind = 2
+)
+
+// String names the kind.
+func (k EpochKind) String() string {
+	switch k {
+	case EpochBytes:
+		return "bytes"
+	case EpochOps:
+		return "ops"
+	}
+	return fmt.Sprintf("EpochKind(%d)", uint8(k))
+}
+
+// ShownBuffers is how many of a window's posted buffers a sender is shown
+// at a time where the library counts the window: the head and the six
+// after it (where the kernel module counts, a sender is shown every buffer
+// posted). A sender that fills epochs alone is sent a notice only when it
+// is down to the last buffer it was shown, so with ShownBuffers+1 buffers
+// posted (the application holding one) it is sent one notice per
+// ShownBuffers-1 epochs; with fewer, one per epoch.
+const ShownBuffers = 7
+
+// The public constants repeat the wire's values: each expression below
+// overflows, and fails to compile, if they differ.
+const (
+	_ = uint(ShownBuffers-wire.MaxDescs) + uint(wire.MaxDescs-ShownBuffers)
+	_ = uint8(EpochBytes) - uint8(wire.EpochBytes) + (uint8(wire.EpochBytes) - uint8(EpochBytes))
+	_ = uint8(EpochOps) - uint8(wire.EpochOps) + (uint8(wire.EpochOps) - uint8(EpochOps))
+)
+
 // DefaultMaxPosted is the default limit on buffers posted to one window and
 // not yet completed.
 const DefaultMaxPosted = 1024
@@ -58,7 +97,7 @@ type WindowOptions struct {
 	// then moves to the next epoch as soon as it has put its share, by
 	// its own count, as a window's only sender does, and the receiver
 	// tells senders of completed epochs only when they run short of
-	// buffers (about one notice per MaxDescs-1 epochs instead of one per
+	// buffers (about one notice per ShownBuffers-1 epochs instead of one per
 	// epoch and sender; docs/rvma.md, section 5). 0 (the default) makes
 	// no promise: with several senders, each learns of every completed
 	// epoch from the receiver. Breaking the promise loses nothing but
@@ -66,7 +105,7 @@ type WindowOptions struct {
 	// the others complete has its next put to it refused (ErrStale, or
 	// retried into the next epoch unless Options.NoRetryStale; one
 	// refusal, and one stripe replaced, for each epoch it fell behind
-	// since its entry was last pushed, at most MaxDescs-1), and one
+	// since its entry was last pushed, at most ShownBuffers-1), and one
 	// put carrying more than a share may complete an epoch early, so that
 	// another sender's share is refused the same way. InitWindow fails
 	// with ErrInvalid for a Share above a non-zero Threshold.
@@ -193,7 +232,7 @@ type buffer struct {
 	state     bufState
 	bound     bool
 	binding   bool // a bind is scheduled or in flight
-	desc      Desc
+	desc      wire.Desc
 	bytes     uint64
 	ops       uint64
 	flags     Flags
@@ -239,7 +278,7 @@ func (r arriveResult) String() string {
 type windowState struct {
 	mailbox Mailbox
 	opts    WindowOptions
-	state   EntryState
+	state   wire.EntryState
 	nextGen uint64
 	head    uint64
 	pending []*buffer
@@ -303,11 +342,11 @@ func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &windowState{mailbox: mb, opts: o, state: StateOpen, held: map[*buffer]struct{}{},
+	return &windowState{mailbox: mb, opts: o, state: wire.StateOpen, held: map[*buffer]struct{}{},
 		waiting: map[*buffer]struct{}{}, seq: 2}, nil
 }
 
-func (w *windowState) closed() bool { return w.state != StateOpen }
+func (w *windowState) closed() bool { return w.state != wire.StateOpen }
 
 // post queues a new buffer of capacity cap at address addr. Errors:
 // ErrClosed, ErrInvalid (zero capacity, too many posted), ErrTooLarge (a
@@ -353,7 +392,7 @@ func (w *windowState) enqueue(b *buffer) {
 	b.threshold, _ = w.threshold(b)
 	b.gen = w.nextGen
 	w.nextGen++
-	b.state, b.bound, b.binding, b.desc, b.registered = bufQueued, false, false, Desc{}, false
+	b.state, b.bound, b.binding, b.desc, b.registered = bufQueued, false, false, wire.Desc{}, false
 	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
 	if b.oneTime {
 		b.flags = FlagOneTime
@@ -383,7 +422,7 @@ func (w *windowState) enqueue(b *buffer) {
 // generation's record, in order.
 func (w *windowState) showCounted() {
 	for i, b := range w.pending {
-		if i >= MaxThrough {
+		if i >= wire.MaxThrough {
 			return
 		}
 		if b.registered {
@@ -396,7 +435,7 @@ func (w *windowState) showCounted() {
 			continue
 		}
 		b.registered, b.bound = true, true
-		b.desc = Desc{Addr: mailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
+		b.desc = wire.Desc{Addr: wire.MailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
 		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
 		w.changed()
 	}
@@ -414,7 +453,7 @@ func (w *windowState) settling() bool {
 		if b.state != bufQueued {
 			continue
 		}
-		if seen++; seen > MaxDescs {
+		if seen++; seen > wire.MaxDescs {
 			return false
 		}
 		if b.binding {
@@ -440,7 +479,7 @@ func (w *windowState) topUp(from *buffer) (lent bool) {
 		if b.state != bufQueued {
 			continue
 		}
-		if seen++; seen > MaxDescs {
+		if seen++; seen > wire.MaxDescs {
 			break
 		}
 		if b.bound || b.binding {
@@ -464,7 +503,7 @@ func (w *windowState) lookup(gen uint64) *buffer {
 }
 
 // bound records that b's memory window is bound: senders may now target it.
-func (w *windowState) bound(b *buffer, d Desc) {
+func (w *windowState) bound(b *buffer, d wire.Desc) {
 	if b.state != bufQueued || b.bound {
 		return // ended before its bind completed: the unbind follows
 	}
@@ -691,7 +730,7 @@ func (w *windowState) fail() {
 	}
 	w.failed = true
 	if !w.closed() {
-		w.state = StateClosedNack
+		w.state = wire.StateClosedNack
 	}
 	w.retireWaiting()
 	w.toBind, w.toUnbind, w.toHide = nil, nil, nil
@@ -719,9 +758,9 @@ func (w *windowState) close() bool {
 	if w.closed() {
 		return false
 	}
-	w.state = StateClosedNack
+	w.state = wire.StateClosedNack
 	if w.opts.CloseMode == CloseSilent {
-		w.state = StateClosedSilent
+		w.state = wire.StateClosedSilent
 	}
 	w.retireWaiting()
 	for _, b := range w.pending {
@@ -846,13 +885,13 @@ func (w *windowState) keptBuffer(epoch uint64) (*buffer, error) {
 }
 
 // knock counts n puts a sender reported (Window.knock).
-func (w *windowState) knock(r KnockReason, n uint64) {
+func (w *windowState) knock(r wire.KnockReason, n uint64) {
 	switch r {
-	case KnockNack:
+	case wire.KnockNack:
 		w.stats.Nacks += n
-	case KnockDrop:
+	case wire.KnockDrop:
 		w.stats.Drops += n
-	case KnockStale:
+	case wire.KnockStale:
 		w.stats.Stale += n
 	}
 }
@@ -870,10 +909,10 @@ func (w *windowState) Stats() Stats {
 // entry builds the descriptor entry senders see: Head is the first
 // generation still accepting puts, followed by up to MaxDescs bound
 // buffers that accept puts.
-func (w *windowState) entry(incarnation uint32) Entry {
-	e := Entry{Seq: w.seq, Mailbox: w.mailbox, Incarnation: incarnation, State: w.state, Kind: w.opts.Kind, Share: w.opts.Share}
+func (w *windowState) entry(incarnation uint32) wire.Entry {
+	e := wire.Entry{Seq: w.seq, Mailbox: uint64(w.mailbox), Incarnation: incarnation, State: w.state, Kind: wire.EpochKind(w.opts.Kind), Share: w.opts.Share}
 	if w.counted {
-		e.Flags = EntryCounted
+		e.Flags = wire.EntryCounted
 	}
 	i := 0
 	for i < len(w.pending) && w.pending[i].state != bufQueued {
@@ -883,7 +922,7 @@ func (w *windowState) entry(incarnation uint32) Entry {
 	if w.closed() {
 		return e
 	}
-	for ; i < len(w.pending) && e.NDesc < MaxDescs; i++ {
+	for ; i < len(w.pending) && e.NDesc < wire.MaxDescs; i++ {
 		b := w.pending[i]
 		if b.state != bufQueued || !b.bound {
 			break
@@ -891,13 +930,13 @@ func (w *windowState) entry(incarnation uint32) Entry {
 		e.Descs[e.NDesc] = b.desc
 		e.NDesc++
 	}
-	if !w.counted || e.NDesc < MaxDescs {
+	if !w.counted || e.NDesc < wire.MaxDescs {
 		return e
 	}
 	// The queued buffers after the descriptors, as long as they look like
 	// the last one, go as Through: senders derive their descriptors.
-	last := e.Descs[MaxDescs-1]
-	for ; i < len(w.pending) && w.pending[i].gen-e.Head < MaxThrough; i++ {
+	last := e.Descs[wire.MaxDescs-1]
+	for ; i < len(w.pending) && w.pending[i].gen-e.Head < wire.MaxThrough; i++ {
 		b := w.pending[i]
 		if b.state != bufQueued || !b.registered || uint32(b.cap) != last.Len || b.threshold != last.Threshold {
 			break

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 // fixture drives a windowState as the endpoint will: binds and unbinds
@@ -55,7 +57,7 @@ func (f *fixture) flush() {
 			if a.from != nil {
 				f.w.unbound(a.from)
 			}
-			f.w.bound(a.b, Desc{Addr: a.b.addr, RKey: f.rkey})
+			f.w.bound(a.b, wire.Desc{Addr: a.b.addr, RKey: f.rkey})
 		}
 		for _, b := range unbind {
 			f.w.unbound(b)
@@ -79,7 +81,7 @@ func TestWindowBytesThreshold(t *testing.T) {
 	if e.Head != 0 || e.NDesc != 2 || e.Descs[0].Len != 100 || e.Descs[0].Threshold != 100 || e.Descs[1].Threshold != 150 {
 		t.Fatalf("entry %+v", e)
 	}
-	if e.Incarnation != 7 || e.State != StateOpen || e.Kind != EpochBytes {
+	if e.Incarnation != 7 || e.State != wire.StateOpen || e.Kind != wire.EpochBytes {
 		t.Fatalf("entry header %+v", e)
 	}
 	f.arrive(0, 60, arriveCounted)
@@ -300,16 +302,16 @@ func TestWindowClose(t *testing.T) {
 			t.Fatalf("IncEpoch after close: %v", err)
 		}
 		f.arrive(1, 1, arriveClosed)
-		want := StateClosedNack
+		want := wire.StateClosedNack
 		if mode == CloseSilent {
-			want = StateClosedSilent
+			want = wire.StateClosedSilent
 		}
 		if e := f.w.entry(0); e.State != want || e.NDesc != 0 {
 			t.Fatalf("entry %+v", e)
 		}
-		f.w.knock(KnockNack, 1)
-		f.w.knock(KnockDrop, 1)
-		f.w.knock(KnockDrop, 1)
+		f.w.knock(wire.KnockNack, 1)
+		f.w.knock(wire.KnockDrop, 1)
+		f.w.knock(wire.KnockDrop, 1)
 		if s := f.w.Stats(); s.Nacks != 1 || s.Drops != 2 || s.EpochsCompleted != 0 || s.Posted != 0 {
 			t.Fatalf("stats %+v", s)
 		}
@@ -425,16 +427,16 @@ func TestWindowRandomOrder(t *testing.T) {
 func TestWindowLendsWindows(t *testing.T) {
 	f := newFixture(t, WindowOptions{Threshold: 10})
 	var bs []*buffer
-	for i := 0; i < MaxDescs+2; i++ {
+	for i := 0; i < wire.MaxDescs+2; i++ {
 		bs = append(bs, f.post(10, PostOptions{}))
 	}
 	bind, unbind, _ := f.w.takeActions()
-	if len(bind) != MaxDescs || len(unbind) != 0 {
-		t.Fatalf("posting %d buffers: %d binds, %d unbinds; want %d, 0", len(bs), len(bind), len(unbind), MaxDescs)
+	if len(bind) != wire.MaxDescs || len(unbind) != 0 {
+		t.Fatalf("posting %d buffers: %d binds, %d unbinds; want %d, 0", len(bs), len(bind), len(unbind), wire.MaxDescs)
 	}
 	for _, a := range bind {
 		f.rkey++
-		f.w.bound(a.b, Desc{Addr: a.b.addr, RKey: f.rkey})
+		f.w.bound(a.b, wire.Desc{Addr: a.b.addr, RKey: f.rkey})
 	}
 	for gen := uint64(0); gen < 12; gen++ {
 		f.arrive(gen, 10, arriveCounted)
@@ -444,8 +446,8 @@ func TestWindowLendsWindows(t *testing.T) {
 		}
 		f.rkey++
 		f.w.unbound(bind[0].from)
-		f.w.bound(bind[0].b, Desc{Addr: bind[0].b.addr, RKey: f.rkey})
-		if e := f.w.entry(1); e.Head != gen+1 || e.NDesc != MaxDescs {
+		f.w.bound(bind[0].b, wire.Desc{Addr: bind[0].b.addr, RKey: f.rkey})
+		if e := f.w.entry(1); e.Head != gen+1 || e.NDesc != wire.MaxDescs {
 			t.Fatalf("epoch %d: entry %+v", gen, e)
 		}
 		done := bs[gen%uint64(len(bs))]
@@ -471,19 +473,19 @@ func TestWindowLendsWindows(t *testing.T) {
 }
 
 func TestSenderKeepsUp(t *testing.T) {
-	d := func(k uint32) Desc { return Desc{Addr: uint64(k) << 12, RKey: k, Len: 64, Threshold: 64} }
-	p := Entry{Seq: 10, Mailbox: 7, Incarnation: 1, State: StateOpen, Kind: EpochBytes, NDesc: 3, Head: 5,
-		Descs: [MaxDescs]Desc{d(5), d(6), d(7)}}
-	next := func(head uint64, descs ...Desc) Entry {
+	d := func(k uint32) wire.Desc { return wire.Desc{Addr: uint64(k) << 12, RKey: k, Len: 64, Threshold: 64} }
+	p := wire.Entry{Seq: 10, Mailbox: 7, Incarnation: 1, State: wire.StateOpen, Kind: wire.EpochBytes, NDesc: 3, Head: 5,
+		Descs: [wire.MaxDescs]wire.Desc{d(5), d(6), d(7)}}
+	next := func(head uint64, descs ...wire.Desc) wire.Entry {
 		e := p
 		e.Seq, e.Head, e.NDesc = p.Seq+2, head, uint16(len(descs))
-		e.Descs = [MaxDescs]Desc{}
+		e.Descs = [wire.MaxDescs]wire.Desc{}
 		copy(e.Descs[:], descs)
 		return e
 	}
 	for _, c := range []struct {
 		name string
-		e    Entry
+		e    wire.Entry
 		want bool
 	}{
 		{"one epoch on, two descriptors left", next(6, d(6), d(7), d(8)), true},
@@ -491,24 +493,26 @@ func TestSenderKeepsUp(t *testing.T) {
 		{"head unchanged, a descriptor re-keyed", next(5, d(5), d(60), d(7)), false},
 		{"one epoch on, the next descriptor re-keyed", next(6, d(6), d(70), d(8)), false},
 		{"one epoch on, the next one not bound yet", next(6, d(6)), false},
-		{"closed", func() Entry { e := next(6, d(6), d(7), d(8)); e.State = StateClosedNack; return e }(), false},
-		{"another incarnation", func() Entry { e := next(6, d(6), d(7), d(8)); e.Incarnation++; return e }(), false},
+		{"closed", func() wire.Entry { e := next(6, d(6), d(7), d(8)); e.State = wire.StateClosedNack; return e }(), false},
+		{"another incarnation", func() wire.Entry { e := next(6, d(6), d(7), d(8)); e.Incarnation++; return e }(), false},
 	} {
 		if got := senderKeepsUp(p, c.e); got != c.want {
 			t.Errorf("%s: senderKeepsUp = %v, want %v", c.name, got, c.want)
 		}
 	}
-	if senderKeepsUp(Entry{}, next(6, d(6), d(7), d(8))) {
+	if senderKeepsUp(wire.Entry{}, next(6, d(6), d(7), d(8))) {
 		t.Error("nothing pushed yet: the entry must be pushed")
 	}
 
 	// A counted window's entry with Through: the sender keeps up until it
 	// is down to the last generation derived.
-	md := func(g uint64) Desc { return Desc{Addr: mailboxAddr(g), RKey: 0xf0000100, Len: 64, Threshold: 64} }
-	mbox := func(seq, head, through uint64) Entry {
-		e := Entry{Seq: seq, Mailbox: 7, Incarnation: 1, State: StateOpen, Kind: EpochBytes, Flags: EntryCounted,
-			NDesc: MaxDescs, Head: head, Through: through}
-		for i := range MaxDescs {
+	md := func(g uint64) wire.Desc {
+		return wire.Desc{Addr: wire.MailboxAddr(g), RKey: 0xf0000100, Len: 64, Threshold: 64}
+	}
+	mbox := func(seq, head, through uint64) wire.Entry {
+		e := wire.Entry{Seq: seq, Mailbox: 7, Incarnation: 1, State: wire.StateOpen, Kind: wire.EpochBytes, Flags: wire.EntryCounted,
+			NDesc: wire.MaxDescs, Head: head, Through: through}
+		for i := range wire.MaxDescs {
 			e.Descs[i] = md(head + uint64(i))
 		}
 		return e
@@ -625,7 +629,7 @@ func TestWindowFail(t *testing.T) {
 	if _, err := f.w.incEpoch(); !errors.Is(err, ErrFailed) {
 		t.Errorf("IncEpoch after fail: %v", err)
 	}
-	if e := f.w.entry(1); e.State != StateClosedNack {
+	if e := f.w.entry(1); e.State != wire.StateClosedNack {
 		t.Errorf("entry after fail: %+v", e)
 	}
 }

@@ -9,7 +9,7 @@
 //     epochs complete at two faces' worth of bytes, one from each
 //     neighbour (with -share, the default, the windows promise that
 //     share: WindowOptions.Share), posts -buffers buffers to each
-//     (MaxDescs+1 by default), and puts its faces to its neighbours'
+//     (ShownBuffers+1 by default), and puts its faces to its neighbours'
 //     mailboxes; it never learns a buffer address. It
 //     waits for each step's epoch with Posted.Wait (the goroutine parks);
 //     rvma-spin is the same exchange waiting with Posted.Spin, as the
@@ -73,7 +73,7 @@ func main() {
 		timeout = flag.Duration("timeout", 5*time.Minute, "give up after this long")
 		runID   = flag.String("run", "1", "a name for this run, unique in the boot (the lab's barriers last for the whole boot)")
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the run (setup and steps) to this file")
-		bufs    = flag.Int("buffers", rvma.MaxDescs+1, "buffers posted per window (rvma modes)")
+		bufs    = flag.Int("buffers", rvma.ShownBuffers+1, "buffers posted per window (rvma modes)")
 		share   = flag.Bool("share", true, "windows promise each neighbour's share of an epoch, WindowOptions.Share (rvma modes)")
 	)
 	flag.Parse()

@@ -1,4 +1,4 @@
-package rvma
+package wire
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 
 func TestImmRoundTrip(t *testing.T) {
 	for _, i := range []Imm{
-		{KindData, 0, 0}, {KindEager, slotMask, genMask}, {KindNotice, 12345, 0}, {KindCtrl, 1, uint16(KnockDrop)},
+		{KindData, 0, 0}, {KindData, SlotMask, GenMask}, {KindNotice, 12345, 0}, {KindCtrl, 1, uint16(KnockDrop)},
 	} {
 		v, err := i.Encode()
 		if err != nil {
@@ -21,13 +21,13 @@ func TestImmRoundTrip(t *testing.T) {
 			t.Fatalf("%+v -> %#x -> %+v", i, v, got)
 		}
 	}
-	for _, bad := range []Imm{{4, 0, 0}, {0, slotMask + 1, 0}, {0, 0, genMask + 1}} {
+	for _, bad := range []Imm{{4, 0, 0}, {0, SlotMask + 1, 0}, {0, 0, GenMask + 1}} {
 		if _, err := bad.Encode(); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%+v: %v", bad, err)
 		}
 	}
-	v, _ := Imm{KindEager, 0x5A5A5, 0x2AB}.Encode()
-	if v != 1<<30|0x5A5A5<<10|0x2AB {
+	v, _ := Imm{KindNotice, 0x5A5A5, 0x2AB}.Encode()
+	if v != 2<<30|0x5A5A5<<10|0x2AB {
 		t.Fatalf("layout %#x", v)
 	}
 }
@@ -36,7 +36,7 @@ func TestKnockGen(t *testing.T) {
 	for _, r := range []KnockReason{KnockNack, KnockDrop} {
 		for _, inc := range []uint32{0, 1, 255, 256, 257, 1<<32 - 1} {
 			g := KnockGen(r, inc)
-			if g > genMask {
+			if g > GenMask {
 				t.Fatalf("KnockGen(%d, %d) = %#x: more than the generation bits", r, inc, g)
 			}
 			gr, ginc := ParseKnock(g)
@@ -58,10 +58,10 @@ func TestExpandGen(t *testing.T) {
 			head = rng.Uint64N(2000)
 		}
 		lo := uint64(0)
-		if head >= genMod/2 {
-			lo = head - genMod/2
+		if head >= GenMod/2 {
+			lo = head - GenMod/2
 		}
-		g := lo + rng.Uint64N(genMod)
+		g := lo + rng.Uint64N(GenMod)
 		if got := ExpandGen(head, GenLow(g)); got != g {
 			t.Fatalf("head %d gen %d: got %d", head, g, got)
 		}
@@ -144,7 +144,7 @@ func TestEntryThrough(t *testing.T) {
 	e := Entry{Seq: 2, Mailbox: 9, Incarnation: 1, State: StateOpen, Kind: EpochBytes, Flags: EntryCounted,
 		Head: head, NDesc: 2, Through: head + 5}
 	for i := range 2 {
-		e.Descs[i] = Desc{Addr: mailboxAddr(head + uint64(i)), RKey: key, Len: 64, Threshold: 32}
+		e.Descs[i] = Desc{Addr: MailboxAddr(head + uint64(i)), RKey: key, Len: 64, Threshold: 32}
 	}
 	b := make([]byte, EntrySize)
 	got := roundTrip(t, e)
@@ -153,7 +153,7 @@ func TestEntryThrough(t *testing.T) {
 	}
 	for g := uint64(head); g <= head+5; g++ {
 		d, ok := got.Desc(g)
-		if want := (Desc{Addr: mailboxAddr(g), RKey: key, Len: 64, Threshold: 32}); !ok || d != want {
+		if want := (Desc{Addr: MailboxAddr(g), RKey: key, Len: 64, Threshold: 32}); !ok || d != want {
 			t.Fatalf("Desc(%d) = %+v, %v; want %+v", g, d, ok, want)
 		}
 	}
@@ -235,37 +235,16 @@ func TestEntryTorn(t *testing.T) {
 	}
 }
 
-func TestEager(t *testing.T) {
-	b := AppendEager(nil, EagerHeader{Offset: 4096, Seq: 7}, []byte("hello"))
-	h, data, err := ParseEager(b)
-	if err != nil || h.Offset != 4096 || h.Seq != 7 || string(data) != "hello" {
-		t.Fatalf("%+v %q %v", h, data, err)
-	}
-	if _, _, err := ParseEager(b[:EagerHeaderSize-1]); !errors.Is(err, ErrInvalid) {
-		t.Fatal("short header")
-	}
-	bad := bytes.Clone(b)
-	bad[15] = 1
-	if _, _, err := ParseEager(bad); !errors.Is(err, ErrInvalid) {
-		t.Fatal("reserved bits")
-	}
-	of := AppendEager(nil, EagerHeader{Offset: ^uint64(0) - 1}, []byte("xyz"))
-	if _, _, err := ParseEager(of); !errors.Is(err, ErrInvalid) {
-		t.Fatal("overflow accepted")
-	}
-}
-
 func TestCtrl(t *testing.T) {
 	for _, m := range []Ctrl{
-		{Type: CtrlResolve, Seq: 1, Mailbox: 0xFFFF_FFFF_FFFF_FFFF, ViewSlot: slotMask},
+		{Type: CtrlResolve, Seq: 1, Mailbox: 0xFFFF_FFFF_FFFF_FFFF, ViewSlot: SlotMask},
 		{Type: CtrlResolved, Seq: 2, Slot: 17, Incarnation: 9},
 		{Type: CtrlNack, Seq: 3, Reason: NackStale},
-		{Type: CtrlEagerAck, Seq: 4},
-		{Type: CtrlGet, Seq: GetSeqBit | 5, Slot: slotMask, Incarnation: 3, Epoch: LastEpoch},
+		{Type: CtrlGet, Seq: GetSeqBit | 5, Slot: SlotMask, Incarnation: 3, Epoch: ^uint64(0)},
 		{Type: CtrlGetReply, Seq: GetSeqBit | 6, Epoch: 41, Addr: 0x7f0000001000, RKey: 0x1234, Len: 4096},
-		{Type: CtrlLate, ViewSlot: slotMask, Slot: 5, Epoch: 1 << 40, Len: 65536, Count: 0xFFFF, Stale: true},
-		{Type: CtrlLate, ViewSlot: 1, Slot: slotMask, Epoch: 3, Len: 8, Count: 1},
-		{Type: CtrlRefused, Seq: 7, Slot: slotMask, Incarnation: 0xFFFFFFFF, Len: 1 << 31, Count: 0xFFFF},
+		{Type: CtrlLate, ViewSlot: SlotMask, Slot: 5, Epoch: 1 << 40, Len: 65536, Count: 0xFFFF, Stale: true},
+		{Type: CtrlLate, ViewSlot: 1, Slot: SlotMask, Epoch: 3, Len: 8, Count: 1},
+		{Type: CtrlRefused, Seq: 7, Slot: SlotMask, Incarnation: 0xFFFFFFFF, Len: 1 << 31, Count: 0xFFFF},
 		{Type: CtrlRefused, Slot: 2, Incarnation: 1, Len: 0, Count: 1},
 	} {
 		b, err := AppendCtrl(nil, m)
@@ -283,16 +262,21 @@ func TestCtrl(t *testing.T) {
 			t.Fatalf("%v with a trailing byte accepted", m.Type)
 		}
 	}
-	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlGet, Slot: slotMask + 1}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
-		{Type: CtrlResolve, ViewSlot: slotMask + 1}, {Type: CtrlResolved, Slot: slotMask + 1},
-		{Type: CtrlLate, Slot: slotMask + 1, Count: 1}, {Type: CtrlLate, ViewSlot: slotMask + 1, Count: 1}, {Type: CtrlLate, Slot: 1},
-		{Type: CtrlRefused, Slot: slotMask + 1, Count: 1}, {Type: CtrlRefused, Slot: 1}} {
+	for _, m := range []Ctrl{{Type: 0}, {Type: 9}, {Type: CtrlGet, Slot: SlotMask + 1}, {Type: CtrlNack, Reason: 0}, {Type: CtrlNack, Reason: 6},
+		{Type: CtrlResolve, ViewSlot: SlotMask + 1}, {Type: CtrlResolved, Slot: SlotMask + 1},
+		{Type: CtrlLate, Slot: SlotMask + 1, Count: 1}, {Type: CtrlLate, ViewSlot: SlotMask + 1, Count: 1}, {Type: CtrlLate, Slot: 1},
+		{Type: CtrlRefused, Slot: SlotMask + 1, Count: 1}, {Type: CtrlRefused, Slot: 1}} {
 		if _, err := AppendCtrl(nil, m); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%+v encoded", m)
 		}
 	}
-	if _, err := ParseCtrl([]byte{byte(CtrlEagerAck), 1, 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrInvalid) {
+	reserved, _ := AppendCtrl(nil, Ctrl{Type: CtrlResolved, Slot: 1})
+	reserved[1] = 1
+	if _, err := ParseCtrl(reserved); !errors.Is(err, ErrInvalid) {
 		t.Fatal("reserved bytes accepted")
+	}
+	if _, err := ParseCtrl([]byte{4, 0, 0, 0, 0, 0, 0, 0}); !errors.Is(err, ErrInvalid) {
+		t.Fatal("type 4 (reserved: the eager path's EAGERACK) accepted")
 	}
 	for _, c := range []struct {
 		typ   CtrlType
@@ -309,14 +293,6 @@ func TestCtrl(t *testing.T) {
 				t.Fatalf("%v with byte %d = %d accepted", c.typ, f.i, f.v)
 			}
 		}
-	}
-	for r := NackNoMailbox; r <= NackNoBuffer; r++ {
-		if err := r.Err(); err == nil || errors.Is(err, ErrInvalid) {
-			t.Fatalf("reason %d: %v", r, err)
-		}
-	}
-	if !errors.Is(NackReason(0).Err(), ErrInvalid) {
-		t.Fatal("unknown reason")
 	}
 }
 
@@ -355,7 +331,7 @@ func FuzzUnmarshalEntry(f *testing.F) {
 }
 
 func FuzzParseCtrl(f *testing.F) {
-	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed}, {Type: CtrlEagerAck, Seq: 9},
+	for _, m := range []Ctrl{{Type: CtrlResolve, Mailbox: 5, ViewSlot: 2}, {Type: CtrlResolved, Slot: 1}, {Type: CtrlNack, Reason: NackClosed},
 		{Type: CtrlGet, Slot: 3, Epoch: 7}, {Type: CtrlGetReply, Epoch: 7, Addr: 1, RKey: 2, Len: 3}, {Type: CtrlLate, ViewSlot: 4, Slot: 3, Epoch: 7, Len: 9, Count: 2, Stale: true},
 		{Type: CtrlRefused, Slot: 3, Incarnation: 2, Len: 64, Count: 1}} {
 		b, _ := AppendCtrl(nil, m)
@@ -369,19 +345,6 @@ func FuzzParseCtrl(f *testing.F) {
 		c, err := AppendCtrl(nil, m)
 		if err != nil || !bytes.Equal(b, c) {
 			t.Fatalf("%x -> %+v -> %x %v", b, m, c, err)
-		}
-	})
-}
-
-func FuzzParseEager(f *testing.F) {
-	f.Add(AppendEager(nil, EagerHeader{Offset: 1, Seq: 2}, []byte("x")))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, data, err := ParseEager(b)
-		if err != nil {
-			return
-		}
-		if c := AppendEager(nil, h, data); !bytes.Equal(b, c) {
-			t.Fatalf("round trip differs")
 		}
 	})
 }

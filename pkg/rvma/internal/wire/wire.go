@@ -1,18 +1,28 @@
-package rvma
+// Package wire holds the formats the two sides of package rvma exchange
+// over the network or through a NIC: the 32-bit immediate, the descriptor
+// table entry and the control messages. All multi-byte integers are little
+// endian: both ends run this library and the NIC never interprets them.
+// See docs/rvma.md, section 5. Applications never see these formats.
+package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 
 	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
-// This file holds every format that crosses the network or is shared with a
-// NIC: the 32-bit immediate, the descriptor table entry, the eager header
-// and the control messages. All multi-byte integers are little endian: both
-// ends run this library and the NIC never interprets them. See docs/rvma.md,
-// section 5.
+// ErrInvalid is wrapped by every error of this package: a field out of
+// range when encoding, malformed data when decoding. Package rvma wraps
+// its own ErrInvalid around it where such an error reaches a caller.
+var ErrInvalid = errors.New("rvma wire: invalid")
+
+// invalidf returns an error wrapping ErrInvalid.
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
 
 // ImmKind is the kind of an immediate, its two top bits.
 type ImmKind uint8
@@ -22,9 +32,8 @@ const (
 	// KindData: an RDMA WRITE WITH IMMEDIATE of a zero-copy put into the
 	// buffer of generation Gen of window Slot.
 	KindData ImmKind = 0
-	// KindEager: a SEND WITH IMMEDIATE of a small put for generation Gen
-	// of window Slot; the payload is an EagerHeader and the data.
-	KindEager ImmKind = 1
+	// Kind 1 is reserved (an eager put, a SEND WITH IMMEDIATE carrying
+	// the data, is designed but not built: docs/rvma.md).
 	// KindNotice: an RDMA WRITE WITH IMMEDIATE of an Entry into the
 	// sender's view slot Slot.
 	KindNotice ImmKind = 2
@@ -40,8 +49,6 @@ func (k ImmKind) String() string {
 	switch k {
 	case KindData:
 		return "data"
-	case KindEager:
-		return "eager"
 	case KindNotice:
 		return "notice"
 	case KindCtrl:
@@ -51,11 +58,11 @@ func (k ImmKind) String() string {
 }
 
 const (
-	slotBits = 20
-	genBits  = 10
-	genMod   = 1 << genBits
-	slotMask = 1<<slotBits - 1
-	genMask  = genMod - 1
+	SlotBits = 20
+	GenBits  = 10
+	GenMod   = 1 << GenBits
+	SlotMask = 1<<SlotBits - 1
+	GenMask  = GenMod - 1
 )
 
 // Imm is a decoded immediate: kind (2 bits), slot (20 bits), generation
@@ -69,33 +76,33 @@ type Imm struct {
 // Encode packs the immediate. It fails with ErrInvalid when a field does
 // not fit its bits.
 func (i Imm) Encode() (uint32, error) {
-	if i.Kind > KindCtrl || i.Slot > slotMask || i.Gen > genMask {
+	if i.Kind > KindCtrl || i.Slot > SlotMask || i.Gen > GenMask {
 		return 0, invalidf("immediate out of range: kind %d slot %d gen %d", i.Kind, i.Slot, i.Gen)
 	}
-	return uint32(i.Kind)<<(slotBits+genBits) | i.Slot<<genBits | uint32(i.Gen), nil
+	return uint32(i.Kind)<<(SlotBits+GenBits) | i.Slot<<GenBits | uint32(i.Gen), nil
 }
 
 // ParseImm unpacks an immediate. Every 32-bit value is a valid encoding;
 // whether the slot exists is the caller's to check.
 func ParseImm(v uint32) Imm {
-	return Imm{Kind: ImmKind(v >> (slotBits + genBits)), Slot: v >> genBits & slotMask, Gen: uint16(v & genMask)}
+	return Imm{Kind: ImmKind(v >> (SlotBits + GenBits)), Slot: v >> GenBits & SlotMask, Gen: uint16(v & GenMask)}
 }
 
 // GenLow returns the bits of a generation that an immediate carries.
-func GenLow(gen uint64) uint16 { return uint16(gen & genMask) }
+func GenLow(gen uint64) uint16 { return uint16(gen & GenMask) }
 
 // ExpandGen recovers a full generation from its low bits: the unique G with
 // G ≡ low (mod 1024) in [head-512, head+512), clamped so that no result is
 // negative (for head < 512 the range is [0, 1024)).
 func ExpandGen(head uint64, low uint16) uint64 {
 	base := uint64(0)
-	if head >= genMod/2 {
-		base = head - genMod/2
+	if head >= GenMod/2 {
+		base = head - GenMod/2
 	}
-	// the first G >= base with G ≡ low (mod genMod)
-	g := base - base%genMod + uint64(low&genMask)
+	// the first G >= base with G ≡ low (mod GenMod)
+	g := base - base%GenMod + uint64(low&GenMask)
 	if g < base {
-		g += genMod
+		g += GenMod
 	}
 	return g
 }
@@ -106,10 +113,10 @@ type KnockReason uint16
 
 // Knock reasons.
 const (
-	KnockNack KnockReason = 1 // the window is closed with NACK: the put failed with ErrMailboxClosed
+	KnockNack KnockReason = 1 // the window is closed with NACK: the put failed with rvma.ErrMailboxClosed
 	KnockDrop KnockReason = 2 // the window is closed silently: the put was dropped
 	// KnockStale: a put to a window the receiver's module counts was
-	// refused as stale (ErrStale, or retried). A refused plain WRITE leaves
+	// refused as stale (rvma.ErrStale, or retried). A refused plain WRITE leaves
 	// nothing at the receiver to count, so the sender reports it, in a
 	// REFUSED control message rather than a knock: a knock is lost when
 	// no stripe works, as after the refusal that broke one (a knock with
@@ -117,27 +124,28 @@ const (
 	KnockStale KnockReason = 3
 )
 
-// knockReasonBits is how many of a knock's generation bits hold the
+// KnockReasonBits is how many of a knock's generation bits hold the
 // reason; the rest hold the window's incarnation modulo 256, so that a
 // knock that arrives after its slot was freed and reused is not counted
 // against the new window.
-const knockReasonBits = 2
+const KnockReasonBits = 2
 
 // KnockGen packs a knock's reason and the incarnation of the window the
 // sender saw into an immediate's generation bits.
 func KnockGen(r KnockReason, incarnation uint32) uint16 {
-	return uint16(r)&(1<<knockReasonBits-1) | uint16(incarnation)<<knockReasonBits&genMask
+	return uint16(r)&(1<<KnockReasonBits-1) | uint16(incarnation)<<KnockReasonBits&GenMask
 }
 
 // ParseKnock unpacks KnockGen: the reason and the incarnation's low bits.
 func ParseKnock(gen uint16) (KnockReason, uint8) {
-	return KnockReason(gen & (1<<knockReasonBits - 1)), uint8(gen >> knockReasonBits)
+	return KnockReason(gen & (1<<KnockReasonBits - 1)), uint8(gen >> KnockReasonBits)
 }
 
-// EpochKind says whether a window's threshold counts bytes or operations.
+// EpochKind says whether a window's threshold counts bytes or operations
+// (the values of rvma.EpochKind).
 type EpochKind uint8
 
-// Epoch kinds (the paper's EPOCH_BYTES and EPOCH_OPS).
+// Epoch kinds.
 const (
 	EpochBytes EpochKind = 1
 	EpochOps   EpochKind = 2
@@ -160,7 +168,7 @@ type EntryState uint8
 // Entry states.
 const (
 	StateOpen         EntryState = 1
-	StateClosedNack   EntryState = 2 // closed; puts fail with ErrMailboxClosed
+	StateClosedNack   EntryState = 2 // closed; puts fail with rvma.ErrMailboxClosed
 	StateClosedSilent EntryState = 3 // closed; puts are dropped and counted
 	// StateGone is the last entry of a window whose mailbox was freed
 	// (its linger after Close ended, or a new window took the mailbox):
@@ -197,7 +205,7 @@ type Desc struct {
 
 // MaxDescs is the number of descriptors an entry lists: the head and the
 // six after it. A sender that fills epochs alone is pushed a new entry
-// only when it is down to its last described generation (senderKeepsUp),
+// only when it is down to its last described generation (rvma's senderKeepsUp),
 // so with MaxDescs+1 buffers posted it is pushed one entry per MaxDescs-1
 // epochs; a counted window describes more (Entry.Through).
 const MaxDescs = 7
@@ -213,7 +221,7 @@ const EntrySize = 256
 // receiver pushes into its subscribers' view slots.
 type Entry struct {
 	Seq         uint64 // even; bumped by 2 on every change
-	Mailbox     Mailbox
+	Mailbox     uint64
 	Incarnation uint32
 	State       EntryState
 	Kind        EpochKind
@@ -221,7 +229,7 @@ type Entry struct {
 	Head        uint64 // the generation of Descs[0]
 	Descs       [MaxDescs]Desc
 	Flags       EntryFlags
-	// Share is the window's WindowOptions.Share: what each sender puts
+	// Share is the window's rvma.WindowOptions.Share: what each sender puts
 	// into every epoch (bytes or puts, as Kind counts), 0 if the window
 	// makes no such promise.
 	Share uint64
@@ -260,7 +268,7 @@ func (e *Entry) Desc(gen uint64) (Desc, bool) {
 		return Desc{}, false
 	}
 	d := e.Descs[e.NDesc-1]
-	d.Addr = mailboxAddr(gen)
+	d.Addr = MailboxAddr(gen)
 	return d, true
 }
 
@@ -280,17 +288,17 @@ func (e *Entry) checkThrough() error {
 	}
 	last := e.Head + uint64(e.NDesc) - 1
 	if e.NDesc == 0 || e.Through <= last || e.Through-e.Head >= MaxThrough ||
-		e.Descs[e.NDesc-1].Addr != mailboxAddr(last) {
+		e.Descs[e.NDesc-1].Addr != MailboxAddr(last) {
 		return invalidf("entry through generation %d after %d descriptors from %d", e.Through, e.NDesc, e.Head)
 	}
 	return nil
 }
 
-// mailboxAddr is the remote address of generation gen's buffer in a
+// MailboxAddr is the remote address of generation gen's buffer in a
 // window with a mailbox key: kmod.MailboxAddr at offset 0. A put adds its
 // offset, which the buffer's length (below 4 GiB) keeps within the
 // address's offset bits.
-func mailboxAddr(gen uint64) uint64 {
+func MailboxAddr(gen uint64) uint64 {
 	a, _ := kmod.MailboxAddr(gen, 0) // offset 0 always fits
 	return a
 }
@@ -336,7 +344,7 @@ func MarshalEntry(b []byte, e *Entry) error {
 	}
 	le := binary.LittleEndian
 	le.PutUint64(b[entSeq:], e.Seq)
-	le.PutUint64(b[entMbox:], uint64(e.Mailbox))
+	le.PutUint64(b[entMbox:], e.Mailbox)
 	le.PutUint32(b[entInc:], e.Incarnation)
 	b[entState] = byte(e.State)
 	b[entKind] = byte(e.Kind)
@@ -392,7 +400,7 @@ func UnmarshalEntry(b []byte) (Entry, error) {
 		le.Uint32(b[entCRC:]) != crc32.Checksum(b[:entCRC], castagnoli) {
 		return e, ErrTorn
 	}
-	e.Mailbox = Mailbox(le.Uint64(b[entMbox:]))
+	e.Mailbox = le.Uint64(b[entMbox:])
 	e.Incarnation = le.Uint32(b[entInc:])
 	e.State = EntryState(b[entState])
 	e.Kind = EpochKind(b[entKind])
@@ -438,47 +446,6 @@ func zero(b []byte) bool {
 	return true
 }
 
-// EagerHeaderSize is the length of the header in front of an eager put's
-// data.
-const EagerHeaderSize = 16
-
-// EagerHeader precedes the data of an eager put (a SEND WITH IMMEDIATE of
-// kind KindEager).
-type EagerHeader struct {
-	Offset uint64 // where the data goes in the target buffer
-	Seq    uint32 // the sender's per-link eager sequence number, echoed in EAGERACK and NACK
-	Flags  uint16 // reserved, 0
-}
-
-// AppendEager appends the header and data of an eager put to b.
-func AppendEager(b []byte, h EagerHeader, data []byte) []byte {
-	var hdr [EagerHeaderSize]byte
-	le := binary.LittleEndian
-	le.PutUint64(hdr[0:], h.Offset)
-	le.PutUint32(hdr[8:], h.Seq)
-	le.PutUint16(hdr[12:], h.Flags)
-	return append(append(b, hdr[:]...), data...)
-}
-
-// ParseEager splits a received eager payload into its header and data (a
-// sub-slice of b). It fails with ErrInvalid for a short payload, non-zero
-// reserved bits, or an offset plus length that overflows.
-func ParseEager(b []byte) (EagerHeader, []byte, error) {
-	if len(b) < EagerHeaderSize {
-		return EagerHeader{}, nil, invalidf("eager payload of %d bytes, header is %d", len(b), EagerHeaderSize)
-	}
-	le := binary.LittleEndian
-	h := EagerHeader{Offset: le.Uint64(b[0:]), Seq: le.Uint32(b[8:]), Flags: le.Uint16(b[12:])}
-	if h.Flags != 0 || le.Uint16(b[14:]) != 0 {
-		return EagerHeader{}, nil, invalidf("eager header with reserved bits set")
-	}
-	data := b[EagerHeaderSize:]
-	if h.Offset+uint64(len(data)) < h.Offset {
-		return EagerHeader{}, nil, invalidf("eager offset %d overflows", h.Offset)
-	}
-	return h, data, nil
-}
-
 // CtrlType is the type of a control message.
 type CtrlType uint8
 
@@ -486,8 +453,8 @@ type CtrlType uint8
 const (
 	CtrlResolve  CtrlType = 1 // sender → receiver: Mailbox, ViewSlot
 	CtrlResolved CtrlType = 2 // receiver → sender: Slot, Incarnation (Seq echoes the request)
-	CtrlNack     CtrlType = 3 // receiver → sender: Reason (Seq echoes a resolve or an eager put)
-	CtrlEagerAck CtrlType = 4 // receiver → sender: every eager put up to Seq is placed
+	CtrlNack     CtrlType = 3 // receiver → sender: Reason (Seq echoes a RESOLVE or a GET)
+	// Type 4 is reserved (EAGERACK of the eager path, not built).
 	CtrlGet      CtrlType = 5 // sender → receiver: Slot, Incarnation, Epoch (Seq has GetSeqBit)
 	CtrlGetReply CtrlType = 6 // receiver → sender: Epoch, Addr, RKey, Len of a kept buffer, read-only (Seq echoes the request)
 	CtrlLate     CtrlType = 7 // receiver → sender: ViewSlot, Slot, Epoch, Count, Len, Stale of puts that arrived late
@@ -508,8 +475,6 @@ func (t CtrlType) String() string {
 		return "RESOLVED"
 	case CtrlNack:
 		return "NACK"
-	case CtrlEagerAck:
-		return "EAGERACK"
 	case CtrlGet:
 		return "GET"
 	case CtrlGetReply:
@@ -522,7 +487,7 @@ func (t CtrlType) String() string {
 	return fmt.Sprintf("CtrlType(%d)", uint8(t))
 }
 
-// NackReason says why a receiver refused a resolve or an eager put.
+// NackReason says why a receiver refused a RESOLVE or a GET.
 type NackReason uint8
 
 // NACK reasons.
@@ -534,34 +499,16 @@ const (
 	NackNoBuffer  NackReason = 5
 )
 
-// Err returns the sentinel error a NACK reason stands for (ErrInvalid for
-// an unknown reason).
-func (r NackReason) Err() error {
-	switch r {
-	case NackNoMailbox:
-		return ErrNoMailbox
-	case NackClosed:
-		return ErrMailboxClosed
-	case NackStale:
-		return ErrStale
-	case NackTooLarge:
-		return ErrTooLarge
-	case NackNoBuffer:
-		return ErrNoBuffer
-	}
-	return invalidf("unknown NACK reason %d", r)
-}
-
 // Ctrl is a control message. Which fields are meaningful depends on Type.
 type Ctrl struct {
 	Type        CtrlType
 	Seq         uint32
-	Mailbox     Mailbox    // RESOLVE
+	Mailbox     uint64     // RESOLVE
 	ViewSlot    uint32     // RESOLVE, LATE (the sender's view slot of the window)
 	Slot        uint32     // RESOLVED, GET, LATE, REFUSED
 	Incarnation uint32     // RESOLVED, GET, REFUSED
 	Reason      NackReason // NACK
-	Epoch       uint64     // GET (LastEpoch: the newest kept), GETREPLY, LATE
+	Epoch       uint64     // GET (rvma.LastEpoch, all ones: the newest kept), GETREPLY, LATE
 	Addr        uint64     // GETREPLY: the read-only memory window's address
 	RKey        uint32     // GETREPLY: its key
 	Len         uint32     // GETREPLY: the epoch's length (bytes placed; the window's length); LATE, REFUSED: the puts' bytes
@@ -579,8 +526,6 @@ func ctrlLen(t CtrlType) int {
 		return ctrlHeader + 8
 	case CtrlNack:
 		return ctrlHeader + 4
-	case CtrlEagerAck:
-		return ctrlHeader
 	case CtrlGet, CtrlRefused:
 		return ctrlHeader + 16
 	case CtrlGetReply, CtrlLate:
@@ -599,16 +544,16 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 	if n < 0 {
 		return b, invalidf("control message type %d", m.Type)
 	}
-	if m.Type == CtrlResolve && m.ViewSlot > slotMask {
+	if m.Type == CtrlResolve && m.ViewSlot > SlotMask {
 		return b, invalidf("view slot %d out of range", m.ViewSlot)
 	}
-	if (m.Type == CtrlResolved || m.Type == CtrlGet || m.Type == CtrlLate || m.Type == CtrlRefused) && m.Slot > slotMask {
+	if (m.Type == CtrlResolved || m.Type == CtrlGet || m.Type == CtrlLate || m.Type == CtrlRefused) && m.Slot > SlotMask {
 		return b, invalidf("slot %d out of range", m.Slot)
 	}
 	if m.Type == CtrlRefused && m.Count == 0 {
 		return b, invalidf("REFUSED with no puts")
 	}
-	if m.Type == CtrlLate && (m.ViewSlot > slotMask || m.Count == 0) {
+	if m.Type == CtrlLate && (m.ViewSlot > SlotMask || m.Count == 0) {
 		return b, invalidf("LATE for view slot %d with %d puts", m.ViewSlot, m.Count)
 	}
 	if m.Type == CtrlNack {
@@ -622,7 +567,7 @@ func AppendCtrl(b []byte, m Ctrl) ([]byte, error) {
 	le.PutUint32(out[4:], m.Seq)
 	switch m.Type {
 	case CtrlResolve:
-		le.PutUint64(out[8:], uint64(m.Mailbox))
+		le.PutUint64(out[8:], m.Mailbox)
 		le.PutUint32(out[16:], m.ViewSlot)
 	case CtrlResolved:
 		le.PutUint32(out[8:], m.Slot)
@@ -678,15 +623,15 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 	m.Seq = le.Uint32(b[4:])
 	switch m.Type {
 	case CtrlResolve:
-		m.Mailbox = Mailbox(le.Uint64(b[8:]))
+		m.Mailbox = le.Uint64(b[8:])
 		m.ViewSlot = le.Uint32(b[16:])
-		if m.ViewSlot > slotMask {
+		if m.ViewSlot > SlotMask {
 			return Ctrl{}, invalidf("RESOLVE view slot %d out of range", m.ViewSlot)
 		}
 	case CtrlResolved:
 		m.Slot = le.Uint32(b[8:])
 		m.Incarnation = le.Uint32(b[12:])
-		if m.Slot > slotMask {
+		if m.Slot > SlotMask {
 			return Ctrl{}, invalidf("RESOLVED slot %d out of range", m.Slot)
 		}
 	case CtrlNack:
@@ -698,7 +643,7 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		m.Slot = le.Uint32(b[8:])
 		m.Incarnation = le.Uint32(b[12:])
 		m.Epoch = le.Uint64(b[16:])
-		if m.Slot > slotMask {
+		if m.Slot > SlotMask {
 			return Ctrl{}, invalidf("GET slot %d out of range", m.Slot)
 		}
 	case CtrlGetReply:
@@ -713,7 +658,7 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		m.Len = le.Uint32(b[24:])
 		m.Stale = b[28] == 1
 		m.Count = le.Uint16(b[30:])
-		if m.ViewSlot > slotMask || m.Slot > slotMask || b[28] > 1 || b[29] != 0 || m.Count == 0 {
+		if m.ViewSlot > SlotMask || m.Slot > SlotMask || b[28] > 1 || b[29] != 0 || m.Count == 0 {
 			return Ctrl{}, invalidf("LATE with a slot out of range, no puts or reserved bits set")
 		}
 	case CtrlRefused:
@@ -721,7 +666,7 @@ func ParseCtrl(b []byte) (Ctrl, error) {
 		m.Incarnation = le.Uint32(b[12:])
 		m.Len = le.Uint32(b[16:])
 		m.Count = le.Uint16(b[20:])
-		if m.Slot > slotMask || m.Count == 0 || b[22]|b[23] != 0 {
+		if m.Slot > SlotMask || m.Count == 0 || b[22]|b[23] != 0 {
 			return Ctrl{}, invalidf("REFUSED with a slot out of range, no puts or reserved bits set")
 		}
 	}
