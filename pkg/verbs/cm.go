@@ -8,9 +8,12 @@ import "C"
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -83,15 +86,40 @@ func (e *CMEventError) Error() string {
 	return fmt.Sprintf("verbs: %s: got %v (status %d)", e.Op, e.Event.Type, e.Event.Status)
 }
 
-// RejectError is returned by Connect when the peer rejects the connection;
-// PrivateData is what the peer passed to Reject.
+// RejectError is returned by Connect (and Dial) when the connection is
+// refused: by the peer's Reject (PrivateData is what it passed, padded by
+// the transport with zeros to its maximum length), or because nothing
+// listens at the address (NoListener; no private data). errors.Is(err,
+// syscall.ECONNREFUSED) holds for both.
 type RejectError struct {
-	Status      int
+	Status      int // the CM's reject reason
 	PrivateData []byte
 }
 
+// rejInvalidServiceID is the InfiniBand CM's reject reason when no one
+// listens on the service ID (the port) a request is for.
+const rejInvalidServiceID = 8
+
+// NoListener reports whether the request was refused because nothing
+// listens at the address.
+func (e *RejectError) NoListener() bool { return e.Status == rejInvalidServiceID }
+
 func (e *RejectError) Error() string {
-	return fmt.Sprintf("verbs: connection rejected (status %d, %d bytes of private data)", e.Status, len(e.PrivateData))
+	if e.NoListener() {
+		return "verbs: connection refused: nothing listens at the address"
+	}
+	return fmt.Sprintf("verbs: connection rejected by the peer (reason %d)", e.Status)
+}
+
+// Unwrap returns syscall.ECONNREFUSED.
+func (e *RejectError) Unwrap() error { return syscall.ECONNREFUSED }
+
+func newRejectError(ev CMEvent) *RejectError {
+	e := &RejectError{Status: ev.Status, PrivateData: ev.PrivateData}
+	if e.NoListener() {
+		e.PrivateData = nil
+	}
+	return e
 }
 
 // ConnParam carries the rdma_conn_param of Connect and Accept.
@@ -125,6 +153,20 @@ type CMID struct {
 	qp *QP
 
 	acceptData []byte // the peer's Accept private data, set by Connect
+
+	// Once connected, a goroutine (pump) reads the identifier's events,
+	// acts on the end of the connection and queues them for WaitEvent.
+	evMu     sync.Mutex
+	pumping  bool
+	evQ      []CMEvent
+	evErr    error         // why the pump stopped
+	evWake   chan struct{} // an event was queued
+	pumpDone chan struct{} // the pump stopped
+
+	endOnce  sync.Once
+	ended    chan struct{} // closed when the connection ended
+	discSent atomic.Bool   // rdma_disconnect called
+	onEnd    func()        // run once when the connection ends (Conn)
 }
 
 var (
@@ -159,7 +201,7 @@ func wrapCMID(c *C.struct_rdma_cm_id, ch *C.struct_rdma_event_channel, ps PortSp
 	if err != nil {
 		return nil, err
 	}
-	id := &CMID{c: c, ch: ch, p: p, ps: ps}
+	id := &CMID{c: c, ch: ch, p: p, ps: ps, evWake: make(chan struct{}, 1), ended: make(chan struct{})}
 	id.n.init("rdma_cm id", func() error {
 		var err error
 		if rc := C.rdma_destroy_id(c); rc != 0 {
@@ -226,10 +268,53 @@ func (id *CMID) NewQP(pd *PD, attr *QPInitAttr) (*QP, error) {
 	return qp, nil
 }
 
-// WaitEvent returns the identifier's next rdma_cm event (for example
-// CMDisconnected when the peer disconnects). Errors wrap ErrClosed, ctx's
-// error or the errno of rdma_get_cm_event.
+// WaitEvent returns the identifier's next rdma_cm event. Once the
+// connection is established the package reads the events itself and
+// keeps them for WaitEvent (the last 16, oldest first): the end of the
+// connection (CMDisconnected, CMDeviceRemoval) moves the QP to the error
+// state at once, so that its posted work requests flush, whether or not
+// anyone calls WaitEvent. Errors wrap ErrClosed, ctx's error (at once when
+// ctx is already done) or the errno of rdma_get_cm_event.
 func (id *CMID) WaitEvent(ctx context.Context) (CMEvent, error) {
+	if err := ctx.Err(); err != nil {
+		return CMEvent{}, err
+	}
+	id.evMu.Lock()
+	pumping := id.pumping
+	id.evMu.Unlock()
+	if !pumping {
+		ev, err := id.readEvent(ctx)
+		if err == nil {
+			id.noteEvent(ev)
+		}
+		return ev, err
+	}
+	for {
+		id.evMu.Lock()
+		if len(id.evQ) > 0 {
+			ev := id.evQ[0]
+			id.evQ = append(id.evQ[:0], id.evQ[1:]...)
+			id.evMu.Unlock()
+			return ev, nil
+		}
+		id.evMu.Unlock()
+		select {
+		case <-id.evWake:
+		case <-id.pumpDone:
+			id.evMu.Lock()
+			left, err := len(id.evQ), id.evErr
+			id.evMu.Unlock()
+			if left == 0 {
+				return CMEvent{}, err
+			}
+		case <-ctx.Done():
+			return CMEvent{}, ctx.Err()
+		}
+	}
+}
+
+// readEvent waits for and acknowledges the identifier's next event.
+func (id *CMID) readEvent(ctx context.Context) (CMEvent, error) {
 	if err := id.n.use(); err != nil {
 		return CMEvent{}, err
 	}
@@ -263,6 +348,93 @@ func (id *CMID) WaitEvent(ctx context.Context) (CMEvent, error) {
 	return ev, nil
 }
 
+// cmQueueMax bounds the events a connected identifier keeps for WaitEvent.
+const cmQueueMax = 16
+
+// startPump starts reading a connected identifier's events.
+func (id *CMID) startPump() {
+	id.evMu.Lock()
+	defer id.evMu.Unlock()
+	if id.pumping {
+		return
+	}
+	id.pumping = true
+	id.pumpDone = make(chan struct{})
+	go id.pump()
+}
+
+func (id *CMID) pump() {
+	defer close(id.pumpDone)
+	for {
+		ev, err := id.readEvent(context.Background())
+		if err != nil {
+			id.evMu.Lock()
+			id.evErr = err
+			id.evMu.Unlock()
+			return
+		}
+		id.noteEvent(ev)
+		id.evMu.Lock()
+		if len(id.evQ) == cmQueueMax {
+			id.evQ = append(id.evQ[:0], id.evQ[1:]...)
+		}
+		id.evQ = append(id.evQ, ev)
+		id.evMu.Unlock()
+		select {
+		case id.evWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// noteEvent acts on an event, whoever read it: the end of the connection
+// ends it here too.
+func (id *CMID) noteEvent(ev CMEvent) {
+	if ev.Type == CMDisconnected || ev.Type == CMDeviceRemoval {
+		id.end()
+	}
+}
+
+// end ends the connection on this side, once: rdma_disconnect (which
+// answers the peer's disconnect request at once and moves the QP to the
+// error state, so that posted work requests flush), then the Conn's hook.
+func (id *CMID) end() {
+	id.endOnce.Do(func() {
+		id.sendDisconnect()
+		if qp := id.qp; qp != nil {
+			qp.refreshState()
+			if qp.State() != QPStateError {
+				_ = qp.ToError() // a QP closing meanwhile: nothing to flush
+			}
+		}
+		close(id.ended)
+		if id.onEnd != nil {
+			id.onEnd()
+		}
+	})
+}
+
+// sendDisconnect calls rdma_disconnect once; its error, or nil when it was
+// called before.
+func (id *CMID) sendDisconnect() error {
+	if id.discSent.Swap(true) {
+		return nil
+	}
+	if err := id.n.use(); err != nil {
+		return err
+	}
+	defer id.n.unuse()
+	if rc := C.rdma_disconnect(id.c); rc != 0 {
+		return opErr("rdma_disconnect", int(C.shim_errno()))
+	}
+	return nil
+}
+
+// Ended returns a channel closed when the connection has ended (the peer
+// disconnected or its process died, the device went away, or Disconnect);
+// never closed for an identifier that was not connected.
+func (id *CMID) Ended() <-chan struct{} { return id.ended }
+
 // expect waits for event want; any other event becomes an error.
 func (id *CMID) expect(ctx context.Context, op string, want CMEventType) (CMEvent, error) {
 	ev, err := id.WaitEvent(ctx)
@@ -273,7 +445,7 @@ func (id *CMID) expect(ctx context.Context, op string, want CMEventType) (CMEven
 		return ev, nil
 	}
 	if ev.Type == CMRejected {
-		return ev, &RejectError{Status: ev.Status, PrivateData: ev.PrivateData}
+		return ev, newRejectError(ev)
 	}
 	return ev, &CMEventError{Op: op, Event: ev}
 }
@@ -438,6 +610,7 @@ func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 		if id.qp != nil {
 			id.qp.refreshState()
 		}
+		id.startPump()
 	}
 	return err
 }
@@ -589,8 +762,11 @@ func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 		return opErr("rdma_accept", int(rc))
 	}
 	_, err := id.expect(ctx, "rdma_accept", CMEstablished)
-	if err == nil && id.qp != nil {
-		id.qp.refreshState()
+	if err == nil {
+		if id.qp != nil {
+			id.qp.refreshState()
+		}
+		id.startPump()
 	}
 	return err
 }
@@ -615,22 +791,53 @@ func (id *CMID) Reject(privateData []byte) error {
 	return nil
 }
 
-// Disconnect tears the connection down and waits for CMDisconnected (the
-// QP moves to the error state; posted work requests flush). If the peer
-// disconnected first, call WaitEvent instead. Errors wrap ErrClosed, ctx's
-// error or the errno of rdma_disconnect.
+// DisconnectWait bounds how long Disconnect waits for the peer to answer
+// (a peer whose host vanished never does; the connection is torn down on
+// this side regardless).
+const DisconnectWait = 3 * time.Second
+
+// Disconnect ends the connection: the QP moves to the error state (posted
+// work requests flush) and the peer is told; it then waits for the peer's
+// answer, at most DisconnectWait or until ctx ends. It is correct whoever
+// ended the connection first and whether or not WaitEvent already
+// returned CMDisconnected (it then returns nil at once), and a second
+// call returns nil. Errors wrap ErrClosed, ctx's error, or the errno of
+// rdma_disconnect (EINVAL for an identifier that was never connected).
 func (id *CMID) Disconnect(ctx context.Context) error {
-	if err := id.n.use(); err != nil {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("verbs: rdma_disconnect: %w", err)
+	}
+	id.evMu.Lock()
+	pumping := id.pumping
+	id.evMu.Unlock()
+	if !pumping { // never connected (or still connecting)
+		if err := id.sendDisconnect(); err != nil {
+			return err
+		}
+		if id.qp != nil {
+			id.qp.refreshState()
+		}
+		return nil
+	}
+	select {
+	case <-id.ended:
+		return nil
+	default:
+	}
+	if err := id.sendDisconnect(); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return err
 	}
-	rc := C.rdma_disconnect(id.c)
-	id.n.unuse()
-	if rc != 0 {
-		return opErr("rdma_disconnect", int(C.shim_errno()))
+	t := time.NewTimer(DisconnectWait)
+	defer t.Stop()
+	select {
+	case <-id.ended:
+	case <-id.pumpDone: // closed meanwhile
+		id.end()
+	case <-t.C: // no answer: ended on this side
+		id.end()
+	case <-ctx.Done():
+		id.end()
+		return fmt.Errorf("verbs: rdma_disconnect: %w", ctx.Err())
 	}
-	_, err := id.expect(ctx, "rdma_disconnect", CMDisconnected)
-	if id.qp != nil {
-		id.qp.refreshState()
-	}
-	return err
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -195,6 +196,16 @@ func (ch *CompChannel) dispatch() {
 // its completion channel, if any. Poll never blocks; Wait parks the
 // goroutine on the completion channel; Spin busy-polls in C for the lowest
 // latency.
+//
+// Sizing: a CQ must have room for every completion that can be waiting in
+// it at once: for each QP using it, the signaled send work requests it can
+// have outstanding (all of MaxSendWR with SignalAll, or when every request
+// is signaled) plus, as its receive CQ, MaxRecvWR (an SRQ's MaxWR once for
+// all its QPs). A CQ that overflows loses completions without a trace in
+// the CQ itself; the package reads the device's IBV_EVENT_CQ_ERR for it,
+// moves the QPs using the CQ to the error state and fails every later
+// Poll, Wait and Spin with ErrCQOverrun. Dial and Listener.Accept size
+// their CQ this way.
 type CQ struct {
 	n   node
 	c   *C.struct_ibv_cq
@@ -212,6 +223,10 @@ type CQ struct {
 	armed  bool
 	wake   chan struct{}
 	quit   chan struct{}
+
+	overrun   atomic.Bool  // IBV_EVENT_CQ_ERR came (Context.readAsync)
+	drainLeft atomic.Int32 // a Conn's drain markers still to come (conn.go)
+	gone      atomic.Bool  // a Conn's CQ: ended and drained
 }
 
 // CQOptions configure NewCQ.
@@ -304,6 +319,14 @@ func (c *Context) NewCQ(cqe int, opts *CQOptions) (*CQ, error) {
 // goroutine blocked in Wait returns ErrClosed. It is idempotent.
 func (cq *CQ) Close() error { return cq.n.close() }
 
+// signal wakes a goroutine parked in Wait, to look at the CQ again.
+func (cq *CQ) signal() {
+	select {
+	case cq.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Size returns the number of entries the device allocated.
 func (cq *CQ) Size() int { return cq.cqe }
 
@@ -312,7 +335,10 @@ func (cq *CQ) CPtr() unsafe.Pointer { return unsafe.Pointer(cq.c) }
 
 // Poll fetches up to len(wcs) completions without blocking and returns how
 // many it stored. Completions with an error status are returned like any
-// other (check WC.Err). Errors wrap ErrClosed or the errno of ibv_poll_cq.
+// other (check WC.Err). Errors wrap ErrClosed, ErrCQOverrun (from the
+// first Poll after the CQ overflowed, on every call), ErrPeerGone (a
+// Conn's CQ, once it is empty after the connection ended) or the errno of
+// ibv_poll_cq.
 func (cq *CQ) Poll(wcs []WC) (int, error) { return cq.poll(wcs, 1) }
 
 // poll is Poll whose first ibv_poll_cq is tried up to polls times in one
@@ -322,6 +348,9 @@ func (cq *CQ) poll(wcs []WC, polls int) (int, error) {
 		return 0, err
 	}
 	defer cq.n.unuse()
+	if cq.overrun.Load() {
+		return 0, fmt.Errorf("%w (a CQ of %d entries)", ErrCQOverrun, cq.cqe)
+	}
 	cq.pollMu.Lock()
 	defer cq.pollMu.Unlock()
 	total := 0
@@ -337,6 +366,12 @@ func (cq *CQ) poll(wcs []WC, polls int) (int, error) {
 			break
 		}
 		polls = 1
+	}
+	if cq.drainLeft.Load() > 0 {
+		total = cq.dropMarkers(wcs[:total])
+	}
+	if total == 0 && cq.gone.Load() {
+		return 0, ErrPeerGone
 	}
 	return total, nil
 }
@@ -380,6 +415,9 @@ func (cq *CQ) SpinWith(ctx context.Context, wcs []WC, mu sync.Locker) (int, erro
 	if len(wcs) == 0 {
 		return 0, invalid("empty completion slice")
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	for i := 1; ; i++ {
 		mu.Lock()
 		n, err := cq.poll(wcs, spinPolls)
@@ -419,7 +457,9 @@ func (cq *CQ) ReqNotify(solicitedOnly bool) error {
 // Wait returns at least one completion, parking the goroutine on the
 // completion channel (in the netpoller) while the CQ is empty. It fails with
 // ErrInvalid when the CQ has no channel, ErrClosed when the CQ or channel is
-// closed meanwhile, or ctx's error.
+// closed meanwhile, ctx's error (at once when ctx is already done: the
+// completions stay in the CQ for the next call), or Poll's errors
+// (ErrCQOverrun, ErrPeerGone).
 func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 	return cq.WaitWith(ctx, wcs, nopLocker{})
 }
@@ -433,6 +473,9 @@ func (cq *CQ) Wait(ctx context.Context, wcs []WC) (int, error) {
 func (cq *CQ) WaitWith(ctx context.Context, wcs []WC, mu sync.Locker) (int, error) {
 	if len(wcs) == 0 {
 		return 0, invalid("empty completion slice")
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	if cq.ch == nil {
 		return 0, invalid("CQ has no completion channel; use Poll or Spin")

@@ -74,6 +74,14 @@ type Context struct {
 
 	async *pollFD // the async event fd on the netpoller
 
+	// events read by readAsync for WaitAsyncEvent
+	asyncMu      sync.Mutex
+	asyncQ       []AsyncEvent
+	asyncDropped uint64
+	asyncErr     error         // why readAsync stopped
+	asyncWake    chan struct{} // an event was queued
+	asyncDone    chan struct{} // readAsync stopped
+
 	chainOnce sync.Once
 	chains    bool // ChainsType1Binds
 }
@@ -118,8 +126,11 @@ func newContext(c *C.struct_ibv_context, name string, owned bool) (*Context, err
 		return nil, err
 	}
 	ctx.async = p
+	ctx.asyncWake = make(chan struct{}, 1)
+	ctx.asyncDone = make(chan struct{})
 	ctx.n.init("device context", ctx.destroy)
 	ctx.n.preclose = func() { p.close() }
+	go ctx.readAsync()
 	return ctx, nil
 }
 

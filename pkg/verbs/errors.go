@@ -27,6 +27,18 @@ var (
 	// ErrNoDevice is returned when no RDMA device, or none with the
 	// requested name, exists.
 	ErrNoDevice = errors.New("verbs: no such RDMA device")
+	// ErrCQOverrun is returned by every Poll, Wait and Spin of a CQ that
+	// overflowed: more completions arrived than it has entries, the
+	// device dropped some (IBV_EVENT_CQ_ERR) and the QPs using it were
+	// moved to the error state. Nothing the CQ returns can be trusted any
+	// more: close the QPs and the CQ. Size a CQ for every work request its
+	// QPs can have outstanding at once (see CQ).
+	ErrCQOverrun = errors.New("verbs: completion queue overrun, completions lost")
+	// ErrPeerGone is returned by the waits of a Conn (and the Poll, Wait
+	// and Spin of its CQ) once the connection ended (the peer
+	// disconnected, its process died, the device went away, or Close) and
+	// every work request posted before has completed: the io.EOF of verbs.
+	ErrPeerGone = errors.New("verbs: peer gone, connection ended")
 )
 
 // OpError records a failed verb: Op names the libibverbs or librdmacm call

@@ -51,6 +51,9 @@ func (t EventType) String() string {
 	return fmt.Sprintf("IBV_EVENT(%d)", int(t))
 }
 
+// EventNone is the Type of the AsyncEvent a failed WaitAsyncEvent returns.
+const EventNone EventType = -1
+
 // AsyncEvent is an asynchronous event of a device. Depending on Type it
 // names a QP (QPN, and QP), a CQ, an SRQ or a Port; a device-wide event
 // (EventDeviceFatal) names none. QP, CQ and SRQ are nil when the object
@@ -67,6 +70,8 @@ type AsyncEvent struct {
 
 func (e AsyncEvent) String() string {
 	switch {
+	case e.Type == EventNone:
+		return "no event"
 	case e.QPN != 0 || e.QP != nil:
 		return fmt.Sprintf("%v on QP %d", e.Type, e.QPN)
 	case e.Port != 0:
@@ -75,19 +80,46 @@ func (e AsyncEvent) String() string {
 	return e.Type.String()
 }
 
-// WaitAsyncEvent returns the device's next asynchronous event (port up or
-// down, QP fatal, SRQ limit reached, device fatal, ...), parking the
-// goroutine in the netpoller until one arrives. The event is acknowledged
-// before it is returned. Errors: ErrClosed when the context is closed
-// (before or during the wait), ctx's error, or the errno of
-// ibv_get_async_event. Only one goroutine should wait at a time.
-func (c *Context) WaitAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+// asyncQueueMax bounds the events kept for WaitAsyncEvent; beyond it the
+// oldest go (AsyncEventsDropped counts them).
+const asyncQueueMax = 256
+
+// readAsync reads the device's asynchronous events from the moment the
+// Context opens until it closes, acts on those the package must (a QP's
+// error, a CQ's overrun) and queues them for WaitAsyncEvent.
+func (c *Context) readAsync() {
+	defer close(c.asyncDone)
+	for {
+		ev, err := c.readAsyncEvent()
+		if err != nil {
+			c.asyncMu.Lock()
+			c.asyncErr = err
+			c.asyncMu.Unlock()
+			return
+		}
+		c.actOn(ev)
+		c.asyncMu.Lock()
+		if len(c.asyncQ) == asyncQueueMax {
+			c.asyncQ = append(c.asyncQ[:0], c.asyncQ[1:]...)
+			c.asyncDropped++
+		}
+		c.asyncQ = append(c.asyncQ, ev)
+		c.asyncMu.Unlock()
+		select {
+		case c.asyncWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// readAsyncEvent waits for and acknowledges the device's next event.
+func (c *Context) readAsyncEvent() (AsyncEvent, error) {
 	if err := c.n.use(); err != nil {
-		return AsyncEvent{}, err
+		return AsyncEvent{Type: EventNone}, err
 	}
 	defer c.n.unuse()
 	var raw C.struct_shim_async
-	err := c.async.wait(ctx, func() error {
+	err := c.async.wait(context.Background(), func() error {
 		rc := C.shim_get_async_event(c.c, &raw)
 		if rc == C.EAGAIN {
 			return errAgain
@@ -99,9 +131,9 @@ func (c *Context) WaitAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 	})
 	if err != nil {
 		if err == ErrClosed {
-			return AsyncEvent{}, closedErr(c.n.kind)
+			return AsyncEvent{Type: EventNone}, closedErr(c.n.kind)
 		}
-		return AsyncEvent{}, err
+		return AsyncEvent{Type: EventNone}, err
 	}
 	ev := AsyncEvent{Type: EventType(raw._type), Port: int(raw.port), QPN: uint32(raw.qp_num)}
 	key := uintptr(raw.obj)
@@ -116,8 +148,76 @@ func (c *Context) WaitAsyncEvent(ctx context.Context) (AsyncEvent, error) {
 		ev.SRQ = c.srqs[key]
 	}
 	c.regMu.Unlock()
-	if ev.QP != nil && (ev.Type == EventQPFatal || ev.Type == EventQPReqErr || ev.Type == EventQPAccessErr) {
-		ev.QP.state.Store(int32(QPStateError))
-	}
 	return ev, nil
+}
+
+// actOn does what the package does on an event: a QP's fatal error is
+// its error state; a CQ's overrun fails the CQ's later polls and moves the
+// QPs using it to the error state, so that their peers see it too.
+func (c *Context) actOn(ev AsyncEvent) {
+	switch {
+	case ev.QP != nil && (ev.Type == EventQPFatal || ev.Type == EventQPReqErr || ev.Type == EventQPAccessErr):
+		ev.QP.state.Store(int32(QPStateError))
+	case ev.CQ != nil && ev.Type == EventCQErr:
+		ev.CQ.overrun.Store(true)
+		var qps []*QP
+		c.regMu.Lock()
+		for _, qp := range c.qps {
+			if qp.scq == ev.CQ || qp.rcq == ev.CQ {
+				qps = append(qps, qp)
+			}
+		}
+		c.regMu.Unlock()
+		for _, qp := range qps {
+			_ = qp.ToError() // a QP closing meanwhile: nothing to do
+		}
+		ev.CQ.signal()
+	}
+}
+
+// WaitAsyncEvent returns the device's next asynchronous event (port up or
+// down, QP fatal, CQ overrun, SRQ limit reached, device fatal, ...),
+// parking the goroutine until one arrives. The package reads and
+// acknowledges the events itself from the moment the Context opens (it
+// acts on some: see CQ and ErrCQOverrun) and keeps the last 256 not yet
+// returned here, oldest first (AsyncEventsDropped counts those it had to
+// drop). Errors: ctx's error (at once when ctx is already done), ErrClosed
+// when the context is closed (before or during the wait), or the errno of
+// ibv_get_async_event; the event is then of Type EventNone. Only one
+// goroutine should wait at a time.
+func (c *Context) WaitAsyncEvent(ctx context.Context) (AsyncEvent, error) {
+	none := AsyncEvent{Type: EventNone}
+	if err := ctx.Err(); err != nil {
+		return none, err
+	}
+	for {
+		c.asyncMu.Lock()
+		if len(c.asyncQ) > 0 {
+			ev := c.asyncQ[0]
+			c.asyncQ = append(c.asyncQ[:0], c.asyncQ[1:]...)
+			c.asyncMu.Unlock()
+			return ev, nil
+		}
+		c.asyncMu.Unlock()
+		select {
+		case <-c.asyncWake:
+		case <-c.asyncDone:
+			c.asyncMu.Lock()
+			left, err := len(c.asyncQ), c.asyncErr
+			c.asyncMu.Unlock()
+			if left == 0 {
+				return none, fmt.Errorf("verbs: wait for async event: %w", err)
+			}
+		case <-ctx.Done():
+			return none, ctx.Err()
+		}
+	}
+}
+
+// AsyncEventsDropped returns how many events WaitAsyncEvent never returned
+// because more than 256 were waiting.
+func (c *Context) AsyncEventsDropped() uint64 {
+	c.asyncMu.Lock()
+	defer c.asyncMu.Unlock()
+	return c.asyncDropped
 }

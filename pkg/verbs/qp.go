@@ -109,6 +109,8 @@ type QP struct {
 	state atomic.Int32
 	cm    bool // created by rdma_create_qp: destroyed with rdma_destroy_qp
 	srq   *SRQ
+	scq   *CQ
+	rcq   *CQ
 
 	sendMu sync.Mutex
 	sq     postScratch
@@ -192,6 +194,7 @@ func (pd *PD) newQP(attr *QPInitAttr, cmid *CMID) (*QP, error) {
 		}
 	}
 	qp := &QP{c: q, pd: pd, typ: attr.Type, qpn: uint32(q.qp_num), cm: cmid != nil, srq: attr.SRQ,
+		scq: attr.SendCQ, rcq: attr.RecvCQ,
 		cap: QPCap{MaxSendWR: int(ia.cap.max_send_wr), MaxRecvWR: int(ia.cap.max_recv_wr),
 			MaxSendSGE: int(ia.cap.max_send_sge), MaxRecvSGE: int(ia.cap.max_recv_sge),
 			MaxInlineData: int(ia.cap.max_inline_data)}}
@@ -204,6 +207,7 @@ func (pd *PD) newQP(attr *QPInitAttr, cmid *CMID) (*QP, error) {
 	ctx := pd.ctx
 	key := uintptr(unsafe.Pointer(q))
 	qp.n.init("queue pair", func() error {
+		qp.state.Store(int32(QPStateError))
 		ctx.regMu.Lock()
 		delete(ctx.qps, key)
 		ctx.regMu.Unlock()
@@ -261,6 +265,9 @@ func (qp *QP) CPtr() unsafe.Pointer { return unsafe.Pointer(qp.c) }
 
 // State returns the state the QP was last moved to by this package. A QP
 // can also enter the error state by itself; Query reports the device's view.
+//
+// After Close it returns QPStateError: the QP is gone, and nothing posted
+// on it completes.
 func (qp *QP) State() QPState { return QPState(qp.state.Load()) }
 
 // AHAttr is an address vector: where a QP (RC) or a UD send goes.
@@ -524,6 +531,10 @@ func (qp *QP) postState(allows func(QPState) bool) QPState {
 }
 
 func (qp *QP) refreshState() {
+	if qp.n.use() != nil {
+		return
+	}
+	defer qp.n.unuse()
 	var a C.struct_ibv_qp_attr
 	var ia C.struct_ibv_qp_init_attr
 	if C.ibv_query_qp(qp.c, &a, QPAttrState, &ia) == 0 {
