@@ -10,63 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
-
-// Options configure an endpoint.
-type Options struct {
-	// Stripes is the number of RC connections of each link this endpoint
-	// dials (1 if 0, at most MaxStripes). Puts are spread over them
-	// round-robin, so with more than one they can arrive in another order
-	// than they were issued; counting does not depend on the order.
-	Stripes int
-	// DialTimeout bounds connecting a link (10 s if 0).
-	DialTimeout time.Duration
-	// NoRetryStale makes a put refused as stale fail with ErrStale instead
-	// of being re-issued on the window's next epoch. Without it a put is
-	// issued at most 8 times: senders that together offer an epoch more
-	// than its threshold race for it, and one that keeps losing (a slower
-	// one, when another fills each epoch alone) gets ErrStale after that.
-	NoRetryStale bool
-	// Spin makes the progress loop busy-poll the completion queue instead
-	// of sleeping on its channel: lower latency, one CPU kept busy.
-	Spin bool
-	// OnLate, if set, is called for each receiver's report that puts from
-	// this endpoint arrived late (see LateReport; EndpointStats.LatePuts
-	// counts them either way). The puts themselves have already completed
-	// without error. OnLate runs on the endpoint's completion goroutine:
-	// it must return quickly and must not call the endpoint.
-	OnLate func(LateReport)
-	// Counting says who counts puts into this endpoint's windows (CountAuto:
-	// the rdmaplus kernel module when it is loaded, see docs/rvma.md,
-	// section 6). Windows with GuardNone are always counted by the library.
-	Counting Counting
-	// Records is the number of completion records (64 bytes each) the
-	// module writes for this endpoint: one per buffer posted to a counted
-	// window and not released (DefaultRecords if 0).
-	Records int
-}
-
-func (o Options) normalize() (Options, error) {
-	if o.Stripes == 0 {
-		o.Stripes = 1
-	}
-	if o.Stripes < 0 || o.Stripes > MaxStripes {
-		return o, invalidf("%d stripes (1..%d)", o.Stripes, MaxStripes)
-	}
-	if o.Counting > CountModule {
-		return o, invalidf("counting %d", o.Counting)
-	}
-	if o.Records < 0 || o.Records > kmod.MaxRecords {
-		return o, invalidf("%d completion records (0..%d)", o.Records, kmod.MaxRecords)
-	}
-	if o.DialTimeout <= 0 {
-		o.DialTimeout = 10 * time.Second
-	}
-	return o, nil
-}
 
 // Endpoint is a process's RVMA endpoint (docs/rvma.md): it listens on an
 // address, owns the windows of the mailboxes it receives on, and puts to
@@ -402,4 +348,15 @@ func errPeer(dst netip.AddrPort, cause error) error {
 		return cause
 	}
 	return fmt.Errorf("%w: %v: %w", ErrPeerGone, dst, cause)
+}
+
+// Counting reports who counts the puts into this endpoint's windows:
+// CountModule when the kernel module does (windows with GuardNone, or
+// with WindowOptions.Counting CountLibrary, are counted by the library all
+// the same), CountLibrary otherwise.
+func (ep *Endpoint) Counting() Counting {
+	if ep.e.mod != nil {
+		return CountModule
+	}
+	return CountLibrary
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
@@ -164,7 +165,7 @@ type linkHandler interface {
 const (
 	engineSRQDepth = 512
 	engineBindWR   = 256
-	engineSlots    = 4096
+	engineSlots    = MaxWindows
 	// recvSlot is the room a receive WQE offers an incoming SEND: a
 	// control message.
 	recvSlot = 64
@@ -1051,3 +1052,7 @@ func appendOnce(ws []*Window, w *Window) []*Window {
 	}
 	return append(ws, w)
 }
+
+// heapAddr is the address of a slice's first byte (for drivers that hand
+// out Go or mmap memory alike).
+func heapAddr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

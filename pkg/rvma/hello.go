@@ -22,8 +22,6 @@ const (
 	helloSize = 52
 	// welcomeSize is the encoded length of a welcome (196 allowed).
 	welcomeSize = 40
-	// MaxStripes bounds Options.Stripes.
-	MaxStripes = 16
 )
 
 // hello is what the dialing endpoint says in each stripe's connect
@@ -50,7 +48,7 @@ type tableRef struct {
 }
 
 func (t tableRef) valid() bool {
-	return t.Slots > 0 && t.Slots <= MaxWindows && t.Addr+uint64(t.Slots)*wire.EntrySize > t.Addr
+	return t.Slots > 0 && t.Slots <= wire.MaxSlots && t.Addr+uint64(t.Slots)*wire.EntrySize > t.Addr
 }
 
 // marshal encodes h; it fails with ErrInvalid for fields out of range.

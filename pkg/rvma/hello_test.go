@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/netip"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
 func TestHelloRoundTrip(t *testing.T) {
@@ -44,7 +46,7 @@ func TestHelloRefused(t *testing.T) {
 		"port 0":         {Stripes: 1, Listen: netip.MustParseAddrPort("10.0.0.1:0"), Views: good.Views},
 		"no view table":  {Stripes: 1, Listen: good.Listen},
 		"table wraps":    {Stripes: 1, Listen: good.Listen, Views: tableRef{Addr: ^uint64(0) - 10, Slots: 1}},
-		"table too long": {Stripes: 1, Listen: good.Listen, Views: tableRef{Addr: 1, Slots: MaxWindows + 1}},
+		"table too long": {Stripes: 1, Listen: good.Listen, Views: tableRef{Addr: 1, Slots: wire.MaxSlots + 1}},
 	} {
 		if _, err := h.marshal(); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: marshal gave %v", name, err)

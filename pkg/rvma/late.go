@@ -3,36 +3,10 @@ package rvma
 import (
 	"errors"
 	"math"
-	"net/netip"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
-
-// LateReport is a receiver's report that puts from this endpoint landed
-// after their epoch had ended but before it was handed over: another
-// sender's puts reached the threshold first (several senders sharing an
-// epoch without dividing its threshold between them), the receiver ended
-// the epoch (IncEpoch) while they were in flight, or this sender counted
-// its puts differently from the receiver. Their bytes are in the epoch's buffer and
-// in its record's length (the record carries FlagLate), so no data was
-// lost; the report says the senders overshot. With Stale the epoch had
-// already been handed over when the receiver counted the puts, and its
-// record does not count them: a GuardNone window lets a put land then,
-// and when the library counts, a put placed just before its epoch's
-// unbind can have its completion taken after the hand-over (docs/rvma.md,
-// section 4). The bytes may have changed a buffer the application holds.
-//
-// Late puts of one epoch that the receiver could not report at once (its
-// control sends were backed up) arrive as one report.
-type LateReport struct {
-	Peer    netip.AddrPort // the receiving endpoint
-	Mailbox Mailbox
-	Epoch   uint64 // the epoch the puts were counted into
-	Puts    int    // how many
-	Bytes   uint64 // their length in total
-	Stale   bool
-}
 
 // maxLateQueue bounds the reports one link holds while its control sends
 // are backed up; past it, reports are counted as lost notices.

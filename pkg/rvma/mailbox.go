@@ -17,10 +17,8 @@ func (m Mailbox) String() string { return fmt.Sprintf("%#x", uint64(m)) }
 
 // MaxWindows is the number of windows one endpoint can have open (or
 // lingering after close) at a time: InitWindow fails with ErrInvalid
-// beyond it. (A window's slot travels in 20 bits of an immediate.)
-const MaxWindows = 1 << 20
-
-const _ = uint(MaxWindows-1<<wire.SlotBits) + uint(1<<wire.SlotBits-MaxWindows) // the same value
+// beyond it.
+const MaxWindows = 4096
 
 // mailboxTable maps mailbox addresses to slots, the small integers the
 // wire carries, and slots back to their window. A slot keeps its mailbox
@@ -43,11 +41,11 @@ type tableSlot[V any] struct {
 	val         V
 }
 
-// newMailboxTable returns a table of at most max slots (MaxWindows if max <= 0
+// newMailboxTable returns a table of at most max slots (wire.MaxSlots if max <= 0
 // or larger).
 func newMailboxTable[V any](max int) *mailboxTable[V] {
-	if max <= 0 || max > MaxWindows {
-		max = MaxWindows
+	if max <= 0 || max > wire.MaxSlots {
+		max = wire.MaxSlots
 	}
 	return &mailboxTable[V]{byAddr: make(map[Mailbox]uint32), max: max}
 }

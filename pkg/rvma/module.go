@@ -10,52 +10,6 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
-// Counting says who counts the puts of an endpoint's windows.
-type Counting uint8
-
-// Countings.
-const (
-	// CountAuto lets the rdmaplus kernel module count when it is loaded
-	// and supports counted mailboxes, and the library otherwise.
-	CountAuto Counting = 0
-	// CountLibrary counts in the library, from the receive completions of
-	// RDMA WRITE WITH IMMEDIATE (docs/rvma.md, section 6).
-	CountLibrary Counting = 1
-	// CountModule makes the kernel module count as the NIC of the paper
-	// does: puts are plain RDMA WRITEs, each packet is counted as it is
-	// placed, the module closes a buffer at its threshold and writes its
-	// completion record. Listen fails when the module cannot.
-	CountModule Counting = 2
-)
-
-// String names the counting: auto, library or module.
-func (c Counting) String() string {
-	switch c {
-	case CountAuto:
-		return "auto"
-	case CountLibrary:
-		return "library"
-	case CountModule:
-		return "module"
-	}
-	return fmt.Sprintf("Counting(%d)", uint8(c))
-}
-
-// Counting reports who counts the puts into this endpoint's windows:
-// CountModule when the kernel module does (windows with GuardNone, or
-// with WindowOptions.Counting CountLibrary, are counted by the library all
-// the same), CountLibrary otherwise.
-func (ep *Endpoint) Counting() Counting {
-	if ep.e.mod != nil {
-		return CountModule
-	}
-	return CountLibrary
-}
-
-// DefaultRecords is the number of completion records an endpoint whose
-// windows the module counts allocates (Options.Records): 64 bytes each.
-const DefaultRecords = 8192
-
 // module is an engine's use of the kernel module's counted mailboxes
 // (docs/rvma.md, section 6): the records the module writes, shared by
 // every counted window of the engine, and the module's window ids.

@@ -1,192 +1,352 @@
 package rvma
 
 import (
+	"context"
 	"fmt"
-	"time"
+	"sync"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
-// CloseMode says what senders see when they put to a closed window.
-type CloseMode uint8
-
-// Close modes (the paper: operations on a closed mailbox are discarded and
-// "may result in a NACK"; NACKs may be disabled against denial of service).
-const (
-	// CloseNack makes puts to the closed window fail at the sender with
-	// an error wrapping ErrMailboxClosed.
-	CloseNack CloseMode = 0
-	// CloseSilent makes puts to the closed window succeed at the sender
-	// while their bytes go nowhere; the receiver still counts them
-	// (Stats.Drops).
-	CloseSilent CloseMode = 1
-)
-
-// Guard selects how a window keeps late bytes out of buffers already handed
-// to the application.
-type Guard uint8
-
-// Guards.
-const (
-	// GuardInvalidate closes a buffer to writes before its completion is
-	// published (the kernel module closes it when it counts the window,
-	// the library unbinds its memory window otherwise), so every later
-	// write to it is refused (the sender's put fails with ErrStale). The
-	// default.
-	GuardInvalidate Guard = 0
-	// GuardNone publishes completions without unbinding first: late
-	// writes are counted (Stats.Stale) but not prevented. For measuring
-	// the price of the guarantee only.
-	GuardNone Guard = 1
-)
-
-// EpochKind says whether a window's threshold counts bytes or operations.
-type EpochKind uint8
-
-// Epoch kinds (the paper's EPOCH_BYTES and EPOCH_OPS).
-const (
-	EpochBytes EpochKind = 1
-	EpochOps   EpochKind = 2
-)
-
-// String names the kind.
-func (k EpochKind) String() string {
-	switch k {
-	case EpochBytes:
-		return "bytes"
-	case EpochOps:
-		return "ops"
-	}
-	return fmt.Sprintf("EpochKind(%d)", uint8(k))
+// windowDriver is what a Window needs from its endpoint: binding and
+// unbinding the memory window of a buffer (asynchronously: the driver
+// reports completion with Window.bound and Window.unbound, from another
+// goroutine or later), pushing changed descriptor entries to subscribers,
+// and checking that posted memory is registered. The verbs engine
+// implements it.
+type windowDriver interface {
+	addrOf(mem []byte) (uint64, error)
+	// bind binds a memory window over b: from's (see bindAction) or, with
+	// from nil, one of the driver's. unbind unbinds it. A counted window
+	// binds none: senders write to its mailbox key (docs/rvma.md,
+	// section 6).
+	bind(w *Window, b, from *buffer)
+	unbind(w *Window, b *buffer)
+	// hide unbinds the read-only window a Get was served through over b,
+	// if there is one, before any later bind over b.
+	hide(w *Window, b *buffer)
+	// windowClosed is told once, after the window's first Close, to start its
+	// linger (WindowOptions.Linger).
+	windowClosed(w *Window)
+	// entryChanged publishes e in the descriptor table and, as push
+	// says, to the senders that hold a view of it.
+	entryChanged(w *Window, e wire.Entry, push pushMode)
+	// subscribers is the number of senders that hold a view of the
+	// window in slot.
+	subscribers(slot uint32) int
+	// completions returns where the completion records of a window with
+	// these options live, and whether the kernel module counts the
+	// window (docs/rvma.md, section 6): then its records are in memory
+	// the module writes.
+	completions(opts WindowOptions) (completionSource, bool)
+	// register tells the module of a counted window's buffers (in
+	// generation order), and end ends one of its generations there;
+	// published tells how many of the window's epochs the module has
+	// published.
+	register(w *Window, as []regAction)
+	end(w *Window, a endAction)
+	published(w *Window) uint64
+	// refusedPackets is how many write packets the module refused for a
+	// counted window (0 for others).
+	refusedPackets(w *Window) uint64
+	progressDriver
 }
 
-// ShownBuffers is how many of a window's posted buffers a sender is shown
-// at a time where the library counts the window: the head and the six
-// after it (where the kernel module counts, a sender is shown every buffer
-// posted). A sender that fills epochs alone is sent a notice only when it
-// is down to the last buffer it was shown, so with ShownBuffers+1 buffers
-// posted (the application holding one) it is sent one notice per
-// ShownBuffers-1 epochs; with fewer, one per epoch.
-const ShownBuffers = 7
+// pushMode says whether, and when, an entry change goes to the senders.
+type pushMode uint8
 
-// The public constants repeat the wire's values: each expression below
-// overflows, and fails to compile, if they differ.
 const (
-	_ = uint(ShownBuffers-wire.MaxDescs) + uint(wire.MaxDescs-ShownBuffers)
-	_ = uint8(EpochBytes) - uint8(wire.EpochBytes) + (uint8(wire.EpochBytes) - uint8(EpochBytes))
-	_ = uint8(EpochOps) - uint8(wire.EpochOps) + (uint8(wire.EpochOps) - uint8(EpochOps))
+	pushNone pushMode = iota // the table only: senders need not know yet
+	pushSoon                 // to the senders; while the application spins, after its answer
+	pushNow                  // to the senders before the caller goes on
 )
 
-// DefaultMaxPosted is the default limit on buffers posted to one window and
-// not yet completed.
-const DefaultMaxPosted = 1024
+// Window is the receiver's side of a mailbox (the paper's RVMA_win): a
+// threshold, a queue of posted buffers and an epoch counter. Its methods
+// are safe for concurrent use.
+type Window struct {
+	mailbox     Mailbox
+	slot        uint32
+	incarnation uint32
+	drv         windowDriver
 
-// WindowOptions configure a window (the paper's RVMA_Init_window).
-type WindowOptions struct {
-	// Kind says whether Threshold counts bytes (EpochBytes, the default)
-	// or puts (EpochOps).
-	Kind EpochKind
-	// Threshold completes an epoch when the bytes or puts counted for its
-	// buffer reach it. For EpochBytes, 0 means the buffer's length; for
-	// EpochOps it must be at least 1. A buffer may override it
-	// (PostOptions.Threshold).
-	Threshold uint64
-	// Share promises that every sender puts exactly Share bytes
-	// (EpochBytes) or puts (EpochOps) into every epoch, as in a halo
-	// exchange where each neighbour sends one face per step. A sender
-	// then moves to the next epoch as soon as it has put its share, by
-	// its own count, as a window's only sender does, and the receiver
-	// tells senders of completed epochs only when they run short of
-	// buffers (about one notice per ShownBuffers-1 epochs instead of one per
-	// epoch and sender; docs/rvma.md, section 5). 0 (the default) makes
-	// no promise: with several senders, each learns of every completed
-	// epoch from the receiver. Breaking the promise loses nothing but
-	// costs time: a sender that puts less than its share into an epoch
-	// the others complete has its next put to it refused (ErrStale, or
-	// retried into the next epoch unless Options.NoRetryStale; one
-	// refusal, and one stripe replaced, for each epoch it fell behind
-	// since its entry was last pushed, at most ShownBuffers-1), and one
-	// put carrying more than a share may complete an epoch early, so that
-	// another sender's share is refused the same way. InitWindow fails
-	// with ErrInvalid for a Share above a non-zero Threshold.
-	Share uint64
-	// Keep is the rewind depth: the records of the last Keep epochs stay
-	// available to Rewind, and their buffers are not re-posted.
-	Keep int
-	// CloseMode says what senders see after Close (CloseNack by default).
-	CloseMode CloseMode
-	// Guard selects the late-write protection (GuardInvalidate by default).
-	Guard Guard
-	// Counting chooses who counts this window's puts: CountAuto (the
-	// default) follows the endpoint (Endpoint.Counting); CountLibrary
-	// makes the library count it even where the kernel module counts the
-	// endpoint's other windows; CountModule requires the module (InitWindow
-	// fails with ErrInvalid on an endpoint that counts in the library, or
-	// with GuardNone, which the module cannot honour: it always closes a
-	// completed buffer).
-	Counting Counting
-	// MaxPosted limits the buffers posted and not yet completed
-	// (DefaultMaxPosted if 0).
-	MaxPosted int
-	// Linger is how long the mailbox stays reserved after Close, so that
-	// late senders get ErrMailboxClosed (or a counted silent drop) rather
-	// than ErrNoMailbox: DefaultLinger if 0, none if negative. InitWindow
-	// on the same mailbox ends it at once.
-	Linger time.Duration
+	dispatch sync.Mutex // held across taking and dispatching actions: the driver sees them in order
+	mu       sync.Mutex
+	st       *windowState
+	comps    completionSource
+	kid      uint32 // the module's id of a counted window
+	lastSeq  uint64
+	pushed   wire.Entry // the last entry pushed to senders
 }
 
-// DefaultLinger is how long a closed window's mailbox stays reserved when
-// WindowOptions.Linger is 0.
-const DefaultLinger = time.Minute
-
-func (o WindowOptions) normalize() (WindowOptions, error) {
-	if o.Kind == 0 {
-		o.Kind = EpochBytes
+func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv windowDriver) (*Window, error) {
+	st, err := newWindowState(mb, opts)
+	if err != nil {
+		return nil, fmt.Errorf("window %v: %w", mb, err)
 	}
-	if o.Kind != EpochBytes && o.Kind != EpochOps {
-		return o, invalidf("epoch kind %d", o.Kind)
-	}
-	if o.Kind == EpochOps && o.Threshold == 0 {
-		return o, invalidf("an ops window needs a threshold of at least 1")
-	}
-	if o.Threshold > 0 && o.Share > o.Threshold {
-		return o, invalidf("share %d above the threshold %d", o.Share, o.Threshold)
-	}
-	if o.Keep < 0 {
-		return o, invalidf("negative rewind depth %d", o.Keep)
-	}
-	if o.CloseMode > CloseSilent {
-		return o, invalidf("close mode %d", o.CloseMode)
-	}
-	if o.Guard > GuardNone {
-		return o, invalidf("guard %d", o.Guard)
-	}
-	if o.Counting > CountModule {
-		return o, invalidf("counting %d", o.Counting)
-	}
-	if o.Counting == CountModule && o.Guard == GuardNone {
-		return o, invalidf("a window the kernel module counts cannot have GuardNone: the module closes every completed buffer")
-	}
-	if o.MaxPosted < 0 {
-		return o, invalidf("negative MaxPosted %d", o.MaxPosted)
-	}
-	if o.MaxPosted == 0 {
-		o.MaxPosted = DefaultMaxPosted
-	}
-	if o.Linger == 0 {
-		o.Linger = DefaultLinger
-	}
-	return o, nil
+	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st}
+	w.comps, st.counted = drv.completions(st.opts)
+	return w, nil
 }
 
-// PostOptions configure one posted buffer (the paper's RVMA_Post_buffer).
-type PostOptions struct {
-	// OneTime buffers are used for one epoch and never re-posted: after
-	// their epoch they belong to the application for good.
-	OneTime bool
-	// Threshold overrides the window's threshold for this buffer's epoch
-	// (0: the window's). For byte windows it must not exceed the buffer.
-	Threshold uint64
+// Mailbox returns the window's mailbox address.
+func (w *Window) Mailbox() Mailbox { return w.mailbox }
+
+// flush carries out the state machine's actions outside the state lock,
+// in the order the state machine produced them (a buffer's bind is always
+// dispatched before its unbind). The driver must not call back into the
+// window synchronously.
+func (w *Window) flush() {
+	w.dispatch.Lock()
+	defer w.dispatch.Unlock()
+	subs := w.drv.subscribers(w.slot) // under dispatch: answerResolve cannot add one meanwhile
+	w.mu.Lock()
+	bind, unbind, _ := w.st.takeActions()
+	hides := w.st.takeHides()
+	regs, ends := w.st.takeModuleActions()
+	var e wire.Entry
+	changed := w.st.seq != w.lastSeq
+	push := pushNone
+	if changed {
+		w.lastSeq = w.st.seq
+		e = w.st.entry(w.incarnation)
+		// Senders need an entry only when what they may target changed:
+		// most state changes of an epoch (the head handed over, a buffer
+		// re-posted or bound beyond the MaxDescs they see) leave it as it
+		// was, and each notice costs a post on the wire. While a buffer
+		// they will see is being bound, the push waits for its completion
+		// (one notice per epoch instead of two).
+		// Nor when the only sender filled the epochs that completed
+		// since the last push by itself: it has moved on by its own
+		// count (senderView.commit) and still holds the descriptors it
+		// needs next (senderKeepsUp).
+		// Several senders that share epochs move on only when told
+		// (docs/rvma.md, section 5): a put issued before the notice
+		// arrives targets the completed epoch and is refused, which costs
+		// its stripe. So they are pushed every move of the head at once,
+		// bind or not, before the application can answer anyone (pushNow;
+		// one sender's push can wait for the answer, pushSoon), and the
+		// binds that follow only when they run short of descriptors.
+		// Unless the window promises each sender's share of an epoch
+		// (WindowOptions.Share): then each moves on by its own count, as
+		// the only sender does. An epoch ended by IncEpoch or Close is
+		// pushed at once too, bind or not, to one sender as well: no
+		// sender can count it, and one that puts again before it knows
+		// targets the ended epoch and is refused.
+		pushed := w.pushed
+		differs := !sameForSenders(e, pushed)
+		moved := subs > 1 && e.Share == 0 && e.Head != pushed.Head
+		due := differs && (moved || w.st.mustPush || !senderKeepsUp(pushed, e))
+		if due && (moved || w.st.mustPush || !w.st.settling()) {
+			push = pushSoon
+			if subs > 1 || w.st.mustPush {
+				push = pushNow
+			}
+			w.pushed = e
+			w.st.mustPush = false
+		}
+	}
+	w.mu.Unlock()
+	for _, b := range hides { // before a recycled buffer's bind for its next epoch
+		w.drv.hide(w, b)
+	}
+	if len(regs) > 0 { // before the buffers' binds: counted from their first byte
+		w.drv.register(w, regs)
+	}
+	for _, a := range ends {
+		w.drv.end(w, a)
+	}
+	for _, a := range bind {
+		w.drv.bind(w, a.b, a.from)
+	}
+	for _, b := range unbind {
+		w.drv.unbind(w, b)
+	}
+	if changed {
+		w.drv.entryChanged(w, e, push)
+	}
+}
+
+// sameForSenders reports whether two entries differ only in their
+// sequence number.
+func sameForSenders(a, b wire.Entry) bool {
+	a.Seq, b.Seq = 0, 0
+	return a == b
+}
+
+// senderKeepsUp reports whether a sender holding entry p, whose own puts
+// alone completed every epoch from p.Head up to e.Head, can go on without
+// being shown e: the window is open in both, and p still describes the new
+// head and the generation after it exactly as e does (a sender left with
+// one descriptor is pushed the entry, so it never waits for one).
+func senderKeepsUp(p, e wire.Entry) bool {
+	if p.Seq == 0 || p.Mailbox != e.Mailbox || p.Incarnation != e.Incarnation ||
+		p.State != wire.StateOpen || e.State != wire.StateOpen || p.Kind != e.Kind || e.Head < p.Head {
+		return false
+	}
+	end := p.End()
+	if e.Head+1 >= end {
+		return false
+	}
+	for g := e.Head; g < end; g++ {
+		pd, _ := p.Desc(g)
+		if ed, ok := e.Desc(g); !ok || ed != pd {
+			return false
+		}
+	}
+	return true
+}
+
+// noteBound is the driver's report that b's memory window was bound;
+// the driver flushes the window after it.
+func (w *Window) noteBound(b *buffer, d wire.Desc) {
+	w.mu.Lock()
+	w.st.bound(b, d)
+	w.mu.Unlock()
+}
+
+// noteUnbound is the driver's report that b's memory window no longer
+// accepts writes; the driver flushes the window after it.
+func (w *Window) noteUnbound(b *buffer) {
+	w.mu.Lock()
+	w.st.unbound(b)
+	w.mu.Unlock()
+}
+
+// unbound is noteUnbound with the flush.
+func (w *Window) unbound(b *buffer) {
+	w.noteUnbound(b)
+	w.flush()
+}
+
+// arrive counts a put of n bytes whose immediate named generation bits
+// genLow, and returns what it made of it and the generation (the epoch).
+func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
+	w.mu.Lock()
+	gen := wire.ExpandGen(w.st.head, genLow)
+	r := w.st.arrive(gen, n)
+	w.mu.Unlock()
+	w.flush()
+	return r, gen
+}
+
+// syncCounted takes the epochs the module published for a counted window
+// and carries out what follows (the next buffers registered and shown,
+// waiters woken, the entry pushed). Every call that reads the
+// window's epochs calls it first, so that what Spin saw in a record is
+// seen there too, without waiting for the endpoint's module loop.
+//
+// The module writes a record before it raises the window's done counter,
+// and on another CPU Spin can see the record in between: so a head buffer
+// whose record is published counts as done even if the counter lags.
+func (w *Window) syncCounted() {
+	done := w.drv.published(w)
+	w.mu.Lock()
+	if !w.st.counted {
+		w.mu.Unlock()
+		return
+	}
+	if w.st.headPublished() {
+		done = max(done, w.st.head+1)
+	}
+	if done <= w.st.head {
+		w.mu.Unlock()
+		return
+	}
+	w.st.countedUpTo(done)
+	w.mu.Unlock()
+	w.flush()
+}
+
+// knock counts n puts a sender reported: refused by its library after
+// Close (NACK, drop), or by the receiver's module as stale.
+func (w *Window) knock(r wire.KnockReason, n uint64) {
+	w.mu.Lock()
+	w.st.knock(r, n)
+	w.mu.Unlock()
+}
+
+// Epoch returns the number of epochs handed over so far, which is the
+// epoch the head buffer will hold (the paper's RVMA_Win_get_epoch).
+func (w *Window) Epoch() uint64 {
+	w.syncCounted()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.head
+}
+
+// IncEpoch hands the head buffer over now, whatever its count (the paper's
+// RVMA_Win_inc_epoch): the record carries the bytes and puts actually
+// placed and FlagPartial. It waits until the buffer no longer accepts
+// writes and its record is published. Errors wrap ErrClosed, ErrNoBuffer
+// (nothing posted) or ctx's error (the epoch still completes).
+func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
+	w.mu.Lock()
+	b, err := w.st.incEpoch()
+	var done chan struct{}
+	if b != nil {
+		done = b.done
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	w.flush()
+	if err := await(ctx, w.drv, done); err != nil {
+		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return b.rec, nil
+}
+
+// Rewind returns the records of up to n of the most recent epochs whose
+// buffers the window still keeps intact (WindowOptions.Keep), newest
+// first.
+func (w *Window) Rewind(n int) []Record {
+	w.syncCounted()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.st.rewind(n)
+}
+
+// Close ends the window: every buffer not yet handed over is handed over
+// with FlagClosed once it no longer takes writes, later puts fail with
+// ErrMailboxClosed at their senders (or are dropped silently with
+// CloseSilent) and are counted. The mailbox stays reserved for
+// WindowOptions.Linger (so that late senders learn it closed rather than
+// that it never existed); then, or when InitWindow takes the mailbox
+// again, puts to it resolve anew. Close is idempotent and does not wait
+// for the buffers to be closed (an unbind, where the library counts);
+// Posted.Wait does.
+func (w *Window) Close() error {
+	w.mu.Lock()
+	first := w.st.close()
+	w.mu.Unlock()
+	w.flush()
+	if first {
+		w.drv.windowClosed(w)
+	}
+	return nil
+}
+
+// fail hands the window's pending buffers over with FlagFailed: the
+// endpoint failed (Endpoint.failed).
+func (w *Window) fail() {
+	w.mu.Lock()
+	w.st.fail()
+	w.mu.Unlock()
+	w.flush()
+}
+
+// Stats returns the window's counters.
+func (w *Window) Stats() Stats {
+	w.syncCounted()
+	w.mu.Lock()
+	s := w.st.Stats()
+	w.mu.Unlock()
+	s.RefusedPackets = w.drv.refusedPackets(w)
+	return s
 }
 
 // Stats are a window's counters.
@@ -206,764 +366,4 @@ type Stats struct {
 	// before the module saw them are not among them; Stale counts both as
 	// their senders report them). 0 in a window the library counts.
 	RefusedPackets uint64
-}
-
-type bufState uint8
-
-const (
-	bufQueued     bufState = iota // posted; accepts puts once bound
-	bufCompleting                 // ended (threshold, IncEpoch, Close); waiting for the unbind
-	bufReady                      // unbound; waiting for earlier epochs to be handed over
-	bufDone                       // handed over to the application
-)
-
-func (s bufState) String() string {
-	return [...]string{"queued", "completing", "ready", "done"}[s]
-}
-
-// buffer is one posted buffer, across re-posts.
-type buffer struct {
-	addr, cap uint64
-	oneTime   bool
-	userTh    uint64 // PostOptions.Threshold
-
-	gen       uint64
-	threshold uint64
-	state     bufState
-	bound     bool
-	binding   bool // a bind is scheduled or in flight
-	desc      wire.Desc
-	bytes     uint64
-	ops       uint64
-	flags     Flags
-	rec       Record
-	released  bool
-	inKept    bool
-
-	// registered: in a counted window (windowState.counted), the module
-	// knows the buffer's generation.
-	registered bool
-
-	comp     *Completion
-	armedSeq uint64        // comp's sequence when the buffer was (re-)posted
-	done     chan struct{} // closed when the current (or, once released, the next) epoch is handed over
-	waiting  bool          // released; done already belongs to the re-post to come
-	retired  bool          // released and never to be re-posted (one-time, or the window closed)
-}
-
-// arriveResult is what the window made of an arrival.
-type arriveResult uint8
-
-const (
-	arriveCounted arriveResult = iota // counted into its epoch
-	arriveLate                        // counted into an epoch whose threshold was already reached (overshoot)
-	arriveStale                       // the epoch was already handed over: not counted
-	arriveClosed                      // the window is closed: not counted
-	arriveUnknown                     // no such generation posted: not counted
-)
-
-func (r arriveResult) String() string {
-	return [...]string{"counted", "late", "stale", "closed", "unknown"}[r]
-}
-
-// windowState is the receiver's state machine for one window. It does no
-// I/O: the engine feeds it events (posts, binds, arrivals, unbinds,
-// releases) and carries out the actions it leaves in its outbox (bind these
-// buffers, unbind those, wake the waiters of those published). It is not
-// safe for concurrent use; the engine serialises calls with a lock.
-//
-// Invariants: pending holds the buffers of generations head, head+1, ... in
-// order; only pending[0] can be handed over, so epochs are handed over in
-// order even when a later generation reaches its threshold first.
-type windowState struct {
-	mailbox Mailbox
-	opts    WindowOptions
-	state   wire.EntryState
-	nextGen uint64
-	head    uint64
-	pending []*buffer
-	kept    []*buffer // the last Keep handed over, oldest first
-	held    map[*buffer]struct{}
-	waiting map[*buffer]struct{} // released, waiting to leave the rewind ring to be re-posted
-	seq     uint64               // entry sequence
-	stats   Stats
-	// mustPush: an epoch ended other than by senders' bytes reaching the
-	// threshold (IncEpoch, close) since the entry was last pushed.
-	mustPush bool
-	// failed: the endpoint failed (fail); the window is closed too.
-	failed bool
-	// counted: the kernel module counts the window's puts and publishes
-	// its records (docs/rvma.md, section 6); the state machine learns of
-	// completions from it (counted) instead of counting arrivals.
-	counted bool
-	// mbkey: a counted window's mailbox key (kmod.CreateMailboxWindow):
-	// senders write to it at an address naming the generation, the
-	// module translates, and no memory window is bound.
-	mbkey uint32
-
-	toBind              []bindAction
-	toUnbind, published []*buffer
-	// Counted windows: buffers to register with the module (in generation
-	// order, before their binds) and buffers to end there.
-	toRegister []regAction
-	toEnd      []endAction
-	// toHide: kept buffers that stopped being readable by Get (they left
-	// the rewind ring, or a one-time buffer was released): whatever
-	// read-only window exposes one must be unbound before it is re-posted.
-	toHide []*buffer
-}
-
-// bindAction asks the driver to bind a memory window over b (never in a
-// counted window). When from is set, the
-// window is the one bound over from, which has stopped accepting puts:
-// the one bind both invalidates from's key and exposes b, and its
-// completion reports both (unbound(from), then bound(b)).
-type bindAction struct {
-	b, from *buffer
-}
-
-// regAction asks the driver to register b with the module for generation
-// gen (the values are copied: b changes when it is re-posted).
-type regAction struct {
-	b              *buffer
-	gen, threshold uint64
-}
-
-// endAction asks the driver to end generation gen (b's) in the module now,
-// with flags (partial or closed) in its record.
-type endAction struct {
-	b     *buffer
-	gen   uint64
-	flags Flags
-}
-
-func newWindowState(mb Mailbox, opts WindowOptions) (*windowState, error) {
-	o, err := opts.normalize()
-	if err != nil {
-		return nil, err
-	}
-	return &windowState{mailbox: mb, opts: o, state: wire.StateOpen, held: map[*buffer]struct{}{},
-		waiting: map[*buffer]struct{}{}, seq: 2}, nil
-}
-
-func (w *windowState) closed() bool { return w.state != wire.StateOpen }
-
-// post queues a new buffer of capacity cap at address addr. Errors:
-// ErrClosed, ErrInvalid (zero capacity, too many posted), ErrTooLarge (a
-// byte threshold beyond the buffer).
-func (w *windowState) post(addr, cap uint64, po PostOptions, comp *Completion) (*buffer, error) {
-	if w.failed {
-		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, ErrFailed)
-	}
-	if w.closed() {
-		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, ErrClosed)
-	}
-	if cap == 0 || cap > 1<<32-1 {
-		return nil, invalidf("buffer of %d bytes (1 to 4 GiB-1)", cap)
-	}
-	b := &buffer{addr: addr, cap: cap, oneTime: po.OneTime, userTh: po.Threshold, comp: comp}
-	if _, err := w.threshold(b); err != nil {
-		return nil, err
-	}
-	if len(w.pending) >= w.opts.MaxPosted {
-		return nil, invalidf("window %v already has %d buffers posted", w.mailbox, len(w.pending))
-	}
-	w.enqueue(b)
-	return b, nil
-}
-
-func (w *windowState) threshold(b *buffer) (uint64, error) {
-	th := b.userTh
-	if th == 0 {
-		th = w.opts.Threshold
-	}
-	if w.opts.Kind == EpochBytes {
-		if th == 0 {
-			th = b.cap
-		}
-		if th > b.cap {
-			return 0, fmt.Errorf("threshold of %d bytes for a buffer of %d: %w", th, b.cap, ErrTooLarge)
-		}
-	}
-	return th, nil
-}
-
-func (w *windowState) enqueue(b *buffer) {
-	b.threshold, _ = w.threshold(b)
-	b.gen = w.nextGen
-	w.nextGen++
-	b.state, b.bound, b.binding, b.desc, b.registered = bufQueued, false, false, wire.Desc{}, false
-	b.bytes, b.ops, b.flags, b.rec, b.released = 0, 0, 0, Record{}, false
-	if b.oneTime {
-		b.flags = FlagOneTime
-	}
-	if b.comp != nil {
-		b.armedSeq = b.comp.Seq()
-	}
-	if !b.waiting {
-		b.done = make(chan struct{})
-	}
-	b.waiting = false
-	delete(w.waiting, b)
-	w.pending = append(w.pending, b)
-	if w.counted {
-		w.showCounted()
-	} else {
-		w.topUp(nil)
-	}
-}
-
-// showCounted registers with the module, in generation order, the pending
-// buffers of a counted window (up to MaxThrough generations from the
-// head), and shows each to senders at once as the window's mailbox key at
-// its generation's address: registered buffers are always a prefix of
-// pending. A buffer ended before it was registered (IncEpoch, Close) is
-// registered and ended there at once, so that the module publishes every
-// generation's record, in order.
-func (w *windowState) showCounted() {
-	for i, b := range w.pending {
-		if i >= wire.MaxThrough {
-			return
-		}
-		if b.registered {
-			continue
-		}
-		if b.state != bufQueued {
-			b.registered = true
-			w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
-			w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: b.flags & (FlagPartial | FlagClosed)})
-			continue
-		}
-		b.registered, b.bound = true, true
-		b.desc = wire.Desc{Addr: wire.MailboxAddr(b.gen), RKey: w.mbkey, Len: uint32(b.cap), Threshold: b.threshold}
-		w.toRegister = append(w.toRegister, regAction{b: b, gen: b.gen, threshold: b.threshold})
-		w.changed()
-	}
-}
-
-// settling reports whether a buffer senders are about to be shown is still
-// being bound: the entry changes again when its bind completes (on rxe,
-// within the bind call), so pushing it now would cost a second notice.
-func (w *windowState) settling() bool {
-	if w.closed() {
-		return false
-	}
-	seen := 0
-	for _, b := range w.pending {
-		if b.state != bufQueued {
-			continue
-		}
-		if seen++; seen > wire.MaxDescs {
-			return false
-		}
-		if b.binding {
-			return true
-		}
-	}
-	return false
-}
-
-// topUp schedules binds for the buffers senders are shown (the first
-// MaxDescs queued ones) that are neither bound nor being bound. Buffers
-// further back are bound only when they move up, so a window with more
-// buffers posted than senders see needs one bind per epoch, not two: from
-// (a buffer that just stopped accepting puts, or nil) lends its memory
-// window to the first buffer that needs one. It reports whether from's
-// window was lent.
-func (w *windowState) topUp(from *buffer) (lent bool) {
-	if from != nil && !from.bound {
-		from = nil // nothing to lend (its bind is still in flight, or it never had one)
-	}
-	seen := 0
-	for _, b := range w.pending {
-		if b.state != bufQueued {
-			continue
-		}
-		if seen++; seen > wire.MaxDescs {
-			break
-		}
-		if b.bound || b.binding {
-			continue
-		}
-		b.binding = true
-		w.toBind = append(w.toBind, bindAction{b: b, from: from})
-		if from != nil {
-			from.bound, from, lent = false, nil, true
-		}
-	}
-	return lent
-}
-
-// lookup returns the pending buffer of generation gen.
-func (w *windowState) lookup(gen uint64) *buffer {
-	if gen < w.head || gen-w.head >= uint64(len(w.pending)) {
-		return nil
-	}
-	return w.pending[gen-w.head]
-}
-
-// bound records that b's memory window is bound: senders may now target it.
-func (w *windowState) bound(b *buffer, d wire.Desc) {
-	if b.state != bufQueued || b.bound {
-		return // ended before its bind completed: the unbind follows
-	}
-	d.Len, d.Threshold = uint32(b.cap), b.threshold
-	b.bound, b.binding, b.desc = true, false, d
-	w.changed()
-}
-
-// arrive counts a put of n bytes for generation gen.
-func (w *windowState) arrive(gen, n uint64) arriveResult {
-	if w.closed() {
-		w.stats.Stale++
-		return arriveClosed
-	}
-	if gen < w.head {
-		w.stats.Stale++
-		return arriveStale
-	}
-	b := w.lookup(gen)
-	if b == nil {
-		return arriveUnknown
-	}
-	b.bytes += n
-	b.ops++
-	w.stats.Puts++
-	w.stats.Bytes += n
-	if b.state != bufQueued {
-		b.flags |= FlagLate
-		w.stats.Late++
-		return arriveLate
-	}
-	if w.reached(b) {
-		w.end(b, 0)
-	}
-	return arriveCounted
-}
-
-func (w *windowState) reached(b *buffer) bool {
-	if w.opts.Kind == EpochOps {
-		return b.ops >= b.threshold
-	}
-	return b.bytes >= b.threshold
-}
-
-// endCounted ends a queued buffer of a counted window (its flags hold f
-// already): the module closes it and publishes it (countedUpTo), now if
-// it knows the buffer, or once registered (showCounted).
-func (w *windowState) endCounted(b *buffer, f Flags) {
-	b.state = bufCompleting
-	if b.registered {
-		w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: f})
-	} else {
-		w.showCounted()
-	}
-}
-
-// end stops a queued buffer from accepting puts: it is unbound (or, with
-// GuardNone, ready at once).
-func (w *windowState) end(b *buffer, f Flags) {
-	if b.state != bufQueued {
-		return
-	}
-	b.flags |= f
-	if f != 0 {
-		w.mustPush = true // senders cannot count an epoch ended early
-	}
-	if w.counted {
-		w.endCounted(b, f)
-		w.changed()
-		return
-	}
-	if w.opts.Guard == GuardNone {
-		// Handed over at once; its window goes to the next buffer that
-		// needs one (late writes fail from then on), or stays bound.
-		b.state = bufReady
-		w.topUp(b)
-		w.handOver()
-	} else {
-		b.state = bufCompleting
-		if !w.topUp(b) {
-			w.toUnbind = append(w.toUnbind, b)
-		}
-	}
-	w.changed()
-}
-
-// unbound records that b's memory window no longer accepts writes.
-func (w *windowState) unbound(b *buffer) {
-	if b.state != bufCompleting {
-		return
-	}
-	b.bound = false
-	b.state = bufReady
-	w.handOver()
-}
-
-// handOver publishes every ready buffer at the head of the queue.
-func (w *windowState) handOver() {
-	for len(w.pending) > 0 && w.pending[0].state == bufReady {
-		b := w.pending[0]
-		w.pending[0] = nil
-		w.pending = w.pending[1:]
-		w.head++
-		b.state = bufDone
-		b.rec = Record{Epoch: b.gen, Addr: b.addr, Len: b.bytes, Ops: b.ops, Cap: b.cap, Flags: b.flags}
-		if b.comp != nil && !b.registered {
-			// The module published the record of a registered buffer.
-			b.comp.publish(b.rec)
-		}
-		close(b.done)
-		if b.flags&FlagClosed == 0 {
-			w.stats.EpochsCompleted++
-		}
-		w.held[b] = struct{}{}
-		w.published = append(w.published, b)
-		if w.opts.Keep > 0 {
-			b.inKept = true
-			w.kept = append(w.kept, b)
-			if len(w.kept) > w.opts.Keep {
-				old := w.kept[0]
-				w.kept[0] = nil
-				w.kept = w.kept[1:]
-				old.inKept = false
-				w.toHide = append(w.toHide, old)
-				w.recycle(old)
-			}
-		}
-		w.changed()
-	}
-}
-
-// headPublished reports whether the module published the record of the
-// head buffer's current epoch (a counted window).
-func (w *windowState) headPublished() bool {
-	if len(w.pending) == 0 {
-		return false
-	}
-	b := w.pending[0]
-	if !b.registered || b.state == bufReady || b.comp == nil {
-		return false
-	}
-	rec, seq := b.comp.load()
-	return isOwnRecord(rec, seq, b.armedSeq, b.gen)
-}
-
-// countedUpTo takes the epochs the module published: done is the module's
-// count of them, so the pending buffers of generations below done are
-// over. Their counts come from their records. The module refuses writes
-// to their generations from now on.
-func (w *windowState) countedUpTo(done uint64) {
-	for len(w.pending) > 0 && w.head < done {
-		b := w.pending[0]
-		if !b.registered || b.state == bufReady {
-			return // cannot happen: the module publishes registered buffers only, in order
-		}
-		rec, _ := b.comp.load()
-		if rec.Epoch != b.gen {
-			return // not yet visible (cannot happen: done is released after the record)
-		}
-		b.bytes, b.ops = rec.Len, rec.Ops
-		// The record is the truth: an IncEpoch or a Close that raced with
-		// the threshold lost, and the epoch completed whole.
-		const moduleFlags = FlagPartial | FlagClosed | FlagLate
-		b.flags = b.flags&^moduleFlags | rec.Flags&moduleFlags
-		w.stats.Puts += rec.Ops
-		w.stats.Bytes += rec.Len
-		if rec.Flags&FlagLate != 0 {
-			w.stats.Late++
-		}
-		b.state, b.bound = bufReady, false
-		w.handOver()
-	}
-	w.showCounted()
-}
-
-// recycle re-posts a buffer the application released once it has left the
-// rewind ring, unless it is one-time or the window is closed.
-func (w *windowState) recycle(b *buffer) {
-	if b.state != bufDone || !b.released || b.inKept {
-		return
-	}
-	if b.oneTime || w.closed() {
-		return
-	}
-	w.enqueue(b)
-	w.changed()
-}
-
-// incEpoch ends the head now (the paper's RVMA_Win_inc_epoch) and returns
-// its generation. Errors: ErrClosed, ErrNoBuffer (nothing posted).
-func (w *windowState) incEpoch() (*buffer, error) {
-	if w.failed {
-		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrFailed)
-	}
-	if w.closed() {
-		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrClosed)
-	}
-	if len(w.pending) == 0 {
-		return nil, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, ErrNoBuffer)
-	}
-	b := w.pending[0]
-	w.end(b, FlagPartial)
-	return b, nil
-}
-
-// retireWaiting ends the waits on released buffers that wait to be
-// re-posted: the window closed, they have no next epoch.
-func (w *windowState) retireWaiting() {
-	for b := range w.waiting {
-		b.retired = true
-		close(b.done)
-		delete(w.waiting, b)
-	}
-}
-
-// fail hands every pending buffer over at once with FlagClosed and
-// FlagFailed, without waiting for binds or unbinds that will never
-// complete (the endpoint failed, and its links are down, so nothing
-// arrives any more), and closes the window; actions not yet dispatched
-// are dropped.
-func (w *windowState) fail() {
-	if w.failed {
-		return
-	}
-	w.failed = true
-	if !w.closed() {
-		w.state = wire.StateClosedNack
-	}
-	w.retireWaiting()
-	w.toBind, w.toUnbind, w.toHide = nil, nil, nil
-	for _, b := range w.pending {
-		if b.state == bufQueued || b.state == bufCompleting {
-			b.flags |= FlagClosed | FlagFailed
-			if w.counted && b.registered {
-				// The module owns its record: it publishes it once ended.
-				if b.state == bufQueued {
-					w.toEnd = append(w.toEnd, endAction{b: b, gen: b.gen, flags: FlagClosed})
-				}
-				b.state = bufCompleting
-				continue
-			}
-			b.state = bufReady
-		}
-	}
-	w.handOver()
-	w.changed()
-}
-
-// close ends every pending buffer (flag closed) and switches the window to
-// the closed state of its CloseMode. It reports false if already closed.
-func (w *windowState) close() bool {
-	if w.closed() {
-		return false
-	}
-	w.state = wire.StateClosedNack
-	if w.opts.CloseMode == CloseSilent {
-		w.state = wire.StateClosedSilent
-	}
-	w.retireWaiting()
-	for _, b := range w.pending {
-		b.flags |= FlagClosed
-		if w.counted {
-			if b.state == bufQueued {
-				w.endCounted(b, FlagClosed)
-			}
-			continue
-		}
-		if b.state == bufQueued {
-			if w.opts.Guard == GuardNone {
-				b.state = bufReady
-			} else {
-				b.state = bufCompleting
-				w.toUnbind = append(w.toUnbind, b)
-			}
-		}
-	}
-	w.handOver()
-	w.changed()
-	return true
-}
-
-// buffers returns every buffer the window knows: posted, kept for rewind,
-// held by the application or waiting to be re-posted.
-func (w *windowState) buffers() []*buffer {
-	seen := make(map[*buffer]bool)
-	var all []*buffer
-	add := func(b *buffer) {
-		if !seen[b] {
-			seen[b] = true
-			all = append(all, b)
-		}
-	}
-	for _, b := range w.pending {
-		add(b)
-	}
-	for _, b := range w.kept {
-		add(b)
-	}
-	for b := range w.held {
-		add(b)
-	}
-	for b := range w.waiting {
-		add(b)
-	}
-	return all
-}
-
-// release gives a handed-over buffer back to the window. Errors: ErrInvalid
-// when b was not handed over or was already released.
-func (w *windowState) release(b *buffer) error {
-	if b == nil || b.state != bufDone || b.released {
-		return invalidf("release of a buffer not held by the application")
-	}
-	b.released = true
-	delete(w.held, b)
-	if b.oneTime {
-		b.retired = true // the application's for good: no longer readable by Get
-		if b.inKept {
-			w.toHide = append(w.toHide, b)
-		}
-		return nil
-	}
-	if w.closed() {
-		// No next epoch: a Wait on it returns at once, as one that was
-		// waiting when the window closed (retireWaiting).
-		b.retired = true
-		return nil
-	}
-	// Waiters now wait for the next epoch of this buffer.
-	b.done = make(chan struct{})
-	b.waiting = true
-	w.waiting[b] = struct{}{}
-	w.recycle(b)
-	return nil
-}
-
-// rewind returns the records of up to n of the last Keep epochs, newest
-// first.
-func (w *windowState) rewind(n int) []Record {
-	if n > len(w.kept) {
-		n = len(w.kept)
-	}
-	out := make([]Record, 0, n)
-	for i := len(w.kept) - 1; i >= 0 && len(out) < n; i-- {
-		out = append(out, w.kept[i].rec)
-	}
-	return out
-}
-
-// LastEpoch asks Get for the newest epoch the window keeps.
-const LastEpoch = ^uint64(0)
-
-// keptBuffer returns the kept buffer of epoch (LastEpoch: the newest) for Get.
-// Errors: ErrNoBuffer when the epoch has not been handed over yet (or
-// none has), ErrStale when it is no longer kept (it left the rewind ring,
-// or it was a one-time buffer the application released).
-func (w *windowState) keptBuffer(epoch uint64) (*buffer, error) {
-	if epoch == LastEpoch {
-		if len(w.kept) == 0 {
-			if w.head == 0 {
-				return nil, fmt.Errorf("window %v has completed no epoch: %w", w.mailbox, ErrNoBuffer)
-			}
-			return nil, fmt.Errorf("window %v keeps no epoch (Keep %d): %w", w.mailbox, w.opts.Keep, ErrStale)
-		}
-		epoch = w.kept[len(w.kept)-1].rec.Epoch
-	}
-	if epoch >= w.head {
-		return nil, fmt.Errorf("epoch %d of window %v has not completed: %w", epoch, w.mailbox, ErrNoBuffer)
-	}
-	for _, b := range w.kept {
-		if b.rec.Epoch == epoch {
-			if b.oneTime && b.released {
-				break
-			}
-			return b, nil
-		}
-	}
-	return nil, fmt.Errorf("epoch %d of window %v is no longer kept: %w", epoch, w.mailbox, ErrStale)
-}
-
-// knock counts n puts a sender reported (Window.knock).
-func (w *windowState) knock(r wire.KnockReason, n uint64) {
-	switch r {
-	case wire.KnockNack:
-		w.stats.Nacks += n
-	case wire.KnockDrop:
-		w.stats.Drops += n
-	case wire.KnockStale:
-		w.stats.Stale += n
-	}
-}
-
-func (w *windowState) changed() { w.seq += 2 }
-
-// Stats returns the window's counters.
-func (w *windowState) Stats() Stats {
-	s := w.stats
-	s.Posted = len(w.pending)
-	s.Held = len(w.held)
-	return s
-}
-
-// entry builds the descriptor entry senders see: Head is the first
-// generation still accepting puts, followed by up to MaxDescs bound
-// buffers that accept puts.
-func (w *windowState) entry(incarnation uint32) wire.Entry {
-	e := wire.Entry{Seq: w.seq, Mailbox: uint64(w.mailbox), Incarnation: incarnation, State: w.state, Kind: wire.EpochKind(w.opts.Kind), Share: w.opts.Share}
-	if w.counted {
-		e.Flags = wire.EntryCounted
-	}
-	i := 0
-	for i < len(w.pending) && w.pending[i].state != bufQueued {
-		i++
-	}
-	e.Head = w.head + uint64(i)
-	if w.closed() {
-		return e
-	}
-	for ; i < len(w.pending) && e.NDesc < wire.MaxDescs; i++ {
-		b := w.pending[i]
-		if b.state != bufQueued || !b.bound {
-			break
-		}
-		e.Descs[e.NDesc] = b.desc
-		e.NDesc++
-	}
-	if !w.counted || e.NDesc < wire.MaxDescs {
-		return e
-	}
-	// The queued buffers after the descriptors, as long as they look like
-	// the last one, go as Through: senders derive their descriptors.
-	last := e.Descs[wire.MaxDescs-1]
-	for ; i < len(w.pending) && w.pending[i].gen-e.Head < wire.MaxThrough; i++ {
-		b := w.pending[i]
-		if b.state != bufQueued || !b.registered || uint32(b.cap) != last.Len || b.threshold != last.Threshold {
-			break
-		}
-		e.Through = b.gen
-	}
-	return e
-}
-
-// takeActions returns and clears the outbox.
-func (w *windowState) takeActions() (bind []bindAction, unbind, published []*buffer) {
-	bind, unbind, published = w.toBind, w.toUnbind, w.published
-	w.toBind, w.toUnbind, w.published = nil, nil, nil
-	return
-}
-
-// takeModuleActions returns and clears the counted window's outbox:
-// registrations first, then ends.
-func (w *windowState) takeModuleActions() (register []regAction, end []endAction) {
-	register, end = w.toRegister, w.toEnd
-	w.toRegister, w.toEnd = nil, nil
-	return
-}
-
-// takeHides returns and clears the buffers to hide from Get.
-func (w *windowState) takeHides() []*buffer {
-	h := w.toHide
-	w.toHide = nil
-	return h
 }

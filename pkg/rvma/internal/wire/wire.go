@@ -57,6 +57,10 @@ func (k ImmKind) String() string {
 	return fmt.Sprintf("ImmKind(%d)", uint8(k))
 }
 
+// MaxSlots bounds the slots an immediate can name: windows of a
+// receiver, view slots of a sender.
+const MaxSlots = 1 << SlotBits
+
 const (
 	SlotBits = 20
 	GenBits  = 10

@@ -546,3 +546,6 @@ func (e *engine) settle(ex *exposure, d wire.Desc, err error) {
 		f(d, err)
 	}
 }
+
+// LastEpoch asks Get for the newest epoch the window keeps.
+const LastEpoch = ^uint64(0)
