@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log"
 	"net"
+	"net/netip"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
@@ -281,4 +282,51 @@ func ExampleSendPlan() {
 		}
 	}
 	fmt.Println(binary.LittleEndian.Uint64(mem[8+8*(1000%16):]), binary.LittleEndian.Uint64(mem[8+8*(999%16):]))
+}
+
+// A connection in one call: Listen and Accept on one side, Dial on the
+// other (here both in one process, on the lab guest's address). Each Conn
+// has its QP in RTS, a PD to register memory on, and a CQ sized so that it
+// cannot overrun; when the peer goes, Wait returns ErrPeerGone.
+func ExampleDial() {
+	addr := netip.MustParseAddrPort("10.77.0.1:7490")
+	l, err := verbs.Listen(addr, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() { // the server: receive one message, print it, hang up
+		c, err := l.Accept(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		mr, _ := c.PD.AllocMR(64, verbs.AccessLocalWrite)
+		c.QP.PostRecv(verbs.RecvWR{ID: 1, SGL: []verbs.SGE{mr.SGE(0, 64)}})
+		wcs := make([]verbs.WC, 1)
+		if _, err := c.Wait(ctx, wcs); err != nil || wcs[0].Err() != nil {
+			log.Fatal(err, wcs[0].Err())
+		}
+		fmt.Println(string(mr.Bytes()[:wcs[0].ByteLen]))
+	}()
+
+	c, err := verbs.Dial(ctx, addr, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	mr, _ := c.PD.AllocMR(64, verbs.AccessLocalWrite)
+	n := copy(mr.Bytes(), "ping")
+	c.QP.PostSend(verbs.SendWR{ID: 1, Op: verbs.OpSend, Flags: verbs.SendSignaled, SGL: []verbs.SGE{mr.SGE(0, n)}})
+	wcs := make([]verbs.WC, 4)
+	for { // the send's completion, then the server's hang-up
+		if _, err := c.Wait(ctx, wcs); errors.Is(err, verbs.ErrPeerGone) {
+			fmt.Println("peer gone")
+			return
+		} else if err != nil {
+			log.Fatal(err)
+		}
+	}
 }

@@ -28,3 +28,16 @@ func TestExamplesSendPlan(t *testing.T) {
 		t.Fatalf("example printed %q, want %q", out, strings.TrimSpace(want))
 	}
 }
+
+// TestExamplesDial runs the Dial example on the guest (whose address it
+// names) and checks what it printed.
+func TestExamplesDial(t *testing.T) {
+	labenv.Device(t)
+	if labenv.Addr() != "10.77.0.1" {
+		t.Fatalf("the example listens on 10.77.0.1, the guest is %s", labenv.Addr())
+	}
+	out := labenv.CaptureStdout(t, ExampleDial)
+	if want := "ping\npeer gone\n"; out != want {
+		t.Fatalf("example printed %q, want %q", out, strings.TrimSpace(want))
+	}
+}
