@@ -99,37 +99,37 @@
 // should do the same with a Yielder.
 //
 // # Connection management
-
-Dial connects to an address in one call, and Listen and Listener.Accept
-take connections on one: each returns a Conn, a connected RC endpoint with
-its rdma_cm identifier, PD, QP in RTS and a CQ sized so that it cannot
-overrun (ExampleDial is a complete ping-pong). When the connection ends,
-whoever ends it and however (Close or Disconnect on either side, the peer's
-process killed, the device removed), the QP moves to the error state at
-once: every work request posted before completes (WCWRFlushErr), and then
-the Conn's Wait and Poll return ErrPeerGone, the io.EOF of verbs.
-
-The low-level objects stay for those who need them: NewCMID, ResolveAddr,
-ResolveRoute, NewQP and Connect on the active side; NewCMID, Listen and
-GetRequest, then NewQP and Accept (or Reject) on the passive side. Once an
-identifier is connected the package reads its events itself, acts on the
-end of the connection as above and keeps the events for WaitEvent;
-Disconnect is correct whether or not WaitEvent already returned
-CMDisconnected, and waits for the peer at most DisconnectWait. LocalAddr
-and PeerAddr tell the two ends' IP addresses and ports. A refused
-connection is a *RejectError (errors.Is(err, syscall.ECONNREFUSED); NoListener
-when nothing listens at the address).
-
-# Contexts
-
-Every call that blocks takes a context.Context, honoured one way: a call
-whose context is already done returns the context's error before doing
-anything (a completion waiting in a CQ stays there for the next call), and
-a wait that ends because the context ended returns its error. The
-package's own bounds (DisconnectWait) are never reported as the context's
-deadline.
-
-# Errors
+//
+// Dial connects to an address in one call, and Listen and Listener.Accept
+// take connections on one: each returns a Conn, a connected RC endpoint with
+// its rdma_cm identifier, PD, QP in RTS and a CQ sized so that it cannot
+// overrun (ExampleDial is a complete ping-pong). When the connection ends,
+// whoever ends it and however (Close or Disconnect on either side, the peer's
+// process killed, the device removed), the QP moves to the error state at
+// once: every work request posted before completes (WCWRFlushErr), and then
+// the Conn's Wait and Poll return ErrPeerGone, the io.EOF of verbs.
+//
+// The low-level objects stay for those who need them: NewCMID, ResolveAddr,
+// ResolveRoute, NewQP and Connect on the active side; NewCMID, Listen and
+// GetRequest, then NewQP and Accept (or Reject) on the passive side. Once an
+// identifier is connected the package reads its events itself, acts on the
+// end of the connection as above and keeps the events for WaitEvent;
+// Disconnect is correct whether or not WaitEvent already returned
+// CMDisconnected, and waits for the peer at most DisconnectWait. LocalAddr
+// and PeerAddr tell the two ends' IP addresses and ports. A refused
+// connection is a *RejectError (errors.Is(err, syscall.ECONNREFUSED); NoListener
+// when nothing listens at the address).
+//
+// # Contexts
+//
+// Every call that blocks takes a context.Context, honoured one way: a call
+// whose context is already done returns the context's error before doing
+// anything (a completion waiting in a CQ stays there for the next call), and
+// a wait that ends because the context ended returns its error. The
+// package's own bounds (DisconnectWait) are never reported as the context's
+// deadline.
+//
+// # Errors
 //
 // Errors from a verb are *OpError values naming the call and wrapping its
 // syscall.Errno (errors.Is(err, syscall.EINVAL) works); features the device
