@@ -1,0 +1,539 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sockproto: the wire protocol of rdmaplus's sockets over RDMA
+ * (docs/sockets.md).
+ *
+ * One definition for the LD_PRELOAD shim (C) and for pkg/sockets (Go,
+ * mirrored in pkg/sockets/internal/wire and checked against this header
+ * with shared test vectors). C11 and libc only.
+ *
+ * Control records are fixed-size, little-endian, and start with a 16-byte
+ * header carrying a magic, the protocol version, the record type, the
+ * record's whole length and the connection's attachment epoch. Records
+ * travel as inline SENDs on the connection's QP (SWITCH, FIN, ABORT,
+ * DEMOTE) or through rvmad (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE,
+ * REATTACH). Every field is naturally aligned, padding is explicit and
+ * must be zero, and every structure's size is checked at compile time.
+ *
+ * The structures hold wire values: store with sockproto_put*() and load
+ * with sockproto_get*() (or use the record helpers below), never by
+ * assigning host integers, so the layout is the same on any host.
+ *
+ * Data never goes in a record: each direction of a connection has a ring
+ * owned by its receiver (struct sockproto_ring, power-of-two size) into
+ * which the sender RDMA-WRITEs with immediate (SOCKPROTO_IMM), and a
+ * control block (struct sockproto_ctrl) on each side into which the peer
+ * RDMA-WRITEs its credits.
+ */
+#ifndef SOCKPROTO_H
+#define SOCKPROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SOCKPROTO_MAGIC		0x5352u	/* bytes 'R' 'S' on the wire */
+#define SOCKPROTO_VERSION	1u
+
+/* Record types. */
+enum sockproto_type {
+	SOCKPROTO_ATTACH_REQ	= 1,	/* rvmad: attach RDMA to this connection */
+	SOCKPROTO_ATTACH_REP	= 2,	/* rvmad: accepted; the acceptor's endpoint */
+	SOCKPROTO_ATTACH_NACK	= 3,	/* rvmad: refused, with a reason */
+	SOCKPROTO_SWITCH	= 4,	/* QP: my bytes from offset on go by the ring */
+	SOCKPROTO_FIN		= 5,	/* QP: my stream ends at offset */
+	SOCKPROTO_ABORT		= 6,	/* QP: connection reset, with a reason */
+	SOCKPROTO_DEMOTE	= 7,	/* QP or rvmad: back to TCP; I consumed this much */
+	SOCKPROTO_REATTACH	= 8,	/* rvmad: a new incarnation takes the connection over */
+	SOCKPROTO_TYPE_MAX	= 8,
+};
+
+/*
+ * Reasons, for ATTACH_NACK, DEMOTE and ABORT. Zero is never valid.
+ */
+enum sockproto_reason {
+	SOCKPROTO_R_VERSION		= 1,	/* the peer speaks another version */
+	SOCKPROTO_R_NO_OWNER		= 2,	/* no process with the shim owns the tuple */
+	SOCKPROTO_R_NO_DAEMON		= 3,	/* no rvmad (or no pairing port) at the peer */
+	SOCKPROTO_R_NO_DEVICE		= 4,	/* no RDMA device or no GID reaching the peer */
+	SOCKPROTO_R_NO_MEMORY		= 5,	/* ring, MR or QP could not be allocated */
+	SOCKPROTO_R_SHUTDOWN		= 6,	/* the connection is closing */
+	SOCKPROTO_R_DENIED		= 7,	/* the tuple's owner did not check out */
+	SOCKPROTO_R_DISABLED		= 8,	/* policy: not for this socket */
+	SOCKPROTO_R_BUSY		= 9,	/* an attachment is already under way */
+	SOCKPROTO_R_EXEC		= 10,	/* exec into an image without the shim */
+	SOCKPROTO_R_FD_PASSED		= 11,	/* the fd left by SCM_RIGHTS */
+	SOCKPROTO_R_FDOPEN		= 12,	/* stdio took the fd */
+	SOCKPROTO_R_SPLICE		= 13,	/* splice, tee, vmsplice, sendfile */
+	SOCKPROTO_R_QP_ERROR		= 14,	/* the QP failed while the anchor lives */
+	SOCKPROTO_R_TCP_AFTER_SWITCH	= 15,	/* bytes on the anchor after the switch */
+	SOCKPROTO_R_PEER		= 16,	/* the peer demoted */
+	SOCKPROTO_R_CLOSE_UNREAD	= 17,	/* closed with unread data */
+	SOCKPROTO_R_LINGER0		= 18,	/* SO_LINGER {1, 0} */
+	SOCKPROTO_R_PROTOCOL		= 19,	/* a malformed or unexpected record */
+	SOCKPROTO_R_TIMEOUT		= 20,	/* the attachment took too long */
+	SOCKPROTO_R_APP			= 21,	/* asked for by the program (pkg/sockets) */
+	SOCKPROTO_R_MAX			= 21,
+};
+
+/* Limits of the endpoint fields. */
+#define SOCKPROTO_RING_LOG2_MIN	12	/* 4 KiB */
+#define SOCKPROTO_RING_LOG2_MAX	30	/* 1 GiB */
+#define SOCKPROTO_QPN_MAX	0xffffffu
+#define SOCKPROTO_PSN_MAX	0xffffffu
+#define SOCKPROTO_MTU_MIN	1	/* IBV_MTU_256 */
+#define SOCKPROTO_MTU_MAX	5	/* IBV_MTU_4096 */
+#define SOCKPROTO_AF_INET	2	/* Linux's AF_INET */
+#define SOCKPROTO_AF_INET6	10	/* Linux's AF_INET6 */
+
+/**
+ * struct sockproto_hdr - the first 16 bytes of every record
+ * @magic:	SOCKPROTO_MAGIC
+ * @version:	SOCKPROTO_VERSION
+ * @type:	enum sockproto_type
+ * @length:	the whole record in bytes (each type has exactly one size)
+ * @flags:	none are defined: zero
+ * @epoch:	the attachment this record belongs to, from 1; a connection's
+ *		every new attachment (after a demote) takes the next one
+ * @reserved:	zero
+ */
+struct sockproto_hdr {
+	uint16_t magic;
+	uint8_t version;
+	uint8_t type;
+	uint16_t length;
+	uint16_t flags;
+	uint32_t epoch;
+	uint32_t reserved;
+};
+
+/**
+ * struct sockproto_offset_rec - SWITCH and FIN
+ * @offset:	a byte offset in the sender's outgoing stream. SWITCH: the
+ *		number of bytes the sender wrote to the anchor; the receiver
+ *		reads the anchor up to it, then the ring. FIN: the stream's
+ *		length; the receiver reports end of file once it consumed it.
+ */
+struct sockproto_offset_rec {
+	struct sockproto_hdr hdr;
+	uint64_t offset;
+};
+
+/**
+ * struct sockproto_demote - DEMOTE
+ * @consumed:	bytes of the peer's stream the sender of DEMOTE consumed; it
+ *		reads everything beyond from the anchor, and the peer sends
+ *		its bytes from max(consumed, its switch offset) there
+ * @reason:	enum sockproto_reason
+ * @pad:	zero
+ */
+struct sockproto_demote {
+	struct sockproto_hdr hdr;
+	uint64_t consumed;
+	uint16_t reason;
+	uint16_t pad[3];
+};
+
+/**
+ * struct sockproto_reason_rec - ATTACH_NACK and ABORT
+ * @reason:	enum sockproto_reason
+ * @pad:	zero
+ */
+struct sockproto_reason_rec {
+	struct sockproto_hdr hdr;
+	uint16_t reason;
+	uint16_t pad[3];
+};
+
+/**
+ * struct sockproto_tuple - a TCP connection as its sender sees it
+ * @family:	SOCKPROTO_AF_INET or SOCKPROTO_AF_INET6
+ * @local_port:	the sender's port (a number, not network order)
+ * @remote_port: the peer's port
+ * @pad:	zero
+ * @local_addr:	the sender's address, 16 bytes (IPv4 as ::ffff:a.b.c.d)
+ * @remote_addr: the peer's address
+ */
+struct sockproto_tuple {
+	uint16_t family;
+	uint16_t local_port;
+	uint16_t remote_port;
+	uint16_t pad;
+	uint8_t local_addr[16];
+	uint8_t remote_addr[16];
+};
+
+/**
+ * struct sockproto_endpoint - one side's RDMA resources for a connection
+ * @gid:	the side's GID (RoCE v2)
+ * @qpn:	its RC QP number (24 bits)
+ * @psn:	its initial packet sequence number (24 bits)
+ * @ring_addr:	address of the ring it receives into (struct sockproto_ring
+ *		data, not its header)
+ * @ring_rkey:	rkey of the ring (remote write)
+ * @ring_log2:	ring size is 1 << ring_log2 bytes (SOCKPROTO_RING_LOG2_MIN..MAX)
+ * @mtu:	path MTU, ibv_mtu value (SOCKPROTO_MTU_MIN..MAX)
+ * @pad:	zero
+ * @ctrl_addr:	address of its struct sockproto_ctrl
+ * @ctrl_rkey:	rkey of the control block (remote write)
+ * @pad2:	zero
+ */
+struct sockproto_endpoint {
+	uint8_t gid[16];
+	uint32_t qpn;
+	uint32_t psn;
+	uint64_t ring_addr;
+	uint32_t ring_rkey;
+	uint8_t ring_log2;
+	uint8_t mtu;
+	uint16_t pad;
+	uint64_t ctrl_addr;
+	uint32_t ctrl_rkey;
+	uint32_t pad2;
+};
+
+/**
+ * struct sockproto_attach - ATTACH_REQ and ATTACH_REP
+ * @tuple:	the connection as the record's sender sees it
+ * @incarnation: the sender's process incarnation (pid and start time
+ *		folded by rvmad), so a re-used pid is told apart
+ * @ep:		the sender's endpoint
+ */
+struct sockproto_attach {
+	struct sockproto_hdr hdr;
+	struct sockproto_tuple tuple;
+	uint64_t incarnation;
+	struct sockproto_endpoint ep;
+};
+
+/**
+ * struct sockproto_reattach - REATTACH (planned: fork and exec hand-off)
+ * @tuple:	the connection as the new incarnation sees it
+ * @incarnation: the new incarnation
+ * @consumed:	bytes of the peer's stream consumed (from the shared ring)
+ * @sent:	bytes of its own stream sent (from the shared control block)
+ * @ep:		the new incarnation's endpoint (new QP; same ring memory)
+ */
+struct sockproto_reattach {
+	struct sockproto_hdr hdr;
+	struct sockproto_tuple tuple;
+	uint64_t incarnation;
+	uint64_t consumed;
+	uint64_t sent;
+	struct sockproto_endpoint ep;
+};
+
+/**
+ * struct sockproto_ctrl - a side's control block, written by the peer
+ * @credit:	bytes of this side's outgoing stream the peer consumed
+ *		(monotonic; written every quarter ring, at FIN, or at once when
+ *		this side said it is blocked)
+ * @blocked:	offset of the peer's outgoing stream at which the peer is
+ *		blocked for credits (monotonic; 0 while never blocked)
+ * @epoch:	the attachment the values belong to
+ * @reserved:	zero
+ * @pad:	zero; one cache line in all
+ *
+ * The peer writes each 8-byte field with its own aligned RDMA WRITE;
+ * values only grow, so a reader takes the largest it saw.
+ */
+struct sockproto_ctrl {
+	uint64_t credit;
+	uint64_t blocked;
+	uint32_t epoch;
+	uint32_t reserved;
+	uint64_t pad[5];
+};
+
+#define SOCKPROTO_RING_MAGIC	0x52534f4bu	/* "KOSR" in memory, little-endian */
+#define SOCKPROTO_NO_FIN	UINT64_MAX
+
+/**
+ * struct sockproto_ring - header of a receive ring in the shared memfd
+ * @magic:	SOCKPROTO_RING_MAGIC
+ * @version:	SOCKPROTO_VERSION
+ * @log2size:	the ring's data is 1 << log2size bytes, right after the header
+ * @flags:	zero
+ * @epoch:	the attachment writing into the ring
+ * @reserved:	zero
+ * @base:	the stream offset of the sender's SWITCH: the ring's first byte
+ * @prod:	stream offset up to which data arrived (advanced by the
+ *		receiver on each WRITE_WITH_IMM completion)
+ * @cons:	stream offset the program consumed
+ * @fin:	the FIN offset, SOCKPROTO_NO_FIN before FIN
+ * @credited:	the last @cons written into the sender's control block
+ * @pad:	zero; 64 bytes in all
+ *
+ * The byte at stream offset o is data[o & ((1 << log2size) - 1)]. Only
+ * the receiver writes the header; it lives in memory shared with forked
+ * and exec'd incarnations of the owner.
+ */
+struct sockproto_ring {
+	uint32_t magic;
+	uint16_t version;
+	uint8_t log2size;
+	uint8_t flags;
+	uint32_t epoch;
+	uint32_t reserved;
+	uint64_t base;
+	uint64_t prod;
+	uint64_t cons;
+	uint64_t fin;
+	uint64_t credited;
+	uint64_t pad;
+};
+
+/*
+ * Immediate data of a ring write: type in the top 4 bits, length below.
+ * The value goes through htonl() into ibv_send_wr.imm_data, as verbs
+ * carries immediates in network order.
+ */
+#define SOCKPROTO_IMM_DATA	1u
+#define SOCKPROTO_IMM_LEN_MAX	0x0fffffffu
+#define SOCKPROTO_IMM(type, len)	(((uint32_t)(type) << 28) | ((uint32_t)(len) & SOCKPROTO_IMM_LEN_MAX))
+#define SOCKPROTO_IMM_TYPE(imm)	((uint32_t)(imm) >> 28)
+#define SOCKPROTO_IMM_LEN(imm)	((uint32_t)(imm) & SOCKPROTO_IMM_LEN_MAX)
+
+/* Record sizes. */
+#define SOCKPROTO_HDR_SIZE	16
+#define SOCKPROTO_OFFSET_SIZE	24
+#define SOCKPROTO_DEMOTE_SIZE	32
+#define SOCKPROTO_REASON_SIZE	24
+#define SOCKPROTO_ATTACH_SIZE	120
+#define SOCKPROTO_REATTACH_SIZE	136
+#define SOCKPROTO_RECORD_MAX	SOCKPROTO_REATTACH_SIZE
+
+_Static_assert(sizeof(struct sockproto_hdr) == SOCKPROTO_HDR_SIZE, "hdr");
+_Static_assert(sizeof(struct sockproto_offset_rec) == SOCKPROTO_OFFSET_SIZE, "offset");
+_Static_assert(sizeof(struct sockproto_demote) == SOCKPROTO_DEMOTE_SIZE, "demote");
+_Static_assert(sizeof(struct sockproto_reason_rec) == SOCKPROTO_REASON_SIZE, "reason");
+_Static_assert(sizeof(struct sockproto_tuple) == 40, "tuple");
+_Static_assert(sizeof(struct sockproto_endpoint) == 56, "endpoint");
+_Static_assert(sizeof(struct sockproto_attach) == SOCKPROTO_ATTACH_SIZE, "attach");
+_Static_assert(sizeof(struct sockproto_reattach) == SOCKPROTO_REATTACH_SIZE, "reattach");
+_Static_assert(sizeof(struct sockproto_ctrl) == 64, "ctrl");
+_Static_assert(sizeof(struct sockproto_ring) == 64, "ring");
+_Static_assert(offsetof(struct sockproto_attach, ep) == 64, "attach ep");
+_Static_assert(offsetof(struct sockproto_reattach, ep) == 80, "reattach ep");
+
+/* Little-endian stores and loads, whatever the host's byte order. */
+static inline void sockproto_put16(uint16_t *p, uint16_t v)
+{
+	uint8_t b[2] = { (uint8_t)v, (uint8_t)(v >> 8) };
+
+	memcpy(p, b, sizeof(b));
+}
+
+static inline void sockproto_put32(uint32_t *p, uint32_t v)
+{
+	uint8_t b[4];
+	int i;
+
+	for (i = 0; i < 4; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	memcpy(p, b, sizeof(b));
+}
+
+static inline void sockproto_put64(uint64_t *p, uint64_t v)
+{
+	uint8_t b[8];
+	int i;
+
+	for (i = 0; i < 8; i++)
+		b[i] = (uint8_t)(v >> (8 * i));
+	memcpy(p, b, sizeof(b));
+}
+
+static inline uint16_t sockproto_get16(const void *p)
+{
+	const uint8_t *b = p;
+
+	return (uint16_t)(b[0] | b[1] << 8);
+}
+
+static inline uint32_t sockproto_get32(const void *p)
+{
+	const uint8_t *b = p;
+
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+	       (uint32_t)b[3] << 24;
+}
+
+static inline uint64_t sockproto_get64(const void *p)
+{
+	const uint8_t *b = p;
+
+	return (uint64_t)sockproto_get32(b) | (uint64_t)sockproto_get32(b + 4) << 32;
+}
+
+/* The one size of each record type, 0 for an unknown type. */
+static inline size_t sockproto_size(unsigned int type)
+{
+	switch (type) {
+	case SOCKPROTO_ATTACH_REQ:
+	case SOCKPROTO_ATTACH_REP:
+		return SOCKPROTO_ATTACH_SIZE;
+	case SOCKPROTO_ATTACH_NACK:
+	case SOCKPROTO_ABORT:
+		return SOCKPROTO_REASON_SIZE;
+	case SOCKPROTO_SWITCH:
+	case SOCKPROTO_FIN:
+		return SOCKPROTO_OFFSET_SIZE;
+	case SOCKPROTO_DEMOTE:
+		return SOCKPROTO_DEMOTE_SIZE;
+	case SOCKPROTO_REATTACH:
+		return SOCKPROTO_REATTACH_SIZE;
+	}
+	return 0;
+}
+
+/* Zeroes a record of @type and fills its header; returns its size (0: unknown type). */
+static inline size_t sockproto_init(void *rec, unsigned int type, uint32_t epoch)
+{
+	struct sockproto_hdr *h = rec;
+	size_t n = sockproto_size(type);
+
+	if (!n)
+		return 0;
+	memset(rec, 0, n);
+	sockproto_put16(&h->magic, SOCKPROTO_MAGIC);
+	h->version = SOCKPROTO_VERSION;
+	h->type = (uint8_t)type;
+	sockproto_put16(&h->length, (uint16_t)n);
+	sockproto_put32(&h->epoch, epoch);
+	return n;
+}
+
+/* Errors of sockproto_check(), negated; pkg/sockets/internal/wire has the same numbers. */
+enum sockproto_err {
+	SOCKPROTO_E_SHORT	= 1,	/* fewer bytes than a header or than its length */
+	SOCKPROTO_E_MAGIC	= 2,	/* not a sockproto record */
+	SOCKPROTO_E_VERSION	= 3,	/* another protocol version */
+	SOCKPROTO_E_TYPE	= 4,	/* unknown record type */
+	SOCKPROTO_E_LENGTH	= 5,	/* length is not the type's size, or bytes are left over */
+	SOCKPROTO_E_RESERVED	= 6,	/* flags, reserved or padding not zero */
+	SOCKPROTO_E_FIELD	= 7,	/* a field out of its range */
+};
+
+static inline int sockproto_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i])
+			return 0;
+	return 1;
+}
+
+static inline int sockproto_reason_ok(const void *p)
+{
+	uint16_t r = sockproto_get16(p);
+
+	return r >= 1 && r <= SOCKPROTO_R_MAX;
+}
+
+static inline int sockproto_check_tuple(const struct sockproto_tuple *t)
+{
+	uint16_t fam = sockproto_get16(&t->family);
+
+	if (!sockproto_zero(&t->pad, sizeof(t->pad)))
+		return -SOCKPROTO_E_RESERVED;
+	if (fam != SOCKPROTO_AF_INET && fam != SOCKPROTO_AF_INET6)
+		return -SOCKPROTO_E_FIELD;
+	return 0;
+}
+
+static inline int sockproto_check_endpoint(const struct sockproto_endpoint *e)
+{
+	if (!sockproto_zero(&e->pad, sizeof(e->pad)) ||
+	    !sockproto_zero(&e->pad2, sizeof(e->pad2)))
+		return -SOCKPROTO_E_RESERVED;
+	if (sockproto_get32(&e->qpn) > SOCKPROTO_QPN_MAX ||
+	    sockproto_get32(&e->psn) > SOCKPROTO_PSN_MAX ||
+	    e->ring_log2 < SOCKPROTO_RING_LOG2_MIN ||
+	    e->ring_log2 > SOCKPROTO_RING_LOG2_MAX ||
+	    e->mtu < SOCKPROTO_MTU_MIN || e->mtu > SOCKPROTO_MTU_MAX)
+		return -SOCKPROTO_E_FIELD;
+	return 0;
+}
+
+/*
+ * sockproto_check - validates one whole record of @len bytes
+ *
+ * Returns 0 if @buf holds exactly one well-formed record, else the
+ * negated enum sockproto_err of the first check that failed, in this
+ * order: short, magic, version, type, length, reserved bits, fields.
+ */
+static inline int sockproto_check(const void *buf, size_t len)
+{
+	const struct sockproto_hdr *h = buf;
+	const uint8_t *b = buf;
+	size_t n;
+	int err;
+
+	if (len < SOCKPROTO_HDR_SIZE)
+		return -SOCKPROTO_E_SHORT;
+	if (sockproto_get16(&h->magic) != SOCKPROTO_MAGIC)
+		return -SOCKPROTO_E_MAGIC;
+	if (h->version != SOCKPROTO_VERSION)
+		return -SOCKPROTO_E_VERSION;
+	n = sockproto_size(h->type);
+	if (!n)
+		return -SOCKPROTO_E_TYPE;
+	if (sockproto_get16(&h->length) != n)
+		return -SOCKPROTO_E_LENGTH;
+	if (len < n)
+		return -SOCKPROTO_E_SHORT;
+	if (len > n)
+		return -SOCKPROTO_E_LENGTH;
+	if (sockproto_get16(&h->flags) || sockproto_get32(&h->reserved))
+		return -SOCKPROTO_E_RESERVED;
+	if (sockproto_get32(&h->epoch) == 0)
+		return -SOCKPROTO_E_FIELD;
+
+	switch (h->type) {
+	case SOCKPROTO_ATTACH_NACK:
+	case SOCKPROTO_ABORT:
+		if (!sockproto_zero(b + offsetof(struct sockproto_reason_rec, pad), 6))
+			return -SOCKPROTO_E_RESERVED;
+		if (!sockproto_reason_ok(b + offsetof(struct sockproto_reason_rec, reason)))
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	case SOCKPROTO_DEMOTE:
+		if (!sockproto_zero(b + offsetof(struct sockproto_demote, pad), 6))
+			return -SOCKPROTO_E_RESERVED;
+		if (!sockproto_reason_ok(b + offsetof(struct sockproto_demote, reason)) ||
+		    sockproto_get64(b + offsetof(struct sockproto_demote, consumed)) > INT64_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	case SOCKPROTO_ATTACH_REQ:
+	case SOCKPROTO_ATTACH_REP: {
+		const struct sockproto_attach *a = buf;
+
+		err = sockproto_check_tuple(&a->tuple);
+		if (err)
+			return err;
+		return sockproto_check_endpoint(&a->ep);
+	}
+	case SOCKPROTO_REATTACH: {
+		const struct sockproto_reattach *r = buf;
+
+		err = sockproto_check_tuple(&r->tuple);
+		if (err)
+			return err;
+		if (sockproto_get64(&r->consumed) > INT64_MAX ||
+		    sockproto_get64(&r->sent) > INT64_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return sockproto_check_endpoint(&r->ep);
+	}
+	case SOCKPROTO_SWITCH:
+	case SOCKPROTO_FIN:
+		if (sockproto_get64(b + offsetof(struct sockproto_offset_rec, offset)) > INT64_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	}
+	return -SOCKPROTO_E_TYPE;
+}
+
+#endif /* SOCKPROTO_H */
