@@ -286,8 +286,8 @@ type Endpoint struct {
 	PSN      uint32 // 24 bits
 	RingAddr uint64 // where the side receives (ring data, not its header)
 	RingRKey uint32
-	RingLog2 uint8 // ring size is 1 << RingLog2, RingLog2Min..RingLog2Max
-	MTU      uint8 // ibv_mtu, MTUMin..MTUMax
+	RingLog2 uint8  // ring size is 1 << RingLog2, RingLog2Min..RingLog2Max
+	MTU      uint8  // ibv_mtu, MTUMin..MTUMax
 	CtrlAddr uint64 // the side's control block
 	CtrlRKey uint32
 }
@@ -377,8 +377,10 @@ func appendReason(dst []byte, t Type, r Reason) ([]byte, error) {
 	return append(dst, 0, 0, 0, 0, 0, 0), nil
 }
 
-func (r Switch) appendBody(dst []byte) ([]byte, error) { return appendOffset(dst, TypeSwitch, r.Offset) }
-func (r Fin) appendBody(dst []byte) ([]byte, error)    { return appendOffset(dst, TypeFin, r.Offset) }
+func (r Switch) appendBody(dst []byte) ([]byte, error) {
+	return appendOffset(dst, TypeSwitch, r.Offset)
+}
+func (r Fin) appendBody(dst []byte) ([]byte, error) { return appendOffset(dst, TypeFin, r.Offset) }
 func (r Nack) appendBody(dst []byte) ([]byte, error) {
 	return appendReason(dst, TypeAttachNack, r.Reason)
 }
