@@ -226,7 +226,7 @@ func (id *CMID) QP() *QP { return id.qp }
 // ResolveAddr, or for an identifier from GetRequest). It fails with
 // ErrNoDevice when the identifier is not bound to a device yet.
 func (id *CMID) Context() (*Context, error) {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Context"); err != nil {
 		return nil, err
 	}
 	defer id.n.unuse()
@@ -252,7 +252,7 @@ func (id *CMID) Context() (*Context, error) {
 // Connect and Accept. Errors wrap ErrInvalid, ErrClosed or the errno of
 // rdma_create_qp.
 func (id *CMID) NewQP(pd *PD, attr *QPInitAttr) (*QP, error) {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.NewQP"); err != nil {
 		return nil, err
 	}
 	if pd.ctx.c != id.c.verbs {
@@ -315,7 +315,7 @@ func (id *CMID) WaitEvent(ctx context.Context) (CMEvent, error) {
 
 // readEvent waits for and acknowledges the identifier's next event.
 func (id *CMID) readEvent(ctx context.Context) (CMEvent, error) {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.WaitEvent"); err != nil {
 		return CMEvent{}, err
 	}
 	defer id.n.unuse()
@@ -420,7 +420,7 @@ func (id *CMID) sendDisconnect() error {
 	if id.discSent.Swap(true) {
 		return nil
 	}
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Disconnect"); err != nil {
 		return err
 	}
 	defer id.n.unuse()
@@ -494,7 +494,7 @@ func addrPort(sa *C.struct_sockaddr) netip.AddrPort {
 // ResolveAddr or, for one from GetRequest, the address the peer
 // connected to); the zero AddrPort before. Errors wrap ErrClosed.
 func (id *CMID) LocalAddr() (netip.AddrPort, error) {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.LocalAddr"); err != nil {
 		return netip.AddrPort{}, err
 	}
 	defer id.n.unuse()
@@ -505,7 +505,7 @@ func (id *CMID) LocalAddr() (netip.AddrPort, error) {
 // connecting peer for an identifier from GetRequest; the zero AddrPort
 // before (and on a listener). Errors wrap ErrClosed.
 func (id *CMID) PeerAddr() (netip.AddrPort, error) {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.PeerAddr"); err != nil {
 		return netip.AddrPort{}, err
 	}
 	defer id.n.unuse()
@@ -516,7 +516,7 @@ func (id *CMID) PeerAddr() (netip.AddrPort, error) {
 // and waits for CMAddrResolved. Errors: a *CMEventError for
 // CMAddrError, ctx's error, ErrClosed, or the errno of rdma_resolve_addr.
 func (id *CMID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort) error {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.ResolveAddr"); err != nil {
 		return err
 	}
 	s, d := sockaddr(src), sockaddr(dst)
@@ -538,7 +538,7 @@ func (id *CMID) ResolveAddr(ctx context.Context, src, dst netip.AddrPort) error 
 // ResolveRoute resolves the route to the resolved address and waits for
 // CMRouteResolved. Errors as for ResolveAddr.
 func (id *CMID) ResolveRoute(ctx context.Context) error {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.ResolveRoute"); err != nil {
 		return err
 	}
 	timeout := 2000
@@ -589,7 +589,7 @@ func (p *ConnParam) defaults() ConnParam {
 // error, ErrClosed, or the errno of rdma_connect.
 func (id *CMID) Connect(ctx context.Context, p *ConnParam) error {
 	o := p.defaults()
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Connect"); err != nil {
 		return err
 	}
 	if err := id.checkPrivateData("connect", len(o.PrivateData)); err != nil {
@@ -631,7 +631,7 @@ func (id *CMID) SetAckTimeout(d time.Duration) error {
 	if !ok {
 		return fmt.Errorf("%w: ACK timeout %v (from 1 ns to %v)", ErrInvalid, d, ackStep<<31)
 	}
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.SetAckTimeout"); err != nil {
 		return err
 	}
 	rc := C.shim_cm_set_ack_timeout(id.c, C.uint8_t(n))
@@ -668,7 +668,7 @@ func (id *CMID) AcceptData() []byte { return id.acceptData }
 // listens with the given backlog. Errors wrap ErrClosed or the errno of
 // rdma_bind_addr (EADDRINUSE) or rdma_listen.
 func (id *CMID) Listen(addr netip.AddrPort, backlog int) error {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Listen"); err != nil {
 		return err
 	}
 	defer id.n.unuse()
@@ -746,7 +746,7 @@ func (id *CMID) checkPrivateData(kind string, n int) error {
 // NewQP) and waits until it is established. Errors as for Connect.
 func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 	o := p.defaults()
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Accept"); err != nil {
 		return err
 	}
 	if err := id.checkPrivateData("accept", len(o.PrivateData)); err != nil {
@@ -776,7 +776,7 @@ func (id *CMID) Accept(ctx context.Context, p *ConnParam) error {
 // ErrInvalid (more private data than the transport carries, see
 // ConnParam), ErrClosed or the errno of rdma_reject.
 func (id *CMID) Reject(privateData []byte) error {
-	if err := id.n.use(); err != nil {
+	if err := id.n.use("CMID.Reject"); err != nil {
 		return err
 	}
 	defer id.n.unuse()

@@ -128,7 +128,7 @@ type CompChannel struct {
 // NewCompChannel creates a completion channel. Errors wrap ErrClosed or the
 // errno of ibv_create_comp_channel.
 func (c *Context) NewCompChannel() (*CompChannel, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.NewCompChannel"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()
@@ -255,7 +255,7 @@ func (c *Context) NewCQ(cqe int, opts *CQOptions) (*CQ, error) {
 	if o.Batch <= 0 {
 		o.Batch = 32
 	}
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.NewCQ"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()
@@ -264,7 +264,7 @@ func (c *Context) NewCQ(cqe int, opts *CQOptions) (*CQ, error) {
 		if o.Channel.ctx != c {
 			return nil, invalid("completion channel of another device")
 		}
-		if err := o.Channel.n.use(); err != nil {
+		if err := o.Channel.n.use("Context.NewCQ"); err != nil {
 			return nil, err
 		}
 		defer o.Channel.n.unuse()
@@ -344,7 +344,7 @@ func (cq *CQ) Poll(wcs []WC) (int, error) { return cq.poll(wcs, 1) }
 // poll is Poll whose first ibv_poll_cq is tried up to polls times in one
 // cgo call.
 func (cq *CQ) poll(wcs []WC, polls int) (int, error) {
-	if err := cq.n.use(); err != nil {
+	if err := cq.n.use("CQ.Poll"); err != nil {
 		return 0, err
 	}
 	defer cq.n.unuse()
@@ -440,7 +440,7 @@ func (cq *CQ) SpinWith(ctx context.Context, wcs []WC, mu sync.Locker) (int, erro
 // ReqNotify arms the CQ so that the next completion (the next solicited one
 // if solicitedOnly) raises an event on its channel. Wait does this itself.
 func (cq *CQ) ReqNotify(solicitedOnly bool) error {
-	if err := cq.n.use(); err != nil {
+	if err := cq.n.use("CQ.ReqNotify"); err != nil {
 		return err
 	}
 	defer cq.n.unuse()

@@ -237,7 +237,7 @@ func (a *DeviceAttr) HasAtomics() bool { return a.AtomicCap != AtomicNone }
 // provider reports them. Errors wrap ErrClosed or the errno of
 // ibv_query_device_ex.
 func (c *Context) QueryDevice() (*DeviceAttr, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.QueryDevice"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()
@@ -353,7 +353,7 @@ func LinkGbps(width, speed uint8) float64 {
 // QueryPort returns the attributes of port (ports count from 1). Errors wrap
 // ErrClosed or the errno of ibv_query_port (EINVAL for a bad port).
 func (c *Context) QueryPort(port int) (*PortAttr, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.QueryPort"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()
@@ -428,7 +428,7 @@ type GIDEntry struct {
 // GIDs returns every valid GID table entry of every port, with its type and
 // network device. Errors wrap ErrClosed or the errno of ibv_query_gid_table.
 func (c *Context) GIDs() ([]GIDEntry, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.GIDs"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()

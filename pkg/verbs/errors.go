@@ -197,7 +197,20 @@ func (e *WCError) Error() string {
 func (e *WCError) Unwrap() error { return e.Status }
 
 // closedErr builds an ErrClosed error naming the object kind.
-func closedErr(what string) error { return fmt.Errorf("%w: %s", ErrClosed, what) }
+func closedErr(what string) error { return &closedError{kind: what} }
+
+// closedError is a call (op) on a closed object of kind; it matches
+// ErrClosed.
+type closedError struct{ op, kind string }
+
+func (e *closedError) Error() string {
+	if e.op == "" {
+		return "verbs: use of closed " + e.kind
+	}
+	return "verbs: " + e.op + ": use of closed " + e.kind
+}
+
+func (e *closedError) Is(target error) bool { return target == ErrClosed }
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)

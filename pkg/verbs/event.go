@@ -114,7 +114,7 @@ func (c *Context) readAsync() {
 
 // readAsyncEvent waits for and acknowledges the device's next event.
 func (c *Context) readAsyncEvent() (AsyncEvent, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.WaitAsyncEvent"); err != nil {
 		return AsyncEvent{Type: EventNone}, err
 	}
 	defer c.n.unuse()

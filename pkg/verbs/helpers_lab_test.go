@@ -43,16 +43,16 @@ func openDev(t testing.TB) *verbs.Context {
 }
 
 type endOpts struct {
-	typ     verbs.QPType
-	size    int
-	sendWR  int
-	recvWR  int
-	sge     int
-	inline  int
-	srq     *verbs.SRQ
-	pd      *verbs.PD
-	channel bool
-	access  verbs.Access // of the region; AccessAll if zero
+	typ    verbs.QPType
+	size   int
+	sendWR int
+	recvWR int
+	sge    int
+	inline int
+	srq    *verbs.SRQ
+	pd     *verbs.PD
+
+	access verbs.Access // of the region; AccessAll if zero
 }
 
 func newEnd(t testing.TB, ctx *verbs.Context, o endOpts) *end {

@@ -119,11 +119,11 @@ func (pd *PD) regMR(buf *Buffer, mem []byte, access Access, owned *Buffer) (*MR,
 			return nil, fmt.Errorf("%w: on-demand paging (device %s reports no ODP)", ErrNotSupported, pd.ctx.name)
 		}
 	}
-	if err := buf.n.use(); err != nil {
+	if err := buf.n.use("PD.RegMR"); err != nil {
 		return nil, err
 	}
 	defer buf.n.unuse()
-	if err := pd.n.use(); err != nil {
+	if err := pd.n.use("PD.RegMR"); err != nil {
 		return nil, err
 	}
 	defer pd.n.unuse()
@@ -230,7 +230,7 @@ func (pd *PD) AllocMW(typ MWType) (*MW, error) {
 	if typ != MWType1 && typ != MWType2 {
 		return nil, invalid("memory window type %d", typ)
 	}
-	if err := pd.n.use(); err != nil {
+	if err := pd.n.use("PD.AllocMW"); err != nil {
 		return nil, err
 	}
 	defer pd.n.unuse()

@@ -36,13 +36,14 @@ func (n *node) init(kind string, destroy func() error) {
 	n.done = make(chan struct{})
 }
 
-// use locks the node for a call into C. It returns ErrClosed when the
-// object is closed; otherwise the caller must call n.mu.RUnlock.
-func (n *node) use() error {
+// use locks the node for a call into C; op names the call for the error.
+// It returns an error wrapping ErrClosed when the object is closed;
+// otherwise the caller must call n.unuse.
+func (n *node) use(op string) error {
 	n.mu.RLock()
 	if n.closed {
 		n.mu.RUnlock()
-		return closedErr(n.kind)
+		return &closedError{op: op, kind: n.kind}
 	}
 	return nil
 }
@@ -57,7 +58,7 @@ func (n *node) attach(parents ...*node) error {
 		p.kidsMu.Lock()
 		if p.closing {
 			p.kidsMu.Unlock()
-			return closedErr(p.kind)
+			return &closedError{op: "attach to " + p.kind, kind: p.kind}
 		}
 		p.kids = append(p.kids, n)
 		p.kidsMu.Unlock()

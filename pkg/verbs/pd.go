@@ -19,7 +19,7 @@ type PD struct {
 // AllocPD allocates a protection domain. Errors wrap ErrClosed or the errno
 // of ibv_alloc_pd.
 func (c *Context) AllocPD() (*PD, error) {
-	if err := c.n.use(); err != nil {
+	if err := c.n.use("Context.AllocPD"); err != nil {
 		return nil, err
 	}
 	defer c.n.unuse()

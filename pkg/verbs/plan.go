@@ -41,7 +41,7 @@ func (qp *QP) NewSendPlan(wrs ...SendWR) (*SendPlan, error) {
 	if len(wrs) == 0 {
 		return nil, invalid("a send plan needs at least one work request")
 	}
-	if err := qp.n.use(); err != nil {
+	if err := qp.n.use("QP.NewSendPlan"); err != nil {
 		return nil, err
 	}
 	defer qp.n.unuse()
@@ -90,7 +90,7 @@ func (p *SendPlan) Len() int { return len(p.wrs) }
 // plan or its QP closed), ErrWrongState, or a *PostError from the provider
 // (ENOMEM, a full send queue, matches ErrQueueFull).
 func (p *SendPlan) Post() error {
-	if err := p.n.use(); err != nil {
+	if err := p.n.use("SendPlan.Post"); err != nil {
 		return err
 	}
 	if st := p.qp.postState(QPState.canSend); !st.canSend() {
@@ -180,7 +180,7 @@ func (p *SendPlan) Close() error { return p.n.close() }
 // use locks the plan's C memory for a Set method (the caller unlocks it)
 // and checks i.
 func (p *SendPlan) use(i int) error {
-	if err := p.n.use(); err != nil {
+	if err := p.n.use("SendPlan.Set"); err != nil {
 		return err
 	}
 	if i < 0 || i >= len(p.wrs) {

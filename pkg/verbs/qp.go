@@ -153,7 +153,7 @@ func (pd *PD) newQP(attr *QPInitAttr, cmid *CMID) (*QP, error) {
 		users = append(users, &attr.SRQ.n)
 	}
 	for i, u := range users {
-		if err := u.use(); err != nil {
+		if err := u.use("PD.NewQP"); err != nil {
 			for _, v := range users[:i] {
 				v.unuse()
 			}
@@ -353,7 +353,7 @@ const (
 )
 
 func (qp *QP) modify(to QPState, a *C.struct_ibv_qp_attr, mask C.int) error {
-	if err := qp.n.use(); err != nil {
+	if err := qp.n.use("ibv_modify_qp"); err != nil {
 		return err
 	}
 	defer qp.n.unuse()
@@ -498,7 +498,7 @@ type QPAttr struct {
 // Query asks the device for the QP's current attributes, and refreshes the
 // state State reports. Errors wrap ErrClosed or the errno of ibv_query_qp.
 func (qp *QP) Query() (*QPAttr, error) {
-	if err := qp.n.use(); err != nil {
+	if err := qp.n.use("QP.Query"); err != nil {
 		return nil, err
 	}
 	defer qp.n.unuse()
@@ -531,7 +531,7 @@ func (qp *QP) postState(allows func(QPState) bool) QPState {
 }
 
 func (qp *QP) refreshState() {
-	if qp.n.use() != nil {
+	if qp.n.use("QP.refreshState") != nil {
 		return
 	}
 	defer qp.n.unuse()
@@ -647,7 +647,7 @@ type AH struct {
 // ibv_create_ah (for RoCE, a missing GRH or an unreachable GID gives
 // EINVAL or ENETUNREACH).
 func (pd *PD) NewAH(a AHAttr) (*AH, error) {
-	if err := pd.n.use(); err != nil {
+	if err := pd.n.use("PD.NewAH"); err != nil {
 		return nil, err
 	}
 	defer pd.n.unuse()

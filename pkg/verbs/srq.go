@@ -43,7 +43,7 @@ func (pd *PD) NewSRQ(a SRQAttr) (*SRQ, error) {
 	if a.MaxSGE < 1 {
 		a.MaxSGE = 1
 	}
-	if err := pd.n.use(); err != nil {
+	if err := pd.n.use("PD.NewSRQ"); err != nil {
 		return nil, err
 	}
 	defer pd.n.unuse()
@@ -96,7 +96,7 @@ func (srq *SRQ) MaxWR() int { return srq.maxWR }
 // when fewer than limit receive requests remain. Errors wrap ErrClosed or
 // the errno of ibv_modify_srq.
 func (srq *SRQ) Arm(limit int) error {
-	if err := srq.n.use(); err != nil {
+	if err := srq.n.use("SRQ.Arm"); err != nil {
 		return err
 	}
 	defer srq.n.unuse()
@@ -114,7 +114,7 @@ func (srq *SRQ) PostRecv(wrs ...RecvWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
-	if err := srq.n.use(); err != nil {
+	if err := srq.n.use("SRQ.PostRecv"); err != nil {
 		return err
 	}
 	defer srq.n.unuse()

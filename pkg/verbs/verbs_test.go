@@ -210,7 +210,7 @@ func TestNodeTree(t *testing.T) {
 			t.Fatalf("order %v, want %v", order, want)
 		}
 	}
-	if err := qp.use(); !errors.Is(err, ErrClosed) {
+	if err := qp.use("test"); !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
 	}
 	if err := mk("late").attach(ctx); !errors.Is(err, ErrClosed) {
@@ -236,7 +236,7 @@ func TestNodeConcurrentClose(t *testing.T) {
 			go func() { defer wg.Done(); p.close() }()
 			go func() {
 				defer wg.Done()
-				if k.use() == nil {
+				if k.use("test") == nil {
 					k.unuse()
 				}
 				k.close()

@@ -242,7 +242,7 @@ func (qp *QP) postSend(wrs []SendWR) error {
 	if len(wrs) == 0 {
 		return nil
 	}
-	if err := qp.n.use(); err != nil {
+	if err := qp.n.use("QP.PostSend"); err != nil {
 		return err
 	}
 	defer qp.n.unuse()
@@ -330,7 +330,7 @@ func (h *holds) hold(n *node) error {
 			return nil
 		}
 	}
-	if err := n.use(); err != nil {
+	if err := n.use("QP.PostSend"); err != nil {
 		return err
 	}
 	if h.n < len(h.fixed) {
@@ -416,7 +416,7 @@ func (qp *QP) PostRecv(wrs ...RecvWR) error {
 	if qp.srq != nil {
 		return invalid("QP %d receives from an SRQ; post to the SRQ", qp.qpn)
 	}
-	if err := qp.n.use(); err != nil {
+	if err := qp.n.use("QP.PostRecv"); err != nil {
 		return err
 	}
 	defer qp.n.unuse()
@@ -549,7 +549,7 @@ func (qp *QP) BindMWs(binds []MWBind) error {
 // bindMW posts ibv_bind_mw for a type 1 window (length 0: an unbind).
 func (qp *QP) bindMW(mw *MW, mr *MR, addr, length uint64, access Access, id uint64, flags SendFlags) (uint32, error) {
 	for _, n := range []*node{&qp.n, &mw.n, &mr.n} {
-		if err := n.use(); err != nil {
+		if err := n.use("QP.BindMW"); err != nil {
 			return 0, err
 		}
 		defer n.unuse()
