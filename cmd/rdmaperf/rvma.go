@@ -70,7 +70,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 	if client {
 		port++
 	}
-	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, port), &rvma.Options{Stripes: 1, Counting: cfg.Counting})
+	ep, err := rvma.Listen(ctx, netip.AddrPortFrom(ip, port), &rvma.EndpointOptions{Stripes: 1, Counting: cfg.Counting})
 	if err != nil {
 		return err
 	}
@@ -177,14 +177,14 @@ func (b *rvmaBench) runSize(ctx context.Context, size int, out io.Writer) error 
 	if b.cfg.NoGuard {
 		opts.Guard = rvma.GuardNone
 	}
-	w, err := b.ep.InitWindow(mb, opts)
+	w, err := b.ep.InitWindow(mb, &opts)
 	if err != nil {
 		return err
 	}
 	defer w.Close()
 	posted := make([]*rvma.Posted, len(b.bufs))
 	for i, m := range b.bufs {
-		if posted[i], err = w.Post(m[:threshold], nil); err != nil {
+		if posted[i], err = w.Post(ctx, m[:threshold], nil); err != nil {
 			return err
 		}
 	}
@@ -281,7 +281,7 @@ func (b *rvmaBench) lat(ctx context.Context, mb rvma.Mailbox, size int, posted [
 		}
 		p := held
 		held = nil
-		return p.Release()
+		return p.Release(ctx)
 	}
 	for i := 0; i < iters; i++ {
 		if !b.client {
@@ -559,7 +559,7 @@ func (b *rvmaBench) drain(ctx context.Context, size int, posted []*rvma.Posted) 
 				return fmt.Errorf("epoch %d, put %d: %w", rec.Epoch, k, err)
 			}
 		}
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			return err
 		}
 	}

@@ -87,7 +87,7 @@ func receive(ctx context.Context, addr string, mb rvma.Mailbox, threshold uint64
 		return err
 	}
 	defer ep.Close()
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Threshold: threshold})
+	w, err := ep.InitWindow(mb, &rvma.WindowOptions{Threshold: threshold})
 	if err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func receive(ctx context.Context, addr string, mb rvma.Mailbox, threshold uint64
 	}
 	var posted []*rvma.Posted
 	for i := 0; i < buffers; i++ {
-		p, err := w.Post(mem[i*size:(i+1)*size], nil)
+		p, err := w.Post(ctx, mem[i*size:(i+1)*size], nil)
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func receive(ctx context.Context, addr string, mb rvma.Mailbox, threshold uint64
 		}
 		data := p.Bytes()[:rec.Len]
 		fmt.Printf("epoch %d complete: addr %#x, %d bytes in %d puts, flags %v\n  %q\n", rec.Epoch, rec.Addr, rec.Len, rec.Ops, rec.Flags, data)
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			return err
 		}
 	}

@@ -125,14 +125,6 @@ func (b *bounce) close() {
 	b.mu.Unlock()
 }
 
-// lent reports the chunks lent and not given back, and the chunks in all.
-func (b *bounce) lent() (lent, all int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	all = len(b.slabs) * bounceSlab
-	return all - len(b.free), all
-}
-
 // chunkStack is a stack of free chunk indexes.
 type chunkStack []int
 

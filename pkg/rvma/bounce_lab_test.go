@@ -37,7 +37,7 @@ func TestLabEndpointPutFromGoMemory(t *testing.T) {
 		total += sizes[i]
 	}
 	const mb = rvma.Mailbox(0xB0B0)
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{})
+	w, err := ep.InitWindow(mb, &rvma.WindowOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestLabEndpointPutFromGoMemory(t *testing.T) {
 			t.Fatalf("round %d: %d of %d bounce chunks lent by puts waiting for a buffer, want all %d", round, lent, all, rvma.BounceMax)
 		}
 		// One-time, so that Release does not post it again for the next round.
-		p, err := w.Post(mem, &rvma.PostOptions{OneTime: true})
+		p, err := w.Post(ctx, mem, &rvma.PostOptions{OneTime: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +84,7 @@ func TestLabEndpointPutFromGoMemory(t *testing.T) {
 				}
 			}
 		}
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if lent, _ := rvma.BounceLent(ep); lent != 0 {

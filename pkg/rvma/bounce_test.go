@@ -45,3 +45,11 @@ func TestBounceRefuses(t *testing.T) {
 		t.Fatalf("after close: %d of %d chunks lent", lent, all)
 	}
 }
+
+// lent reports the chunks lent and not given back, and the chunks in all.
+func (b *bounce) lent() (lent, all int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	all = len(b.slabs) * bounceSlab
+	return all - len(b.free), all
+}

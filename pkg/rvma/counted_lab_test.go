@@ -23,7 +23,7 @@ import (
 )
 
 func TestLabEndpointCounted(t *testing.T) {
-	ep := labListen(t, 7476, &rvma.Options{Stripes: 4, Counting: rvma.CountModule})
+	ep := labListen(t, 7476, &rvma.EndpointOptions{Stripes: 4, Counting: rvma.CountModule})
 	if got := ep.Counting(); got != rvma.CountModule {
 		t.Fatalf("Counting() = %v, want module", got)
 	}
@@ -74,7 +74,7 @@ func TestLabEndpointCounted(t *testing.T) {
 			if c, ok := p.Completion().Load(); !ok || c != rec {
 				t.Fatalf("completion pointer %+v %v, want %+v", c, ok, rec)
 			}
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -181,7 +181,7 @@ func TestLabEndpointCounted(t *testing.T) {
 				t.Fatalf("epoch %d: %+v %v", epoch, rec, err)
 			}
 			clear(p.Bytes())
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}

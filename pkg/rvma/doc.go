@@ -15,7 +15,7 @@
 // sees a buffer address or key.
 //
 //	ep, err := rvma.Listen(ctx, netip.MustParseAddrPort("10.77.0.1:7471"), nil)
-//	w, err := ep.InitWindow(0x11FF0011, rvma.WindowOptions{Threshold: 4096})
+//	w, err := ep.InitWindow(0x11FF0011, &rvma.WindowOptions{Threshold: 4096})
 //	mem, err := ep.Alloc(4096)
 //	p, err := w.Post(mem, nil)
 //	rec, err := p.Wait(ctx) // after a peer's ep.Put(ctx, addr, 0x11FF0011, 0, data)
@@ -58,8 +58,27 @@
 // Prometheus metrics. cmd/rvmacat is a small program built on this package
 // (a receiver printing completed epochs, a sender putting its input).
 //
+// Conventions. Options are passed as pointers (*EndpointOptions,
+// *WindowOptions, *PostOptions): nil, like a zero field, means the
+// default each field states. Every call that waits, or sends on the
+// network, takes a context.Context (Listen, Window.Post, Posted.Release,
+// Window.IncEpoch, Posted.Wait, Posted.Spin, Endpoint.Put,
+// Endpoint.PutAsync, PutOp.Wait, Endpoint.Get); a context that has already
+// ended fails the call before it does anything, and one that ends while
+// the call waits ends the wait. Post and Release only send (an entry
+// update to the window's senders) and never wait for the network. Close
+// (Endpoint.Close, Window.Close) takes none, does not wait for peers, and
+// returns nil when called again. The endpoint's own timeout
+// (EndpointOptions.DialTimeout) is reported as os.ErrDeadlineExceeded
+// (with ErrPeerGone), never as context.DeadlineExceeded, which only the
+// caller's context produces.
+//
 // Every error this package returns wraps one of the sentinel errors
 // (ErrClosed, ErrNoBuffer, ErrTooLarge, ErrStale, ErrMailboxClosed,
-// ErrNoMailbox, ErrPeerGone, ErrInvalid); test with errors.Is. A failed put
-// is a *PutError saying where it went and which epoch it targeted.
+// ErrNoMailbox, ErrPeerGone, ErrInvalid, ErrFailed, ErrDevice), or is the
+// error of a context the caller passed (context.Canceled or
+// context.DeadlineExceeded, possibly wrapped); test with errors.Is.
+// Errors from the verbs layer or the kernel module are wrapped too (with
+// ErrDevice where nothing more precise applies). A failed put is a
+// *PutError saying where it went and which epoch, if any, it targeted.
 package rvma

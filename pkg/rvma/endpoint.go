@@ -21,7 +21,7 @@ import (
 // addresses or keys. Its methods are safe for concurrent use.
 type Endpoint struct {
 	addr netip.AddrPort
-	opts Options
+	opts EndpointOptions
 	e    *engine
 
 	listener *verbs.CMID
@@ -100,28 +100,32 @@ const (
 
 // Listen creates an endpoint listening on addr, which must be an address
 // of an RDMA device (RoCE: an IP address of the netdev under it) with a
-// non-zero port. Errors wrap ErrInvalid (bad address or options),
-// verbs.ErrNotSupported (no memory windows on the device) or the verbs
-// error of the step that failed (binding, listening, allocating).
-func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoint, err error) {
-	var o Options
+// non-zero port, configured by opts (nil: the defaults of
+// EndpointOptions). A ctx that has ended fails it before it does anything;
+// Listen does not wait on the network. Errors wrap ErrInvalid (bad address
+// or options), ErrDevice with the verbs error of the step that failed
+// (binding, listening, opening or allocating on the device; with
+// verbs.ErrNotSupported for a device without memory windows), or ctx's
+// error.
+func Listen(ctx context.Context, addr netip.AddrPort, opts *EndpointOptions) (_ *Endpoint, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
+	}
+	var o EndpointOptions
 	if opts != nil {
 		o = *opts
 	}
 	if o, err = o.normalize(); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	if !addr.IsValid() || addr.Port() == 0 || addr.Addr().IsUnspecified() {
 		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, invalidf("need a device's IP address and a port"))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
 	}
 	ep := &Endpoint{addr: addr, opts: o, links: map[netip.AddrPort]*link{}, accepted: map[uint64]*link{},
 		byQPN: map[uint32]*stripe{}, dialing: map[uint32]*link{}, retired: map[uint32]*stripe{}, puts: map[uint64]*PutOp{}, gets: map[uint32]*getOp{}, queues: map[putKey][]*PutOp{}, subs: map[uint32][]subscriber{}, owed: map[uint32][]subscriber{}, noticeVia: map[subscriber]*link{},
 		lateOut: map[uint64]lateSend{}}
 	if ep.listener, err = verbs.NewCMID(verbs.PSTCP); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	defer func() {
 		if err != nil {
@@ -132,21 +136,21 @@ func Listen(ctx context.Context, addr netip.AddrPort, opts *Options) (_ *Endpoin
 		}
 	}()
 	if err = ep.listener.Listen(addr, 64); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	dev, err := ep.listener.Context()
 	if err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	if ep.e, err = newEngine(dev, false, net.IP(addr.Addr().Unmap().AsSlice()), engineOptions{Spin: o.Spin, onFail: ep.failed,
 		counting: o.Counting, records: o.Records}); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	if ep.viewMR, err = ep.e.pd.AllocMR(viewSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: view table: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: view table: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	if ep.ctrlMR, err = ep.e.pd.AllocMR(wire.EntrySize, verbs.AccessLocalWrite); err != nil {
-		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, err)
+		return nil, fmt.Errorf("rvma: listen on %v: %w", addr, sentinelOr(ErrDevice, err))
 	}
 	ep.views = make([]*remoteView, viewSlots)
 	for i := viewSlots - 1; i >= 0; i-- {
@@ -165,8 +169,8 @@ func (ep *Endpoint) Addr() netip.AddrPort { return ep.addr }
 // Alloc returns n bytes of registered memory, outside the Go heap, that
 // windows accept as buffers and puts send without a copy. It lives until
 // the endpoint is closed; the slice must not be used after that. Errors
-// wrap ErrClosed, ErrInvalid (n <= 0) or the verbs error of the
-// registration.
+// wrap ErrClosed, ErrFailed, ErrInvalid (n <= 0) or ErrDevice with the
+// verbs error of the registration (RLIMIT_MEMLOCK is the usual limit).
 func (ep *Endpoint) Alloc(n int) ([]byte, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("rvma: alloc %d bytes: %w", n, invalidf("size must be positive"))
@@ -176,22 +180,28 @@ func (ep *Endpoint) Alloc(n int) ([]byte, error) {
 	}
 	mem, err := ep.e.alloc(n)
 	if err != nil {
-		return nil, fmt.Errorf("rvma: alloc %d bytes: %w", n, err)
+		return nil, fmt.Errorf("rvma: alloc %d bytes: %w", n, sentinelOr(ErrDevice, err))
 	}
 	return mem, nil
 }
 
-// InitWindow opens a window on mailbox mb (the paper's RVMA_Init_window).
-// Senders can put to it as soon as a buffer is posted. Errors wrap
-// ErrClosed or ErrInvalid (the mailbox already has a window, every slot is
-// in use, or bad options).
-func (ep *Endpoint) InitWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
+// InitWindow opens a window on mailbox mb (the paper's RVMA_Init_window),
+// configured by opts (nil: the defaults of WindowOptions). Senders can put
+// to it as soon as a buffer is posted. It sends nothing on the network.
+// Errors wrap ErrClosed, ErrFailed, ErrInvalid (the mailbox already has a
+// window, MaxWindows are open or lingering, or bad options) or ErrDevice
+// (the kernel module refused a counted window).
+func (ep *Endpoint) InitWindow(mb Mailbox, opts *WindowOptions) (*Window, error) {
+	var o WindowOptions
+	if opts != nil {
+		o = *opts
+	}
 	if err := ep.use(); err != nil {
 		return nil, err
 	}
-	w, err := ep.e.initWindow(mb, opts)
+	w, err := ep.e.initWindow(mb, o)
 	if err != nil {
-		return nil, fmt.Errorf("rvma: init window %v: %w", mb, err)
+		return nil, fmt.Errorf("rvma: init window %v: %w", mb, sentinelOr(ErrDevice, err))
 	}
 	return w, nil
 }
@@ -264,7 +274,7 @@ type EndpointStats struct {
 	StalePuts     uint64 // this endpoint's puts refused as stale
 	LinkFailures  uint64 // links that ended other than by this endpoint's Close: the peer disconnected or died, or an error
 	Rejected      uint64 // connection requests refused (not RVMA, bad hello)
-	LatePuts      uint64 // this endpoint's puts that receivers reported as late (Options.OnLate)
+	LatePuts      uint64 // this endpoint's puts that receivers reported as late (EndpointOptions.OnLate)
 	LostNotices   uint64 // entry updates, and reports of late or refused puts, that could not be sent to their peer and will not be (its link failed, a queue overflowed)
 	Notices       uint64 // entry updates pushed to subscribers (each one post on the wire)
 	BufferWaits   uint64 // times one of this endpoint's puts found no buffer posted for its epoch in its view and waited for the receiver's next entry update

@@ -45,13 +45,17 @@ type GetResult struct {
 // ErrInvalid or ctx's error. After an error the contents of into are
 // undefined.
 func (ep *Endpoint) Get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epoch, off uint64, into []byte) (GetResult, error) {
-	res, err := ep.get(ctx, dst, mb, epoch, off, into)
+	var res GetResult
+	err := ctx.Err() // an ended ctx fails Get before it does anything
+	if err == nil {
+		res, err = ep.get(ctx, dst, mb, epoch, off, into)
+	}
 	if err != nil {
 		e := "last"
 		if epoch != LastEpoch {
 			e = fmt.Sprint(epoch)
 		}
-		return res, fmt.Errorf("rvma: get of %d bytes at offset %d of epoch %s of %v on %v: %w", len(into), off, e, mb, dst, err)
+		return res, fmt.Errorf("rvma: get of %d bytes at offset %d of epoch %s of %v on %v: %w", len(into), off, e, mb, dst, sentinelOr(ErrDevice, err))
 	}
 	return res, nil
 }

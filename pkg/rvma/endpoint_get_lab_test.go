@@ -24,7 +24,7 @@ import (
 )
 
 func TestLabEndpointGet(t *testing.T) {
-	ep := labListen(t, 7481, &rvma.Options{Stripes: 2})
+	ep := labListen(t, 7481, &rvma.EndpointOptions{Stripes: 2})
 	self := ep.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -166,7 +166,7 @@ func TestLabEndpointGet(t *testing.T) {
 // put stripes in the error state under the sender's puts, which are
 // issued again on the replacements).
 func TestLabEndpointGetRacesRecycling(t *testing.T) {
-	ep := labListen(t, 7482, &rvma.Options{Stripes: 2})
+	ep := labListen(t, 7482, &rvma.EndpointOptions{Stripes: 2})
 	self := ep.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -192,7 +192,7 @@ func TestLabEndpointGetRacesRecycling(t *testing.T) {
 				err = errors.New("epoch handed over with the wrong bytes")
 			}
 			if err == nil {
-				err = p.Release()
+				err = p.Release(ctx)
 			}
 			if err != nil {
 				errc <- err

@@ -28,7 +28,7 @@ import (
 	"github.com/rdmaplus/rdmaplus/test/softroce/labenv"
 )
 
-func labListen(t *testing.T, port uint16, opts *rvma.Options) *rvma.Endpoint {
+func labListen(t *testing.T, port uint16, opts *rvma.EndpointOptions) *rvma.Endpoint {
 	t.Helper()
 	labenv.Device(t)
 	addr := netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), port)
@@ -53,7 +53,7 @@ func labListen(t *testing.T, port uint16, opts *rvma.Options) *rvma.Endpoint {
 // the first n of an arena of size buffers that it also returns.
 func openPosted(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, o rvma.WindowOptions, n, size, bufLen int) (*rvma.Window, []byte, []*rvma.Posted) {
 	t.Helper()
-	w, err := ep.InitWindow(mb, o)
+	w, err := ep.InitWindow(mb, &o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func openPosted(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, o rvma.WindowO
 	}
 	var posted []*rvma.Posted
 	for i := 0; i < n; i++ {
-		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		p, err := w.Post(context.Background(), arena[i*bufLen:(i+1)*bufLen], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func pattern(n int, seed byte) []byte {
 }
 
 func TestLabEndpointLoopback(t *testing.T) {
-	ep := labListen(t, 7471, &rvma.Options{Stripes: 4})
+	ep := labListen(t, 7471, &rvma.EndpointOptions{Stripes: 4})
 	self := ep.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -145,7 +145,7 @@ func TestLabEndpointLoopback(t *testing.T) {
 			if c, ok := p.Completion().Load(); !ok || c != rec {
 				t.Fatalf("%s: completion pointer %+v %v, want %+v", name, c, ok, rec)
 			}
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			epoch++
@@ -188,7 +188,7 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 	// A window with nothing posted: the put waits for a buffer until its
 	// deadline, then fails with ErrNoBuffer; one posted later is filled.
 	const mb = rvma.Mailbox(0x2)
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	w, err := ep.InitWindow(mb, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 		t.Fatalf("put completed without a buffer: %v", op.Err())
 	default:
 	}
-	p, err := w.Post(mem, nil)
+	p, err := w.Post(ctx, mem, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,9 +222,9 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 
 	// IncEpoch hands over a partial buffer with its true length.
 	const mb3 = rvma.Mailbox(0x3)
-	w3, _ := ep.InitWindow(mb3, rvma.WindowOptions{Threshold: 4096})
+	w3, _ := ep.InitWindow(mb3, &rvma.WindowOptions{Threshold: 4096})
 	mem3, _ := ep.Alloc(4096)
-	p3, _ := w3.Post(mem3, nil)
+	p3, _ := w3.Post(ctx, mem3, nil)
 	if err := ep.Put(ctx, self, mb3, 100, []byte("partial")); err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +259,9 @@ func TestLabEndpointNoBufferAndClose(t *testing.T) {
 		t.Fatalf("receiver counted %d NACKs", n)
 	}
 	const mb4 = rvma.Mailbox(0x4)
-	w4, _ := ep.InitWindow(mb4, rvma.WindowOptions{CloseMode: rvma.CloseSilent})
+	w4, _ := ep.InitWindow(mb4, &rvma.WindowOptions{CloseMode: rvma.CloseSilent})
 	mem4, _ := ep.Alloc(4096)
-	w4.Post(mem4, nil)
+	w4.Post(ctx, mem4, nil)
 	if err := ep.Put(ctx, self, mb4, 0, []byte("before")); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +299,7 @@ func TestLabEndpointCloseUnderUse(t *testing.T) {
 	go func() { _, err := posted[2].Wait(ctx); errs <- err }()
 	// Puts waiting for a buffer of a window that has none.
 	const empty = rvma.Mailbox(0x8)
-	if _, err := ep.InitWindow(empty, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1}); err != nil {
+	if _, err := ep.InitWindow(empty, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ops := make([]*rvma.PutOp, 16)
@@ -359,12 +359,12 @@ func TestLabEndpointReopenAndLinger(t *testing.T) {
 	isClosed := func(err error) bool { return errors.Is(err, rvma.ErrMailboxClosed) }
 
 	const mb = rvma.Mailbox(0x5)
-	w1, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	w1, err := ep.InitWindow(mb, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mem1, _ := ep.Alloc(4096)
-	p1, _ := w1.Post(mem1, nil)
+	p1, _ := w1.Post(ctx, mem1, nil)
 	if err := ep.Put(ctx, self, mb, 0, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
@@ -375,12 +375,12 @@ func TestLabEndpointReopenAndLinger(t *testing.T) {
 	putUntil(mb, []byte("late"), "closed window", isClosed)
 
 	// Reopened while lingering: puts reach the new window.
-	w2, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+	w2, err := ep.InitWindow(mb, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
 	if err != nil {
 		t.Fatalf("init on a lingering mailbox: %v", err)
 	}
 	mem2, _ := ep.Alloc(4096)
-	p2, _ := w2.Post(mem2, nil)
+	p2, _ := w2.Post(ctx, mem2, nil)
 	// Until the old window's last notice arrives, the sender may still
 	// see it closed.
 	isNil := func(err error) bool { return err == nil }
@@ -400,12 +400,12 @@ func TestLabEndpointReopenAndLinger(t *testing.T) {
 	// cycle, and no slot stays behind.
 	w2.Close()
 	for i := 0; i < 40; i++ {
-		w, err := ep.InitWindow(mb, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
+		w, err := ep.InitWindow(mb, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 1})
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
 		m, _ := ep.Alloc(64)
-		p, _ := w.Post(m, nil)
+		p, _ := w.Post(ctx, m, nil)
 		want := []byte{'c', byte(i)}
 		putUntil(mb, want, "cycle", isNil)
 		if rec, err := p.Wait(ctx); err != nil || !bytes.Equal(m[:2], want) || rec.Ops != 1 {
@@ -425,12 +425,12 @@ func TestLabEndpointReopenAndLinger(t *testing.T) {
 		{Kind: rvma.EpochOps, Threshold: 1, Linger: -1, Guard: rvma.GuardNone},
 	} {
 		mbL := rvma.Mailbox(0x6)
-		w, err := ep.InitWindow(mbL, o)
+		w, err := ep.InitWindow(mbL, &o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m, _ := ep.Alloc(64)
-		p, _ := w.Post(m, nil)
+		p, _ := w.Post(ctx, m, nil)
 		if err := ep.Put(ctx, self, mbL, 0, []byte("x")); err != nil {
 			t.Fatal(err)
 		}
@@ -457,7 +457,7 @@ func TestLabEndpointMisuse(t *testing.T) {
 	if _, err := rvma.Listen(ctx, netip.MustParseAddrPort("0.0.0.0:7473"), nil); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("unspecified address: %v", err)
 	}
-	if _, err := rvma.Listen(ctx, netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 7473), &rvma.Options{Stripes: 99}); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := rvma.Listen(ctx, netip.AddrPortFrom(netip.MustParseAddr(labenv.Addr()), 7473), &rvma.EndpointOptions{Stripes: 99}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("99 stripes: %v", err)
 	}
 	ep := labListen(t, 7473, nil)
@@ -467,32 +467,32 @@ func TestLabEndpointMisuse(t *testing.T) {
 	if _, err := ep.Alloc(0); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("Alloc(0): %v", err)
 	}
-	w, _ := ep.InitWindow(9, rvma.WindowOptions{})
-	if _, err := ep.InitWindow(9, rvma.WindowOptions{}); !errors.Is(err, rvma.ErrInvalid) {
+	w, _ := ep.InitWindow(9, &rvma.WindowOptions{})
+	if _, err := ep.InitWindow(9, &rvma.WindowOptions{}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("second window on a mailbox: %v", err)
 	}
-	if _, err := w.Post(make([]byte, 64), nil); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := w.Post(ctx, make([]byte, 64), nil); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("post of Go memory: %v", err)
 	}
-	if _, err := w.Post(nil, nil); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := w.Post(ctx, nil, nil); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("post of nothing: %v", err)
 	}
-	wt, _ := ep.InitWindow(10, rvma.WindowOptions{Threshold: 500})
+	wt, _ := ep.InitWindow(10, &rvma.WindowOptions{Threshold: 500})
 	small, _ := ep.Alloc(100)
-	if _, err := wt.Post(small, nil); !errors.Is(err, rvma.ErrTooLarge) {
+	if _, err := wt.Post(ctx, small, nil); !errors.Is(err, rvma.ErrTooLarge) {
 		t.Fatalf("threshold beyond the buffer: %v", err)
 	}
-	if _, err := ep.InitWindow(11, rvma.WindowOptions{Kind: rvma.EpochOps}); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := ep.InitWindow(11, &rvma.WindowOptions{Kind: rvma.EpochOps}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("ops window without a threshold: %v", err)
 	}
-	if _, err := ep.InitWindow(12, rvma.WindowOptions{Counting: 7}); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := ep.InitWindow(12, &rvma.WindowOptions{Counting: 7}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("counting 7: %v", err)
 	}
-	if _, err := ep.InitWindow(12, rvma.WindowOptions{Counting: rvma.CountModule, Guard: rvma.GuardNone}); !errors.Is(err, rvma.ErrInvalid) {
+	if _, err := ep.InitWindow(12, &rvma.WindowOptions{Counting: rvma.CountModule, Guard: rvma.GuardNone}); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("CountModule with GuardNone: %v", err)
 	}
 	// CountModule needs an endpoint the module counts.
-	_, err := ep.InitWindow(12, rvma.WindowOptions{Counting: rvma.CountModule})
+	_, err := ep.InitWindow(12, &rvma.WindowOptions{Counting: rvma.CountModule})
 	if module := ep.Counting() == rvma.CountModule; module && err != nil || !module && !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("CountModule on an endpoint counting with %v: %v", ep.Counting(), err)
 	}
@@ -518,15 +518,15 @@ func TestLabEndpointMisuse(t *testing.T) {
 // rewind ring, Spin, waits across Close, and many goroutines waiting and
 // releasing while puts stream in.
 func TestLabEndpointWindowAPI(t *testing.T) {
-	ep := labListen(t, 7474, &rvma.Options{Stripes: 2})
+	ep := labListen(t, 7474, &rvma.EndpointOptions{Stripes: 2})
 	self := ep.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
 	const mb = rvma.Mailbox(0x51)
-	w, _ := ep.InitWindow(mb, rvma.WindowOptions{Keep: 1})
+	w, _ := ep.InitWindow(mb, &rvma.WindowOptions{Keep: 1})
 	mem, _ := ep.Alloc(256 + 64)
-	p, err := w.Post(mem[:256], nil)
+	p, err := w.Post(ctx, mem[:256], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,13 +548,13 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	}
 	// Released while in the rewind ring: kept; the next epoch pushes it
 	// out and it is re-posted, and Wait refers to its new epoch.
-	if err := p.Release(); err != nil {
+	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Release(); !errors.Is(err, rvma.ErrInvalid) {
+	if err := p.Release(ctx); !errors.Is(err, rvma.ErrInvalid) {
 		t.Fatalf("double release: %v", err)
 	}
-	q, _ := w.Post(mem[256:], &rvma.PostOptions{OneTime: true})
+	q, _ := w.Post(ctx, mem[256:], &rvma.PostOptions{OneTime: true})
 	if err := ep.Put(ctx, self, mb, 0, pattern(64, 3)); err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +585,7 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	if s := w.Stats(); s.EpochsCompleted != 3 || s.Held != 2 || s.Posted != 0 {
 		t.Fatalf("stats %+v", s)
 	}
-	if err := q.Release(); err != nil {
+	if err := q.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Wait(ctx); !errors.Is(err, rvma.ErrInvalid) {
@@ -593,9 +593,9 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	}
 
 	// Waits across Close; the window refuses everything afterwards.
-	w2, _ := ep.InitWindow(0x52, rvma.WindowOptions{})
+	w2, _ := ep.InitWindow(0x52, &rvma.WindowOptions{})
 	m2, _ := ep.Alloc(100)
-	p2, _ := w2.Post(m2, nil)
+	p2, _ := w2.Post(ctx, m2, nil)
 	ep.Put(ctx, self, 0x52, 0, []byte("some"))
 	waitErr := make(chan error, 1)
 	go func() { _, err := p2.Wait(ctx); waitErr <- err }()
@@ -609,7 +609,7 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	if r, _ := p2.Load(); r.Len != 4 || r.Flags&rvma.FlagClosed == 0 {
 		t.Fatalf("record of the closed buffer: %+v", r)
 	}
-	if _, err := w2.Post(m2, nil); !errors.Is(err, rvma.ErrClosed) {
+	if _, err := w2.Post(ctx, m2, nil); !errors.Is(err, rvma.ErrClosed) {
 		t.Fatal(err)
 	}
 	if _, err := w2.IncEpoch(ctx); !errors.Is(err, rvma.ErrClosed) {
@@ -624,13 +624,13 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 	// have been seen exactly once. The slow waiter may release its buffer
 	// after Close: its next Wait must return ErrClosed, not block.
 	const epochs = 50
-	w3, _ := ep.InitWindow(0x53, rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 4, Keep: 2})
+	w3, _ := ep.InitWindow(0x53, &rvma.WindowOptions{Kind: rvma.EpochOps, Threshold: 4, Keep: 2})
 	m3, _ := ep.Alloc(4 * 64)
 	var wg sync.WaitGroup
 	var seenMu sync.Mutex
 	seen := map[uint64]int{}
 	for i := 0; i < 4; i++ {
-		p, err := w3.Post(m3[i*64:(i+1)*64], nil)
+		p, err := w3.Post(ctx, m3[i*64:(i+1)*64], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -655,7 +655,7 @@ func TestLabEndpointWindowAPI(t *testing.T) {
 				if i == 0 {
 					time.Sleep(3 * time.Millisecond)
 				}
-				if err := p.Release(); err != nil {
+				if err := p.Release(ctx); err != nil {
 					t.Error(err)
 					return
 				}
@@ -743,7 +743,7 @@ func checkMetrics(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, want map[str
 // the module counts describes all 23 (Entry.Through) and pushes once every
 // 22 epochs, while one the library counts still describes MaxDescs.
 func TestLabEndpointNotices(t *testing.T) {
-	ep := labListen(t, 7478, &rvma.Options{Stripes: 2})
+	ep := labListen(t, 7478, &rvma.EndpointOptions{Stripes: 2})
 	for i, buffers := range []int{wire.MaxDescs + 1, 24} {
 		t.Run(fmt.Sprintf("%d buffers", buffers), func(t *testing.T) {
 			labNotices(t, ep, rvma.Mailbox(0xABCD0077+i), buffers)
@@ -755,7 +755,7 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const size, epochs = 64, 80
-	w, err := ep.InitWindow(mb, rvma.WindowOptions{Threshold: size})
+	w, err := ep.InitWindow(mb, &rvma.WindowOptions{Threshold: size})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -766,7 +766,7 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 	}
 	var posted []*rvma.Posted
 	for i := 0; i < buffers; i++ {
-		p, err := w.Post(arena[i*size:(i+1)*size], nil)
+		p, err := w.Post(ctx, arena[i*size:(i+1)*size], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -786,7 +786,7 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 		if rec.Epoch != uint64(gen) || rec.Len != uint64(len(want)) || !bytes.Equal(p.Bytes()[:len(want)], want) {
 			t.Fatalf("epoch %d: record %+v, bytes %x; want %d bytes %x", gen, rec, p.Bytes()[:len(want)], len(want), want)
 		}
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -812,7 +812,7 @@ func labNotices(t *testing.T, ep *rvma.Endpoint, mb rvma.Mailbox, buffers int) {
 	if _, err := w.IncEpoch(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := posted[0].Release(); err != nil {
+	if err := posted[0].Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	gen++

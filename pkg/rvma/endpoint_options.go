@@ -8,14 +8,18 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/kmod"
 )
 
-// Options configure an endpoint.
-type Options struct {
+// EndpointOptions configure an endpoint (Listen); nil or a zero field means the default stated with the field.
+type EndpointOptions struct {
 	// Stripes is the number of RC connections of each link this endpoint
 	// dials (1 if 0, at most MaxStripes). Puts are spread over them
 	// round-robin, so with more than one they can arrive in another order
 	// than they were issued; counting does not depend on the order.
 	Stripes int
-	// DialTimeout bounds connecting a link (10 s if 0).
+	// DialTimeout bounds connecting a link, and replacing one of its
+	// stripes (10 s if 0). A dial that takes longer fails the puts and
+	// Gets waiting for it with an error wrapping ErrPeerGone and
+	// os.ErrDeadlineExceeded, never context.DeadlineExceeded, which only
+	// a caller's own context produces.
 	DialTimeout time.Duration
 	// NoRetryStale makes a put refused as stale fail with ErrStale instead
 	// of being re-issued on the window's next epoch. Without it a put is
@@ -42,7 +46,7 @@ type Options struct {
 	Records int
 }
 
-func (o Options) normalize() (Options, error) {
+func (o EndpointOptions) normalize() (EndpointOptions, error) {
 	if o.Stripes == 0 {
 		o.Stripes = 1
 	}
@@ -61,7 +65,7 @@ func (o Options) normalize() (Options, error) {
 	return o, nil
 }
 
-// MaxStripes bounds Options.Stripes.
+// MaxStripes bounds EndpointOptions.Stripes.
 const MaxStripes = 16
 
 // Counting says who counts the puts of an endpoint's windows.
@@ -96,7 +100,7 @@ func (c Counting) String() string {
 }
 
 // DefaultRecords is the number of completion records an endpoint whose
-// windows the module counts allocates (Options.Records): 64 bytes each.
+// windows the module counts allocates (EndpointOptions.Records): 64 bytes each.
 const DefaultRecords = 8192
 
 // LateReport is a receiver's report that puts from this endpoint landed

@@ -58,8 +58,12 @@ func (op *PutOp) Err() error {
 }
 
 // Wait waits for the put to complete and returns its outcome (a
-// *PutError) or, if ctx ends first, ctx's error; the put itself goes on.
+// *PutError) or, if ctx ends first (or had ended before the call), ctx's
+// error; the put itself goes on.
 func (op *PutOp) Wait(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := await(ctx, op.ep.e, op.done); err != nil {
 		return err
 	}
@@ -80,11 +84,11 @@ func (op *PutOp) finishInDoubt(err error) { op.end(err, true) }
 func (op *PutOp) end(err error, inDoubt bool) {
 	op.once.Do(func() {
 		if err != nil {
-			var epoch uint64
 			op.ep.mu.Lock()
-			epoch = op.gen
+			epoch, chosen := op.gen, op.st != nil // set together when the put was handed to the NIC
 			op.ep.mu.Unlock()
-			op.err = &PutError{Dest: op.dst.String(), Mailbox: op.mb, Offset: op.off, Len: op.n, Epoch: epoch, Err: err}
+			op.err = &PutError{Dest: op.dst.String(), Mailbox: op.mb, Offset: op.off, Len: op.n,
+				Epoch: epoch, HasEpoch: chosen, Err: sentinelOr(ErrDevice, err)}
 		}
 		op.ep.e.dropCopy(op.cp, inDoubt)
 		close(op.done)
@@ -109,26 +113,45 @@ func (ep *Endpoint) Put(ctx context.Context, dst netip.AddrPort, mb Mailbox, off
 // which costs far more than the copy (EndpointStats.CopyRegistrations
 // counts them). Large or frequent puts should come from Alloc memory.
 //
-// The put targets the window's current epoch as this endpoint sees it; it
-// dials the peer and resolves the mailbox on first use, and if the window
-// has no buffer posted it waits for one until ctx ends. Its error (a
-// *PutError) wraps ErrNoMailbox (no window with that address),
-// ErrMailboxClosed (the window was closed; the receiver counts the NACK),
-// ErrTooLarge (off+len beyond the target buffer; nothing sent), ErrNoBuffer
-// (ctx ended while no buffer was posted), ErrStale (the epoch completed
-// before the put landed and Options.NoRetryStale is set; nothing of the
-// put reached a buffer already handed over), ErrPeerGone (the link
-// failed; a put that was on the wire then may have been placed, and is
-// not issued again: the receiver's count tells), ErrClosed (this endpoint
-// closed) or ctx's error. A put to a
-// window closed with CloseSilent succeeds without writing anything. A put
-// already on the wire when the window closes is refused like a stale one:
-// ErrStale with NoRetryStale, otherwise ErrMailboxClosed once its retry
-// sees the close. A put that lands after its epoch's threshold but before
-// hand-over succeeds (its bytes are in the epoch); the receiver reports it
-// afterwards (Options.OnLate).
+// The put dials the peer and resolves the mailbox on first use, and if
+// the window has no buffer posted it waits for one until ctx ends. It
+// chooses its epoch when it is handed to the NIC: the window's current
+// epoch as this endpoint sees it then (the epoch after those the
+// receiver said completed and those this endpoint's own puts filled). Puts
+// from this endpoint to one mailbox are handed to the NIC one at a time,
+// and calls that do not overlap (one returned before the next began, as
+// on one goroutine) in the order of the calls, so they fill epochs in
+// that order; of overlapping calls from several goroutines, whichever
+// reaches the mailbox's view first goes first. A put refused as stale
+// and re-issued chooses again: a later epoch. A ctx that has ended fails
+// the put before it does anything; ctx bounds the waits above, not the
+// put's flight once it is on the wire.
+//
+// Its error (a *PutError) wraps ErrNoMailbox (no window with that
+// address), ErrMailboxClosed (the window was closed; the receiver counts
+// the NACK), ErrTooLarge (off+len beyond the target buffer; nothing sent),
+// ErrNoBuffer (ctx ended while no buffer was posted), ErrStale (the epoch
+// completed before the put landed and EndpointOptions.NoRetryStale is set;
+// nothing of the put reached a buffer already handed over), ErrPeerGone
+// (the link failed, or could not be dialled within
+// EndpointOptions.DialTimeout; a put that was on the wire then may have
+// been placed, and is not issued again: the receiver's count tells),
+// ErrClosed (this endpoint closed), ErrFailed (this endpoint failed),
+// ErrInvalid (a put above 2 GiB, or an empty one to a window the kernel
+// module counts), ErrDevice (a copy of src could not be registered, or
+// the send could not be posted) or ctx's error. A put to a window closed
+// with CloseSilent succeeds without writing anything. A put already on the
+// wire when the window closes is refused like a stale one: ErrStale with
+// NoRetryStale, otherwise ErrMailboxClosed once its retry sees the close.
+// A put that lands after its epoch's threshold but before hand-over
+// succeeds (its bytes are in the epoch); the receiver reports it
+// afterwards (EndpointOptions.OnLate).
 func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox, off uint64, src []byte) *PutOp {
 	op := &PutOp{ep: ep, ctx: ctx, dst: dst, mb: mb, off: off, n: len(src), done: make(chan struct{})}
+	if err := ctx.Err(); err != nil {
+		op.finish(err)
+		return op
+	}
 	if err := ep.use(); err != nil {
 		op.finish(err)
 		return op

@@ -124,7 +124,7 @@ type engineOptions struct {
 	// onFail is told, on a goroutine of its own, of the first failure
 	// of a bind, an unbind or a receive post (nil: nobody).
 	onFail func(error)
-	// counting and records: Options.Counting and Options.Records.
+	// counting and records: EndpointOptions.Counting and EndpointOptions.Records.
 	counting Counting
 	records  int
 }
@@ -409,7 +409,7 @@ func (e *engine) addrOf(mem []byte) (uint64, error) {
 // lingering on mb is freed first.
 func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 	if opts.Counting == CountModule && e.mod == nil {
-		return nil, invalidf("the window asks for CountModule, but the library counts this endpoint's puts (Options.Counting, or no kernel module)")
+		return nil, invalidf("the window asks for CountModule, but the library counts this endpoint's puts (EndpointOptions.Counting, or no kernel module)")
 	}
 	if _, _, old, ok := e.table.Lookup(mb); ok && old != nil {
 		old.mu.Lock()
@@ -702,14 +702,6 @@ func (e *engine) flushPushes() {
 	}
 }
 
-// descRemote is what a sender needs to RDMA READ the entry of slot.
-func (e *engine) descRemote(slot uint32) verbs.Remote {
-	r := e.descMR.Remote()
-	r.Addr += uint64(slot) * wire.EntrySize
-	r.Len = wire.EntrySize
-	return r
-}
-
 // next waits for completions and returns them with pollMu held (the
 // caller handles them, then unlocks); on an error pollMu is not held.
 func (e *engine) next(ctx context.Context, wcs []verbs.WC) (int, error) {
@@ -720,7 +712,7 @@ func (e *engine) next(ctx context.Context, wcs []verbs.WC) (int, error) {
 }
 
 // progress is the engine's one loop: it sleeps on the CQ (or spins, with
-// Options.Spin), handles receive and bind completions alike, and while
+// EndpointOptions.Spin), handles receive and bind completions alike, and while
 // binds are outstanding keeps polling for a short while instead of going
 // back to sleep (on rxe a bind completes within the ibv_bind_mw call, so
 // the unbind an arrival caused is usually there at once).

@@ -87,13 +87,13 @@ func TestLabEngine(t *testing.T) {
 	}
 	var posted []*Posted
 	for i := 0; i < 3; i++ {
-		p, err := w.Post(arena[i*bufLen:(i+1)*bufLen], nil)
+		p, err := w.Post(context.Background(), arena[i*bufLen:(i+1)*bufLen], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		posted = append(posted, p)
 	}
-	if _, err := w.Post(make([]byte, 64), nil); !errors.Is(err, ErrInvalid) {
+	if _, err := w.Post(context.Background(), make([]byte, 64), nil); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Go heap memory posted: %v", err)
 	}
 
@@ -150,7 +150,7 @@ func TestLabEngine(t *testing.T) {
 			t.Fatalf("epoch %d: wrong bytes", ep)
 		}
 		if ep < epochs-1 {
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -218,7 +218,7 @@ func TestLabEngineLatency(t *testing.T) {
 		small, _ := e.alloc(4 * 4096)
 		var lp []*Posted
 		for i := 0; i < 4; i++ {
-			p, _ := lw.Post(small[i*4096:i*4096+64], nil)
+			p, _ := lw.Post(context.Background(), small[i*4096:i*4096+64], nil)
 			lp = append(lp, p)
 		}
 		lview := newSenderView(mb, lw.incarnation)
@@ -271,7 +271,7 @@ func TestLabEngineLatency(t *testing.T) {
 			if wc := snd.side.wait(id); wc.Err() != nil {
 				t.Fatal(wc.Err())
 			}
-			if err := p.Release(); err != nil {
+			if err := p.Release(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -1,14 +1,16 @@
 package rvma
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
-// Sentinel errors. Every error of this package wraps one of them; test with
-// errors.Is.
+// Sentinel errors. Every error of this package wraps one of them, or is
+// (or wraps) the error of a context the caller passed that ended; test
+// with errors.Is.
 var (
 	// ErrClosed is returned when an endpoint or window is used after Close,
 	// and by waits that were pending when the window closed.
@@ -44,7 +46,37 @@ var (
 	// are down, and every window handed its pending buffers over with
 	// FlagFailed. Only Close is left to do; Endpoint.Err says why.
 	ErrFailed = errors.New("rvma: endpoint failed")
+	// ErrDevice is returned when the RDMA device, its driver or the
+	// kernel refused what a call needed: Listen could not bind, listen,
+	// open the device or allocate on it (also wrapped with
+	// verbs.ErrNotSupported for a device without memory windows), Alloc or
+	// a put or Get from memory outside Alloc could not register memory
+	// (the locked-memory limit, RLIMIT_MEMLOCK, is the usual cause), a
+	// send could not be posted, or the kernel module refused a counted
+	// window or is not loaded for EndpointOptions.Counting CountModule.
+	// The verbs or kmod error is wrapped too. The endpoint goes on: unlike
+	// ErrFailed, ErrDevice does not mean that it stopped.
+	ErrDevice = errors.New("rvma: the device or the kernel refused")
 )
+
+// sentinels are the errors every error of this package wraps one of.
+var sentinels = [...]error{ErrClosed, ErrNoBuffer, ErrTooLarge, ErrStale, ErrMailboxClosed,
+	ErrNoMailbox, ErrPeerGone, ErrInvalid, ErrFailed, ErrDevice}
+
+// sentinelOr returns err if it wraps a sentinel of this package or a
+// context's error, and otherwise err wrapped in fallback (an error from
+// verbs or kmod that nothing wrapped yet). It only runs on error paths.
+func sentinelOr(fallback, err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", fallback, err)
+}
 
 // invalidf returns an error wrapping ErrInvalid.
 func invalidf(format string, args ...any) error {
@@ -76,20 +108,30 @@ func nackErr(r wire.NackReason) error {
 // PutError describes a failed put: where it went and which epoch it
 // targeted. Err is the cause; it wraps one of the sentinel errors
 // (ErrStale, ErrTooLarge, ErrNoBuffer, ErrMailboxClosed, ErrNoMailbox,
-// ErrPeerGone, ErrClosed), so errors.Is works on a *PutError.
+// ErrPeerGone, ErrClosed, ErrFailed, ErrInvalid, ErrDevice) or the error
+// of the put's context, so errors.Is works on a *PutError.
 type PutError struct {
 	Dest    string  // the destination endpoint's address
 	Mailbox Mailbox // the mailbox address
 	Offset  uint64  // the offset into the buffer
 	Len     int     // the put's length in bytes
-	Epoch   uint64  // the epoch the put targeted (0 if none was chosen)
-	Err     error
+	// Epoch is the epoch the put last targeted, when HasEpoch says it
+	// chose one: a put chooses its epoch when it is handed to the NIC,
+	// and one that failed before (dialling, resolving, waiting for a
+	// buffer, refused locally) has none, and Epoch 0.
+	Epoch    uint64
+	HasEpoch bool
+	Err      error
 }
 
 // Error describes the put and its cause.
 func (e *PutError) Error() string {
-	return fmt.Sprintf("rvma: put of %d bytes at offset %d to %v on %s (epoch %d): %v",
-		e.Len, e.Offset, e.Mailbox, e.Dest, e.Epoch, e.Err)
+	epoch := "no epoch chosen"
+	if e.HasEpoch {
+		epoch = fmt.Sprintf("epoch %d", e.Epoch)
+	}
+	return fmt.Sprintf("rvma: put of %d bytes at offset %d to %v on %s (%s): %v",
+		e.Len, e.Offset, e.Mailbox, e.Dest, epoch, e.Err)
 }
 
 // Unwrap returns the cause.

@@ -48,7 +48,7 @@ func Example_put() {
 	}
 	defer rx.Close()
 	const mailbox = rvma.Mailbox(0x11FF0011)
-	w, err := rx.InitWindow(mailbox, rvma.WindowOptions{Threshold: 11}) // an epoch is 11 bytes
+	w, err := rx.InitWindow(mailbox, &rvma.WindowOptions{Threshold: 11}) // an epoch is 11 bytes
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func Example_put() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	p, err := w.Post(mem, nil)
+	p, err := w.Post(ctx, mem, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func ExampleWindowOptions_share() {
 	defer rx.Close()
 	const mailbox = rvma.Mailbox(0x4A10)
 	// An epoch is 10 bytes: 5 from each sender.
-	w, err := rx.InitWindow(mailbox, rvma.WindowOptions{Threshold: 10, Share: 5})
+	w, err := rx.InitWindow(mailbox, &rvma.WindowOptions{Threshold: 10, Share: 5})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func ExampleWindowOptions_share() {
 	}
 	var posted []*rvma.Posted
 	for i := 0; i < 3; i++ {
-		p, err := w.Post(mem[i*10:(i+1)*10], nil)
+		p, err := w.Post(ctx, mem[i*10:(i+1)*10], nil)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func ExampleNewCollector() {
 		log.Fatal(err)
 	}
 	defer ep.Close()
-	if _, err := ep.InitWindow(0x42, rvma.WindowOptions{}); err != nil {
+	if _, err := ep.InitWindow(0x42, &rvma.WindowOptions{}); err != nil {
 		log.Fatal(err)
 	}
 

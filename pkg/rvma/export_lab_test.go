@@ -5,6 +5,9 @@ package rvma
 import (
 	"flag"
 	"fmt"
+
+	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
 // countingFlag selects who counts in the lab tests that listen through
@@ -27,8 +30,8 @@ func LabCounting() Counting {
 
 // WithLabCounting returns opts (or new Options) with Counting set from
 // -rvma.counting unless the test chose one.
-func WithLabCounting(opts *Options) *Options {
-	var o Options
+func WithLabCounting(opts *EndpointOptions) *EndpointOptions {
+	var o EndpointOptions
 	if opts != nil {
 		o = *opts
 	}
@@ -44,3 +47,11 @@ func BounceLent(ep *Endpoint) (lent, all int) { return ep.e.bounce.lent() }
 
 // BounceMax is the most bounce chunks an endpoint registers.
 const BounceMax = bounceSlab * bounceMaxSlabs
+
+// descRemote is what a sender needs to RDMA READ the entry of slot.
+func (e *engine) descRemote(slot uint32) verbs.Remote {
+	r := e.descMR.Remote()
+	r.Addr += uint64(slot) * wire.EntrySize
+	r.Len = wire.EntrySize
+	return r
+}

@@ -27,9 +27,9 @@ import (
 
 func TestLabEndpointFailed(t *testing.T) {
 	labenv.Device(t)
-	ep := guestListen(t, guestPort+40, &Options{Stripes: 1})
+	ep := guestListen(t, guestPort+40, &EndpointOptions{Stripes: 1})
 	const mb = Mailbox(0xFA11ED)
-	w, err := ep.InitWindow(mb, WindowOptions{Kind: EpochBytes})
+	w, err := ep.InitWindow(mb, &WindowOptions{Kind: EpochBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +37,11 @@ func TestLabEndpointFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p0, err := w.Post(mem[:4096], nil)
+	p0, err := w.Post(context.Background(), mem[:4096], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p1, err := w.Post(mem[4096:], nil)
+	p1, err := w.Post(context.Background(), mem[4096:], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +85,9 @@ func TestLabEndpointFailed(t *testing.T) {
 	}
 	for what, err := range map[string]error{
 		"Put":        ep.Put(ctx, ep.Addr(), mb, 0, first),
-		"InitWindow": func() error { _, err := ep.InitWindow(mb+1, WindowOptions{}); return err }(),
+		"InitWindow": func() error { _, err := ep.InitWindow(mb+1, &WindowOptions{}); return err }(),
 		"Alloc":      func() error { _, err := ep.Alloc(4096); return err }(),
-		"Post":       func() error { _, err := w.Post(mem[:4096], nil); return err }(),
+		"Post":       func() error { _, err := w.Post(ctx, mem[:4096], nil); return err }(),
 		"IncEpoch":   func() error { _, err := w.IncEpoch(ctx); return err }(),
 	} {
 		if !errors.Is(err, ErrFailed) {
@@ -117,7 +117,7 @@ func untilBindFails(ctx context.Context, t *testing.T, ep *Endpoint, mb Mailbox,
 		t.Fatal(err)
 	}
 	full := bytes.Repeat([]byte{0x5A}, 4096)
-	if err := ps[0].Release(); err != nil {
+	if err := ps[0].Release(ctx); err != nil {
 		t.Fatalf("Release of epoch 0: %v", err)
 	}
 	for epoch := uint64(1); epoch <= 20; epoch++ {
@@ -127,18 +127,18 @@ func untilBindFails(ctx context.Context, t *testing.T, ep *Endpoint, mb Mailbox,
 		if putErr != nil || err != nil || r.Epoch != epoch || r.Len != 4096 || !bytes.Equal(p.Bytes(), full) {
 			t.Fatalf("epoch %d without binds: put %v, Wait %+v, %v", epoch, putErr, r, err)
 		}
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			t.Fatalf("Release of epoch %d: %v", epoch, err)
 		}
 	}
 	if ep.Err() != nil {
 		t.Fatalf("the endpoint failed without a bind: %v", ep.Err())
 	}
-	lw, err := ep.InitWindow(mb+2, WindowOptions{Kind: EpochBytes, Counting: CountLibrary})
+	lw, err := ep.InitWindow(mb+2, &WindowOptions{Kind: EpochBytes, Counting: CountLibrary})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lw.Post(extra, nil); err != nil && !errors.Is(err, ErrFailed) {
+	if _, err := lw.Post(ctx, extra, nil); err != nil && !errors.Is(err, ErrFailed) {
 		t.Fatalf("Post to a window the library counts: %v", err)
 	}
 	// The endpoint fails every window: the next epoch is handed over

@@ -45,7 +45,7 @@ const (
 // only IncEpoch ends an epoch and a put placed twice shows in its count.
 func flushWindow(t *testing.T, b *Endpoint) (*Window, []*Posted) {
 	t.Helper()
-	w, err := b.InitWindow(flushMB, WindowOptions{Threshold: flushBuf})
+	w, err := b.InitWindow(flushMB, &WindowOptions{Threshold: flushBuf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func flushWindow(t *testing.T, b *Endpoint) (*Window, []*Posted) {
 	}
 	var pb []*Posted
 	for r := 0; r <= flushRounds; r++ {
-		p, err := w.Post(mem[r*flushBuf:(r+1)*flushBuf], nil)
+		p, err := w.Post(context.Background(), mem[r*flushBuf:(r+1)*flushBuf], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -149,7 +149,7 @@ func TestLabFlushInDoubt(t *testing.T) {
 	labenv.Device(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	a := guestListen(t, guestPort+60, &Options{Stripes: 1})
+	a := guestListen(t, guestPort+60, &EndpointOptions{Stripes: 1})
 	b := guestListen(t, guestPort+61, nil)
 	w, pb := flushWindow(t, b)
 	inDoubt := 0
@@ -203,7 +203,7 @@ func TestLabGuestsFlushInDoubt(t *testing.T) {
 		flushAfterCheck(t, ctx, w, pb[flushRounds])
 		t.Logf("%d slots filled over %d rounds of %d puts", filled, flushRounds, flushSlots)
 	case 2:
-		a := guestListen(t, guestPort+63, &Options{Stripes: 1})
+		a := guestListen(t, guestPort+63, &EndpointOptions{Stripes: 1})
 		barrier(labenv.Wait, "ready", 0)
 		succeeded, inDoubt := 0, 0
 		for r := 0; r < flushRounds; r++ {

@@ -46,7 +46,7 @@ func guestAddr(t *testing.T, i int, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(netip.MustParseAddr(a), port)
 }
 
-func guestListen(t *testing.T, port uint16, opts *Options) *Endpoint {
+func guestListen(t *testing.T, port uint16, opts *EndpointOptions) *Endpoint {
 	t.Helper()
 	idx, _ := labenv.Index()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -116,7 +116,7 @@ func postOrdering(t *testing.T, ep *Endpoint, w *Window) []*Posted {
 	}
 	var posted []*Posted
 	for i := 0; i < 3; i++ {
-		p, err := w.Post(arena[i*total:(i+1)*total], nil)
+		p, err := w.Post(context.Background(), arena[i*total:(i+1)*total], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,16 +209,16 @@ func TestLabGuests(t *testing.T) {
 }
 
 func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(string)) {
-	ep := guestListen(t, guestPort, &Options{Stripes: 4})
+	ep := guestListen(t, guestPort, &EndpointOptions{Stripes: 4})
 
 	// Ordering: a trace of every DATA arrival for the windows, one that
 	// counts bytes and one that counts operations.
 	sizes, _, total := orderSizes()
-	wo, err := ep.InitWindow(mbOrder, WindowOptions{Threshold: uint64(total)})
+	wo, err := ep.InitWindow(mbOrder, &WindowOptions{Threshold: uint64(total)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	wops, err := ep.InitWindow(mbOpsOrd, WindowOptions{Kind: EpochOps, Threshold: 8})
+	wops, err := ep.InitWindow(mbOpsOrd, &WindowOptions{Kind: EpochOps, Threshold: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +239,11 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 
 	// Several senders, one epoch: each sender's share at its own offset.
 	senders := guests - 1
-	ws, _ := ep.InitWindow(mbShared, WindowOptions{Threshold: uint64(senders * share)})
+	ws, _ := ep.InitWindow(mbShared, &WindowOptions{Threshold: uint64(senders * share)})
 	sharedMem, _ := ep.Alloc(2 * senders * share)
 	var sharedPosted []*Posted
 	for i := 0; i < 2; i++ {
-		p, err := ws.Post(sharedMem[i*senders*share:(i+1)*senders*share], nil)
+		p, err := ws.Post(ctx, sharedMem[i*senders*share:(i+1)*senders*share], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 			if !bytes.Equal(p.Bytes(), patterned(total, seed+e)) {
 				t.Fatalf("%s ordering epoch %d: bytes differ", kind, e)
 			}
-			p.Release()
+			p.Release(ctx)
 		}
 		if ep.Counting() == CountModule {
 			// The module counts without telling the library of each
@@ -325,7 +325,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 				t.Fatalf("shared epoch %d: sender %d's bytes differ", e, s+2)
 			}
 		}
-		p.Release()
+		p.Release(ctx)
 		signal(fmt.Sprintf("rvma-shared-%d", e))
 	}
 	t.Logf("%d senders filled %d epochs together: counts and bytes right", senders, sharedEpochs)
@@ -337,9 +337,9 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	// one, so the poller sees a buffer still missing bytes; RVMA's record
 	// comes when every byte is there.
 	_, _, ptotal := pollSizes()
-	wp, _ := ep.InitWindow(mbPoll, WindowOptions{Threshold: uint64(ptotal)})
+	wp, _ := ep.InitWindow(mbPoll, &WindowOptions{Threshold: uint64(ptotal)})
 	pollMem, _ := ep.Alloc(ptotal)
-	pp, err := wp.Post(pollMem, nil)
+	pp, err := wp.Post(ctx, pollMem, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 			premature++
 		}
 		clear(pollMem)
-		pp.Release()
+		pp.Release(ctx)
 	}
 	if premature == 0 {
 		t.Fatalf("last-byte polling never completed early over 4 stripes: the test proves nothing")
@@ -386,11 +386,11 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	t.Logf("last-byte polling saw the buffer complete early in %d of %d epochs", premature, pollRounds)
 
 	// Stale: epoch 0 completes while the senders' views are kept old.
-	wst, _ := ep.InitWindow(mbStale, WindowOptions{Threshold: 4096, Keep: 2})
+	wst, _ := ep.InitWindow(mbStale, &WindowOptions{Threshold: 4096, Keep: 2})
 	staleMem, _ := ep.Alloc(3 * 4096)
 	var stalePosted []*Posted
 	for i := 0; i < 3; i++ {
-		p, _ := wst.Post(staleMem[i*4096:(i+1)*4096], nil)
+		p, _ := wst.Post(ctx, staleMem[i*4096:(i+1)*4096], nil)
 		stalePosted = append(stalePosted, p)
 	}
 	signal("rvma-stale-ready")
@@ -431,9 +431,9 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 
 	// A sender killed mid-epoch: the receiver takes the partial buffer
 	// with IncEpoch.
-	wd, _ := ep.InitWindow(mbDies, WindowOptions{Threshold: 8192})
+	wd, _ := ep.InitWindow(mbDies, &WindowOptions{Threshold: 8192})
 	dieMem, _ := ep.Alloc(8192)
-	pd, _ := wd.Post(dieMem, nil)
+	pd, _ := wd.Post(ctx, dieMem, nil)
 	failures := ep.Stats().LinkFailures
 	signal("rvma-dies-ready")
 	wait("rvma-dies-gone")
@@ -491,13 +491,13 @@ func TestLabChildReceiver(t *testing.T) {
 		return
 	}
 	ep := guestListen(t, guestPort+2, nil)
-	if _, err := ep.InitWindow(mbGone, WindowOptions{}); err != nil {
+	if _, err := ep.InitWindow(mbGone, &WindowOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// A window whose one buffer never completes (a threshold of puts far
 	// beyond the test's), so the sender's puts keep landing in it until
 	// this process dies.
-	w, err := ep.InitWindow(mbStream, WindowOptions{Kind: EpochOps, Threshold: 1 << 40})
+	w, err := ep.InitWindow(mbStream, &WindowOptions{Kind: EpochOps, Threshold: 1 << 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -505,7 +505,7 @@ func TestLabChildReceiver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Post(mem, nil); err != nil {
+	if _, err := w.Post(context.Background(), mem, nil); err != nil {
 		t.Fatal(err)
 	}
 	fmt.Println("child-ready")
@@ -529,7 +529,7 @@ func TestLabChildSender(t *testing.T) {
 }
 
 func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal func(string)) {
-	ep := guestListen(t, guestPort, &Options{Stripes: 4})
+	ep := guestListen(t, guestPort, &EndpointOptions{Stripes: 4})
 	dst := guestAddr(t, 1, guestPort)
 	wait("rvma-receiver-ready")
 
@@ -578,8 +578,8 @@ func sender(t *testing.T, ctx context.Context, idx, guests int, wait, signal fun
 
 	// Stale, from two more endpoints of this guest: one that fails stale
 	// puts, one that retries them.
-	strict := guestListen(t, guestPort+1, &Options{Stripes: 2, NoRetryStale: true})
-	retry := guestListen(t, guestPort+3, &Options{Stripes: 2})
+	strict := guestListen(t, guestPort+1, &EndpointOptions{Stripes: 2, NoRetryStale: true})
+	retry := guestListen(t, guestPort+3, &EndpointOptions{Stripes: 2})
 	wait("rvma-stale-ready")
 	if err := strict.Put(ctx, dst, mbStale, 4095, []byte{1}); err != nil { // resolves; 1 byte into epoch 0
 		t.Fatal(err)

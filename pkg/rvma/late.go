@@ -191,7 +191,7 @@ func (l *link) takeReport(seq uint32) bool {
 // puts of its into a counted window of this endpoint as stale (a REFUSED
 // control message on l): the module counts packets, not puts, and sees
 // none of the puts the NIC refused for a dead key, so the window counts
-// what its senders report (Stats.Stale).
+// what its senders report (WindowStats.Stale).
 func (ep *Endpoint) refusedReport(l *link, m wire.Ctrl) {
 	if !l.takeReport(m.Seq) {
 		return // delivered before its stripe failed, then sent again

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -216,13 +217,39 @@ func (l *link) failure() error {
 	return l.err
 }
 
+// errDialTimeout is the cause of a dial's context once
+// EndpointOptions.DialTimeout has passed. It wraps os.ErrDeadlineExceeded,
+// not context.DeadlineExceeded: the timeout is the endpoint's, and a
+// caller testing its own context's end must not mistake it for that.
+var errDialTimeout = fmt.Errorf("dial timed out (EndpointOptions.DialTimeout): %w", os.ErrDeadlineExceeded)
+
+// dialContext returns the context a dial runs under: the endpoint's,
+// bounded by EndpointOptions.DialTimeout.
+func (ep *Endpoint) dialContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ep.ctx, ep.opts.DialTimeout, errDialTimeout)
+}
+
+// dialErr is err, the failure of a dial under ctx (dialContext), as the
+// puts waiting on the link see it: errDialTimeout when the dial timed
+// out, ErrClosed when the endpoint is closing, instead of the context's
+// errors, which would read as the caller's own context ending.
+func dialErr(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if context.Cause(ctx) == errDialTimeout {
+		return fmt.Errorf("%w (%v)", errDialTimeout, err)
+	}
+	return fmt.Errorf("endpoint closing: %w (%v)", ErrClosed, err)
+}
+
 // dialLink connects every stripe of l in turn.
 func (ep *Endpoint) dialLink(l *link) {
-	ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+	ctx, cancel := ep.dialContext()
 	defer cancel()
 	for i := range l.stripes {
 		if err := ep.dialStripe(ctx, l, i); err != nil {
-			l.fail(errPeer(l.peer, fmt.Errorf("dial stripe %d: %w", i, err)), false)
+			l.fail(errPeer(l.peer, fmt.Errorf("dial stripe %d: %w", i, dialErr(ctx, err))), false)
 			return
 		}
 	}
@@ -739,17 +766,17 @@ func (st *stripe) broken(cause error) {
 		return
 	}
 	ep.spawnLocked(func() {
-		ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
+		ctx, cancel := ep.dialContext()
 		defer cancel()
 		if err := ep.dialStripe(ctx, l, st.idx); err != nil {
-			l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and could not be replaced: %w", st.idx, cause, err)), false)
+			l.fail(errPeer(l.peer, fmt.Errorf("stripe %d failed (%v) and could not be replaced: %w", st.idx, cause, dialErr(ctx, err))), false)
 		}
 	})
 }
 
 // replaceWait is how long the accepting side of a link waits for the
 // dialer to replace a failed stripe before it fails the link: twice what
-// the dialer may take to dial (Options.DialTimeout).
+// the dialer may take to dial (EndpointOptions.DialTimeout).
 func (ep *Endpoint) replaceWait() time.Duration { return 2 * ep.opts.DialTimeout }
 
 // awaitReplacement fails st's link unless the dialer replaces st within

@@ -22,7 +22,7 @@ import (
 
 func TestLabLostControl(t *testing.T) {
 	labenv.Device(t)
-	ep := guestListen(t, guestPort+7, &Options{Stripes: 2})
+	ep := guestListen(t, guestPort+7, &EndpointOptions{Stripes: 2})
 	self := ep.Addr()
 
 	var mu sync.Mutex
@@ -43,7 +43,7 @@ func TestLabLostControl(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const mb = Mailbox(0x1057)
-	w, err := ep.InitWindow(mb, WindowOptions{Threshold: 4096, Keep: 1})
+	w, err := ep.InitWindow(mb, &WindowOptions{Threshold: 4096, Keep: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,11 +51,11 @@ func TestLabLostControl(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := w.Post(mem[:4096], nil)
+	p, err := w.Post(ctx, mem[:4096], nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Post(mem[4096:], nil); err != nil {
+	if _, err := w.Post(ctx, mem[4096:], nil); err != nil {
 		t.Fatal(err)
 	}
 

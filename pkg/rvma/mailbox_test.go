@@ -2,7 +2,6 @@ package rvma
 
 import (
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 )
@@ -66,7 +65,7 @@ func TestMailboxTableConcurrent(t *testing.T) {
 					return
 				}
 				if _, _, v, ok := tb.Lookup(mb); !ok || v != i {
-					t.Error(fmt.Sprintf("lookup %v", mb))
+					t.Errorf("lookup %v", mb)
 					return
 				}
 				if i%2 == 0 && !tb.Free(s, inc) {

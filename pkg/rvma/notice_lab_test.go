@@ -46,9 +46,9 @@ func TestLabNoticeRoute(t *testing.T) {
 	// b's window takes one 64-byte put per epoch and is never released:
 	// beyond the descriptors of a's view, every put of a needs b's notices.
 	const round = 15
-	a, b, mb, pb := replacePair(t, ctx, guestPort+54, 3*round+1, &Options{Stripes: 1})
+	a, b, mb, pb := replacePair(t, ctx, guestPort+54, 3*round+1, &EndpointOptions{Stripes: 1})
 	const ma = Mailbox(0x5e1c) // where b puts to a
-	wa, err := a.InitWindow(ma, WindowOptions{Threshold: 64})
+	wa, err := a.InitWindow(ma, &WindowOptions{Threshold: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestLabNoticeRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if _, err := wa.Post(memA[i*64:(i+1)*64], nil); err != nil {
+		if _, err := wa.Post(ctx, memA[i*64:(i+1)*64], nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -118,13 +118,13 @@ func TestLabNoticeRing(t *testing.T) {
 	const n, face, buffers, warm, steps = 3, 1024, 4, 10, 80
 	eps := make([]*Endpoint, n)
 	for i := range eps {
-		eps[i] = guestListen(t, guestPort+56+uint16(i), &Options{Stripes: 1})
+		eps[i] = guestListen(t, guestPort+56+uint16(i), &EndpointOptions{Stripes: 1})
 	}
 	mailbox := func(parity int) Mailbox { return Mailbox(0x4a110000 + parity) }
 	posted := make([][2][]*Posted, n)
 	for i, ep := range eps {
 		for parity := 0; parity < 2; parity++ {
-			w, err := ep.InitWindow(mailbox(parity), WindowOptions{Threshold: 2 * face})
+			w, err := ep.InitWindow(mailbox(parity), &WindowOptions{Threshold: 2 * face})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,7 +133,7 @@ func TestLabNoticeRing(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k := 0; k < buffers; k++ {
-				p, err := w.Post(mem[k*2*face:(k+1)*2*face], nil)
+				p, err := w.Post(ctx, mem[k*2*face:(k+1)*2*face], nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -196,7 +196,7 @@ func TestLabNoticeRing(t *testing.T) {
 			if rec.Len != 2*face || !bytes.Equal(got[:face], faceOf((i+n-1)%n, s, 0)) || !bytes.Equal(got[face:], faceOf((i+1)%n, s, 1)) {
 				return fmt.Errorf("step %d: record %+v, faces %x... and %x...", s, rec, got[:4], got[face:face+4])
 			}
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				return err
 			}
 		}

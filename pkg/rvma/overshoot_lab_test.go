@@ -7,7 +7,7 @@ package rvma_test
 // threshold. Puts that land after the threshold but before the buffer's
 // memory window is unbound are placed and counted into that epoch
 // (FlagLate); the receiver reports each to its sender (LATE), which
-// counts it and calls Options.OnLate. Puts that come after the unbind are
+// counts it and calls EndpointOptions.OnLate. Puts that come after the unbind are
 // refused by the NIC and retried into the next epoch, so no byte is lost:
 // a put refused eight times fails with ErrStale, and the epochs' records
 // count exactly the puts that succeeded. When the kernel module counts,
@@ -51,8 +51,8 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	}
 	recv := labListen(t, 7491, nil)
 	senders := []*rvma.Endpoint{
-		labListen(t, 7492, &rvma.Options{OnLate: onLate(0)}),
-		labListen(t, 7493, &rvma.Options{OnLate: onLate(1), Stripes: 2}),
+		labListen(t, 7492, &rvma.EndpointOptions{OnLate: onLate(0)}),
+		labListen(t, 7493, &rvma.EndpointOptions{OnLate: onLate(1), Stripes: 2}),
 	}
 
 	// Room for every epoch: each has at least th puts, and at most 2*th
@@ -129,7 +129,7 @@ func TestLabEndpointOvershoot(t *testing.T) {
 	// (docs/rvma.md, section 4); the engine narrows the race, and the
 	// test takes such puts into account exactly.
 	library := recv.Counting() != rvma.CountModule
-	afterHandover := func(st rvma.Stats) uint64 {
+	afterHandover := func(st rvma.WindowStats) uint64 {
 		if library {
 			return st.Stale
 		}

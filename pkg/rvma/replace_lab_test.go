@@ -29,15 +29,15 @@ import (
 // replacePair returns endpoints a and b and b's window mb (one-put epochs
 // of 64 bytes, n buffers, never released), with a link a dialled and b
 // accepted, and b's own link to a.
-func replacePair(t *testing.T, ctx context.Context, port uint16, n int, opts *Options) (a, b *Endpoint, mb Mailbox, pb []*Posted) {
+func replacePair(t *testing.T, ctx context.Context, port uint16, n int, opts *EndpointOptions) (a, b *Endpoint, mb Mailbox, pb []*Posted) {
 	t.Helper()
-	a = guestListen(t, port, &Options{Stripes: 1})
+	a = guestListen(t, port, &EndpointOptions{Stripes: 1})
 	b = guestListen(t, port+1, opts)
 	ma, mb := Mailbox(0x5e1a), Mailbox(0x5e1b)
-	if _, err := a.InitWindow(ma, WindowOptions{Threshold: 64}); err != nil {
+	if _, err := a.InitWindow(ma, &WindowOptions{Threshold: 64}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := b.InitWindow(mb, WindowOptions{Threshold: 64})
+	w, err := b.InitWindow(mb, &WindowOptions{Threshold: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func replacePair(t *testing.T, ctx context.Context, port uint16, n int, opts *Op
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		p, err := w.Post(mem[i*65:i*65+64+i%2], nil)
+		p, err := w.Post(ctx, mem[i*65:i*65+64+i%2], nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestLabStripeReplacedUnderAccept(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const puts = 20 // more than a view's descriptors: the entries pushed meanwhile matter
-	a, b, mb, pb := replacePair(t, ctx, guestPort+50, puts+1, &Options{Stripes: 1})
+	a, b, mb, pb := replacePair(t, ctx, guestPort+50, puts+1, &EndpointOptions{Stripes: 1})
 
 	// a replaces its stripe; b holds the replacement between installing it
 	// and accepting it, while a puts (waiting for the stripe) and b owes a
@@ -135,7 +135,7 @@ func TestLabStripeNotReplaced(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const puts = 12 // beyond the descriptors a has: a needs b's entries
-	a, b, mb, pb := replacePair(t, ctx, guestPort+52, puts+1, &Options{Stripes: 1, DialTimeout: time.Second})
+	a, b, mb, pb := replacePair(t, ctx, guestPort+52, puts+1, &EndpointOptions{Stripes: 1, DialTimeout: time.Second})
 
 	// b's side of the stripe fails alone: a sees nothing and never dials
 	// a replacement, and b cannot push its entries to a.

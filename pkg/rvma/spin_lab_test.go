@@ -90,7 +90,7 @@ func fillTogether(t *testing.T, recv *rvma.Endpoint, senders []*rvma.Endpoint, m
 				t.Fatalf("epoch %d, sender %d: bytes %x..., want %x...", e, i, got[:8], want[:8])
 			}
 		}
-		if err := p.Release(); err != nil {
+		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		for i, op := range ops {
@@ -110,7 +110,7 @@ func fillTogether(t *testing.T, recv *rvma.Endpoint, senders []*rvma.Endpoint, m
 // then refused the buffer as not handed over (found by the loopback
 // benchmark, once in about 3000 epochs). Every epoch's bytes are checked.
 func TestLabEndpointSpinPingPong(t *testing.T) {
-	ep := labListen(t, 7486, &rvma.Options{Stripes: 1})
+	ep := labListen(t, 7486, &rvma.EndpointOptions{Stripes: 1})
 	self := ep.Addr()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -147,7 +147,7 @@ func TestLabEndpointSpinPingPong(t *testing.T) {
 					return fmt.Errorf("put %d: %w", i, err)
 				}
 			}
-			if err := p.Release(); err != nil {
+			if err := p.Release(ctx); err != nil {
 				return fmt.Errorf("epoch %d: %w", i, err)
 			}
 		}

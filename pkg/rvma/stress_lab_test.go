@@ -37,10 +37,10 @@ func TestLabStressGuests(t *testing.T) {
 		{mbOpsOrd, opsEpochs, opsSeed, WindowOptions{Kind: EpochOps, Threshold: 8}},
 	}
 	if idx == 1 {
-		ep := guestListen(t, guestPort, &Options{Stripes: 4})
+		ep := guestListen(t, guestPort, &EndpointOptions{Stripes: 4})
 		var posted [2][]*Posted
 		for k, kd := range kinds {
-			w, err := ep.InitWindow(kd.mb, kd.opts)
+			w, err := ep.InitWindow(kd.mb, &kd.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +67,7 @@ func TestLabStressGuests(t *testing.T) {
 					if !bytes.Equal(p.Bytes(), patterned(total, kd.seed+e)) {
 						t.Fatalf("round %d kind %d gen %d: bytes differ", r, k, g)
 					}
-					p.Release()
+					p.Release(ctx)
 					next[k]++
 				}
 			}
@@ -81,7 +81,7 @@ func TestLabStressGuests(t *testing.T) {
 	if idx != 2 {
 		t.Fatalf("this test runs on two guests, not on guest %d", idx)
 	}
-	ep := guestListen(t, guestPort, &Options{Stripes: 4})
+	ep := guestListen(t, guestPort, &EndpointOptions{Stripes: 4})
 	dst := guestAddr(t, 1, guestPort)
 	if err := labenv.Wait(ctx, *countingFlag+"-stress-ready"); err != nil {
 		t.Fatal(err)

@@ -279,8 +279,13 @@ func (w *Window) Epoch() uint64 {
 // RVMA_Win_inc_epoch): the record carries the bytes and puts actually
 // placed and FlagPartial. It waits until the buffer no longer accepts
 // writes and its record is published. Errors wrap ErrClosed, ErrNoBuffer
-// (nothing posted) or ctx's error (the epoch still completes).
+// (nothing posted) or ctx's error: when ctx had ended before the call
+// nothing happened; when it ends while IncEpoch waits, the epoch still
+// completes.
 func (w *Window) IncEpoch(ctx context.Context) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, fmt.Errorf("IncEpoch on window %v: %w", w.mailbox, err)
+	}
 	w.mu.Lock()
 	b, err := w.st.incEpoch()
 	var done chan struct{}
@@ -340,7 +345,7 @@ func (w *Window) fail() {
 }
 
 // Stats returns the window's counters.
-func (w *Window) Stats() Stats {
+func (w *Window) Stats() WindowStats {
 	w.syncCounted()
 	w.mu.Lock()
 	s := w.st.Stats()
@@ -349,8 +354,8 @@ func (w *Window) Stats() Stats {
 	return s
 }
 
-// Stats are a window's counters.
-type Stats struct {
+// WindowStats are a window's counters (Window.Stats).
+type WindowStats struct {
 	Puts            uint64 // puts counted into epochs
 	Bytes           uint64 // bytes counted into epochs
 	EpochsCompleted uint64 // epochs handed over (by threshold or IncEpoch; not by Close)

@@ -16,7 +16,7 @@ const (
 	CloseNack CloseMode = 0
 	// CloseSilent makes puts to the closed window succeed at the sender
 	// while their bytes go nowhere; the receiver still counts them
-	// (Stats.Drops).
+	// (WindowStats.Drops).
 	CloseSilent CloseMode = 1
 )
 
@@ -33,7 +33,7 @@ const (
 	// default.
 	GuardInvalidate Guard = 0
 	// GuardNone publishes completions without unbinding first: late
-	// writes are counted (Stats.Stale) but not prevented. For measuring
+	// writes are counted (WindowStats.Stale) but not prevented. For measuring
 	// the price of the guarantee only.
 	GuardNone Guard = 1
 )
@@ -71,7 +71,8 @@ const ShownBuffers = 7
 // not yet completed.
 const DefaultMaxPosted = 1024
 
-// WindowOptions configure a window (the paper's RVMA_Init_window).
+// WindowOptions configure a window (the paper's RVMA_Init_window); nil or
+// a zero field means the default stated with the field.
 type WindowOptions struct {
 	// Kind says whether Threshold counts bytes (EpochBytes, the default)
 	// or puts (EpochOps).
@@ -93,7 +94,7 @@ type WindowOptions struct {
 	// epoch from the receiver. Breaking the promise loses nothing but
 	// costs time: a sender that puts less than its share into an epoch
 	// the others complete has its next put to it refused (ErrStale, or
-	// retried into the next epoch unless Options.NoRetryStale; one
+	// retried into the next epoch unless EndpointOptions.NoRetryStale; one
 	// refusal, and one stripe replaced, for each epoch it fell behind
 	// since its entry was last pushed, at most ShownBuffers-1), and one
 	// put carrying more than a share may complete an epoch early, so that
@@ -169,7 +170,8 @@ func (o WindowOptions) normalize() (WindowOptions, error) {
 	return o, nil
 }
 
-// PostOptions configure one posted buffer (the paper's RVMA_Post_buffer).
+// PostOptions configure one posted buffer (the paper's RVMA_Post_buffer);
+// nil means a reusable buffer with the window's threshold.
 type PostOptions struct {
 	// OneTime buffers are used for one epoch and never re-posted: after
 	// their epoch they belong to the application for good.

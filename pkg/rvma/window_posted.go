@@ -16,11 +16,18 @@ type Posted struct {
 }
 
 // Post adds mem to the tail of the window's buffer queue (the paper's
-// RVMA_Post_buffer). mem must lie in memory the endpoint allocated (Alloc),
-// which the NIC may write. Errors wrap ErrClosed (the window is closed),
-// ErrInvalid (memory not from the endpoint, empty, too many buffers
-// posted) or ErrTooLarge (a byte threshold beyond the buffer).
-func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
+// RVMA_Post_buffer), with opts (nil: the defaults of PostOptions). mem
+// must lie in memory the endpoint allocated (Alloc), which the NIC may
+// write. Post may send the window's new entry to its senders, but never
+// waits for the network; a ctx that has ended fails it before it does
+// anything. Errors wrap ErrClosed (the window is closed), ErrInvalid
+// (memory not from the endpoint, empty, too many buffers posted, every
+// completion record in use), ErrTooLarge (a byte threshold beyond the
+// buffer) or ctx's error.
+func (w *Window) Post(ctx context.Context, mem []byte, opts *PostOptions) (*Posted, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("post to window %v: %w", w.mailbox, err)
+	}
 	var po PostOptions
 	if opts != nil {
 		po = *opts
@@ -37,7 +44,7 @@ func (w *Window) Post(mem []byte, opts *PostOptions) (*Posted, error) {
 	if comp == nil {
 		w.mu.Unlock()
 		return nil, fmt.Errorf("post to window %v: %w", w.mailbox,
-			invalidf("every completion record of the endpoint is in use (Options.Records)"))
+			invalidf("every completion record of the endpoint is in use (EndpointOptions.Records)"))
 	}
 	b, err := w.st.post(addr, uint64(len(mem)), po, comp)
 	if err != nil {
@@ -79,11 +86,20 @@ func (p *Posted) Load() (Record, bool) {
 // Wait parks the goroutine until the buffer's current epoch is handed over
 // (the paper's Monitor/MWait on the completion pointer) and returns its
 // record; on a buffer the application released, it waits for the buffer's
-// next epoch. Errors: ctx's error; ErrClosed (with the record of what
+// next epoch. Errors: ctx's error (also when ctx had ended before the
+// call, whatever the buffer's state); ErrClosed (with the record of what
 // arrived) when the window closed before the epoch completed; ErrFailed
-// (with the record) when the endpoint failed first; ErrInvalid
-// for a released one-time buffer, which has no next epoch.
+// (with the record) when the endpoint failed first; ErrInvalid for a
+// released one-time buffer, which has no next epoch.
 func (p *Posted) Wait(ctx context.Context) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
+	}
+	return p.wait(ctx)
+}
+
+// wait is Wait without the first look at ctx.
+func (p *Posted) wait(ctx context.Context) (Record, error) {
 	p.w.syncCounted()
 	p.w.mu.Lock()
 	done := p.b.done
@@ -127,6 +143,9 @@ func (p *Posted) Wait(ctx context.Context) (Record, error) {
 // network poll, which comes every 10 ms: spin where nothing else in the
 // process needs prompt I/O meanwhile, or use Wait.
 func (p *Posted) Spin(ctx context.Context) (Record, error) {
+	if err := ctx.Err(); err != nil {
+		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
+	}
 	p.w.mu.Lock()
 	done := p.b.done
 	st := p.b.state
@@ -138,12 +157,12 @@ func (p *Posted) Spin(ctx context.Context) (Record, error) {
 		if got || err != nil {
 			return r, err
 		}
-		return p.Wait(ctx) // the window closed, or the endpoint failed or closed
+		return p.wait(ctx) // the window closed, or the endpoint failed or closed
 	}
 	if err := spin(ctx, p.w.drv, done); err != nil {
 		return Record{}, fmt.Errorf("wait on window %v: %w", p.w.mailbox, err)
 	}
-	return p.Wait(ctx)
+	return p.wait(ctx)
 }
 
 // spinRecord is Spin on a counted window: it polls the completion record,
@@ -189,9 +208,15 @@ func (p *Posted) spinRecord(ctx context.Context, armed, gen uint64) (Record, boo
 // done with its epoch. A reusable buffer is re-posted at the tail of the
 // queue when it has also left the rewind ring; a one-time buffer is not,
 // nor any buffer of a closed window (a Wait on it returns ErrClosed).
-// Errors wrap ErrInvalid when the buffer is not held by the application
-// (still posted, or already released).
-func (p *Posted) Release() error {
+// Like Post, Release may send the window's new entry to its senders but
+// never waits for the network; a ctx that has ended fails it before it
+// does anything (the buffer stays held). Errors wrap ErrInvalid when the
+// buffer is not held by the application (still posted, or already
+// released), or ctx's error.
+func (p *Posted) Release(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("release on window %v: %w", p.w.mailbox, err)
+	}
 	p.w.syncCounted() // Spin may have seen the record before the endpoint did
 	p.w.mu.Lock()
 	err := p.w.st.release(p.b)

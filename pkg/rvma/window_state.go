@@ -92,7 +92,7 @@ type windowState struct {
 	held    map[*buffer]struct{}
 	waiting map[*buffer]struct{} // released, waiting to leave the rewind ring to be re-posted
 	seq     uint64               // entry sequence
-	stats   Stats
+	stats   WindowStats
 	// mustPush: an epoch ended other than by senders' bytes reaching the
 	// threshold (IncEpoch, close) since the entry was last pushed.
 	mustPush bool
@@ -702,7 +702,7 @@ func (w *windowState) knock(r wire.KnockReason, n uint64) {
 func (w *windowState) changed() { w.seq += 2 }
 
 // Stats returns the window's counters.
-func (w *windowState) Stats() Stats {
+func (w *windowState) Stats() WindowStats {
 	s := w.stats
 	s.Posted = len(w.pending)
 	s.Held = len(w.held)

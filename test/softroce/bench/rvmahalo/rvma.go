@@ -60,7 +60,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, o haloOptions) (resu
 			if o.share {
 				wo.Share = uint64(face)
 			}
-			w, err := ep.InitWindow(mailbox(parity, i), wo)
+			w, err := ep.InitWindow(mailbox(parity, i), &wo)
 			if err != nil {
 				return result{}, err
 			}
@@ -70,7 +70,7 @@ func runRVMA(ctx context.Context, r *ring, face, steps int, o haloOptions) (resu
 			}
 			box := inbox{from: l.from}
 			for k := 0; k < o.bufs; k++ {
-				p, err := w.Post(mem[k*size:(k+1)*size], nil)
+				p, err := w.Post(ctx, mem[k*size:(k+1)*size], nil)
 				if err != nil {
 					return result{}, err
 				}
@@ -155,7 +155,7 @@ func (b inbox) take(ctx context.Context, s, face int, o haloOptions) error {
 			return err
 		}
 	}
-	return p.Release()
+	return p.Release(ctx)
 }
 
 // mailbox names window i of a step parity.
