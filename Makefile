@@ -40,7 +40,7 @@ host-deps:
 	fi
 
 # The host checks, without booting a guest or fetching a guest kernel (about
-# a minute once staticcheck is in Go's module cache): gofmt and go vet (with
+# a minute and a half once staticcheck is in Go's module cache): gofmt and go vet (with
 # and without the lab tag), staticcheck, the Prometheus rules' checks and the
 # host unit tests with -race.
 check: vet staticcheck deploy-check unit
