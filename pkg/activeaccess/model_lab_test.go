@@ -83,20 +83,20 @@ func testModel(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	port := 7510 + uint16(mode)
 	const nputs = 200
 	if server(t) {
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 8 * page, LogSize: 1 << 16, Mode: mode})
+		tg := listen(t, port, 8*page, &activeaccess.TargetOptions{LogSize: 1 << 16, Mode: mode})
 		var ra, rb recorder
 		// Wake-ups batched by 16 and no interval: a flush must still
 		// pass the entries short of a batch (the marker wakes the runtime).
-		da, err := tg.NewDomain(activeaccess.DomainConfig{Threshold: 16, Handler: func(a *activeaccess.Access) {
+		da, err := tg.NewDomain(func(a *activeaccess.Access) {
 			ra.add(a)
 			if err := a.Reply(sum(a.Data)); err != nil {
 				t.Errorf("Reply: %v", err)
 			}
-		}})
+		}, &activeaccess.DomainOptions{Threshold: 16})
 		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := tg.NewDomain(activeaccess.DomainConfig{Notify: activeaccess.Poll, PollIdle: time.Millisecond, Handler: rb.add})
+		db, err := tg.NewDomain(rb.add, &activeaccess.DomainOptions{Notify: activeaccess.Poll, PollIdle: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +308,7 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	port := 7520 + uint16(mode)
 	const n = 3000
 	if server(t) {
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 16 * page, LogSize: 1 << 15, MaxSources: 2, Mode: mode})
+		tg := listen(t, port, 16*page, &activeaccess.TargetOptions{LogSize: 1 << 15, MaxSources: 2, Mode: mode})
 		st0, err := tg.Stats()
 		if mode == activeaccess.ModeMediated {
 			if !errors.Is(err, kmod.ErrNotSupported) {
@@ -321,7 +321,7 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 		seen := map[string][]int{}
 		var bad []string
 		count := 0
-		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+		d, err := tg.NewDomain(func(a *activeaccess.Access) {
 			mu.Lock()
 			defer mu.Unlock()
 			count++
@@ -341,7 +341,7 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			if err := a.Reply(uint64(i)); err != nil {
 				bad = append(bad, "Reply: "+err.Error())
 			}
-		}})
+		}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -411,7 +411,7 @@ func testFlood(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	defer signal(t, b("flood-done"))
 	ctx := timeout(t, 240*time.Second)
 	srcs := []*activeaccess.Source{dial(t, port, "flood-1"), dial(t, port, "flood-2")}
-	_, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port), &activeaccess.SourceConfig{Name: "flood-3"})
+	_, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port), &activeaccess.SourceOptions{Name: "flood-3"})
 	var rej *activeaccess.RejectError
 	if !errors.As(err, &rej) || rej.Reason != activeaccess.RejectTooMany {
 		t.Fatalf("a third source: %v, want a rejection for too many sources", err)
@@ -500,16 +500,17 @@ func childTarget() int {
 	}
 	m, _ := strconv.Atoi(os.Getenv(childEnv))
 	mode := activeaccess.Mode(m)
-	tg, err := activeaccess.Listen(netip.AddrPortFrom(netip.MustParseAddr(a), uint16(7530+m)), &activeaccess.TargetConfig{Size: 4 * page, Mode: mode})
+	tg, err := activeaccess.Listen(context.Background(), netip.AddrPortFrom(netip.MustParseAddr(a), uint16(7530+m)), 4*page,
+		&activeaccess.TargetOptions{Mode: mode})
 	if err != nil {
 		os.Stderr.WriteString("child target: " + err.Error() + "\n")
 		return 2
 	}
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+	d, err := tg.NewDomain(func(a *activeaccess.Access) {
 		if len(a.Data) > 0 && a.Data[0] == 0xff {
 			select {} // a stuck handler: the source's flush cannot complete
 		}
-	}})
+	}, nil)
 	if err == nil {
 		err = d.Associate(0, 4*page, activeaccess.Intercept)
 	}
@@ -635,24 +636,30 @@ func TestLabMisuse(t *testing.T) {
 	if server(t) {
 		for _, c := range []struct {
 			addr netip.AddrPort
-			cfg  activeaccess.TargetConfig
+			size int
+			opts *activeaccess.TargetOptions
 		}{
-			{netip.AddrPortFrom(netip.IPv4Unspecified(), port), activeaccess.TargetConfig{Size: page}},
-			{targetAddr(t, 0), activeaccess.TargetConfig{Size: page}},
-			{targetAddr(t, port), activeaccess.TargetConfig{Size: 0}},
-			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 5000}},
-			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, Mode: 9}},
-			{targetAddr(t, port), activeaccess.TargetConfig{Size: page, LogSize: 4096, MaxSources: 2}},
+			{netip.AddrPortFrom(netip.IPv4Unspecified(), port), page, nil},
+			{targetAddr(t, 0), page, nil},
+			{targetAddr(t, port), 0, nil},
+			{targetAddr(t, port), page, &activeaccess.TargetOptions{LogSize: 5000}},
+			{targetAddr(t, port), page, &activeaccess.TargetOptions{Mode: 9}},
+			{targetAddr(t, port), page, &activeaccess.TargetOptions{LogSize: 4096, MaxSources: 2}},
 		} {
-			if _, err := activeaccess.Listen(c.addr, &c.cfg); !errors.Is(err, activeaccess.ErrInvalid) {
-				t.Errorf("Listen(%v, %+v): %v, want ErrInvalid", c.addr, c.cfg, err)
+			if _, err := activeaccess.Listen(timeout(t, time.Minute), c.addr, c.size, c.opts); !errors.Is(err, activeaccess.ErrInvalid) {
+				t.Errorf("Listen(%v, %d, %+v): %v, want ErrInvalid", c.addr, c.size, c.opts, err)
 			}
 		}
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 4 * page})
-		if _, err := tg.NewDomain(activeaccess.DomainConfig{}); !errors.Is(err, activeaccess.ErrInvalid) {
+		cancelled, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := activeaccess.Listen(cancelled, targetAddr(t, port), page, nil); !errors.Is(err, context.Canceled) {
+			t.Errorf("Listen with a cancelled context: %v, want context.Canceled", err)
+		}
+		tg := listen(t, port, 4*page, nil)
+		if _, err := tg.NewDomain(nil, nil); !errors.Is(err, activeaccess.ErrInvalid) {
 			t.Errorf("NewDomain without a handler: %v", err)
 		}
-		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(*activeaccess.Access) {}})
+		d, err := tg.NewDomain(func(*activeaccess.Access) {}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +708,7 @@ func TestLabMisuse(t *testing.T) {
 		if err := tg.Close(); err != nil {
 			t.Fatalf("second Target.Close: %v", err)
 		}
-		if _, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(*activeaccess.Access) {}}); !errors.Is(err, activeaccess.ErrClosed) {
+		if _, err := tg.NewDomain(func(*activeaccess.Access) {}, nil); !errors.Is(err, activeaccess.ErrClosed) {
 			t.Errorf("NewDomain after Close: %v", err)
 		}
 		if tg.Memory() != nil {
@@ -719,10 +726,10 @@ func TestLabMisuse(t *testing.T) {
 	defer signal(t, "misuse-done")
 	defer signal(t, "misuse-connected")
 	ctx := timeout(t, 60*time.Second)
-	if _, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceConfig{Name: string(make([]byte, 41))}); !errors.Is(err, activeaccess.ErrInvalid) {
+	if _, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceOptions{Name: string(make([]byte, 41))}); !errors.Is(err, activeaccess.ErrInvalid) {
 		t.Errorf("Dial with a 41-byte name: %v", err)
 	}
-	s, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceConfig{Name: "misuse", Staging: page})
+	s, err := activeaccess.Dial(ctx, targetAddr(t, port), &activeaccess.SourceOptions{Name: "misuse", Staging: page})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,6 +744,18 @@ func TestLabMisuse(t *testing.T) {
 		if _, err := s.GetPlain(ctx, c.off, make([]byte, c.n)); !errors.Is(err, c.want) {
 			t.Errorf("GetPlain(%d, %d bytes): %v, want %v", c.off, c.n, err, c.want)
 		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	before := s.Stats()
+	if _, err := s.Put(cancelled, 0, []byte("x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Put with a cancelled context: %v, want context.Canceled", err)
+	}
+	if err := s.Flush(cancelled); !errors.Is(err, context.Canceled) {
+		t.Errorf("Flush with a cancelled context: %v, want context.Canceled", err)
+	}
+	if after := s.Stats(); after.Active != before.Active || after.Markers != before.Markers {
+		t.Errorf("calls with a cancelled context issued work: %+v, then %+v", before, after)
 	}
 	if err := s.PutWait(ctx, 4*page-8, []byte("the end.")); err != nil {
 		t.Fatalf("a put at the last byte: %v", err)

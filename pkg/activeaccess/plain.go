@@ -34,8 +34,8 @@ type PlainQP struct {
 	once sync.Once
 }
 
-// PlainOptions tune Target.ConnectPlain. The zero value suits a perftest
-// client on RoCE.
+// PlainOptions tune Target.ConnectPlain. A nil *PlainOptions, like the
+// zero value, suits a perftest client on RoCE.
 type PlainOptions struct {
 	// MaxRdAtomic is how many RDMA READs and atomics the source may have
 	// outstanding at the target (the QP's responder resources, at most
@@ -52,11 +52,14 @@ type PlainOptions struct {
 // ConnectPlain creates a queue pair for a plain verbs source and connects
 // it to remote (the source's QPN, its first PSN and its GID). It returns
 // the target's end, whose Info the source needs to connect its side.
+// opts may be nil (see PlainOptions). It takes no context: it only
+// creates and moves a local queue pair and sends nothing.
 //
 // Errors wrap ErrInvalid (a library-mediated target, whose handlers only
-// see what its Sources send through the library, or bad options),
-// ErrClosed, or the verbs error of the failing step (an unreachable GID
-// fails the move to RTR).
+// see what its Sources send through the library, bad options, a QPN of
+// 0 or beyond 24 bits), ErrClosed (the Target was closed, also while the
+// queue pair was being created), or the verbs error of the failing step
+// (an unreachable GID fails the move to RTR).
 func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP, error) {
 	var o PlainOptions
 	if opts != nil {
@@ -77,7 +80,7 @@ func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("activeaccess: connect plain source: %w", ErrClosed)
 	}
 	vc, err := t.l.Context()
 	if err != nil {
@@ -114,7 +117,7 @@ func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP
 		closed := t.closed
 		t.mu.Unlock()
 		if closed { // Close raced the creation: report it as such
-			return nil, ErrClosed
+			return nil, fmt.Errorf("activeaccess: connect plain source: %w", ErrClosed)
 		}
 		return nil, fmt.Errorf("activeaccess: plain source: %w", err)
 	}
@@ -141,17 +144,19 @@ func (t *Target) ConnectPlain(remote verbs.QPInfo, opts *PlainOptions) (*PlainQP
 }
 
 // Info returns the target's end of the connection: what the source needs
-// to move its QP to RTR (QPN, PSN, GID).
+// to move its QP to RTR (QPN, PSN, GID). It cannot fail; after Close it
+// describes a queue pair that no longer exists.
 func (p *PlainQP) Info() verbs.QPInfo { return p.info }
 
 // MaxRdAtomic returns how many RDMA READs and atomics the source may have
-// outstanding at the target.
+// outstanding at the target. It cannot fail.
 func (p *PlainQP) MaxRdAtomic() int { return p.rd }
 
 // Close destroys the queue pair; the source's later accesses fail (RC
 // retries, then IBV_WC_RETRY_EXC_ERR). Closing the Target closes it too.
-// It is idempotent: only the call that released the queue pair (this one
-// or the Target's Close) returns an error of the release.
+// Only the call that released the queue pair (this one or the Target's
+// Close) returns an error of the release (a verbs error); a second Close
+// returns nil.
 func (p *PlainQP) Close() error {
 	p.t.mu.Lock()
 	delete(p.t.plains, p)
@@ -182,20 +187,21 @@ func (t *Target) PathMTU() (verbs.MTU, error) {
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return 0, ErrClosed
+		return 0, fmt.Errorf("activeaccess: path MTU: %w", ErrClosed)
 	}
 	vc, err := t.l.Context()
 	if err != nil {
-		return 0, fmt.Errorf("activeaccess: %w", err)
+		return 0, fmt.Errorf("activeaccess: path MTU: %w", err)
 	}
 	pa, err := vc.QueryPort(1)
 	if err != nil {
-		return 0, fmt.Errorf("activeaccess: %w", err)
+		return 0, fmt.Errorf("activeaccess: path MTU: %w", err)
 	}
 	return pa.ActiveMTU, nil
 }
 
 // Region describes the target's memory for a plain verbs source: its
 // address, rkey and length. (Sources of this package receive it when they
-// connect.)
+// connect.) It cannot fail; after Close it describes memory that no
+// longer exists.
 func (t *Target) Region() verbs.Remote { return t.mr.Remote() }

@@ -23,19 +23,19 @@ import (
 func TestLabRogue(t *testing.T) {
 	const port, n = 7550, 400
 	if server(t) {
-		tg := listen(t, port, activeaccess.TargetConfig{Size: 4 * page, LogSize: 1 << 14, MaxSources: 1})
+		tg := listen(t, port, 4*page, &activeaccess.TargetOptions{LogSize: 1 << 14, MaxSources: 1})
 		release := make(chan struct{})
 		var once sync.Once
 		unblock := func() { once.Do(func() { close(release) }) }
 		defer unblock() // before the target's Close waits for the handler
 		var mu sync.Mutex
 		var got []int
-		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+		d, err := tg.NewDomain(func(a *activeaccess.Access) {
 			<-release
 			mu.Lock()
 			got = append(got, int(binary.LittleEndian.Uint32(a.Data)))
 			mu.Unlock()
-		}})
+		}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

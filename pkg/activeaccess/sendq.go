@@ -223,7 +223,7 @@ func (s *Source) sentLocked(o *Op, err error) {
 func (s *Source) kick(o *Op) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !o.finished && o.seq > s.sq.postedSeq && !s.closed && s.broken == nil {
+	if !o.finished && o.seq > s.sq.postedSeq && !s.closed.Load() && s.broken == nil {
 		s.postLocked() // a failure fails o too
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
@@ -23,19 +24,24 @@ const (
 	wrProbe       = 1 << 60
 )
 
-// DefaultKeepAlive is SourceConfig.KeepAlive's default.
+// DefaultKeepAlive is SourceOptions.KeepAlive's default.
 const DefaultKeepAlive = time.Second
 
-// SourceConfig configures Dial.
-type SourceConfig struct {
+// SourceOptions tune Dial. A nil *SourceOptions, like the zero value,
+// means every default: no name, 1 MiB of staging memory, 64 operations
+// in flight, DefaultKeepAlive, rdma_cm's ACK timeout. Values out of range
+// make Dial fail with ErrInvalid.
+type SourceOptions struct {
 	// Name identifies the source to the target's handlers (Peer.Name);
 	// at most 40 bytes.
 	Name string
 	// Staging is the bytes of registered memory the source copies Put
-	// data into and receives Get data in; one access is at most this
-	// large. Default 1 MiB.
+	// data into and receives Get data in, rounded up to whole pages; one
+	// access is at most this large (in ModeMediated, 64 bytes less for
+	// its header). 0 means 1 MiB.
 	Staging int
-	// Depth is how many operations may be in flight; default 64.
+	// Depth is how many operations may be in flight, 1 to 4096; 0 means
+	// 64.
 	Depth int
 	// KeepAlive is how long a Flush, a Reply or a wait for credits goes
 	// without any completion before the source probes the target with a
@@ -59,7 +65,7 @@ type SourceConfig struct {
 // is safe for concurrent use; operations are issued in the order their
 // calls acquire the connection.
 type Source struct {
-	cfg    SourceConfig
+	cfg    SourceOptions
 	id     *verbs.CMID
 	pd     *verbs.PD
 	ch     *verbs.CompChannel
@@ -77,8 +83,8 @@ type Source struct {
 
 	mu         sync.Mutex
 	changed    chan struct{}
-	closed     bool
-	released   bool // the verbs objects are gone
+	closed     atomic.Bool // set under mu
+	released   bool        // the verbs objects are gone
 	broken     error
 	sqFree     int // send queue slots neither queued nor in flight
 	sq         sendQueue
@@ -109,14 +115,15 @@ type SourceStats struct {
 	Markers     uint64 // markers sent (credit returns and flushes)
 	Acked       uint64 // markers the target acknowledged
 	Replies     uint64 // replies received
-	Probes      uint64 // keep-alive probes sent (SourceConfig.KeepAlive)
+	Probes      uint64 // keep-alive probes sent (SourceOptions.KeepAlive)
 	// Posts counts chains posted (one ibv_post_send, one system call on
 	// rxe, each); Signaled and Unsignaled the work requests posted with
 	// and without a completion requested.
 	Posts, Signaled, Unsignaled uint64
 }
 
-// Stats returns the source's counters.
+// Stats returns the source's counters. It cannot fail, and keeps
+// answering after Close.
 func (s *Source) Stats() SourceStats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -128,14 +135,24 @@ func (s *Source) Stats() SourceStats {
 
 // Dial connects to the target listening at addr. The target's memory
 // description, its mode and this source's credits arrive in the accept's
-// private data; the application exchanges no keys. Errors: a *RejectError (errors.Is ErrRejected) when the target
-// refuses, ErrProtocol when the peer is not a compatible target,
-// ErrInvalid for a bad configuration, ctx's error, or the verbs error of
-// the failing step (address or route resolution, connect).
-func Dial(ctx context.Context, addr netip.AddrPort, cfg *SourceConfig) (*Source, error) {
-	var c SourceConfig
-	if cfg != nil {
-		c = *cfg
+// private data; the application exchanges no keys. opts may be nil (see
+// SourceOptions). ctx bounds the connection set-up only: once Dial
+// returned, the Source lives until Close, whatever becomes of ctx.
+//
+// Errors: ctx's error, wrapped (at once when ctx is already done, before
+// anything is set up; or when ctx ends during the set-up), a
+// *RejectError (errors.Is ErrRejected) when the target refuses,
+// ErrProtocol when the peer is not a compatible target, ErrInvalid for a
+// bad address or option, or the verbs error of the failing step (address
+// or route resolution, connect: an address nobody listens on is a
+// *RejectError with Reason 0).
+func Dial(ctx context.Context, addr netip.AddrPort, opts *SourceOptions) (*Source, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("activeaccess: dial %v: %w", addr, err)
+	}
+	var c SourceOptions
+	if opts != nil {
+		c = *opts
 	}
 	if c.Staging == 0 {
 		c.Staging = 1 << 20
@@ -266,19 +283,23 @@ func (s *Source) release() {
 	}
 }
 
-// ID returns the id the target gave this source (Peer.ID in its handlers).
+// ID returns the id the target gave this source (Peer.ID in its
+// handlers). Like Size, Mode and Grant it describes the connection as
+// Dial set it up, cannot fail, and keeps its value after Close.
 func (s *Source) ID() uint32 { return s.g.SourceID }
 
-// Size returns the bytes of the target's memory.
+// Size returns the bytes of the target's memory (whole pages).
 func (s *Source) Size() int { return int(s.g.Len) }
 
 // Mode returns the mode the target chose.
 func (s *Source) Mode() Mode { return s.g.Mode }
 
-// Grant returns the credits, in log bytes, the target granted.
+// Grant returns the credits the target granted: log bytes in
+// ModeTransparent, inbox bytes in ModeMediated.
 func (s *Source) Grant() int64 { return int64(s.g.Credits) }
 
-// Credits returns the credits available now.
+// Credits returns the credits available now. It cannot fail; after Close
+// it keeps its last value.
 func (s *Source) Credits() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -286,7 +307,8 @@ func (s *Source) Credits() int64 {
 }
 
 // Processed returns how many of this source's log entries the target's
-// handlers had processed at its last status message.
+// handlers had processed at its last status message. It cannot fail;
+// after Close it keeps its last value.
 func (s *Source) Processed() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -295,8 +317,10 @@ func (s *Source) Processed() uint64 {
 
 // Cost returns the credits an active put of n bytes at offset off takes:
 // in ModeTransparent an upper bound of the log bytes it can use (one
-// entry per packet and page, with its data), in ModeMediated its inbox
-// bytes (a header and the data; a get takes a header only).
+// entry per packet and page, with its data; exact when the pages log
+// data), in ModeMediated its inbox bytes (a header and the data; a get
+// takes a header only). It cannot fail and does not check off and n
+// (Put does): a Put whose Cost exceeds Grant fails with ErrTooLarge.
 func (s *Source) Cost(off, n int) int64 {
 	if s.g.Mode == ModeMediated {
 		return inboxCost(true, n)
@@ -312,7 +336,7 @@ func (s *Source) broadcast() {
 
 // usable returns why no operation can start; s.mu held.
 func (s *Source) usable() error {
-	if s.closed {
+	if s.closed.Load() {
 		return ErrClosed
 	}
 	return s.broken
@@ -388,9 +412,10 @@ type Op struct {
 	needAnswer, sent, answered bool
 }
 
-// Done is closed when the operation completed, successfully or not. An
-// operation the Source still holds back to post together with later ones
-// (see Put) is posted now.
+// Done is closed when the operation completed, successfully or not (Err
+// then tells). An operation the Source still holds back to post together
+// with later ones (see Put) is posted now. It cannot fail: Close, or the
+// end of the connection, completes every pending operation.
 func (o *Op) Done() <-chan struct{} {
 	select {
 	case <-o.done:
@@ -401,9 +426,9 @@ func (o *Op) Done() <-chan struct{} {
 }
 
 // Err returns nil while the operation is pending or after it succeeded,
-// and its error once it failed: ErrRefused when the target refused it,
-// ErrDisconnected when the connection failed, ErrClosed when the Source
-// was closed first.
+// and its error once it failed: it wraps ErrRefused when the target
+// refused it, ErrDisconnected when the connection failed (also when the
+// Source could not post it), ErrClosed when the Source was closed first.
 func (o *Op) Err() error {
 	select {
 	case <-o.done:
@@ -414,8 +439,13 @@ func (o *Op) Err() error {
 }
 
 // Wait blocks until the operation completed and returns its error (see
-// Err), or ctx's error if ctx ends first (the operation goes on).
+// Err). If ctx is already done it returns ctx's error, wrapped, at once
+// (also for an operation that completed); if ctx ends while it waits, it
+// returns ctx's error. Either way the operation goes on.
 func (o *Op) Wait(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("wait", err)
+	}
 	select {
 	case <-o.done:
 		return o.err
@@ -426,8 +456,18 @@ func (o *Op) Wait(ctx context.Context) error {
 	case <-o.done:
 		return o.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return callErr("wait", ctx.Err())
 	}
+}
+
+// errPendingAtClose fails the operations still pending when the Source
+// is closed.
+var errPendingAtClose = fmt.Errorf("activeaccess: operation pending at Close: %w", ErrClosed)
+
+// callErr names the call in an error of the Source's state (closed,
+// broken) or of the caller's context.
+func callErr(call string, err error) error {
+	return fmt.Errorf("activeaccess: %s: %w", call, err)
 }
 
 // Put starts an active put: src is copied into the target's memory at
@@ -438,11 +478,18 @@ func (o *Op) Wait(ctx context.Context) error {
 // may queue the access and post it with the ones that follow (one system
 // call for the lot), when the next completion arrives or when a caller
 // waits for one of them (Op.Wait, Op.Done, Flush); a failure to post it
-// then fails the Op with ErrDisconnected. Errors: ErrInvalid (empty src), ErrRange,
-// ErrTooLarge (more than the staging memory or the credit grant, or a
-// mediated get over 256 KiB), ErrClosed, ErrDisconnected, ctx's error.
+// then fails the Op with ErrDisconnected.
+//
+// If ctx is already done, Put returns ctx's error, wrapped, and issues
+// nothing; if ctx ends while Put waits for credits, queue slots or
+// staging memory, it returns ctx's error and issues nothing. Other
+// errors wrap ErrInvalid (empty src), ErrRange (outside the target's
+// memory), ErrTooLarge (more than the staging memory or the credit
+// grant, or a mediated get over 256 KiB), ErrClosed (after Close),
+// ErrDisconnected or ErrRefused (the connection broke, before or while
+// Put waited).
 func (s *Source) Put(ctx context.Context, off int, src []byte) (*Op, error) {
-	return s.post(ctx, true, false, off, src)
+	return s.post(ctx, "put", true, false, off, src)
 }
 
 // Get starts an active get: the target's memory at offset off (or zeros,
@@ -450,7 +497,7 @@ func (s *Source) Put(ctx context.Context, off int, src []byte) (*Op, error) {
 // operation completes and must not be touched before; the handler of the
 // pages' domain sees it if the pages log reads. Errors as for Put.
 func (s *Source) Get(ctx context.Context, off int, dst []byte) (*Op, error) {
-	return s.post(ctx, true, true, off, dst)
+	return s.post(ctx, "get", true, true, off, dst)
 }
 
 // PutPlain starts a plain RMA put: no credits, not covered by Flush
@@ -459,15 +506,15 @@ func (s *Source) Get(ctx context.Context, off int, dst []byte) (*Op, error) {
 // target may refuse it, or a credit-respecting source's access after it.
 // Errors as for Put.
 func (s *Source) PutPlain(ctx context.Context, off int, src []byte) (*Op, error) {
-	return s.post(ctx, false, false, off, src)
+	return s.post(ctx, "plain put", false, false, off, src)
 }
 
 // GetPlain starts a plain RMA get; see PutPlain and Get. Errors as for Put.
 func (s *Source) GetPlain(ctx context.Context, off int, dst []byte) (*Op, error) {
-	return s.post(ctx, false, true, off, dst)
+	return s.post(ctx, "plain get", false, true, off, dst)
 }
 
-// PutWait is Put followed by the operation's Wait.
+// PutWait is Put followed by the operation's Wait; errors as for both.
 func (s *Source) PutWait(ctx context.Context, off int, src []byte) error {
 	o, err := s.Put(ctx, off, src)
 	if err != nil {
@@ -476,7 +523,7 @@ func (s *Source) PutWait(ctx context.Context, off int, src []byte) error {
 	return o.Wait(ctx)
 }
 
-// GetWait is Get followed by the operation's Wait.
+// GetWait is Get followed by the operation's Wait; errors as for both.
 func (s *Source) GetWait(ctx context.Context, off int, dst []byte) error {
 	o, err := s.Get(ctx, off, dst)
 	if err != nil {
@@ -485,7 +532,14 @@ func (s *Source) GetWait(ctx context.Context, off int, dst []byte) error {
 	return o.Wait(ctx)
 }
 
-func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) (*Op, error) {
+// post starts an operation for call (put, get, plain put, plain get).
+func (s *Source) post(ctx context.Context, call string, active, get bool, off int, b []byte) (*Op, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, callErr(call, err)
+	}
+	if s.closed.Load() {
+		return nil, callErr(call, ErrClosed)
+	}
 	n := len(b)
 	mediated := active && s.ib != nil
 	st := n // staging bytes: the data, and for a mediated access its entry first
@@ -517,7 +571,7 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 	waited := false
 	for {
 		if err := s.usable(); err != nil {
-			return nil, err
+			return nil, callErr(call, err)
 		}
 		credits := !active || s.led.avail >= c
 		ibOK := false
@@ -552,13 +606,13 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 				// marker sent after the accesses that spent them.
 				s.markerLocked(false)
 				if err := s.postLocked(); err != nil {
-					return nil, err
+					return nil, callErr(call, err)
 				}
 				continue
 			}
 		}
 		if err := s.wait(ctx); err != nil {
-			return nil, err
+			return nil, callErr(call, err)
 		}
 	}
 	if active && !mediated {
@@ -611,7 +665,7 @@ func (s *Source) post(ctx context.Context, active, get bool, off int, b []byte) 
 		s.lastPlain = o.seq
 	}
 	if err := s.maybePostLocked(); err != nil {
-		return nil, err // o failed with it
+		return nil, callErr(call, err) // o failed with it
 	}
 	return o, nil
 }
@@ -636,37 +690,44 @@ func (s *Source) markerLocked(flush bool) {
 // the call has completed and been processed by the target's handlers
 // (the paper's active flush); the replies those handlers sent are then
 // available from Reply. Plain operations are not covered (FlushPlain).
-// While it waits the source probes the target (SourceConfig.KeepAlive),
+// While it waits the source probes the target (SourceOptions.KeepAlive),
 // so a target whose host vanished fails it with ErrDisconnected; a live
 // target whose handlers are slow keeps it waiting until ctx ends.
-// Errors: ErrClosed, ErrDisconnected (or the error of a failed
-// operation, which broke the connection), ctx's error.
+//
+// If ctx is already done, Flush returns ctx's error, wrapped, and sends
+// nothing; if ctx ends while it waits, it returns ctx's error (the
+// marker it sent may still be acknowledged later). Other errors wrap
+// ErrClosed (after Close), ErrDisconnected or ErrRefused (the connection
+// broke, for example because an operation failed).
 func (s *Source) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("flush", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for {
 		if err := s.usable(); err != nil {
-			return err
+			return callErr("flush", err)
 		}
 		if s.led.outstanding() < s.window && s.sqFree > 0 {
 			break
 		}
 		if err := s.wait(ctx); err != nil {
-			return err
+			return callErr("flush", err)
 		}
 	}
 	last := s.lastActive
 	s.markerLocked(true)
 	if err := s.postLocked(); err != nil {
-		return err
+		return callErr("flush", err)
 	}
 	ep := s.led.last
 	for s.led.acked < ep || s.doneThru < last {
 		if err := s.usable(); err != nil {
-			return err
+			return callErr("flush", err)
 		}
 		if err := s.wait(ctx); err != nil {
-			return err
+			return callErr("flush", err)
 		}
 	}
 	return nil
@@ -674,41 +735,51 @@ func (s *Source) Flush(ctx context.Context) error {
 
 // FlushPlain returns when every plain operation issued before the call
 // has completed at the target (its data is in the target's memory, or
-// in the caller's buffer for a get). Errors as for Flush.
+// in the caller's buffer for a get). Context and errors as for Flush.
 func (s *Source) FlushPlain(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("flush plain", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	last := s.lastPlain
 	for {
 		if err := s.usable(); err != nil {
-			return err
+			return callErr("flush plain", err)
 		}
 		if s.doneThru >= last {
 			return nil
 		}
 		if s.sq.postedSeq < last {
 			if err := s.postLocked(); err != nil {
-				return err
+				return callErr("flush plain", err)
 			}
 		}
 		if err := s.wait(ctx); err != nil {
-			return err
+			return callErr("flush plain", err)
 		}
 	}
 }
 
 // Reply returns the next reply a target handler sent to this source,
-// waiting for one if none is queued. Replies queue until read. Errors:
-// ErrClosed, ErrDisconnected once no reply is left, ctx's error.
+// waiting for one if none is queued (probing the target as Flush does).
+// Replies queue until read. If ctx is already done, Reply returns ctx's
+// error, wrapped, and takes no reply; if ctx ends while it waits, it
+// returns ctx's error. Other errors wrap ErrClosed (after Close), or the
+// connection's error (ErrDisconnected, ErrRefused) once it broke and no
+// reply is left.
 func (s *Source) Reply(ctx context.Context) (Reply, error) {
+	if err := ctx.Err(); err != nil {
+		return Reply{}, callErr("reply", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.replies) == 0 {
 		if err := s.usable(); err != nil {
-			return Reply{}, err
+			return Reply{}, callErr("reply", err)
 		}
 		if err := s.wait(ctx); err != nil {
-			return Reply{}, err
+			return Reply{}, callErr("reply", err)
 		}
 	}
 	r := s.replies[0]
@@ -716,7 +787,8 @@ func (s *Source) Reply(ctx context.Context) (Reply, error) {
 	return r, nil
 }
 
-// Replies returns how many replies are queued.
+// Replies returns how many replies are queued. It cannot fail; after
+// Close it counts the replies left unread.
 func (s *Source) Replies() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -731,7 +803,7 @@ func (s *Source) cqLoop() {
 		n, err := s.cq.Wait(context.Background(), wcs)
 		if err != nil {
 			s.mu.Lock()
-			s.failAllLocked(ErrClosed)
+			s.failAllLocked(errPendingAtClose)
 			s.mu.Unlock()
 			return
 		}
@@ -743,7 +815,7 @@ func (s *Source) cqLoop() {
 		for _, wc := range wcs[:n] {
 			s.completeLocked(wc)
 		}
-		if len(s.sq.wrs) > 0 && !s.closed && s.broken == nil {
+		if len(s.sq.wrs) > 0 && !s.closed.Load() && s.broken == nil {
 			s.postLocked() // what queued while those were in flight; a failure fails it
 		}
 		s.broadcast()
@@ -903,16 +975,19 @@ func (s *Source) cmLoop(ctx context.Context) {
 	}
 }
 
-// Close ends the connection: it disconnects, and operations still
-// pending fail with ErrClosed (Flush first to end gracefully). It is
-// idempotent.
+// Close ends the connection: it disconnects (waiting at most 5 s for the
+// target's answer), and operations still pending fail with ErrClosed
+// (Flush first to end gracefully); calls waiting in Put, Flush or Reply
+// return ErrClosed. It returns the verbs error of a failed disconnect
+// (not a target that left first, nor one that did not answer in time); a
+// second Close returns nil.
 func (s *Source) Close() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closed.Store(true)
 	broken := s.broken != nil
 	s.broadcast()
 	s.mu.Unlock()
@@ -932,7 +1007,7 @@ func (s *Source) Close() error {
 	s.mu.Lock()
 	s.released = true
 	s.release() // no completion is processed while the memory goes away
-	s.failAllLocked(ErrClosed)
+	s.failAllLocked(errPendingAtClose)
 	s.mu.Unlock()
 	s.loops.Wait()
 	return err

@@ -68,23 +68,29 @@ const (
 // String lists the bits, as W|R|WL.
 func (a Actions) String() string { return kmod.Bits(a).String() }
 
-// TargetConfig configures Listen.
-type TargetConfig struct {
-	// Size is the bytes of memory the target exposes (rounded up to
-	// whole 4 KiB pages). Required.
-	Size int
+// TargetOptions tune Listen. A nil *TargetOptions, like the zero value,
+// means every default: 1 MiB logs, 4 sources, ModeTransparent.
+type TargetOptions struct {
 	// LogSize is the bytes of each domain's access log, a power of two
-	// in [kmod.MinLogSize, kmod.MaxLogSize]; default 1 MiB. It bounds
-	// the credits: (LogSize - 4160) / MaxSources per source.
+	// in [kmod.MinLogSize, kmod.MaxLogSize]; 0 means 1 MiB. It bounds
+	// the credits: (LogSize - 4160) / MaxSources per source, which must
+	// hold at least one entry of a header and a page (4160 bytes), else
+	// Listen fails with ErrInvalid. In ModeMediated, LogSize is the size
+	// of each source's inbox, and the credits it grants.
 	LogSize int
-	// MaxSources is how many sources may be connected at once; each
-	// gets an equal share of the log as credits. Default 4.
+	// MaxSources is how many sources may be connected at once (1 to
+	// 1024); each gets an equal share of the log as credits. 0 means 4.
 	MaxSources int
-	// Mode is how accesses are made active; default ModeTransparent
-	// (which needs the rdmaplus kernel module). In ModeMediated,
-	// LogSize is the size of each source's inbox, and the credits it
-	// grants.
+	// Mode is how accesses are made active; 0 means ModeTransparent
+	// (which needs the rdmaplus kernel module).
 	Mode Mode
+}
+
+// targetConfig is what Listen resolved: the options with their
+// defaults, and the memory's size rounded to whole pages.
+type targetConfig struct {
+	TargetOptions
+	Size int
 }
 
 // Target exposes memory to remote sources and runs handlers for the
@@ -97,7 +103,7 @@ type TargetConfig struct {
 // the memory's description and a share of the log (credits) when the
 // connection is set up, so the application exchanges no keys.
 type Target struct {
-	cfg   TargetConfig
+	cfg   targetConfig
 	grant int64
 	l     *verbs.CMID
 	pd    *verbs.PD
@@ -131,17 +137,26 @@ type pageSlot struct {
 	act Actions
 }
 
-// Listen exposes cfg.Size bytes of memory and accepts sources on addr,
-// which must name one of this host's RDMA-capable IP addresses and a port
-// (rdma_cm binds the device from it). Errors wrap ErrInvalid (a bad
-// address or configuration, an unknown mode), kmod.ErrNotLoaded or
-// kmod.ErrNotSupported (ModeTransparent without a usable kernel module),
-// or the verbs error of the failing step (rdma_bind_addr gives EADDRINUSE
-// for a port in use).
-func Listen(addr netip.AddrPort, cfg *TargetConfig) (*Target, error) {
-	var c TargetConfig
-	if cfg != nil {
-		c = *cfg
+// Listen exposes size bytes of memory (rounded up to whole 4 KiB pages)
+// and accepts sources on addr, which must name one of this host's
+// RDMA-capable IP addresses and a port (rdma_cm binds the device from
+// it). opts may be nil (see TargetOptions). ctx bounds the set-up only:
+// once Listen returned, the target serves until Close, whatever becomes
+// of ctx.
+//
+// Errors wrap ctx's error (when ctx is already done, before anything is
+// set up), ErrInvalid (a bad address, size or option, an unknown mode),
+// kmod.ErrNotLoaded or kmod.ErrNotSupported (ModeTransparent without a
+// usable kernel module), or the verbs error of the failing step
+// (rdma_bind_addr gives EADDRINUSE for a port in use, a missing device
+// verbs.ErrNoDevice).
+func Listen(ctx context.Context, addr netip.AddrPort, size int, opts *TargetOptions) (*Target, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("activeaccess: listen on %v: %w", addr, err)
+	}
+	c := targetConfig{Size: size}
+	if opts != nil {
+		c.TargetOptions = *opts
 	}
 	if c.LogSize == 0 {
 		c.LogSize = 1 << 20
@@ -235,11 +250,12 @@ func (t *Target) release() {
 	}
 }
 
-// Memory returns the target's exposed memory (nil after Close). The
+// Memory returns the target's exposed memory, or nil after Close. The
 // process may read and write it; remote sources address it by offset.
 // Local stores are not seen by the module and never reach a handler; the
 // memory is a shared anonymous mapping, so the kernel's soft-dirty bits
-// can track them (pkg/activeaccess/checkpoint).
+// can track them (pkg/activeaccess/checkpoint). Close unmaps it: a slice
+// obtained before Close must not be used after it (the access faults).
 func (t *Target) Memory() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -249,38 +265,48 @@ func (t *Target) Memory() []byte {
 	return t.mr.Bytes()
 }
 
-// Grant returns the credits, in log bytes, each source receives.
+// Grant returns the credits each source receives: log bytes in
+// ModeTransparent, inbox bytes in ModeMediated. It cannot fail.
 func (t *Target) Grant() int64 { return t.grant }
 
-// Mode returns the target's mode.
+// Mode returns the target's mode. It cannot fail.
 func (t *Target) Mode() Mode { return t.cfg.Mode }
 
-// Sources returns how many sources are connected.
+// Sources returns how many sources are connected (0 after Close). It
+// cannot fail.
 func (t *Target) Sources() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.conns)
 }
 
-// Stats returns the kernel module's counters (kmod.Device.Stats). Errors
-// wrap ErrClosed after Close, kmod.ErrNotSupported in ModeMediated (no
-// module involved).
+// Stats returns the kernel module's counters (kmod.Device.Stats:
+// module-wide, not only this target's). Errors wrap ErrClosed after
+// Close, kmod.ErrNotSupported in ModeMediated (no module involved), or
+// the module's error.
 func (t *Target) Stats() (kmod.Stats, error) {
 	t.mu.Lock()
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return kmod.Stats{}, ErrClosed
+		return kmod.Stats{}, fmt.Errorf("activeaccess: stats: %w", ErrClosed)
 	}
 	if t.dev == nil {
-		return kmod.Stats{}, fmt.Errorf("activeaccess: %w: a library-mediated target uses no kernel module", kmod.ErrNotSupported)
+		return kmod.Stats{}, fmt.Errorf("activeaccess: stats: %w: a library-mediated target uses no kernel module", kmod.ErrNotSupported)
 	}
-	return t.dev.Stats()
+	st, err := t.dev.Stats()
+	if err != nil {
+		return st, fmt.Errorf("activeaccess: stats: %w", err)
+	}
+	return st, nil
 }
 
 // Err returns the errors met serving sources (each cost that source its
-// connection) and a failed domain's error (which cost every source its
-// connection), joined, or nil.
+// connection; the first 16 are kept) and a failed domain's error (which
+// cost every source its connection), joined, or nil. A source that did
+// not complete its connection within 30 s is reported wrapping
+// ErrDisconnected, never context.DeadlineExceeded. Err still answers
+// after Close.
 func (t *Target) Err() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -289,9 +315,11 @@ func (t *Target) Err() error {
 
 // Close disconnects every source (their pending operations fail with
 // ErrDisconnected) and closes every PlainQP, stops and closes every
-// domain, and releases the memory. It waits for running handlers to
-// return. It is idempotent and returns the first error met releasing
-// resources.
+// domain, and releases the memory (Memory's slice must not be used
+// after it). It waits for running handlers to return, so a handler that
+// never returns keeps it waiting. It returns the first error met
+// releasing resources (a verbs or kmod error); a second Close returns
+// nil.
 func (t *Target) Close() error {
 	t.mu.Lock()
 	if t.closed {
@@ -336,12 +364,18 @@ func (t *Target) Close() error {
 	if e := t.pd.Close(); e != nil && err == nil {
 		err = e
 	}
+	if e := t.buf.Close(); e != nil && err == nil {
+		err = e // the memory is unmapped
+	}
 	if t.dev != nil {
 		if e := t.dev.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("activeaccess: closing the target: %w", err)
+	}
+	return nil
 }
 
 func (t *Target) recordErr(err error) {
@@ -466,7 +500,7 @@ const (
 	// Go's netpoller) until the module signals new entries.
 	Event Notification = iota
 	// Poll spins on the log's head; it answers fastest and costs a CPU
-	// (see DomainConfig.PollIdle).
+	// (see DomainOptions.PollIdle).
 	Poll
 )
 
@@ -478,17 +512,17 @@ const (
 type Handler func(a *Access)
 
 // DefaultInterval is the longest an Event domain's handler waits behind
-// a busy log by default (DomainConfig): about what adaptive interrupt
+// a busy log by default (DomainOptions): about what adaptive interrupt
 // moderation allows a NIC's receive completions (net_dim's longest
 // profile, 256 µs).
 const DefaultInterval = 250 * time.Microsecond
 
-// DomainConfig configures Target.NewDomain.
-type DomainConfig struct {
-	// Handler is called for every logged access to the domain's pages.
-	// Required.
-	Handler Handler
-	// Notify chooses event-driven (default) or polling operation.
+// DomainOptions tune Target.NewDomain. A nil *DomainOptions, like the
+// zero value, means an Event domain with adaptive wake-ups every
+// DefaultInterval at most.
+type DomainOptions struct {
+	// Notify chooses event-driven (Event, the default) or polling (Poll)
+	// operation.
 	Notify Notification
 	// Threshold, Interval and Adaptive (Event, ModeTransparent) say when
 	// the module wakes the runtime (kmod.NotifyOptions): after Threshold
@@ -496,13 +530,15 @@ type DomainConfig struct {
 	// wake-up, and with Adaptive at once after a quiet Interval. All
 	// zero: adaptive with DefaultInterval, so an idle domain's handler
 	// runs without delay and a busy one's at most every DefaultInterval.
-	// Threshold 1 wakes on every entry. A mediated domain wakes on every
-	// access.
+	// Threshold 1 wakes on every entry. Negative values, or Adaptive
+	// without an Interval, are ErrInvalid. A mediated domain wakes on
+	// every access whatever they say.
 	Threshold int
 	Interval  time.Duration
 	Adaptive  bool
 	// PollIdle (Poll): after a thousand empty polls the runtime sleeps
-	// this long between polls; 0 spins forever (one CPU).
+	// this long between polls; 0 spins forever (one CPU). Negative is
+	// ErrInvalid.
 	PollIdle time.Duration
 }
 
@@ -513,7 +549,8 @@ type Domain struct {
 	id     uint32
 	kd     *kmod.Domain // ModeTransparent
 	sw     *swlog       // ModeMediated
-	cfg    DomainConfig
+	cfg    DomainOptions
+	h      Handler
 	stop   context.CancelFunc
 	exited chan struct{}
 
@@ -522,7 +559,6 @@ type Domain struct {
 	failed    atomic.Pointer[error]
 	processed atomic.Uint64
 	closeOnce sync.Once
-	closeErr  error
 }
 
 // swlog is a mediated domain's access log: accesses the runtime applied,
@@ -556,17 +592,23 @@ func (l *swlog) take(dst []Access) []Access {
 	return dst
 }
 
-// NewDomain creates a domain with its access log (TargetConfig.LogSize
-// bytes) and starts its runtime; associate pages with Associate. Errors
-// wrap ErrInvalid (no handler, a bad notification setting),
-// kmod.ErrTooManyDomains, ErrClosed, or the module's error.
-func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
-	if cfg.Handler == nil {
+// NewDomain creates a domain whose handler is h, with its access log
+// (TargetOptions.LogSize bytes), and starts its runtime; associate pages
+// with Associate. opts may be nil (see DomainOptions). Errors wrap
+// ErrInvalid (a nil handler, a bad option), ErrClosed (after Close),
+// kmod.ErrTooManyDomains, kmod.ErrNoMemory (RLIMIT_MEMLOCK), or the
+// module's error.
+func (t *Target) NewDomain(h Handler, opts *DomainOptions) (*Domain, error) {
+	var cfg DomainOptions
+	if opts != nil {
+		cfg = *opts
+	}
+	if h == nil {
 		return nil, fmt.Errorf("%w: domain without a handler", ErrInvalid)
 	}
 	if cfg.Notify != Event && cfg.Notify != Poll || cfg.Threshold < 0 || cfg.Interval < 0 || cfg.PollIdle < 0 ||
 		cfg.Adaptive && cfg.Interval == 0 {
-		return nil, fmt.Errorf("%w: domain config %+v", ErrInvalid, cfg)
+		return nil, fmt.Errorf("%w: domain options %+v", ErrInvalid, cfg)
 	}
 	if cfg.Notify == Event && cfg.Threshold == 0 && cfg.Interval == 0 {
 		cfg.Interval, cfg.Adaptive = DefaultInterval, true
@@ -574,9 +616,9 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("activeaccess: new domain: %w", ErrClosed)
 	}
-	d := &Domain{t: t, cfg: cfg, exited: make(chan struct{})}
+	d := &Domain{t: t, cfg: cfg, h: h, exited: make(chan struct{})}
 	if t.dev == nil {
 		t.nextDom++
 		d.id = t.nextDom
@@ -603,10 +645,12 @@ func (t *Target) NewDomain(cfg DomainConfig) (*Domain, error) {
 }
 
 // ID returns the domain's id: the module's domain id (the paper's IUID)
-// in ModeTransparent, a number of the target's own in ModeMediated.
+// in ModeTransparent, a number of the target's own in ModeMediated. It
+// cannot fail; after Close the module may give the id to a new domain.
 func (d *Domain) ID() uint32 { return d.id }
 
-// Processed returns how many accesses the handler has processed.
+// Processed returns how many accesses the handler has processed. It
+// cannot fail, and keeps its last value after Close.
 func (d *Domain) Processed() uint64 { return d.processed.Load() }
 
 // Err returns the error that stopped the domain's runtime (a corrupt
@@ -624,7 +668,7 @@ func (d *Domain) Err() error {
 // Refused returns how many accesses the module refused because this
 // domain's log was full, and how many reads it served as zeros for the
 // same reason. With credit-respecting sources both stay 0 (and always in
-// ModeMediated).
+// ModeMediated). It cannot fail; after Close it returns 0, 0.
 func (d *Domain) Refused() (refused, lost uint64) {
 	if d.closed.Load() || d.kd == nil {
 		return 0, 0
@@ -643,14 +687,17 @@ func (d *Domain) head() uint64 {
 
 // Associate gives the pages [off, off+length) of the target's memory the
 // actions act and this domain's handler (the paper's assoc_page),
-// replacing what they had. off and length must be multiples of 4096.
-// Errors wrap ErrInvalid, ErrRange, ErrClosed, or the module's error.
+// replacing what they had (also another domain's association). off and
+// length must be multiples of 4096. Errors wrap ErrInvalid (unaligned or
+// empty pages, unknown action bits), ErrRange (pages beyond the
+// memory), ErrClosed (the domain or its target was closed), or the
+// module's error.
 func (d *Domain) Associate(off, length int, act Actions) error {
-	if err := d.pages(off, length); err != nil {
+	if err := d.pages("associate", off, length); err != nil {
 		return err
 	}
 	if act&^0x3f != 0 {
-		return fmt.Errorf("%w: actions %v", ErrInvalid, act)
+		return fmt.Errorf("activeaccess: associate: %w: actions %v", ErrInvalid, act)
 	}
 	if d.kd == nil {
 		d.t.pgMu.Lock()
@@ -662,18 +709,18 @@ func (d *Domain) Associate(off, length int, act Actions) error {
 	}
 	if err := d.kd.Arm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length), kmod.Bits(act)); err != nil {
 		if errors.Is(err, kmod.ErrClosed) {
-			return ErrClosed
+			return fmt.Errorf("activeaccess: associate: %w", ErrClosed)
 		}
 		return fmt.Errorf("activeaccess: associate [%d, +%d) with %v: %w", off, length, act, err)
 	}
 	return nil
 }
 
-// Dissociate makes the pages [off, off+length) of this domain plain
-// memory again. Errors wrap ErrInvalid, ErrRange, ErrClosed, or the
-// module's error.
+// Dissociate makes the pages [off, off+length) that this domain holds
+// plain memory again; pages of other domains in the range keep theirs.
+// Errors as for Associate.
 func (d *Domain) Dissociate(off, length int) error {
-	if err := d.pages(off, length); err != nil {
+	if err := d.pages("dissociate", off, length); err != nil {
 		return err
 	}
 	if d.kd == nil {
@@ -682,7 +729,7 @@ func (d *Domain) Dissociate(off, length int) error {
 	}
 	if err := d.kd.Disarm(d.t.mr.RKey(), d.t.mr.Addr()+uint64(off), uint64(length)); err != nil {
 		if errors.Is(err, kmod.ErrClosed) {
-			return ErrClosed
+			return fmt.Errorf("activeaccess: dissociate: %w", ErrClosed)
 		}
 		return fmt.Errorf("activeaccess: dissociate [%d, +%d): %w", off, length, err)
 	}
@@ -701,29 +748,35 @@ func (d *Domain) dissociate(from, to int) {
 	d.t.pgMu.Unlock()
 }
 
-func (d *Domain) pages(off, length int) error {
+// pages checks the arguments of call (associate, dissociate).
+func (d *Domain) pages(call string, off, length int) error {
 	if d.closed.Load() {
-		return ErrClosed
+		return fmt.Errorf("activeaccess: %s: %w", call, ErrClosed)
 	}
 	if off < 0 || length <= 0 || off%pageSize != 0 || length%pageSize != 0 {
-		return fmt.Errorf("%w: pages [%d, +%d): need whole 4 KiB pages", ErrInvalid, off, length)
+		return fmt.Errorf("activeaccess: %s: %w: pages [%d, +%d): need whole 4 KiB pages", call, ErrInvalid, off, length)
 	}
 	if off+length > d.t.cfg.Size || off+length < off {
-		return fmt.Errorf("%w: pages [%d, +%d) of %d bytes", ErrRange, off, length, d.t.cfg.Size)
+		return fmt.Errorf("activeaccess: %s: %w: pages [%d, +%d) of %d bytes", call, ErrRange, off, length, d.t.cfg.Size)
 	}
 	return nil
 }
 
 // Close stops the domain's runtime (waiting for a running handler to
-// return), makes its pages plain memory and frees its log. Entries not
-// yet handled are dropped. It is idempotent.
-func (d *Domain) Close() error {
+// return, so a handler that never returns keeps it waiting), makes its
+// pages plain memory and frees its log. Entries not yet handled are
+// dropped, and flushes that waited for them are acknowledged. Closing the
+// Target closes its domains. Close returns the module's error freeing
+// the log, if any; a second Close returns nil.
+func (d *Domain) Close() (err error) {
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.stop()
 		<-d.exited
 		if d.kd != nil {
-			d.closeErr = d.kd.Close()
+			if err = d.kd.Close(); err != nil {
+				err = fmt.Errorf("activeaccess: closing domain %d: %w", d.id, err)
+			}
 		} else {
 			d.dissociate(0, len(d.t.pages))
 		}
@@ -732,7 +785,7 @@ func (d *Domain) Close() error {
 		d.t.mu.Unlock()
 		d.t.checkMarkers()
 	})
-	return d.closeErr
+	return err
 }
 
 // fail stops the domain for good. Its unhandled entries will never
@@ -757,7 +810,7 @@ func (d *Domain) fail(err error) {
 
 // handle runs the handler on one access and counts it.
 func (d *Domain) handle(a *Access) {
-	d.cfg.Handler(a)
+	d.h(a)
 	d.processed.Add(1)
 	if a.c != nil {
 		a.c.processed.Add(1)
@@ -917,7 +970,7 @@ func (k Kind) String() string {
 // Peer identifies a connected source at the target.
 type Peer struct {
 	ID   uint32 // assigned by the target, unique for its lifetime, from 1
-	Name string // SourceConfig.Name of the source
+	Name string // SourceOptions.Name of the source
 	QPN  uint32 // the source's queue pair number
 	// Addr is the source's IP address and rdma_cm port as the target's
 	// rdma_cm saw it (the zero AddrPort if it could not tell).
@@ -944,14 +997,16 @@ type Access struct {
 // Reply sends v back to the access's source, which reads it with
 // Source.Reply; replies to one source arrive in the order they were
 // sent, and before the acknowledgement of any flush issued after the
-// access. Errors: ErrNoSource when the source is unknown, ErrClosed when
-// it is gone.
+// access. It does not block: the reply is queued for the connection's
+// sender. Errors wrap ErrNoSource when the source is not a Source of this
+// package (a PlainQP's, or one the target no longer knows), ErrClosed
+// when its connection is gone (the source left, or the Target closed).
 func (a *Access) Reply(v uint64) error {
 	if a.c == nil {
-		return ErrNoSource
+		return fmt.Errorf("activeaccess: reply: %w", ErrNoSource)
 	}
 	if !a.c.enqueue(outItem{reply: Reply{Offset: uint64(a.Offset), Value: v}, isReply: true}) {
-		return ErrClosed
+		return fmt.Errorf("activeaccess: reply to source %d: %w", a.c.peer.ID, ErrClosed)
 	}
 	return nil
 }

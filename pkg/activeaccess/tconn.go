@@ -22,6 +22,8 @@ const (
 	wrRecv     = 1 << 62
 	wrSend     = 1 << 61
 	wrResp     = 1 << 60
+
+	acceptTimeout = 30 * time.Second // for a source to complete its connection
 )
 
 // tconn is the target's end of one source's connection.
@@ -150,11 +152,20 @@ func (t *Target) admit(id *verbs.CMID, ev verbs.CMEvent) {
 	} else {
 		g.MaxEntry = maxEntry
 	}
-	actx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
+	actx, cancel := context.WithTimeout(t.ctx, acceptTimeout)
 	err = id.Accept(actx, &verbs.ConnParam{PrivateData: g.marshal(), ResponderResources: rdDepth, InitiatorDepth: rdDepth})
 	cancel()
 	if err != nil {
-		t.recordErr(fmt.Errorf("activeaccess: accepting source %q: %w", h.Name, err))
+		switch {
+		case t.ctx.Err() != nil:
+			// Close ended the accept: nothing to report.
+		case errors.Is(err, context.DeadlineExceeded):
+			// The internal bound, not a caller's deadline.
+			t.recordErr(fmt.Errorf("activeaccess: accepting source %q: %w: it did not complete the connection within %v",
+				h.Name, ErrDisconnected, acceptTimeout))
+		default:
+			t.recordErr(fmt.Errorf("activeaccess: accepting source %q: %w", h.Name, err))
+		}
 		c.teardown()
 		return
 	}

@@ -45,7 +45,7 @@ func testTargetVanishes(t *testing.T, mode activeaccess.Mode, b func(string) str
 	defer func() { signal(t, b("vanish-down")); signal(t, b("vanish-done")); await(t, b("vanish-up")) }()
 	const keepAlive = 300 * time.Millisecond
 	s, err := activeaccess.Dial(timeout(t, 60*time.Second), targetAddr(t, port),
-		&activeaccess.SourceConfig{Name: "vanish-src", KeepAlive: keepAlive, AckTimeout: 100 * time.Millisecond})
+		&activeaccess.SourceOptions{Name: "vanish-src", KeepAlive: keepAlive, AckTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

@@ -107,7 +107,7 @@ func New(tg *activeaccess.Target, off, length int, cfg Config) (*Tracker, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: t.handle, Notify: cfg.Notify, PollIdle: cfg.PollIdle})
+	d, err := tg.NewDomain(t.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, PollIdle: cfg.PollIdle})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}

@@ -90,7 +90,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 		return
 	}
 
-	tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: pages * page, Mode: mode})
+	tg := aalab.Listen(t, port, pages*page, &activeaccess.TargetOptions{Mode: mode})
 	mem := tg.Memory()
 	copy(mem, aalab.Pattern(0, len(mem), 1))
 	for _, bad := range []struct {

@@ -1,6 +1,7 @@
 package checkpoint_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net/netip"
@@ -14,7 +15,7 @@ import (
 // only the pages written (remotely or locally) since the one before, and
 // how memory is restored from them.
 func Example() {
-	tg, err := activeaccess.Listen(netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.TargetConfig{Size: 1 << 20})
+	tg, err := activeaccess.Listen(context.Background(), netip.MustParseAddrPort("10.77.0.1:7600"), 1<<20, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

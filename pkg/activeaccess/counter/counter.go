@@ -84,7 +84,7 @@ func New(tg *activeaccess.Target, off, length int, cfg Config) (*Counter, error)
 		return nil, fmt.Errorf("counter: %w: pages [%d, +%d) (whole %d-byte pages)", activeaccess.ErrInvalid, off, length, Page)
 	}
 	c := &Counter{off: off, pages: make([]pageCounts, length/Page)}
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: c.handle, Notify: cfg.Notify, PollIdle: cfg.PollIdle})
+	d, err := tg.NewDomain(c.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, PollIdle: cfg.PollIdle})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
 	}

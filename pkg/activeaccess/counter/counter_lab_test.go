@@ -39,7 +39,7 @@ func testCounter(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	port := 7620 + uint16(mode)
 	const plainPage, plainN = 15, 7 // plain puts and gets, 100 bytes each
 	if aalab.Server(t) {
-		tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: pages * page, LogSize: 1 << 18, Mode: mode})
+		tg := aalab.Listen(t, port, pages*page, &activeaccess.TargetOptions{LogSize: 1 << 18, Mode: mode})
 		for _, bad := range []struct {
 			tg          *activeaccess.Target
 			off, length int

@@ -1,6 +1,7 @@
 package counter_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"net/netip"
@@ -13,7 +14,7 @@ import (
 // A target that exposes 1 MiB and counts the remote puts and gets of its
 // first 64 pages, printing the busiest page every ten seconds.
 func Example() {
-	tg, err := activeaccess.Listen(netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.TargetConfig{Size: 1 << 20})
+	tg, err := activeaccess.Listen(context.Background(), netip.MustParseAddrPort("10.77.0.1:7600"), 1<<20, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -67,8 +67,7 @@ func ServeAA(addr netip.AddrPort, cfg AAConfig) (*AATarget, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
-	tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: l.Size(), LogSize: cfg.LogSize,
-		MaxSources: cfg.MaxSources, Mode: cfg.Mode})
+	tg, err := activeaccess.Listen(context.Background(), addr, l.Size(), &activeaccess.TargetOptions{LogSize: cfg.LogSize, MaxSources: cfg.MaxSources, Mode: cfg.Mode})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", err)
 	}
@@ -80,8 +79,7 @@ func ServeAA(addr netip.AddrPort, cfg AAConfig) (*AATarget, error) {
 	if cfg.Notify == activeaccess.Event && cfg.Threshold == 0 {
 		cfg.Threshold, cfg.Interval = 10, time.Millisecond
 	}
-	if t.d, err = tg.NewDomain(activeaccess.DomainConfig{Handler: t.handle, Notify: cfg.Notify,
-		Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
+	if t.d, err = tg.NewDomain(t.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, Threshold: cfg.Threshold, Interval: cfg.Interval}); err != nil {
 		return fail(err)
 	}
 	off, n := l.TableSpan()
@@ -173,7 +171,7 @@ type AATable struct {
 // DialAA connects to an AA target. Errors wrap ErrProtocol (no DHT
 // volume there) or the errors of activeaccess.Dial.
 func DialAA(ctx context.Context, addr netip.AddrPort, name string) (*AATable, error) {
-	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceConfig{Name: name, Depth: aaDepth})
+	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceOptions{Name: name, Depth: aaDepth})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", aaErr(err))
 	}

@@ -16,7 +16,7 @@ import (
 // The target: 1 MiB whose gets are logged to /var/lib/getlog, replays
 // served on TCP port 7601.
 func ExampleNew() {
-	tg, err := activeaccess.Listen(netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.TargetConfig{Size: 1 << 20})
+	tg, err := activeaccess.Listen(context.Background(), netip.MustParseAddrPort("10.77.0.1:7600"), 1<<20, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func ExampleNew() {
 func ExampleRecover() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := activeaccess.Dial(ctx, netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.SourceConfig{Name: "reader-7"})
+	s, err := activeaccess.Dial(ctx, netip.MustParseAddrPort("10.77.0.1:7600"), &activeaccess.SourceOptions{Name: "reader-7"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,7 +12,7 @@
 // network: it gets the same bytes it read before, even if the target's
 // memory has changed since.
 //
-// Readers are told apart by their activeaccess.SourceConfig.Name (the
+// Readers are told apart by their activeaccess.SourceOptions.Name (the
 // target's handlers see it as Peer.Name); two readers with one name share
 // one log. Gets from RDMA peers the target did not accept are logged under
 // the empty name.
@@ -118,8 +118,7 @@ func New(tg *activeaccess.Target, off, length int, cfg Config) (*Logger, error) 
 		l.closeFiles()
 		return nil, err
 	}
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: l.handle, Notify: cfg.Notify, PollIdle: cfg.PollIdle,
-		Threshold: cfg.Threshold, Interval: cfg.Interval, Adaptive: cfg.Adaptive})
+	d, err := tg.NewDomain(l.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, PollIdle: cfg.PollIdle, Threshold: cfg.Threshold, Interval: cfg.Interval, Adaptive: cfg.Adaptive})
 	if err != nil {
 		l.closeFiles()
 		return nil, fmt.Errorf("getlog: %w", err)

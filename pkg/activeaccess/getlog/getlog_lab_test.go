@@ -89,7 +89,7 @@ func reader(v string) int {
 			return fail(err)
 		}
 		if s == nil { // the target listens once it wrote round 0's memory
-			if s, err = activeaccess.Dial(ctx, netipFrom(a, port), &activeaccess.SourceConfig{Name: name}); err != nil {
+			if s, err = activeaccess.Dial(ctx, netipFrom(a, port), &activeaccess.SourceOptions{Name: name}); err != nil {
 				return fail(err)
 			}
 		}
@@ -124,7 +124,7 @@ func testGetLog(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 	port, rport := ports(mode)
 	prefix := b("r")
 	if aalab.Server(t) {
-		tg := aalab.Listen(t, port, activeaccess.TargetConfig{Size: size, LogSize: 1 << 20, Mode: mode})
+		tg := aalab.Listen(t, port, size, &activeaccess.TargetOptions{LogSize: 1 << 20, Mode: mode})
 		file := filepath.Join(t.TempDir(), "a-file")
 		os.WriteFile(file, nil, 0o644)
 		for _, bad := range []struct {

@@ -16,16 +16,16 @@ import (
 // A target whose first page counts every write perftest makes to it:
 // run "ib_write_bw -x 1 -s 4096 -n 1000 10.77.0.1" on another host.
 func Example() {
-	tg, err := activeaccess.Listen(netip.MustParseAddrPort("10.77.0.1:7500"), &activeaccess.TargetConfig{Size: 1 << 20})
+	tg, err := activeaccess.Listen(context.Background(), netip.MustParseAddrPort("10.77.0.1:7500"), 1<<20, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer tg.Close()
 	var writes, bytes atomic.Int64 // the handler runs on the domain's goroutine
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+	d, err := tg.NewDomain(func(a *activeaccess.Access) {
 		writes.Add(1)
 		bytes.Add(int64(a.Length))
-	}})
+	}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -89,14 +89,14 @@ func TestLabPerftestSource(t *testing.T) {
 		}
 		return
 	}
-	tg := aalab.Listen(t, aaPort, activeaccess.TargetConfig{Size: 4 * page, LogSize: 1 << 21})
+	tg := aalab.Listen(t, aaPort, 4*page, &activeaccess.TargetOptions{LogSize: 1 << 21})
 	var mu sync.Mutex
 	var got []seen
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Notify: activeaccess.Event, Handler: func(a *activeaccess.Access) {
+	d, err := tg.NewDomain(func(a *activeaccess.Access) {
 		mu.Lock()
 		got = append(got, seen{a.Offset, a.Length, a.Data, a.Suppressed, a.Kind, a.Source})
 		mu.Unlock()
-	}})
+	}, &activeaccess.DomainOptions{Notify: activeaccess.Event})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,14 +248,14 @@ func TestLabPerftestRefused(t *testing.T) {
 		aalab.Signal(t, "ptr-done")
 		return
 	}
-	tg := aalab.Listen(t, aaPort+1, activeaccess.TargetConfig{Size: page, LogSize: 1 << 14, MaxSources: 1})
+	tg := aalab.Listen(t, aaPort+1, page, &activeaccess.TargetOptions{LogSize: 1 << 14, MaxSources: 1})
 	release := make(chan struct{})
 	var once sync.Once
 	unblock := func() { once.Do(func() { close(release) }) }
 	defer unblock() // before the target's Close waits for the handler
 	var mu sync.Mutex
 	n, bad := 0, 0
-	d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(a *activeaccess.Access) {
+	d, err := tg.NewDomain(func(a *activeaccess.Access) {
 		<-release
 		mu.Lock()
 		n++
@@ -263,7 +263,7 @@ func TestLabPerftestRefused(t *testing.T) {
 			bad++
 		}
 		mu.Unlock()
-	}})
+	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

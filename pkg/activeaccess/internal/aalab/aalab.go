@@ -95,10 +95,11 @@ func Timeout(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// Listen starts a target on guest 1's address, closed with the test.
-func Listen(t testing.TB, port uint16, cfg activeaccess.TargetConfig) *activeaccess.Target {
+// Listen starts a target of size bytes on guest 1's address, closed with
+// the test; opts may be nil.
+func Listen(t testing.TB, port uint16, size int, opts *activeaccess.TargetOptions) *activeaccess.Target {
 	t.Helper()
-	tg, err := activeaccess.Listen(TargetAddr(t, port), &cfg)
+	tg, err := activeaccess.Listen(Timeout(t, 60*time.Second), TargetAddr(t, port), size, opts)
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
@@ -110,7 +111,7 @@ func Listen(t testing.TB, port uint16, cfg activeaccess.TargetConfig) *activeacc
 // the test.
 func Dial(t testing.TB, port uint16, name string) *activeaccess.Source {
 	t.Helper()
-	s, err := activeaccess.Dial(Timeout(t, 60*time.Second), TargetAddr(t, port), &activeaccess.SourceConfig{Name: name})
+	s, err := activeaccess.Dial(Timeout(t, 60*time.Second), TargetAddr(t, port), &activeaccess.SourceOptions{Name: name})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

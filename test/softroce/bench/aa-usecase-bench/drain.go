@@ -66,7 +66,7 @@ func (g *gated) handle(*activeaccess.Access) {
 }
 
 func drainTarget(addr netip.AddrPort, chunk int) error {
-	tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: 2 * 4096, LogSize: 16 << 20, MaxSources: 1})
+	tg, err := activeaccess.Listen(context.Background(), addr, 2*4096, &activeaccess.TargetOptions{LogSize: 16 << 20, MaxSources: 1})
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func drainTarget(addr netip.AddrPort, chunk int) error {
 		gs[i] = &gated{chunk: chunk, release: make(chan struct{}), done: make(chan time.Time, 1)}
 		// PollIdle: once drained, the polling runtime must not starve the
 		// other domain of the guest's one vCPU.
-		if ds[i], err = tg.NewDomain(activeaccess.DomainConfig{Notify: m.n, PollIdle: time.Millisecond, Handler: gs[i].handle}); err != nil {
+		if ds[i], err = tg.NewDomain(gs[i].handle, &activeaccess.DomainOptions{Notify: m.n, PollIdle: time.Millisecond}); err != nil {
 			return err
 		}
 		if err := ds[i].Associate(i*4096, 4096, activeaccess.W|activeaccess.R|activeaccess.WL); err != nil {
@@ -126,7 +126,7 @@ func drainSource(addr netip.AddrPort, perMode int) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceConfig{Name: "drain"})
+	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceOptions{Name: "drain"})
 	if err != nil {
 		return err
 	}

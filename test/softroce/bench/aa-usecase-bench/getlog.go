@@ -35,7 +35,7 @@ func benchGetLog(rounds, gets, size int) error {
 		return err
 	}
 	if tgt {
-		tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: 3 * half, LogSize: 8 << 20, MaxSources: 1})
+		tg, err := activeaccess.Listen(context.Background(), addr, 3*half, &activeaccess.TargetOptions{LogSize: 8 << 20, MaxSources: 1})
 		if err != nil {
 			return err
 		}
@@ -46,7 +46,7 @@ func benchGetLog(rounds, gets, size int) error {
 		}
 		defer os.RemoveAll(dir)
 		var counted int
-		d, err := tg.NewDomain(activeaccess.DomainConfig{Handler: func(*activeaccess.Access) { counted++ }})
+		d, err := tg.NewDomain(func(*activeaccess.Access) { counted++ }, nil)
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func benchGetLog(rounds, gets, size int) error {
 	defer labenv.Signal(fmt.Sprint("getlog-done-", size))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceConfig{Name: "bench"})
+	s, err := activeaccess.Dial(ctx, addr, &activeaccess.SourceOptions{Name: "bench"})
 	if err != nil {
 		return err
 	}

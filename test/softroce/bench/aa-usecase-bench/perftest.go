@@ -88,7 +88,7 @@ func (p *ptRun) target() error {
 	if err != nil {
 		return err
 	}
-	tg, err := activeaccess.Listen(addr, &activeaccess.TargetConfig{Size: ptPages * 4096, LogSize: 8 << 20, MaxSources: 1})
+	tg, err := activeaccess.Listen(context.Background(), addr, ptPages*4096, &activeaccess.TargetOptions{LogSize: 8 << 20, MaxSources: 1})
 	if err != nil {
 		return err
 	}
@@ -99,14 +99,15 @@ func (p *ptRun) target() error {
 	data := activeaccess.W | activeaccess.R | activeaccess.WLD | activeaccess.RLD
 	var doms []*activeaccess.Domain
 	for _, dc := range []struct {
-		cfg  activeaccess.DomainConfig
+		h    activeaccess.Handler
+		opts *activeaccess.DomainOptions
 		page int // its meta page; the data page follows
 	}{
-		{activeaccess.DomainConfig{Handler: count, Threshold: 1}, 1},
-		{activeaccess.DomainConfig{Handler: count}, 3},
-		{activeaccess.DomainConfig{Handler: count, Threshold: 64, Interval: time.Millisecond}, 5},
+		{count, &activeaccess.DomainOptions{Threshold: 1}, 1},
+		{count, nil, 3},
+		{count, &activeaccess.DomainOptions{Threshold: 64, Interval: time.Millisecond}, 5},
 	} {
-		d, err := tg.NewDomain(dc.cfg)
+		d, err := tg.NewDomain(dc.h, dc.opts)
 		if err != nil {
 			return err
 		}
