@@ -7,8 +7,8 @@
 #   2. apt install ./rvmad_*.deb ./rdmaplus-dkms_*.deb: DKMS builds and
 #      installs rdmaplus.ko for that kernel;
 #   3. installs Debian 12's kernel (the lab's bookworm 6.1, image and
-#      headers): DKMS builds the module for the new kernel by itself
-#      (AUTOINSTALL), as on a kernel upgrade;
+#      headers), then trixie-backports' 7.x: DKMS builds the module for
+#      each new kernel by itself (AUTOINSTALL), as on a kernel upgrade;
 #   4. checks dkms status, each .ko's vermagic against a module of the same
 #      kernel, modprobe's view, rvmad's files and its start with the shipped
 #      configuration;
@@ -192,6 +192,9 @@ mount -o remount,bind,ro "$root/debs"
 # The module builds with one job: the machine is shared.
 mkdir -p "$root/etc/dkms/framework.conf.d"
 echo 'parallel_jobs=1' >"$root/etc/dkms/framework.conf.d/package-test.conf"
+# trixie-backports, for the newest kernel of the lab's table (7.x); apt
+# takes from there only what it is asked to (-t trixie-backports).
+[ "$suite" = trixie ] && echo "deb $mirror trixie-backports main" >"$root/etc/apt/sources.list.d/trixie-backports.list"
 apt_in update || fail "apt-get update in the chroot"
 
 # The lab's kernels: the ABI the lab runs (its cache), or the one the
@@ -229,7 +232,15 @@ else
 fi
 [ -n "$abi_later" ] || fail "no $later_release kernel ABI"
 kernels=("$abi_first" "$abi_later")
-say "kernels: $abi_first, then $abi_later ($later_release)"
+# In trixie, the 7.x kernel of trixie-backports last (its headers build
+# with trixie's gcc).
+abi_new=""
+if [ "$suite" = trixie ]; then
+	abi_new=$(meta_abi trixie-backports)
+	[ -n "$abi_new" ] || fail "no trixie-backports kernel ABI"
+	kernels+=("$abi_new")
+fi
+say "kernels: $abi_first, then $abi_later ($later_release)${abi_new:+, then $abi_new (trixie-backports)}"
 
 step "kernel $abi_first (image and headers)"
 apt_in install "linux-image-$abi_first" "linux-headers-$abi_first" || fail "apt-get install linux-image-$abi_first linux-headers-$abi_first"
@@ -250,6 +261,12 @@ step "kernel $abi_later installed after the module (image and headers)"
 apt_in install "${later_target[@]}" "linux-image-$abi_later" "linux-headers-$abi_later" ||
 	fail "apt-get install linux-image-$abi_later linux-headers-$abi_later"
 dkms_installed "$abi_later" || fail "dkms status: rdmaplus/$version not installed for $abi_later after its headers came"
+if [ -n "$abi_new" ]; then
+	step "kernel $abi_new (trixie-backports) installed after the module (image and headers)"
+	apt_in install -t trixie-backports "linux-image-$abi_new" "linux-headers-$abi_new" ||
+		fail "apt-get install -t trixie-backports linux-image-$abi_new linux-headers-$abi_new"
+	dkms_installed "$abi_new" || fail "dkms status: rdmaplus/$version not installed for $abi_new after its headers came"
+fi
 say "dkms status:"
 inroot dkms status 2>>"$log" | sed 's/^/    /' | tee -a "$log"
 
