@@ -6,11 +6,11 @@
 // # Target
 //
 // A process that exposes memory calls Listen with the address sources
-// will connect to. The Target registers TargetConfig.Size bytes with the
-// NIC (outside the Go heap; Target.Memory is the process's view of them)
-// and accepts sources in the background. Target.NewDomain creates a
-// Domain: an access log in the kernel module (the paper's IUID) and a
-// Handler. Domain.Associate gives page ranges of the memory the paper's
+// will connect to and the size of the memory. The Target registers that
+// many bytes with the NIC (outside the Go heap; Target.Memory is the
+// process's view of them) and accepts sources in the background.
+// Target.NewDomain creates a Domain: an access log in the kernel module
+// (the paper's IUID) and a Handler. Domain.Associate gives page ranges of the memory the paper's
 // control bits (Actions: W, R, WL, WLD, RL, RLD; Intercept and Count are
 // common sets) and the domain's handler (the paper's assoc_page). From
 // then on every remote write and read of those pages is steered by the
@@ -41,7 +41,7 @@
 //
 // # Modes
 //
-// The target chooses the mode (TargetConfig.Mode) and announces it when a
+// The target chooses the mode (TargetOptions.Mode) and announces it when a
 // source connects; the same source code works with both. In the
 // transparent mode (ModeTransparent) sources issue plain RDMA WRITE and
 // READ, and the target's rdmaplus kernel module (pkg/kmod,
@@ -58,7 +58,7 @@
 // A log has a fixed size, and the module refuses a write that does not
 // fit (the writer's work request fails, its connection breaks). So every
 // source receives a grant of log bytes when it connects (the log less
-// room for one padding entry, shared equally among TargetConfig.MaxSources
+// room for one padding entry, shared equally among TargetOptions.MaxSources
 // sources) and spends, per active access, the most log bytes it can take
 // (Source.Cost: one entry per packet and page, with its data). It sends
 // markers behind its accesses; the target acknowledges a marker once its
@@ -74,9 +74,12 @@
 //   - The target closes, its process dies, or the network fails: every
 //     pending and later operation of the Source fails with
 //     ErrDisconnected (a refused access with ErrRefused, which also breaks
-//     the connection). Nothing waits forever on a dead target as long as
-//     its host's kernel ends the connection; if the whole host vanishes,
-//     only the context bounds a Flush whose accesses already completed.
+//     the connection). Nothing waits forever on a dead target: its host's
+//     kernel ends the connection, and if the whole host vanishes the
+//     keep-alive probes of a waiting Flush, Reply or Put fail once the
+//     transport gives up (SourceOptions.KeepAlive and AckTimeout: about
+//     15 s by default). With KeepAlive negative only the context bounds
+//     such a wait.
 //   - Plain RMA, or another RDMA peer, that writes to logging pages uses
 //     log space no credit reserved: the module may refuse it, or an
 //     access of a credit-respecting source after it. Aim plain accesses at
@@ -98,9 +101,36 @@
 //   - Local stores to Target.Memory are not seen by the module.
 //   - Target.Memory must not be used after Target.Close (it is unmapped).
 //
+// # Conventions
+//
+// Options are passed as a pointer to an XxxOptions struct (TargetOptions,
+// DomainOptions, SourceOptions, PlainOptions); nil, like the zero value,
+// means the documented defaults. What a call cannot do without (the
+// memory's size, the handler) is an argument of its own.
+//
+// Every call that blocks or talks to the peer takes a context.Context
+// (Listen, Dial, Put, Get and their Plain and Wait forms, Op.Wait, Flush,
+// FlushPlain, Reply), and honours it the same way: a call whose context
+// is already done returns the context's error, wrapped, without doing
+// anything (Put issues no access, Flush sends no marker); a wait that ends
+// because the context ended returns the context's error, and what was
+// issued before goes on; the package's own time limits (a source's
+// connection set-up at the target, the disconnect in Close) are never
+// reported as context.DeadlineExceeded. A context only bounds its call:
+// cancelling the one given to Listen or Dial later does not end the
+// Target or Source. Calls that only change local state (NewDomain,
+// Associate, ConnectPlain) take none.
+//
+// Close ends an object and releases its resources; it takes no context:
+// Target.Close and Domain.Close wait for running handlers to return, and
+// Source.Close waits at most 5 s for the target to answer its
+// disconnect. A second Close returns nil. After Close, calls that can
+// fail return an error wrapping ErrClosed that names the call
+// ("activeaccess: flush: activeaccess: closed").
+//
 // Errors wrap the sentinels of this package (ErrClosed, ErrInvalid,
 // ErrRange, ErrTooLarge, ErrDisconnected, ErrRefused, ErrRejected,
 // ErrProtocol, ErrNoSource), context errors, or errors of pkg/verbs and
-// pkg/kmod; test them with errors.Is. Every Close is
-// idempotent. Every call that blocks takes a context.Context.
+// pkg/kmod; test them with errors.Is (a refused connection is a
+// *RejectError, for errors.As).
 package activeaccess

@@ -11,12 +11,14 @@ import (
 // context error, or an error of pkg/verbs or pkg/kmod (test
 // with errors.Is).
 var (
-	// ErrClosed: the Target, Domain or Source was closed (by the caller,
-	// or, for a Target's Domains, by closing the Target).
+	// ErrClosed: the Target, Domain, Source or PlainQP was closed (by the
+	// caller, or, for a Target's Domains and PlainQPs, by closing the
+	// Target), or, for Access.Reply, the source's connection is gone.
+	// Errors after Close wrap it and name the call.
 	ErrClosed = errors.New("activeaccess: closed")
-	// ErrInvalid: an argument the package refuses (a nil handler, an
-	// unaligned page range, a negative size, a listen address that is
-	// not a specific IP).
+	// ErrInvalid: an argument or option the package refuses (a nil
+	// handler, an unaligned page range, a size of 0 or less, an option out
+	// of range, a listen address that is not a specific IP and port).
 	ErrInvalid = errors.New("activeaccess: invalid argument")
 	// ErrRange: an offset and length outside the target's memory.
 	ErrRange = errors.New("activeaccess: outside the target's memory")
@@ -28,12 +30,14 @@ var (
 	// pending and later operation of that Source fails with it.
 	ErrDisconnected = errors.New("activeaccess: disconnected")
 	// ErrRefused: the target refused an access (its log was full, so the
-	// module NAKed the write, or the address was not accessible). A source
-	// that only uses Put and Get within its credits never sees it.
+	// module NAKed the write, or the address was not accessible); the
+	// connection is broken after it. A source that only uses Put and Get
+	// within its credits never sees it, unless plain accesses or other
+	// RDMA peers filled the same log.
 	ErrRefused = errors.New("activeaccess: access refused by the target")
 	// ErrRejected: the target refused the connection (too many sources,
-	// an unsupported protocol version or mode, or it is closing). The
-	// error is a *RejectError.
+	// an unsupported protocol version or mode, or it is closing), or
+	// nothing listens at the address. The error is a *RejectError.
 	ErrRejected = errors.New("activeaccess: connection rejected")
 	// ErrProtocol: the peer sent something this package does not
 	// understand (not an activeaccess peer, or another version).
@@ -77,8 +81,9 @@ func (r RejectReason) String() string {
 	return fmt.Sprintf("RejectReason(%d)", uint16(r))
 }
 
-// RejectError is returned by Dial when the target refused the connection;
-// errors.Is(err, ErrRejected) holds.
+// RejectError is returned by Dial when the target refused the connection,
+// or when nothing listens at the address (Reason 0); errors.Is(err,
+// ErrRejected) holds.
 type RejectError struct {
 	Reason RejectReason // 0 when the peer sent no activeaccess reason
 	Status int          // the connection manager's reject status

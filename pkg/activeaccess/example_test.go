@@ -8,6 +8,7 @@ import (
 	"log"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
@@ -81,14 +82,14 @@ func ExampleTarget_NewDomain() {
 		log.Fatal(err)
 	}
 	defer tg.Close()
-	var puts, gets sync.Map // offset -> *int (the handler runs on one goroutine)
+	var puts, gets atomic.Int64
 	d, err := tg.NewDomain(func(a *activeaccess.Access) {
-		m := &puts
-		if a.Kind == activeaccess.KindGet {
-			m = &gets
+		switch a.Kind {
+		case activeaccess.KindPut:
+			puts.Add(1)
+		case activeaccess.KindGet:
+			gets.Add(1)
 		}
-		n, _ := m.LoadOrStore(a.Offset, new(int))
-		*n.(*int)++
 	}, &activeaccess.DomainOptions{Notify: activeaccess.Poll, PollIdle: time.Millisecond})
 	if err != nil {
 		log.Fatal(err)
@@ -100,6 +101,7 @@ func ExampleTarget_NewDomain() {
 	mem := tg.Memory() // the exposed memory, off the Go heap
 	copy(mem, "hello")
 	time.Sleep(time.Minute) // serve
+	fmt.Println("puts:", puts.Load(), "gets:", gets.Load())
 }
 
 // Active and plain accesses side by side: an active get, which the

@@ -49,14 +49,14 @@ type SourceOptions struct {
 	// its software. A target whose host vanished without disconnecting
 	// fails the probe once the transport gives up resending it (see
 	// AckTimeout), and the wait fails with ErrDisconnected instead of
-	// lasting until its context ends. Default DefaultKeepAlive; negative:
-	// no probes.
+	// lasting until its context ends. 0 means DefaultKeepAlive;
+	// negative: no probes.
 	KeepAlive time.Duration
 	// AckTimeout is how long the connection waits for an acknowledgement
 	// before it resends (verbs.CMID.SetAckTimeout); a target that stopped
 	// answering is declared gone after about 7 times this (the retry
-	// count is verbs.DefaultRetryCount). Zero keeps rdma_cm's default:
-	// 2.1 s on RoCE, so about 15 s.
+	// count is verbs.DefaultRetryCount). 0 keeps rdma_cm's default:
+	// 2.1 s on RoCE, so about 15 s. Negative is ErrInvalid.
 	AckTimeout time.Duration
 }
 

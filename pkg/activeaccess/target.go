@@ -148,8 +148,8 @@ type pageSlot struct {
 // set up), ErrInvalid (a bad address, size or option, an unknown mode),
 // kmod.ErrNotLoaded or kmod.ErrNotSupported (ModeTransparent without a
 // usable kernel module), or the verbs error of the failing step
-// (rdma_bind_addr gives EADDRINUSE for a port in use, a missing device
-// verbs.ErrNoDevice).
+// (rdma_bind_addr gives EADDRINUSE for a port in use; an address of no
+// RDMA device fails too).
 func Listen(ctx context.Context, addr netip.AddrPort, size int, opts *TargetOptions) (*Target, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("activeaccess: listen on %v: %w", addr, err)
@@ -543,7 +543,8 @@ type DomainOptions struct {
 }
 
 // Domain is a set of a target's pages with one access log and one
-// handler (the paper's IUID with its log and handler).
+// handler (the paper's IUID with its log and handler). Create it with
+// Target.NewDomain; it lives until its Close or the Target's.
 type Domain struct {
 	t      *Target
 	id     uint32
@@ -768,7 +769,8 @@ func (d *Domain) pages(call string, off, length int) error {
 // dropped, and flushes that waited for them are acknowledged. Closing the
 // Target closes its domains. Close returns the module's error freeing
 // the log, if any; a second Close returns nil.
-func (d *Domain) Close() (err error) {
+func (d *Domain) Close() error {
+	var err error
 	d.closeOnce.Do(func() {
 		d.closed.Store(true)
 		d.stop()
