@@ -59,7 +59,7 @@ var (
 // Config configures New. The zero value is an event-driven tracker.
 type Config struct {
 	// Notify is how the handler learns of remote writes (activeaccess.Event
-	// or activeaccess.Poll); PollIdle as in activeaccess.DomainConfig.
+	// or activeaccess.Poll); PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
 	PollIdle time.Duration
 }

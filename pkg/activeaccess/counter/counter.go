@@ -50,7 +50,7 @@ func (c Counts) Add(o Counts) Counts {
 // Config configures New. The zero value is an event-driven counter.
 type Config struct {
 	// Notify is how the handler learns of new entries (activeaccess.Event
-	// or activeaccess.Poll); PollIdle as in activeaccess.DomainConfig.
+	// or activeaccess.Poll); PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
 	PollIdle time.Duration
 }

@@ -36,7 +36,7 @@ type AAConfig struct {
 	// 1 ms (the paper's AA-Int: an interrupt every 10 inserts).
 	Threshold int
 	Interval  time.Duration
-	// LogSize and MaxSources are the access log's (activeaccess.TargetConfig).
+	// LogSize and MaxSources are the access log's (activeaccess.TargetOptions).
 	LogSize    int
 	MaxSources int
 }
@@ -67,6 +67,8 @@ func ServeAA(addr netip.AddrPort, cfg AAConfig) (*AATarget, error) {
 	if err := l.Check(); err != nil {
 		return nil, err
 	}
+	// Listen does not block (it binds and registers memory locally);
+	// ServeAA, like ServeAM and ServeRMA, takes no context.
 	tg, err := activeaccess.Listen(context.Background(), addr, l.Size(), &activeaccess.TargetOptions{LogSize: cfg.LogSize, MaxSources: cfg.MaxSources, Mode: cfg.Mode})
 	if err != nil {
 		return nil, fmt.Errorf("dht: %w", err)

@@ -64,11 +64,11 @@ type Config struct {
 	// Dir holds one log file per reader ("<hex of the name>.getlog");
 	// created if missing. Logs found there are continued. Required.
 	Dir string
-	// Notify and PollIdle as in activeaccess.DomainConfig.
+	// Notify and PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
 	PollIdle time.Duration
 	// Threshold, Interval and Adaptive (Notify Event) batch the
-	// handler's wake-ups as in activeaccess.DomainConfig, whose default
+	// handler's wake-ups as in activeaccess.DomainOptions, whose default
 	// (adaptive, activeaccess.DefaultInterval) they keep when all zero.
 	// Gets are served at once either way; what waits is their logging.
 	Threshold int

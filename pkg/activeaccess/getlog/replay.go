@@ -207,7 +207,7 @@ func readAnswer(r io.Reader, from uint64) ([]Entry, error) {
 
 // Recover is what a restarted reader does before it re-executes its work:
 // src is its new connection to the target (Dial'ed with the same
-// SourceConfig.Name, name), whose Flush makes the target's handler process
+// SourceOptions.Name, name), whose Flush makes the target's handler process
 // every get logged so far (including the crashed process's last ones);
 // then the log is fetched from the Logger's replay listener at addr. Errors
 // are those of Source.Flush and Fetch.
