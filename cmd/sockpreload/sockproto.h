@@ -10,9 +10,10 @@
  * Control records are fixed-size, little-endian, and start with a 16-byte
  * header carrying a magic, the protocol version, the record type, the
  * record's whole length and the connection's attachment epoch. Records
- * travel as inline SENDs on the connection's QP (SWITCH, FIN, ABORT,
- * DEMOTE) or through rvmad (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE,
- * REATTACH). Every field is naturally aligned, padding is explicit and
+ * travel as inline SENDs on the connection's QP (SWITCH, FIN, ABORT) or
+ * through rvmad, in order per connection (ATTACH_REQ, ATTACH_REP,
+ * ATTACH_NACK, DEMOTE, REATTACH): a DEMOTE must arrive when the QP is
+ * gone. Every field is naturally aligned, padding is explicit and
  * must be zero, and every structure's size is checked at compile time.
  *
  * The structures hold wire values: store with sockproto_put*() and load
@@ -43,7 +44,7 @@ enum sockproto_type {
 	SOCKPROTO_SWITCH	= 4,	/* QP: my bytes from offset on go by the ring */
 	SOCKPROTO_FIN		= 5,	/* QP: my stream ends at offset */
 	SOCKPROTO_ABORT		= 6,	/* QP: connection reset, with a reason */
-	SOCKPROTO_DEMOTE	= 7,	/* QP or rvmad: back to TCP; I consumed this much */
+	SOCKPROTO_DEMOTE	= 7,	/* rvmad: back to TCP; I consumed this much */
 	SOCKPROTO_REATTACH	= 8,	/* rvmad: a new incarnation takes the connection over */
 	SOCKPROTO_TYPE_MAX	= 8,
 };

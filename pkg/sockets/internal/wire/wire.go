@@ -54,7 +54,7 @@ const (
 	TypeSwitch     Type = 4 // QP: the sender's bytes from Offset on go by the ring
 	TypeFin        Type = 5 // QP: the sender's stream ends at Offset
 	TypeAbort      Type = 6 // QP: the connection is reset
-	TypeDemote     Type = 7 // QP or rvmad: back to TCP; the sender consumed this much
+	TypeDemote     Type = 7 // rvmad: back to TCP; the sender consumed this much
 	TypeReattach   Type = 8 // rvmad: a new incarnation takes the connection over
 	TypeMax             = TypeReattach
 )
