@@ -172,7 +172,7 @@ func printHeader(out io.Writer, cfg config, dev string, qp *verbs.QP, mtu verbs.
 	if isBW(cfg.Test) {
 		fmt.Fprint(out, bwHeader)
 	} else {
-		fmt.Fprintf(out, latHeader)
+		fmt.Fprint(out, latHeader)
 	}
 }
 

@@ -127,7 +127,7 @@ func runRVMA(ctx context.Context, conn net.Conn, devName string, gidIdx int, cli
 		if cfg.Test == "rvma_bw" {
 			fmt.Fprint(out, bwHeader)
 		} else {
-			fmt.Fprintf(out, latHeader)
+			fmt.Fprint(out, latHeader)
 		}
 	}
 	for _, size := range sizes(cfg.Size, cfg.MaxSize, cfg.All) {

@@ -135,8 +135,8 @@ func TestLabEngine(t *testing.T) {
 		p := posted[ep%3]
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		rec, err := p.Wait(ctx)
-		cancel()
 		if err != nil {
+			cancel()
 			t.Fatalf("epoch %d: %v", ep, err)
 		}
 		if rec.Epoch != uint64(ep) || rec.Len != bufLen || rec.Ops != puts || rec.Flags != 0 {
@@ -154,6 +154,7 @@ func TestLabEngine(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		cancel()
 	}
 	// A stale write with epoch 0's descriptor: its buffer now holds epoch
 	// 3 or later, or is held by the application. Refused, nothing changed.
