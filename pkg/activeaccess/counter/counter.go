@@ -33,7 +33,8 @@ import (
 // Page is the granularity of the counts: one IOMMU page.
 const Page = 4096
 
-// Counts are a page's (or a range's) counters.
+// Counts are a page's (or a range's) counters. Their sums wrap around
+// after 2^64, as any uint64 does.
 type Counts struct {
 	Puts     uint64 // remote writes: log entries of kind put
 	Gets     uint64 // remote reads served: log entries of kind get
@@ -42,13 +43,16 @@ type Counts struct {
 	GetBytes uint64 // bytes served
 }
 
-// Add returns the sum of c and o.
+// Add returns the sum of c and o. It cannot fail.
 func (c Counts) Add(o Counts) Counts {
 	return Counts{c.Puts + o.Puts, c.Gets + o.Gets, c.Atomics + o.Atomics, c.PutBytes + o.PutBytes, c.GetBytes + o.GetBytes}
 }
 
-// Config configures New. The zero value is an event-driven counter.
-type Config struct {
+// Options tune New. A nil *Options, like the zero value, means an
+// event-driven counter with the domain defaults of
+// activeaccess.DomainOptions. Values the domain refuses (a negative
+// PollIdle) make New fail with activeaccess.ErrInvalid.
+type Options struct {
 	// Notify is how the handler learns of new entries (activeaccess.Event
 	// or activeaccess.Poll); PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
@@ -74,17 +78,26 @@ type Counter struct {
 // New counts the accesses to the pages [off, off+length) of tg's memory:
 // it creates a domain whose handler counts and associates the pages with
 // activeaccess.Count (replacing what they had). off and length must be
-// multiples of Page. Errors wrap activeaccess.ErrInvalid, ErrRange,
-// ErrClosed, or the module's error (kmod.ErrTooManyDomains, ...).
-func New(tg *activeaccess.Target, off, length int, cfg Config) (*Counter, error) {
+// multiples of Page. opts may be nil (see Options). New changes local
+// state only (the module's tables), so it takes no context.
+//
+// Errors wrap activeaccess.ErrInvalid (a nil target, unaligned or empty
+// pages, an option out of range), activeaccess.ErrRange (pages beyond the
+// memory), activeaccess.ErrClosed (tg was closed), or the module's error
+// (kmod.ErrTooManyDomains, ...).
+func New(tg *activeaccess.Target, off, length int, opts *Options) (*Counter, error) {
 	if tg == nil {
 		return nil, fmt.Errorf("counter: %w: nil target", activeaccess.ErrInvalid)
 	}
 	if off < 0 || length <= 0 || off%Page != 0 || length%Page != 0 {
 		return nil, fmt.Errorf("counter: %w: pages [%d, +%d) (whole %d-byte pages)", activeaccess.ErrInvalid, off, length, Page)
 	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	c := &Counter{off: off, pages: make([]pageCounts, length/Page)}
-	d, err := tg.NewDomain(c.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, PollIdle: cfg.PollIdle})
+	d, err := tg.NewDomain(c.handle, &activeaccess.DomainOptions{Notify: o.Notify, PollIdle: o.PollIdle})
 	if err != nil {
 		return nil, fmt.Errorf("counter: %w", err)
 	}
@@ -119,7 +132,7 @@ func (c *Counter) handle(a *activeaccess.Access) {
 
 // Page returns the counts of the page that holds offset off of the
 // target's memory. Errors wrap activeaccess.ErrRange outside the counted
-// range.
+// range. After Close it returns the final counts.
 func (c *Counter) Page(off int) (Counts, error) {
 	i := (off - c.off) / Page
 	if off < c.off || i >= len(c.pages) {
@@ -133,7 +146,8 @@ func (c *Counter) load(i int) Counts {
 	return Counts{p.puts.Load(), p.gets.Load(), p.atomics.Load(), p.putBytes.Load(), p.getBytes.Load()}
 }
 
-// All returns every page's counts, the first page's first.
+// All returns every page's counts, the first page's first. It cannot
+// fail; after Close it returns the final counts.
 func (c *Counter) All() []Counts {
 	out := make([]Counts, len(c.pages))
 	for i := range out {
@@ -142,7 +156,8 @@ func (c *Counter) All() []Counts {
 	return out
 }
 
-// Total returns the sum over the counted pages.
+// Total returns the sum over the counted pages. It cannot fail; after
+// Close it returns the final sum.
 func (c *Counter) Total() Counts {
 	var t Counts
 	for i := range c.pages {
@@ -151,11 +166,13 @@ func (c *Counter) Total() Counts {
 	return t
 }
 
-// Processed returns how many log entries the handler processed.
+// Processed returns how many log entries the handler processed. It
+// cannot fail, and keeps its last value after Close.
 func (c *Counter) Processed() uint64 { return c.d.Processed() }
 
 // Err returns the error that stopped the counting (the domain's runtime
-// failed: a corrupt log), or nil. Counts are then incomplete.
+// failed: a corrupt log), or nil while it counts and after a clean
+// Close. Counts are incomplete after such an error.
 func (c *Counter) Err() error {
 	if err := c.d.Err(); err != nil {
 		return fmt.Errorf("counter: %w", err)
@@ -166,8 +183,9 @@ func (c *Counter) Err() error {
 	return nil
 }
 
-// Close stops counting and makes the pages plain memory; the counts stay
-// readable. It is idempotent.
+// Close stops counting (waiting for a running handler) and makes the
+// pages plain memory; the counts stay readable. It returns the module's
+// error freeing the domain's log, if any; a second Close returns nil.
 func (c *Counter) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

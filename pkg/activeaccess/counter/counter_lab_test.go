@@ -48,11 +48,11 @@ func testCounter(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			{nil, 0, page, activeaccess.ErrInvalid}, {tg, 1, page, activeaccess.ErrInvalid}, {tg, 0, 100, activeaccess.ErrInvalid},
 			{tg, -page, page, activeaccess.ErrInvalid}, {tg, 0, 0, activeaccess.ErrInvalid}, {tg, page, pages * page, activeaccess.ErrRange},
 		} {
-			if c, err := counter.New(bad.tg, bad.off, bad.length, counter.Config{}); !errors.Is(err, bad.want) {
+			if c, err := counter.New(bad.tg, bad.off, bad.length, nil); !errors.Is(err, bad.want) {
 				t.Fatalf("New(%v, %d, %d): %v, %v; want %v", bad.tg != nil, bad.off, bad.length, c, err, bad.want)
 			}
 		}
-		c, err := counter.New(tg, 0, pages*page, counter.Config{})
+		c, err := counter.New(tg, 0, pages*page, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

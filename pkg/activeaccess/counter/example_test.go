@@ -19,7 +19,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer tg.Close()
-	c, err := counter.New(tg, 0, 64*counter.Page, counter.Config{})
+	c, err := counter.New(tg, 0, 64*counter.Page, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
