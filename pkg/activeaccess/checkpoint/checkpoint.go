@@ -29,6 +29,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,9 +39,12 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 )
 
-// Page is the granularity of tracking and of the images.
+// Page is the granularity of tracking and of the images: one IOMMU page.
 const Page = 4096
 
+// Sentinel errors. Every error of this package wraps one of these, an
+// error of pkg/activeaccess (activeaccess.ErrRange, ErrClosed, ...), a
+// context error, or the error of a file or writer (test with errors.Is).
 var (
 	// ErrNotSupported: the kernel does not track soft-dirty pages
 	// (CONFIG_MEM_SOFT_DIRTY), or /proc is not usable.
@@ -52,12 +56,17 @@ var (
 	ErrSequence = errors.New("checkpoint: images out of sequence")
 	// ErrInvalid: a bad argument (range, destination size).
 	ErrInvalid = errors.New("checkpoint: invalid argument")
-	// ErrClosed: the Tracker (or its target) was closed.
+	// ErrClosed: the Tracker (or its target) was closed. Errors after
+	// Close wrap it and name the call ("checkpoint: checkpoint:
+	// checkpoint: closed").
 	ErrClosed = errors.New("checkpoint: closed")
 )
 
-// Config configures New. The zero value is an event-driven tracker.
-type Config struct {
+// Options tune New. A nil *Options, like the zero value, means an
+// event-driven tracker with the domain defaults of
+// activeaccess.DomainOptions. Values the domain refuses (a negative
+// PollIdle) make New fail with activeaccess.ErrInvalid.
+type Options struct {
 	// Notify is how the handler learns of remote writes (activeaccess.Event
 	// or activeaccess.Poll); PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
@@ -87,15 +96,25 @@ type Tracker struct {
 // domain whose handler records remotely written pages, associates the
 // pages with W|R|WL (replacing what they had), and checks once per process
 // that the kernel tracks soft-dirty pages. off and length must be
-// multiples of Page. Errors wrap ErrNotSupported, ErrInvalid,
-// activeaccess.ErrRange, activeaccess.ErrClosed, or the module's error.
-func New(tg *activeaccess.Target, off, length int, cfg Config) (*Tracker, error) {
+// multiples of Page. opts may be nil (see Options). New changes local
+// state only, so it takes no context.
+//
+// Errors wrap ErrNotSupported (no soft-dirty tracking), ErrInvalid (a nil
+// target, unaligned or empty pages), activeaccess.ErrRange (pages beyond
+// the memory), ErrClosed and activeaccess.ErrClosed (tg was closed),
+// activeaccess.ErrInvalid (an option out of range), or the module's
+// error.
+func New(tg *activeaccess.Target, off, length int, opts *Options) (*Tracker, error) {
 	if tg == nil || off < 0 || length <= 0 || off%Page != 0 || length%Page != 0 {
 		return nil, fmt.Errorf("%w: pages [%d, +%d) (whole %d-byte pages of a target)", ErrInvalid, off, length, Page)
 	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
 	mem := tg.Memory()
 	if mem == nil {
-		return nil, ErrClosed
+		return nil, fmt.Errorf("checkpoint: new: %w: %w", ErrClosed, activeaccess.ErrClosed)
 	}
 	if off+length > len(mem) {
 		return nil, fmt.Errorf("checkpoint: %w: pages [%d, +%d) of %d bytes", activeaccess.ErrRange, off, length, len(mem))
@@ -107,7 +126,7 @@ func New(tg *activeaccess.Target, off, length int, cfg Config) (*Tracker, error)
 	if err != nil {
 		return nil, err
 	}
-	d, err := tg.NewDomain(t.handle, &activeaccess.DomainOptions{Notify: cfg.Notify, PollIdle: cfg.PollIdle})
+	d, err := tg.NewDomain(t.handle, &activeaccess.DomainOptions{Notify: o.Notify, PollIdle: o.PollIdle})
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -144,20 +163,30 @@ func (t *Tracker) handle(a *activeaccess.Access) {
 // previous checkpoint. Take it at a synchronisation point (see the package
 // documentation). If writing fails, the pages stay marked changed and the
 // next Checkpoint saves them again (with the same sequence number), so a
-// failed checkpoint loses nothing. Errors: ErrClosed, the /proc files'
-// errors, w's error.
-func (t *Tracker) Checkpoint(w io.Writer) (Info, error) {
+// failed checkpoint loses nothing; what was written to w is then an
+// incomplete image, which Restore refuses.
+//
+// If ctx is already done, Checkpoint returns ctx's error, wrapped, and
+// neither reads the soft-dirty bits nor writes; if ctx ends while it
+// writes (it looks between pages), it stops and returns ctx's error, as
+// for a failed write. Other errors wrap ErrClosed (after Close, or the
+// target was closed: then also activeaccess.ErrClosed), or the /proc
+// files' or w's error.
+func (t *Tracker) Checkpoint(ctx context.Context, w io.Writer) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("checkpoint: checkpoint: %w", err)
+	}
 	t.cmu.Lock()
 	defer t.cmu.Unlock()
 	if t.done {
-		return Info{}, ErrClosed
+		return Info{}, fmt.Errorf("checkpoint: checkpoint: %w", ErrClosed)
 	}
 	if t.tg.Memory() == nil {
-		return Info{}, fmt.Errorf("%w: the target was closed", ErrClosed)
+		return Info{}, fmt.Errorf("checkpoint: checkpoint: %w: the target was closed: %w", ErrClosed, activeaccess.ErrClosed)
 	}
 	full := t.seq == 0
 	if err := harvestAndClear(); err != nil {
-		return Info{}, err
+		return Info{}, fmt.Errorf("checkpoint: checkpoint: %w", err)
 	}
 	n := len(t.remote)
 	t.mu.Lock()
@@ -181,7 +210,7 @@ func (t *Tracker) Checkpoint(w io.Writer) (Info, error) {
 		}
 	}
 	info.Pages = len(idx)
-	nb, err := writeImage(w, info, t.region, idx)
+	nb, err := writeImage(ctx, w, info, t.region, idx)
 	info.Bytes = nb
 	if err != nil {
 		t.mu.Lock() // give the pages back: the next checkpoint saves them
@@ -190,15 +219,16 @@ func (t *Tracker) Checkpoint(w io.Writer) (Info, error) {
 			t.local[i] = t.local[i] || local[i]
 		}
 		t.mu.Unlock()
-		return info, err
+		return info, fmt.Errorf("checkpoint: checkpoint: %w", err)
 	}
 	t.seq++
 	return info, nil
 }
 
 // Err returns the error that stopped the remote tracking (the domain's
-// runtime failed: a corrupt log), or nil; later checkpoints may then miss
-// remote writes.
+// runtime failed: a corrupt log), or nil while it tracks and after a
+// clean Close; after such an error later checkpoints may miss remote
+// writes.
 func (t *Tracker) Err() error {
 	if err := t.d.Err(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -206,8 +236,9 @@ func (t *Tracker) Err() error {
 	return nil
 }
 
-// Close stops tracking and makes the pages plain memory. It is
-// idempotent.
+// Close stops tracking (waiting for a running handler) and makes the
+// pages plain memory. It returns the module's error freeing the domain's
+// log, if any; a second Close returns nil.
 func (t *Tracker) Close() error {
 	t.cmu.Lock()
 	defer t.cmu.Unlock()

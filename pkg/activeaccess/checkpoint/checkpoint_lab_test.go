@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +94,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	tg := aalab.Listen(t, port, pages*page, &activeaccess.TargetOptions{Mode: mode})
 	mem := tg.Memory()
 	copy(mem, aalab.Pattern(0, len(mem), 1))
+	ctx := aalab.Timeout(t, 120*time.Second)
 	for _, bad := range []struct {
 		tg          *activeaccess.Target
 		off, length int
@@ -101,15 +103,15 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 		{nil, 0, page, checkpoint.ErrInvalid}, {tg, 1, page, checkpoint.ErrInvalid}, {tg, 0, 0, checkpoint.ErrInvalid},
 		{tg, page, pages * page, activeaccess.ErrRange},
 	} {
-		if _, err := checkpoint.New(bad.tg, bad.off, bad.length, checkpoint.Config{}); !errors.Is(err, bad.want) {
+		if _, err := checkpoint.New(bad.tg, bad.off, bad.length, nil); !errors.Is(err, bad.want) {
 			t.Fatalf("New(%v, %d, %d): %v; want %v", bad.tg != nil, bad.off, bad.length, err, bad.want)
 		}
 	}
-	tr, err := checkpoint.New(tg, 0, pages*page, checkpoint.Config{})
+	tr, err := checkpoint.New(tg, 0, pages*page, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := checkpoint.Restore(make([]byte, page)); !errors.Is(err, checkpoint.ErrInvalid) {
+	if _, err := checkpoint.Restore(ctx, make([]byte, page)); !errors.Is(err, checkpoint.ErrInvalid) {
 		t.Fatalf("Restore without images: %v", err)
 	}
 	defer tr.Close()
@@ -125,7 +127,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 			t.Fatal(err)
 		}
 		defer w.Close()
-		info, err := tr.Checkpoint(w)
+		info, err := tr.Checkpoint(ctx, w)
 		if err != nil {
 			t.Fatalf("Checkpoint: %v", err)
 		}
@@ -176,7 +178,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	}
 	for n := 1; n <= len(files); n++ {
 		dst := make([]byte, pages*page)
-		info, err := checkpoint.Restore(dst, open(n)...)
+		info, err := checkpoint.Restore(ctx, dst, open(n)...)
 		if err != nil || info.Seq != uint64(n) {
 			t.Fatalf("Restore of %d images: %+v, %v", n, info, err)
 		}
@@ -186,7 +188,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	}
 	want := slices.Clone(mem)
 	clear(mem)
-	if _, err := checkpoint.Restore(mem, open(len(files))...); err != nil || !bytes.Equal(mem, want) {
+	if _, err := checkpoint.Restore(ctx, mem, open(len(files))...); err != nil || !bytes.Equal(mem, want) {
 		t.Fatalf("Restore into the target's memory: %v (equal %v)", err, bytes.Equal(mem, want))
 	}
 	if err := tr.Err(); err != nil {
@@ -201,7 +203,7 @@ func testCheckpoint(t *testing.T, mode activeaccess.Mode, b func(string) string)
 	if err := tr.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := tr.Checkpoint(io.Discard); err == nil {
-		t.Fatal("Checkpoint after Close succeeded")
+	if _, err := tr.Checkpoint(ctx, io.Discard); !errors.Is(err, checkpoint.ErrClosed) || !strings.Contains(err.Error(), "checkpoint: checkpoint:") {
+		t.Fatalf("Checkpoint after Close: %v, want ErrClosed naming the call", err)
 	}
 }

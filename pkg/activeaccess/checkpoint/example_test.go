@@ -20,7 +20,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer tg.Close()
-	tr, err := checkpoint.New(tg, 0, 1<<20, checkpoint.Config{})
+	tr, err := checkpoint.New(tg, 0, 1<<20, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func Example() {
 			log.Fatal(err)
 		}
 		defer f.Close()
-		info, err := tr.Checkpoint(f)
+		info, err := tr.Checkpoint(context.Background(), f)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func Example() {
 	for _, f := range files {
 		f.Seek(0, 0)
 	}
-	if _, err := checkpoint.Restore(mem, files[0], files[1], files[2]); err != nil {
+	if _, err := checkpoint.Restore(context.Background(), mem, files[0], files[1], files[2]); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -39,12 +40,14 @@ type Info struct {
 	Bytes  int64  // the image's size
 }
 
-// ImageSize is the size of an image of n pages.
+// ImageSize is the size in bytes of an image of n pages (Info.Bytes), for
+// sizing the space checkpoints need. It cannot fail.
 func ImageSize(n int) int64 { return int64(headerSize) + int64(n)*(4+Page) + 4 }
 
 // writeImage writes an image of the pages idx (increasing) of mem, the
-// range [info.Off, +info.Length).
-func writeImage(w io.Writer, info Info, mem []byte, idx []int) (int64, error) {
+// range [info.Off, +info.Length). It stops with ctx's error when ctx
+// ends, looking between pages.
+func writeImage(ctx context.Context, w io.Writer, info Info, mem []byte, idx []int) (int64, error) {
 	h := crc32.New(castagnoli)
 	cw := &countWriter{w: io.MultiWriter(w, h)}
 	var hdr [headerSize]byte
@@ -59,6 +62,9 @@ func writeImage(w io.Writer, info Info, mem []byte, idx []int) (int64, error) {
 	cw.Write(hdr[:])
 	var ib [4]byte
 	for _, i := range idx {
+		if err := ctx.Err(); err != nil && cw.err == nil {
+			cw.err = err
+		}
 		binary.LittleEndian.PutUint32(ib[:], uint32(i))
 		cw.Write(ib[:])
 		cw.Write(mem[i*Page : (i+1)*Page])
@@ -69,7 +75,7 @@ func writeImage(w io.Writer, info Info, mem []byte, idx []int) (int64, error) {
 		cw.n += 4
 	}
 	if cw.err != nil {
-		return cw.n, fmt.Errorf("checkpoint: writing image %d: %w", info.Seq, cw.err)
+		return cw.n, fmt.Errorf("writing image %d: %w", info.Seq, cw.err)
 	}
 	return cw.n, nil
 }
@@ -99,8 +105,9 @@ type image struct {
 
 // readImage reads and verifies one image (magic, sizes, page order, CRC).
 // maxLength bounds the range it accepts, so that a corrupt header cannot
-// make it allocate without bound.
-func readImage(r io.Reader, maxLength int) (*image, error) {
+// make it allocate without bound. It stops with ctx's error when ctx
+// ends, looking between pages.
+func readImage(ctx context.Context, r io.Reader, maxLength int) (*image, error) {
 	h := crc32.New(castagnoli)
 	tr := io.TeeReader(r, h)
 	var hdr [headerSize]byte
@@ -130,6 +137,9 @@ func readImage(r io.Reader, maxLength int) (*image, error) {
 	im.data = make([]byte, in.Pages*Page)
 	var ib [4]byte
 	for k := range im.pages {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if _, err := io.ReadFull(tr, ib[:]); err != nil {
 			return nil, fmt.Errorf("%w: page %d of %d: %w", ErrCorrupt, k, in.Pages, unexpected(err))
 		}
@@ -165,18 +175,26 @@ func unexpected(err error) error {
 // +1, same range). dst is the range's bytes (len(dst) == Info.Length; it
 // may be a target's memory slice or any buffer). Every image is read and
 // verified before dst is touched, so on error dst is unchanged. It returns
-// the last image's Info. Errors wrap ErrCorrupt (a damaged or foreign
-// image), ErrSequence (missing, repeated or out-of-order images, another
-// range) or ErrInvalid (no images, dst of the wrong size).
-func Restore(dst []byte, images ...io.Reader) (Info, error) {
+// the last image's Info.
+//
+// If ctx is already done, Restore returns ctx's error, wrapped, and reads
+// nothing; if ctx ends while it reads (it looks between pages), it
+// returns ctx's error and dst is unchanged. Other errors wrap ErrCorrupt
+// (a damaged, truncated or foreign image), ErrSequence (missing, repeated
+// or out-of-order images, another range), ErrInvalid (no images, dst of
+// the wrong size), or a reader's error.
+func Restore(ctx context.Context, dst []byte, images ...io.Reader) (Info, error) {
+	if err := ctx.Err(); err != nil {
+		return Info{}, fmt.Errorf("checkpoint: restore: %w", err)
+	}
 	if len(images) == 0 {
 		return Info{}, fmt.Errorf("%w: no images", ErrInvalid)
 	}
 	ims := make([]*image, len(images))
 	for k, r := range images {
-		im, err := readImage(r, len(dst))
+		im, err := readImage(ctx, r, len(dst))
 		if err != nil {
-			return Info{}, fmt.Errorf("checkpoint: image %d: %w", k, err)
+			return Info{}, fmt.Errorf("checkpoint: restore: image %d: %w", k, err)
 		}
 		switch {
 		case k == 0 && !im.info.Full:
