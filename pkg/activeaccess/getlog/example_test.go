@@ -21,7 +21,7 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 	defer tg.Close()
-	l, err := getlog.New(tg, 0, 1<<20, getlog.Config{Dir: "/var/lib/getlog"})
+	l, err := getlog.New(tg, 0, 1<<20, "/var/lib/getlog", nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func ExampleNew() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	log.Fatal(l.ServeReplay(ln))
+	log.Fatal(l.ServeReplay(context.Background(), ln))
 }
 
 // A restarted reader: it replays the gets it made before its crash from

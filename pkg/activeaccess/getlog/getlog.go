@@ -40,30 +40,37 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 )
 
-// Page is the granularity of logged pages.
+// Page is the granularity of logged pages: one IOMMU page.
 const Page = 4096
 
 // FlushInterval is how long a handled entry may stay in the Logger's
 // buffers before it is written to its file.
 const FlushInterval = 10 * time.Millisecond
 
+// Sentinel errors. Every error of this package wraps one of these, an
+// error of pkg/activeaccess, a context error, or the error of the file
+// system or the network (test with errors.Is).
 var (
 	// ErrCorrupt: a log file or a replay answer is damaged or foreign.
 	ErrCorrupt = errors.New("getlog: corrupt log")
 	// ErrDiverged: a replaying reader asked for a get its log does not
 	// hold next (it does not repeat the gets it made before).
 	ErrDiverged = errors.New("getlog: replay diverged from the log")
-	// ErrClosed: the Logger was closed.
+	// ErrClosed: the Logger was closed. Errors after Close wrap it and
+	// name the call ("getlog: entries: getlog: closed").
 	ErrClosed = errors.New("getlog: closed")
-	// ErrInvalid: a bad argument.
+	// ErrInvalid: a bad argument (a nil target, no directory, unaligned
+	// pages, a reader name over 255 bytes), or a request the Logger
+	// refused.
 	ErrInvalid = errors.New("getlog: invalid argument")
 )
 
-// Config configures New.
-type Config struct {
-	// Dir holds one log file per reader ("<hex of the name>.getlog");
-	// created if missing. Logs found there are continued. Required.
-	Dir string
+// Options tune New. A nil *Options, like the zero value, means an
+// event-driven Logger with the domain defaults of
+// activeaccess.DomainOptions. Values the domain refuses (negative ones,
+// Adaptive without an Interval) make New fail with
+// activeaccess.ErrInvalid.
+type Options struct {
 	// Notify and PollIdle as in activeaccess.DomainOptions.
 	Notify   activeaccess.Notification
 	PollIdle time.Duration
@@ -99,20 +106,31 @@ type readerLog struct {
 }
 
 // New logs the gets served from the pages [off, off+length) of tg's
-// memory: it opens (and checks) the logs already in cfg.Dir, creates a
-// domain whose handler appends each served entry to its reader's log, and
+// memory into the directory dir, which holds one log file per reader
+// ("<hex of the name>.getlog") and is created if missing; logs found
+// there are continued. It opens (and checks) those logs, creates a domain
+// whose handler appends each served entry to its reader's log, and
 // associates the pages with W|R|RL|RLD (replacing what they had). off and
-// length must be multiples of Page. Errors wrap ErrInvalid, ErrCorrupt (a
-// log in Dir is damaged: move it away), activeaccess.ErrRange,
-// activeaccess.ErrClosed, the module's error, or the file system's.
-func New(tg *activeaccess.Target, off, length int, cfg Config) (*Logger, error) {
-	if tg == nil || cfg.Dir == "" || off < 0 || length <= 0 || off%Page != 0 || length%Page != 0 {
-		return nil, fmt.Errorf("%w: target %v, dir %q, pages [%d, +%d) (whole %d-byte pages)", ErrInvalid, tg != nil, cfg.Dir, off, length, Page)
+// length must be multiples of Page. opts may be nil (see Options). New
+// works on local state and files only, so it takes no context.
+//
+// Errors wrap ErrInvalid (a nil target, an empty dir, unaligned or empty
+// pages), ErrCorrupt (a log in dir is damaged: move it away),
+// activeaccess.ErrRange (pages beyond the memory), activeaccess.ErrClosed
+// (tg was closed), activeaccess.ErrInvalid (an option out of range), the
+// module's error, or the file system's.
+func New(tg *activeaccess.Target, off, length int, dir string, opts *Options) (*Logger, error) {
+	if tg == nil || dir == "" || off < 0 || length <= 0 || off%Page != 0 || length%Page != 0 {
+		return nil, fmt.Errorf("%w: target %v, dir %q, pages [%d, +%d) (whole %d-byte pages)", ErrInvalid, tg != nil, dir, off, length, Page)
 	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	var cfg Options
+	if opts != nil {
+		cfg = *opts
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("getlog: %w", err)
 	}
-	l := &Logger{dir: cfg.Dir, readers: map[string]*readerLog{}, lns: map[net.Listener]struct{}{},
+	l := &Logger{dir: dir, readers: map[string]*readerLog{}, lns: map[net.Listener]struct{}{},
 		conns: map[net.Conn]struct{}{}, stop: make(chan struct{})}
 	if err := l.openExisting(); err != nil {
 		l.closeFiles()
@@ -231,8 +249,9 @@ func (l *Logger) flushLocked() {
 }
 
 // Entries returns reader name's logged entries from number from (1: all)
-// on, as written so far. Errors wrap ErrCorrupt, ErrClosed, or the file
-// system's.
+// on, as written so far (none, and no error, for a reader with no log).
+// It reads the local file, so it takes no context. Errors wrap ErrCorrupt
+// (the file was damaged), ErrClosed (after Close), or the file system's.
 func (l *Logger) Entries(name string, from uint64) ([]Entry, error) {
 	if from == 0 {
 		from = 1
@@ -240,7 +259,7 @@ func (l *Logger) Entries(name string, from uint64) ([]Entry, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return nil, ErrClosed
+		return nil, fmt.Errorf("getlog: entries: %w", ErrClosed)
 	}
 	l.flushLocked()
 	rl := l.readers[name]
@@ -267,7 +286,8 @@ func (l *Logger) Entries(name string, from uint64) ([]Entry, error) {
 	return es[from-1:], nil
 }
 
-// Count returns how many entries reader name has in its log.
+// Count returns how many entries reader name has in its log. It cannot
+// fail; after Close it keeps the last counts.
 func (l *Logger) Count(name string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -278,13 +298,14 @@ func (l *Logger) Count(name string) uint64 {
 }
 
 // Clear empties reader name's log (once the reader no longer needs to
-// replay it, for example after it checkpointed its state). Errors: ErrClosed
-// or the file system's.
+// replay it, for example after it checkpointed its state); the reader's
+// next entry is number 1 again. Errors wrap ErrClosed (after Close) or the
+// file system's.
 func (l *Logger) Clear(name string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return ErrClosed
+		return fmt.Errorf("getlog: clear: %w", ErrClosed)
 	}
 	rl := l.readers[name]
 	if rl == nil {
@@ -292,15 +313,15 @@ func (l *Logger) Clear(name string) error {
 	}
 	rl.w.Reset(rl.f)
 	if err := rl.f.Truncate(0); err != nil {
-		return fmt.Errorf("getlog: %w", err)
+		return fmt.Errorf("getlog: clear: %w", err)
 	}
 	rl.n = 0
 	return nil
 }
 
 // Err returns the error that stopped the logging (a write to a log file
-// failed, or the domain's runtime failed), or nil. Gets served after it
-// are not in the logs.
+// failed, or the domain's runtime failed), or nil while it logs and after
+// a clean Close. Gets served after such an error are not in the logs.
 func (l *Logger) Err() error {
 	l.mu.Lock()
 	err := l.err
@@ -314,9 +335,11 @@ func (l *Logger) Err() error {
 	return nil
 }
 
-// Close stops logging (the pages become plain memory), stops the replay
-// listeners, writes what is buffered and closes the files. It is
-// idempotent; it returns the first write error.
+// Close stops logging (waiting for a running handler; the pages become
+// plain memory), closes the replay listeners and connections (ServeReplay
+// returns nil), writes what is buffered and closes the files. It returns
+// the module's error freeing the domain's log or the first write error,
+// if any; a second Close returns nil.
 func (l *Logger) Close() error {
 	l.mu.Lock()
 	if l.closed {

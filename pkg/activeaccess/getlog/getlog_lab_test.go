@@ -137,11 +137,11 @@ func testGetLog(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			{tg, 1, aalab.Page, "/tmp", getlog.ErrInvalid}, {tg, 0, 2 * size, t.TempDir(), activeaccess.ErrRange},
 			{tg, 0, aalab.Page, file, syscall.ENOTDIR},
 		} {
-			if _, err := getlog.New(bad.tg, bad.off, bad.length, getlog.Config{Dir: bad.dir}); !errors.Is(err, bad.want) {
+			if _, err := getlog.New(bad.tg, bad.off, bad.length, bad.dir, nil); !errors.Is(err, bad.want) {
 				t.Fatalf("New(%v, %d, %d, %q): %v; want %v", bad.tg != nil, bad.off, bad.length, bad.dir, err, bad.want)
 			}
 		}
-		l, err := getlog.New(tg, 0, size, getlog.Config{Dir: t.TempDir()})
+		l, err := getlog.New(tg, 0, size, t.TempDir(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +151,7 @@ func testGetLog(t *testing.T, mode activeaccess.Mode, b func(string) string) {
 			t.Fatal(err)
 		}
 		served := make(chan error, 1)
-		go func() { served <- l.ServeReplay(ln) }()
+		go func() { served <- l.ServeReplay(aalab.Timeout(t, 300*time.Second), ln) }()
 		for k := 0; k < rounds; k++ {
 			copy(tg.Memory(), aalab.Pattern(0, size, version(k)))
 			aalab.Signal(t, fmt.Sprint(prefix, "-mem-", k))

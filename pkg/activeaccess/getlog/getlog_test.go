@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -127,9 +128,9 @@ func TestReplayService(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- l.ServeReplay(ln) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	go func() { served <- l.ServeReplay(ctx, ln) }()
 	addr := ln.Addr().String()
 	got, err := Fetch(ctx, addr, "reader one", 0)
 	if err != nil || len(got) != 3 || got[1].Offset != 4096 || !bytes.Equal(got[2].Data, es[2].Data) {
@@ -183,6 +184,82 @@ func TestReplayService(t *testing.T) {
 		t.Fatalf("ServeReplay after close: %v", err)
 	}
 	l.closeFiles()
+	// After Close: the calls fail with ErrClosed and name themselves,
+	// and a second Close returns nil.
+	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+	if err := l.ServeReplay(ctx, ln2); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "getlog: serve replay:") {
+		t.Errorf("ServeReplay after Close: %v", err)
+	}
+	if _, err := ln2.Accept(); err == nil {
+		t.Error("ServeReplay left its listener open")
+	}
+	if _, err := l.Entries("reader one", 1); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "getlog: entries:") {
+		t.Errorf("Entries after Close: %v", err)
+	}
+	if err := l.Clear("reader one"); !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "getlog: clear:") {
+		t.Errorf("Clear after Close: %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// ServeReplay returns ctx's error when ctx ends, and closes its listener.
+func TestServeReplayContextEnds(t *testing.T) {
+	l := logger(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- l.ServeReplay(ctx, ln) }()
+	if _, err := Fetch(context.Background(), ln.Addr().String(), "x", 1); err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	cancel()
+	if err := <-served; !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "getlog: serve replay:") {
+		t.Fatalf("ServeReplay after its context ended: %v", err)
+	}
+	if _, err := ln.Accept(); err == nil {
+		t.Error("ServeReplay left its listener open")
+	}
+}
+
+// A call whose context is already done returns its error before doing
+// anything: before checking its arguments, before connecting or flushing
+// (the nil Source would crash), before serving (the listener is closed).
+func TestDoneContext(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	l := logger(t, t.TempDir())
+	defer l.closeFiles()
+	for _, c := range []struct {
+		ctx  context.Context
+		want error
+	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
+		if _, err := Fetch(c.ctx, "127.0.0.1:1", strings.Repeat("x", 300), 1); !errors.Is(err, c.want) || errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "getlog: fetch:") {
+			t.Errorf("Fetch: %v, want %v", err, c.want)
+		}
+		if _, err := Recover(c.ctx, nil, "127.0.0.1:1", "x"); !errors.Is(err, c.want) || !strings.Contains(err.Error(), "getlog: recover:") {
+			t.Errorf("Recover: %v, want %v", err, c.want)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.ServeReplay(c.ctx, ln); !errors.Is(err, c.want) || !strings.Contains(err.Error(), "getlog: serve replay:") {
+			t.Errorf("ServeReplay: %v, want %v", err, c.want)
+		}
+		if _, err := ln.Accept(); err == nil {
+			t.Error("ServeReplay left its listener open")
+		}
+	}
+	if _, err := Recover(context.Background(), nil, "127.0.0.1:1", "x"); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Recover with a nil Source: %v", err)
+	}
 }
 
 func TestDamagedLogRefused(t *testing.T) {

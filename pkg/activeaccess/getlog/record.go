@@ -16,15 +16,15 @@ import (
 // little-endian; seq counts a reader's entries from 1 without gaps.
 const recHeader = 4 + 8 + 8 + 4
 
-// MaxEntry bounds one entry's data: a log entry is at most one packet in
+// maxEntry bounds one entry's data: a log entry is at most one packet in
 // one page. Larger lengths in a file or a reply are corruption.
-const MaxEntry = 64 << 10
+const maxEntry = 64 << 10
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Entry is one logged part of a get: the bytes a reader was served from
-// Offset (one packet in one page; a get larger than the path MTU, or
-// crossing a page boundary, is several entries, in order).
+// Offset (one packet in one page, at most 64 KiB; a get larger than the
+// path MTU, or crossing a page boundary, is several entries, in order).
 type Entry struct {
 	Seq    uint64 // the reader's entry number, from 1 without gaps
 	Offset int    // where the bytes were read in the target's memory
@@ -78,7 +78,7 @@ func readRecords(r io.Reader, first uint64, max uint64) ([]Entry, error) {
 		n := binary.LittleEndian.Uint32(h[:])
 		e := Entry{Seq: binary.LittleEndian.Uint64(h[4:]), Offset: int(binary.LittleEndian.Uint64(h[12:]))}
 		want := first + uint64(len(out))
-		if n > MaxEntry || e.Seq != want || e.Offset < 0 {
+		if n > maxEntry || e.Seq != want || e.Offset < 0 {
 			return out, fmt.Errorf("%w: record %d: %d bytes, seq %d, offset %d", ErrCorrupt, want, n, e.Seq, e.Offset)
 		}
 		e.Data = make([]byte, n)

@@ -28,20 +28,34 @@ const (
 	replayTimeout = time.Minute // a replay connection that stalls this long is dropped
 )
 
-// ServeReplay answers replay requests on ln until ln fails or the Logger
-// is closed (which closes ln); it returns nil then, and the accept error
-// otherwise. Each request gets the entries logged for its reader up to the
-// moment it arrives. It may be called for several listeners.
-func (l *Logger) ServeReplay(ln net.Listener) error {
+// ServeReplay answers replay requests (Fetch, Recover) on ln, each
+// connection in its own goroutine, until ctx ends, the Logger is closed or
+// accepting fails. Each request gets the entries logged for its reader up
+// to the moment it arrives; an answer stalled for a minute is dropped.
+// ServeReplay owns ln: it closes ln when it returns, whatever the reason
+// (answers in progress finish, or end with Close). It may be called for
+// several listeners.
+//
+// It returns nil when Close ended it. If ctx is already done it returns
+// ctx's error, wrapped, at once; if ctx ends while it serves, ctx's error.
+// Other errors wrap ErrClosed (called after Close) or the accept error.
+func (l *Logger) ServeReplay(ctx context.Context, ln net.Listener) error {
+	if err := ctx.Err(); err != nil {
+		ln.Close()
+		return fmt.Errorf("getlog: serve replay: %w", err)
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		ln.Close()
-		return ErrClosed
+		return fmt.Errorf("getlog: serve replay: %w", ErrClosed)
 	}
 	l.lns[ln] = struct{}{}
 	l.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer func() {
+		stop()
+		ln.Close()
 		l.mu.Lock()
 		delete(l.lns, ln)
 		l.mu.Unlock()
@@ -53,8 +67,11 @@ func (l *Logger) ServeReplay(ln net.Listener) error {
 			case <-l.stop:
 				return nil
 			default:
-				return fmt.Errorf("getlog: replay listener: %w", err)
 			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("getlog: serve replay: %w", ctx.Err())
+			}
+			return fmt.Errorf("getlog: serve replay: %w", err)
 		}
 		l.mu.Lock()
 		if l.closed {
@@ -129,11 +146,21 @@ func readRequest(r io.Reader) (name string, from uint64, err error) {
 	return string(b), from, nil
 }
 
-// Fetch asks the Logger serving replays at addr (host:port) for reader
-// name's entries from number from (1: all). Errors wrap ErrCorrupt (a
-// damaged answer), ErrInvalid (the Logger refused the request; its reason
-// is in the message), ctx's error, or the network's.
+// Fetch asks the Logger serving replays at addr (host:port, over TCP;
+// Logger.ServeReplay) for reader name's entries from number from (1: all).
+// Recover is Fetch after a Flush; Fetch alone suits a reader that knows
+// its last gets were handled, or a tool that inspects a log.
+//
+// If ctx is already done, Fetch returns ctx's error, wrapped, and does not
+// connect; if ctx ends while it waits, ctx's error. Other errors wrap
+// ErrInvalid (a name over 255 bytes, or the Logger refused the request:
+// its reason is in the message), ErrCorrupt (a damaged or truncated
+// answer, also when the Logger closed the connection early), or the
+// network's.
 func Fetch(ctx context.Context, addr, name string, from uint64) ([]Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("getlog: fetch: %w", err)
+	}
 	if len(name) > maxName {
 		return nil, fmt.Errorf("%w: reader name of %d bytes", ErrInvalid, len(name))
 	}
@@ -143,7 +170,7 @@ func Fetch(ctx context.Context, addr, name string, from uint64) ([]Entry, error)
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("getlog: replay: %w", err)
+		return nil, fetchErr(ctx, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
@@ -163,9 +190,9 @@ func Fetch(ctx context.Context, addr, name string, from uint64) ([]Entry, error)
 
 func fetchErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
-		return fmt.Errorf("getlog: replay: %w", ctx.Err())
+		return fmt.Errorf("getlog: fetch: %w", ctx.Err())
 	}
-	return fmt.Errorf("getlog: replay: %w", err)
+	return fmt.Errorf("getlog: fetch: %w", err)
 }
 
 func readAnswer(r io.Reader, from uint64) ([]Entry, error) {
@@ -209,9 +236,18 @@ func readAnswer(r io.Reader, from uint64) ([]Entry, error) {
 // src is its new connection to the target (Dial'ed with the same
 // SourceOptions.Name, name), whose Flush makes the target's handler process
 // every get logged so far (including the crashed process's last ones);
-// then the log is fetched from the Logger's replay listener at addr. Errors
-// are those of Source.Flush and Fetch.
+// then the log is fetched from the Logger's replay listener at addr.
+//
+// If ctx is already done, Recover returns ctx's error, wrapped, and
+// neither flushes nor connects. Other errors wrap ErrInvalid (a nil src),
+// or are those of Source.Flush (wrapped in "getlog: recover:") and Fetch.
 func Recover(ctx context.Context, src *activeaccess.Source, addr, name string) (*Replayer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("getlog: recover: %w", err)
+	}
+	if src == nil {
+		return nil, fmt.Errorf("getlog: recover: %w: nil source", ErrInvalid)
+	}
 	if err := src.Flush(ctx); err != nil {
 		return nil, fmt.Errorf("getlog: recover: %w", err)
 	}
@@ -232,7 +268,9 @@ type Replayer struct {
 	skipped int
 }
 
-// NewReplayer replays entries (as Fetch returns them).
+// NewReplayer replays entries (as Fetch or Logger.Entries return them).
+// It cannot fail; entries that are not a reader's gets make Get return
+// ErrDiverged.
 func NewReplayer(entries []Entry) *Replayer { return &Replayer{es: entries, lastOff: -1, lastEnd: -1} }
 
 // Get fills dst with the bytes the reader got when it read len(dst) bytes
@@ -275,9 +313,10 @@ func (r *Replayer) Get(off int, dst []byte) error {
 	return nil
 }
 
-// Remaining returns how many entries are not replayed yet.
+// Remaining returns how many entries are not replayed yet. It cannot
+// fail.
 func (r *Replayer) Remaining() int { return len(r.es) - r.next }
 
 // Skipped returns how many repeated entries (retransmitted READs) Get
-// skipped.
+// skipped. It cannot fail.
 func (r *Replayer) Skipped() int { return r.skipped }

@@ -53,7 +53,7 @@ func benchGetLog(rounds, gets, size int) error {
 		if err := d.Associate(half, half, activeaccess.W|activeaccess.R|activeaccess.RL|activeaccess.RLD); err != nil {
 			return err
 		}
-		l, err := getlog.New(tg, 2*half, half, getlog.Config{Dir: dir})
+		l, err := getlog.New(tg, 2*half, half, dir, nil)
 		if err != nil {
 			return err
 		}
