@@ -342,7 +342,7 @@ func (ep *Endpoint) Close() error {
 		w.Close()
 	}
 	ep.e.syncCounted() // the module published the closed epochs at once
-	for deadline := time.Now().Add(time.Second); ep.e.bindsPending() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(time.Second); ep.e.mem.bindsPending() && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
 

@@ -159,7 +159,7 @@ func (ep *Endpoint) get(ctx context.Context, dst netip.AddrPort, mb Mailbox, epo
 	}
 	sge := verbs.SGE{Addr: heapAddr(into), Length: uint32(n)}
 	var cp regCopy
-	if mr := ep.e.arenaOf(sge.Addr, n); mr != nil {
+	if mr := ep.e.mem.arenaOf(sge.Addr, n); mr != nil {
 		sge.LKey = mr.LKey()
 	} else {
 		var err error
@@ -400,7 +400,7 @@ func (ep *Endpoint) serveGet(l *link, m wire.Ctrl) {
 		nack(wire.NackNoMailbox)
 		return
 	}
-	ep.e.expose(w, m.Epoch, func(rec Record, d wire.Desc, err error) {
+	ep.e.mem.expose(w, m.Epoch, func(rec Record, d wire.Desc, err error) {
 		switch {
 		case errors.Is(err, ErrNoBuffer):
 			nack(wire.NackNoBuffer)
@@ -429,7 +429,7 @@ type exposure struct {
 // the epoch's record and the window (from the bind's completion, or at
 // once), or with an error wrapping ErrNoBuffer or ErrStale (window.go,
 // keptBuffer) or the bind's.
-func (e *engine) expose(w *Window, epoch uint64, reply func(Record, wire.Desc, error)) {
+func (m *memory) expose(w *Window, epoch uint64, reply func(Record, wire.Desc, error)) {
 	// Under the dispatch lock no hide of the buffer is dispatched between
 	// finding it kept and posting its bind: the unbind comes after.
 	w.dispatch.Lock()
@@ -451,101 +451,101 @@ func (e *engine) expose(w *Window, epoch uint64, reply func(Record, wire.Desc, e
 		return
 	}
 	f := func(d wire.Desc, err error) { reply(rec, d, err) }
-	mr := e.arenaOf(b.addr, b.cap)
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	mr := m.arenaOf(b.addr, b.cap)
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
 		f(wire.Desc{}, ErrClosed)
 		return
 	}
-	if ex := e.exposed[b]; ex != nil {
+	if ex := m.exposed[b]; ex != nil {
 		if ex.ready {
 			d := ex.desc
-			e.mu.Unlock()
+			m.mu.Unlock()
 			f(d, nil)
 			return
 		}
 		ex.waiters = append(ex.waiters, f)
-		e.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
 	ex := &exposure{mr: mr, desc: wire.Desc{Addr: b.addr, Len: uint32(n)}, waiters: []func(wire.Desc, error){f}}
-	if k := len(e.mws[mr]); k > 0 {
-		ex.mw = e.mws[mr][k-1]
-		e.mws[mr] = e.mws[mr][:k-1]
+	if k := len(m.mws[mr]); k > 0 {
+		ex.mw = m.mws[mr][k-1]
+		m.mws[mr] = m.mws[mr][:k-1]
 	}
-	e.exposed[b] = ex
-	e.nextID++
-	id := e.nextID
-	e.mu.Unlock()
+	m.exposed[b] = ex
+	m.nextID++
+	id := m.nextID
+	m.mu.Unlock()
 	if ex.mw == nil {
-		mw, err := e.pd.AllocMW(verbs.MWType1)
+		mw, err := m.pd.AllocMW(verbs.MWType1)
 		if err != nil {
-			e.exposeFailed(bindOp{b: b, ex: ex}, fmt.Errorf("rvma: memory window for window %v: %w", w.mailbox, err))
+			m.exposeFailed(bindOp{b: b, ex: ex}, fmt.Errorf("rvma: memory window for window %v: %w", w.mailbox, err))
 			return
 		}
 		ex.mw = mw // hide reads it under the dispatch lock, held here
 	}
-	e.post(id, bindOp{w: w, b: b, ex: ex, key: make(chan uint32, 1)}, ex.mw, mr, n)
+	m.post(id, bindOp{w: w, b: b, ex: ex, key: make(chan uint32, 1)}, ex.mw, mr, n)
 }
 
 // hide unbinds the read-only window over b, if one was bound for a Get.
 // Called under w's dispatch lock.
-func (e *engine) hide(w *Window, b *buffer) {
-	e.mu.Lock()
-	ex := e.exposed[b]
+func (m *memory) hide(w *Window, b *buffer) {
+	m.mu.Lock()
+	ex := m.exposed[b]
 	if ex == nil || ex.mw == nil {
-		e.mu.Unlock()
+		m.mu.Unlock()
 		return
 	}
-	delete(e.exposed, b)
+	delete(m.exposed, b)
 	ex.hidden = true
-	e.nextID++
-	id := e.nextID
-	e.mu.Unlock()
-	e.post(id, bindOp{w: w, b: b, ex: ex, unbind: true, key: make(chan uint32, 1)}, ex.mw, ex.mr, 0)
+	m.nextID++
+	id := m.nextID
+	m.mu.Unlock()
+	m.post(id, bindOp{w: w, b: b, ex: ex, unbind: true, key: make(chan uint32, 1)}, ex.mw, ex.mr, 0)
 }
 
 // exposeDone handles the completion of a read-only window's bind or
 // unbind.
-func (e *engine) exposeDone(op bindOp) {
+func (m *memory) exposeDone(op bindOp) {
 	ex := op.ex
 	if op.unbind {
-		e.mu.Lock()
-		e.mws[ex.mr] = append(e.mws[ex.mr], ex.mw)
-		e.mu.Unlock()
+		m.mu.Lock()
+		m.mws[ex.mr] = append(m.mws[ex.mr], ex.mw)
+		m.mu.Unlock()
 		return
 	}
 	key := <-op.key
-	e.mu.Lock()
+	m.mu.Lock()
 	ex.desc.RKey = key
 	d, hidden := ex.desc, ex.hidden
-	e.mu.Unlock()
+	m.mu.Unlock()
 	if hidden {
-		e.settle(ex, wire.Desc{}, fmt.Errorf("the epoch left the rewind ring: %w", ErrStale))
+		m.settle(ex, wire.Desc{}, fmt.Errorf("the epoch left the rewind ring: %w", ErrStale))
 		return
 	}
-	e.settle(ex, d, nil)
+	m.settle(ex, d, nil)
 }
 
 // exposeFailed answers the Gets waiting for a read-only window whose
 // bind failed; the window is not used again.
-func (e *engine) exposeFailed(op bindOp, err error) {
-	e.mu.Lock()
-	if e.exposed[op.b] == op.ex {
-		delete(e.exposed, op.b)
+func (m *memory) exposeFailed(op bindOp, err error) {
+	m.mu.Lock()
+	if m.exposed[op.b] == op.ex {
+		delete(m.exposed, op.b)
 	}
-	e.mu.Unlock()
-	e.settle(op.ex, wire.Desc{}, err)
+	m.mu.Unlock()
+	m.settle(op.ex, wire.Desc{}, err)
 }
 
 // settle calls the Gets waiting for ex with d, or err.
-func (e *engine) settle(ex *exposure, d wire.Desc, err error) {
-	e.mu.Lock()
+func (m *memory) settle(ex *exposure, d wire.Desc, err error) {
+	m.mu.Lock()
 	ws := ex.waiters
 	ex.waiters = nil
 	ex.ready = ex.ready || err == nil
-	e.mu.Unlock()
+	m.mu.Unlock()
 	for _, f := range ws {
 		f(d, err)
 	}

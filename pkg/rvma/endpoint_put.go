@@ -161,7 +161,7 @@ func (ep *Endpoint) PutAsync(ctx context.Context, dst netip.AddrPort, mb Mailbox
 		return op
 	}
 	if len(src) > 0 {
-		if mr := ep.e.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
+		if mr := ep.e.mem.arenaOf(heapAddr(src), uint64(len(src))); mr != nil {
 			op.sge[0] = verbs.SGE{Addr: heapAddr(src), Length: uint32(len(src)), LKey: mr.LKey()}
 		} else {
 			cp, err := ep.e.newCopy(len(src))

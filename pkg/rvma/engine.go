@@ -27,18 +27,17 @@ import (
 // (engine_lab_test.go).
 type engine struct {
 	dev   *verbs.Context
-	own   bool // dev is the engine's to close
-	pd    *verbs.PD
+	own   bool      // dev is the engine's to close
+	pd    *verbs.PD // everything the engine and its endpoint create is on it
 	gid   verbs.GIDEntry
 	table *mailboxTable[*Window]
 
 	// One CQ for everything: receive completions of every link's QPs and
 	// the bind QP's binds, so that the unbind an arrival triggers is
 	// completed by the same loop without another wake-up.
-	ch               *verbs.CompChannel
-	cq               *verbs.CQ
-	bindQP, bindPeer *verbs.QP
-	srq              *verbs.SRQ
+	ch  *verbs.CompChannel
+	cq  *verbs.CQ
+	srq *verbs.SRQ
 	// rdDepth is the RDMA READ depth links ask for in both directions and
 	// the READs a Get keeps in flight: readDepth, or less if the device
 	// supports less.
@@ -57,23 +56,10 @@ type engine struct {
 
 	bounce bounce // registered copies of small put sources (bounce.go)
 
-	mu     sync.Mutex
-	arenas []*verbs.MR
-	// placement: with the module, each arena's second registration, with
-	// remote write and guarded (kmod.Mailboxes.Guard): the module
-	// translates puts to a counted window's mailbox key into it, and
-	// lets nothing else in.
-	placement map[*verbs.MR]*verbs.MR
-	mws       map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
-	bound     map[*buffer]*verbs.MW     // windows bound over posted buffers
-	// exposed holds the read-only windows over kept buffers that Get
-	// reads through (get.go).
-	exposed map[*buffer]*exposure
-	ops     map[uint64]bindOp // bind work request id -> what it was
-	nextID  uint64
-	closed  bool
+	mem memory // arenas and memory windows (engine_memory.go)
 	// lingering holds the closed windows whose mailbox is still reserved,
-	// each with the timer that frees it (WindowOptions.Linger).
+	// each with the timer that frees it (WindowOptions.Linger). It is
+	// guarded by mem.mu, as mem.closed, which Close sets.
 	lingering map[*Window]*time.Timer
 
 	// While an application goroutine spins (Posted.Spin) it runs the
@@ -129,22 +115,6 @@ type engineOptions struct {
 	records  int
 }
 
-type bindOp struct {
-	w      *Window
-	b      *buffer
-	from   *buffer // the buffer whose window this bind took over (its key is now invalid)
-	unbind bool
-	retire bool // an unbind after the window was freed: the window is not told
-	// ex is set for the binds and unbinds of a read-only window for Get.
-	ex *exposure
-	// key receives the rkey QP.BindMW returned. The bind loop must take
-	// the key from here, not from MW.RKey(): on rxe the bind executes in
-	// the ibv_bind_mw call itself, so its completion can be polled before
-	// BindMW has returned and recorded the new key (reading MW.RKey() at
-	// completion published the previous key, which rxe then refused).
-	key chan uint32
-}
-
 // linkHandler is the endpoint's side of the engine: the completions of
 // work requests the links posted (their IDs carry sendTag) and the
 // receives that are not data for a window.
@@ -182,9 +152,9 @@ const (
 // first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), bound: map[*buffer]*verbs.MW{}, exposed: map[*buffer]*exposure{}, mws: map[*verbs.MR][]*verbs.MW{},
-		ops: map[uint64]bindOp{}, pushes: map[uint32]pendingPush{},
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), pushes: map[uint32]pendingPush{},
 		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
+	e.mem = newMemory(e.fail)
 	defer func() {
 		if err != nil {
 			e.release()
@@ -204,6 +174,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if e.pd, err = e.dev.AllocPD(); err != nil {
 		return nil, err
 	}
+	e.mem.pd = e.pd
 	if e.ch, err = e.dev.NewCompChannel(); err != nil {
 		return nil, err
 	}
@@ -214,19 +185,19 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
 			Cap: verbs.QPCap{MaxSendWR: engineBindWR, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	}
-	if e.bindQP, err = mk(); err != nil {
+	if e.mem.bindQP, err = mk(); err != nil {
 		return nil, err
 	}
-	if e.bindPeer, err = mk(); err != nil {
+	if e.mem.bindPeer, err = mk(); err != nil {
 		return nil, err
 	}
-	a := verbs.QPInfo{QPN: e.bindQP.QPN(), PSN: 1, GID: e.gid.GID}
-	b := verbs.QPInfo{QPN: e.bindPeer.QPN(), PSN: 2, GID: e.gid.GID}
+	a := verbs.QPInfo{QPN: e.mem.bindQP.QPN(), PSN: 1, GID: e.gid.GID}
+	b := verbs.QPInfo{QPN: e.mem.bindPeer.QPN(), PSN: 2, GID: e.gid.GID}
 	copts := &verbs.ConnectOptions{GIDIndex: e.gid.Index}
-	if err = e.bindQP.Connect(a, b, copts); err != nil {
+	if err = e.mem.bindQP.Connect(a, b, copts); err != nil {
 		return nil, err
 	}
-	if err = e.bindPeer.Connect(b, a, copts); err != nil {
+	if err = e.mem.bindPeer.Connect(b, a, copts); err != nil {
 		return nil, err
 	}
 	if e.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
@@ -277,17 +248,17 @@ func (e *engine) recvWR(i uint64) verbs.RecvWR {
 // Unbinds still outstanding are reported done (the device that could
 // write the buffers is gone), so no waiter hangs. It is idempotent.
 func (e *engine) Close() error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
+	e.mem.mu.Lock()
+	if e.mem.closed {
+		e.mem.mu.Unlock()
 		return nil
 	}
-	e.closed = true
+	e.mem.closed = true
 	for w, t := range e.lingering {
 		t.Stop()
 		delete(e.lingering, w)
 	}
-	e.mu.Unlock()
+	e.mem.mu.Unlock()
 	e.stop() // the loops wait with this context
 	e.wg.Wait()
 	e.descMu.Lock()
@@ -295,20 +266,7 @@ func (e *engine) Close() error {
 	e.descMu.Unlock()
 	e.bounce.close()
 	err := e.release()
-	e.mu.Lock()
-	ops := e.ops
-	e.ops = map[uint64]bindOp{}
-	e.mu.Unlock()
-	for _, op := range ops {
-		switch {
-		case op.ex != nil:
-			if !op.unbind {
-				e.settle(op.ex, wire.Desc{}, fmt.Errorf("rvma: endpoint closed: %w", ErrClosed))
-			}
-		case op.unbind && !op.retire:
-			op.w.unbound(op.b)
-		}
-	}
+	e.mem.abandon()
 	return err
 }
 
@@ -360,46 +318,12 @@ func (e *engine) alloc(n int) ([]byte, error) {
 			return nil, fmt.Errorf("registering %d bytes for mailbox keys: %w", n, err)
 		}
 	}
-	e.mu.Lock()
-	e.arenas = append(e.arenas, mr)
-	if pm != nil {
-		if e.placement == nil {
-			e.placement = map[*verbs.MR]*verbs.MR{}
-		}
-		e.placement[mr] = pm
-	}
-	e.mu.Unlock()
+	e.mem.addArena(mr, pm)
 	return mr.Bytes(), nil
 }
 
-// arenaOf returns the endpoint's arena (Alloc) holding [a, a+n), or nil.
-func (e *engine) arenaOf(a, n uint64) *verbs.MR {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.arenaLocked(a, n)
-}
-
-// placementOf returns the guarded registration (placement) of the arena
-// holding [a, a+n), which the module translates mailbox-key writes into;
-// nil if there is none.
-func (e *engine) placementOf(a, n uint64) *verbs.MR {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.placement[e.arenaLocked(a, n)]
-}
-
-// arenaLocked is arenaOf with e.mu held.
-func (e *engine) arenaLocked(a, n uint64) *verbs.MR {
-	for _, mr := range e.arenas {
-		if a >= mr.Addr() && a+n <= mr.Addr()+uint64(mr.Len()) {
-			return mr
-		}
-	}
-	return nil
-}
-
 func (e *engine) addrOf(mem []byte) (uint64, error) {
-	if e.arenaOf(heapAddr(mem), uint64(len(mem))) == nil {
+	if e.mem.arenaOf(heapAddr(mem), uint64(len(mem))) == nil {
 		return 0, invalidf("buffer memory was not allocated by the endpoint")
 	}
 	return heapAddr(mem), nil
@@ -438,30 +362,11 @@ func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 	return w, nil
 }
 
-// post binds mw over length bytes of op's buffer (0: unbinds it) with
-// remote write access, or remote read for a Get's window.
-func (e *engine) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length uint64) {
-	e.mu.Lock()
-	e.ops[id] = op
-	e.mu.Unlock()
-	access := verbs.AccessRemoteWrite
-	if op.ex != nil {
-		access = verbs.AccessRemoteRead
-	}
-	key, err := e.bindQP.BindMW(mw, mr, op.b.addr, length, access, id, verbs.SendSignaled)
-	op.key <- key // the completion may already be in the bind loop, waiting for it
-	if err != nil {
-		e.mu.Lock()
-		delete(e.ops, id)
-		e.mu.Unlock()
-		err = fmt.Errorf("rvma: bind for window %v: %w", op.w.mailbox, err)
-		if op.ex != nil && !op.unbind {
-			e.exposeFailed(op, err)
-			return
-		}
-		e.fail(err)
-	}
-}
+func (e *engine) bind(w *Window, b, from *buffer) { e.mem.bind(w, b, from) }
+
+func (e *engine) unbind(w *Window, b *buffer) { e.mem.unbind(w, b) }
+
+func (e *engine) hide(w *Window, b *buffer) { e.mem.hide(w, b) }
 
 // fail tells onFail of the engine's first failure; a window whose bind
 // or unbind failed would otherwise wait for it for good.
@@ -471,67 +376,6 @@ func (e *engine) fail(err error) {
 			go e.opts.onFail(err)
 		}
 	})
-}
-
-func (e *engine) bind(w *Window, b, from *buffer) {
-	mr := e.arenaOf(b.addr, b.cap)
-	e.mu.Lock()
-	// The window to use: from's, lent to b; b's own, still bound from its
-	// last epoch (GuardNone hands buffers over without unbinding); or a
-	// free one.
-	mw := e.bound[b]
-	if from != nil {
-		if fmw := e.bound[from]; fmw != nil {
-			delete(e.bound, from)
-			if mw != nil {
-				e.mws[mr] = append(e.mws[mr], mw) // cannot happen: a bound buffer is not re-bound
-			}
-			mw = fmw
-		}
-	}
-	if mw == nil {
-		if n := len(e.mws[mr]); n > 0 {
-			mw = e.mws[mr][n-1]
-			e.mws[mr] = e.mws[mr][:n-1]
-		}
-	}
-	e.nextID++
-	id := e.nextID
-	e.mu.Unlock()
-	if mw == nil {
-		var err error
-		if mw, err = e.pd.AllocMW(verbs.MWType1); err != nil {
-			e.fail(fmt.Errorf("rvma: memory window for window %v: %w", w.mailbox, err))
-			return
-		}
-	}
-	e.mu.Lock()
-	e.bound[b] = mw
-	e.mu.Unlock()
-	e.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
-}
-
-func (e *engine) unbind(w *Window, b *buffer) {
-	if !e.postUnbind(w, b, false) {
-		go w.unbound(b) // never bound
-	}
-}
-
-// postUnbind posts the unbind of the memory window bound over b (retire:
-// the window is not told when it completes) and reports whether there was
-// one.
-func (e *engine) postUnbind(w *Window, b *buffer, retire bool) bool {
-	mr := e.arenaOf(b.addr, b.cap)
-	e.mu.Lock()
-	mw := e.bound[b]
-	e.nextID++
-	id := e.nextID
-	e.mu.Unlock()
-	if mw == nil {
-		return false
-	}
-	e.post(id, bindOp{w: w, b: b, unbind: true, retire: retire, key: make(chan uint32, 1)}, mw, mr, 0)
-	return true
 }
 
 // entryChanged writes the window's entry into the descriptor table and,
@@ -611,9 +455,9 @@ func (e *engine) writeEntry(slot uint32, en *wire.Entry) []byte {
 // WindowOptions.Linger has passed; then free releases it.
 func (e *engine) windowClosed(w *Window) {
 	d := w.st.opts.Linger // options do not change after InitWindow
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
+	e.mem.mu.Lock()
+	defer e.mem.mu.Unlock()
+	if e.mem.closed {
 		return // everything goes with the engine
 	}
 	if e.lingering == nil {
@@ -632,11 +476,11 @@ func (e *engine) windowClosed(w *Window) {
 func (e *engine) free(w *Window) {
 	w.dispatch.Lock()
 	defer w.dispatch.Unlock()
-	e.mu.Lock()
+	e.mem.mu.Lock()
 	t, ok := e.lingering[w]
 	delete(e.lingering, w)
-	done := e.closed
-	e.mu.Unlock()
+	done := e.mem.closed
+	e.mem.mu.Unlock()
 	if !ok || done {
 		return
 	}
@@ -653,16 +497,11 @@ func (e *engine) free(w *Window) {
 	e.table.Free(w.slot, w.incarnation)
 
 	// Buffers with a bind or unbind in flight are left to it.
-	e.mu.Lock()
-	busy := make(map[*buffer]bool, len(e.ops))
-	for _, op := range e.ops {
-		busy[op.b] = true
-	}
-	e.mu.Unlock()
+	busy := e.mem.busy()
 	for _, b := range bufs {
-		e.hide(w, b)
+		e.mem.hide(w, b)
 		if !busy[b] {
-			e.postUnbind(w, b, true)
+			e.mem.postUnbind(w, b, true)
 		}
 	}
 	e.dropModuleWindow(w)
@@ -731,7 +570,7 @@ func (e *engine) progress(ctx context.Context) {
 		for n > 0 {
 			e.handle(wcs[:n])
 			n = 0
-			if !e.bindsPending() || e.spinning() {
+			if !e.mem.bindsPending() || e.spinning() {
 				break
 			}
 			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
@@ -864,7 +703,7 @@ func (e *engine) pollOnce() bool {
 // should be, rather than stale after the handover. That narrows the race;
 // it cannot close it (docs/rvma.md, section 4).
 func (e *engine) handle(wcs []verbs.WC) {
-	bindQPN := e.bindQP.QPN()
+	bindQPN := e.mem.bindQP.QPN()
 	var refill [64]verbs.RecvWR
 	n := 0
 	var bindBuf [16]verbs.WC
@@ -902,7 +741,7 @@ func (e *engine) handle(wcs []verbs.WC) {
 	var movedBuf [4]*Window
 	moved := movedBuf[:0] // windows whose binds completed: flushed once, after the batch
 	for _, wc := range binds {
-		moved = appendOnce(moved, e.bindDone(wc))
+		moved = appendOnce(moved, e.mem.bindDone(wc))
 	}
 	for _, w := range moved {
 		w.flush()
@@ -921,58 +760,6 @@ func (e *engine) refill(wrs []verbs.RecvWR) {
 // bindSpin is how long the progress loop polls for outstanding binds
 // before sleeping again.
 const bindSpin = 200 * time.Microsecond
-
-func (e *engine) bindsPending() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.ops) > 0
-}
-
-// bindDone takes a bind or unbind completion into its window's state and
-// returns the window, which the caller flushes once the whole batch of
-// completions is in: a window with several binds completed is flushed
-// once.
-func (e *engine) bindDone(wc verbs.WC) *Window {
-	e.mu.Lock()
-	op, ok := e.ops[wc.ID]
-	delete(e.ops, wc.ID)
-	e.mu.Unlock()
-	if !ok {
-		return nil
-	}
-	if err := wc.Err(); err != nil {
-		err = fmt.Errorf("rvma: bind on window %v: %w", op.w.mailbox, err)
-		if op.ex != nil && !op.unbind {
-			e.exposeFailed(op, err)
-			return op.w
-		}
-		e.fail(err)
-		return op.w
-	}
-	if op.ex != nil {
-		e.exposeDone(op)
-		return op.w
-	}
-	if op.unbind {
-		mr := e.arenaOf(op.b.addr, op.b.cap)
-		e.mu.Lock()
-		if mw := e.bound[op.b]; mw != nil {
-			delete(e.bound, op.b)
-			e.mws[mr] = append(e.mws[mr], mw)
-		}
-		e.mu.Unlock()
-		if !op.retire {
-			op.w.noteUnbound(op.b)
-		}
-		return op.w
-	}
-	key := <-op.key
-	if op.from != nil {
-		op.w.noteUnbound(op.from)
-	}
-	op.w.noteBound(op.b, wire.Desc{Addr: op.b.addr, RKey: key})
-	return op.w
-}
 
 func (e *engine) recvDone(wc verbs.WC) {
 	if err := wc.Err(); err != nil {

@@ -283,7 +283,7 @@ func TestLabEngineLatency(t *testing.T) {
 	ts := measure(0x25, GuardInvalidate, "spin")
 	tn := measure(0x24, GuardNone, "spin")
 	raw, _ := e.alloc(4096)
-	rawMR := e.arenaOf(heapAddr(raw), 4096)
+	rawMR := e.mem.arenaOf(heapAddr(raw), 4096)
 	var tc []time.Duration
 	for i := 0; i < iters; i++ {
 		v := byte(i%250 + 1)

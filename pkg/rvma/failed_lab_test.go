@@ -51,7 +51,7 @@ func TestLabEndpointFailed(t *testing.T) {
 	if err := ep.Put(ctx, ep.Addr(), mb, 0, first); err != nil {
 		t.Fatal(err)
 	}
-	if err := ep.e.bindQP.ToError(); err != nil {
+	if err := ep.e.mem.bindQP.ToError(); err != nil {
 		t.Fatal(err)
 	}
 	// The rest of epoch 0: the window completes it and asks for the

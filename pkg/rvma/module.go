@@ -150,7 +150,7 @@ func (e *engine) dropModuleWindow(w *Window) {
 func (e *engine) register(w *Window, as []regAction) {
 	ps := make([]kmod.MailboxPost, len(as))
 	for i, a := range as {
-		mr := e.placementOf(a.b.addr, a.b.cap)
+		mr := e.mem.placementOf(a.b.addr, a.b.cap)
 		if mr == nil { // cannot happen: alloc guards every arena when the module counts
 			e.fail(fmt.Errorf("rvma: buffer at %#x of window %v is in no guarded registration", a.b.addr, w.mailbox))
 			return
