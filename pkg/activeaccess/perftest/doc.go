@@ -5,8 +5,9 @@
 // (activeaccess.Target.ConnectPlain). The client's RDMA WRITEs and READs
 // then land in the target's memory, where the kernel module makes them
 // active: they are logged, the domains' handlers see them, and W=0, R=0
-// and a full log apply to them as to any source. This is the issue's
-// transparent mode with a source that knows nothing of Active Access.
+// and a full log apply to them as to any source. This is the
+// transparent mode (activeaccess.ModeTransparent) with a source that
+// knows nothing of Active Access.
 //
 // Run the client against the target's address as against a perftest
 // server:
@@ -16,7 +17,7 @@
 // What is supported, and what the client must not ask for:
 //   - the bandwidth tests of RDMA WRITE and READ over RC, one or more
 //     queue pairs (-q, at most MaxQPs), any message size that fits the
-//     target's memory from Config.Offset (perftest cycles through its
+//     target's memory from Options.Offset (perftest cycles through its
 //     page size, 4 KiB on x86-64, for smaller sizes);
 //   - the default TCP side channel (not -R, rdma_cm), on RoCE (a GID is
 //     exchanged; the client picks it itself or takes -x);

@@ -38,6 +38,6 @@ func Example() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT)
 	defer stop()
-	err = perftest.Serve(ctx, ln, tg, &perftest.Config{Offset: 0})
+	err = perftest.Serve(ctx, ln, tg, &perftest.Options{Offset: 0})
 	log.Printf("%v; %d writes, %d bytes", err, writes.Load(), bytes.Load())
 }

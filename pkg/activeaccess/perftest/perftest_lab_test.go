@@ -124,7 +124,7 @@ func TestLabPerftestSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = perftest.ServeConn(aalab.Timeout(t, 90*time.Second), conn, tg, &perftest.Config{Offset: p.page * page})
+			err = perftest.ServeConn(aalab.Timeout(t, 90*time.Second), conn, tg, &perftest.Options{Offset: p.page * page})
 			conn.Close()
 			if err != nil {
 				t.Fatalf("ServeConn: %v", err)

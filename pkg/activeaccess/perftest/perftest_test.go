@@ -250,3 +250,34 @@ func TestSessionErrors(t *testing.T) {
 		}
 	})
 }
+
+// A call whose context is already done returns its error before doing
+// anything: Serve accepts nothing (and closes its listener), ServeConn
+// reads nothing and touches no target (this nil one would crash).
+func TestDoneContext(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, c := range []struct {
+		ctx  context.Context
+		want error
+	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Serve(c.ctx, ln, nil, nil); !errors.Is(err, c.want) || !strings.Contains(err.Error(), "perftest: serve:") {
+			t.Errorf("Serve: %v, want %v", err, c.want)
+		}
+		if _, err := ln.Accept(); err == nil {
+			t.Error("Serve left its listener open")
+		}
+		cli, srv := net.Pipe()
+		if err := ServeConn(c.ctx, srv, nil, nil); !errors.Is(err, c.want) || !strings.Contains(err.Error(), "perftest: serve conn:") {
+			t.Errorf("ServeConn: %v, want %v", err, c.want)
+		}
+		cli.Close()
+		srv.Close()
+	}
+}

@@ -17,7 +17,7 @@ import (
 )
 
 // Errors a session ends with, besides the connection's, the context's and
-// the target's.
+// the target's (test with errors.Is).
 var (
 	// ErrProtocol: the client sent something perftest's side channel does
 	// not (a malformed queue-pair description, a description that changes
@@ -30,18 +30,21 @@ var (
 	ErrClientLeft = errors.New("perftest: the client left before the closing handshake")
 )
 
-// MaxQPs bounds the queue pairs one client may connect (perftest's -q).
+// MaxQPs bounds the queue pairs one client may connect (perftest's -q); a
+// client that describes more ends its session with ErrProtocol.
 const MaxQPs = 256
 
-// Config configures Serve and ServeConn.
-type Config struct {
+// Options tune Serve and ServeConn. A nil *Options, like the zero value,
+// means offset 0 and the standard logger.
+type Options struct {
 	// Offset is where in the target's memory the clients' accesses go:
 	// every client queue pair is given the address Region().Addr+Offset.
 	// A client moving size bytes per message accesses
 	// [Offset, Offset+max(size, cycle)), where cycle is its cycle buffer
 	// (its page size: 4 KiB on x86-64; smaller messages step through it
 	// by size rounded up to the cache line). Beyond the memory its
-	// accesses fail with a remote access error.
+	// accesses fail with a remote access error. Negative, or beyond the
+	// memory: ServeConn fails with activeaccess.ErrInvalid.
 	Offset int
 	// ErrorLog receives Serve's per-client errors; nil means the log
 	// package's standard logger.
@@ -53,15 +56,24 @@ const maxMsg = 512
 
 // Serve answers perftest clients that connect to ln, each in its own
 // goroutine (ServeConn), until ctx ends; it then closes ln, ends the
-// sessions (their queue pairs are closed) and returns ctx's error. If
-// accepting fails otherwise (ln closed by the caller, no file descriptors
-// left), it ends the sessions the same way and returns that error. A
-// client's error ends only that client's session and goes to
-// cfg.ErrorLog.
-func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Config) error {
-	var c Config
-	if cfg != nil {
-		c = *cfg
+// sessions (their queue pairs are closed) and returns ctx's error,
+// wrapped. If ctx is already done, it closes ln and returns ctx's error
+// at once. If accepting fails otherwise (ln closed by the caller, no file
+// descriptors left), it ends the sessions the same way and returns that
+// error. A client's error ends only that client's session and goes to
+// opts.ErrorLog. opts may be nil (see Options). Errors wrap ctx's error,
+// activeaccess.ErrInvalid (a nil target), or the accept error.
+func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, opts *Options) error {
+	if err := ctx.Err(); err != nil {
+		ln.Close()
+		return fmt.Errorf("perftest: serve: %w", err)
+	}
+	if t == nil {
+		return fmt.Errorf("perftest: serve: %w: nil target", activeaccess.ErrInvalid)
+	}
+	var c Options
+	if opts != nil {
+		c = *opts
 	}
 	logger := c.ErrorLog
 	if logger == nil {
@@ -77,9 +89,9 @@ func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Co
 		conn, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return fmt.Errorf("perftest: serve: %w", ctx.Err())
 			}
-			return fmt.Errorf("perftest: accepting clients: %w", err)
+			return fmt.Errorf("perftest: serve: accepting clients: %w", err)
 		}
 		wg.Add(1)
 		go func() {
@@ -97,16 +109,26 @@ func Serve(ctx context.Context, ln net.Listener, t *activeaccess.Target, cfg *Co
 // PlainQP of t, and returns nil once the client completed the closing
 // handshake, after closing those queue pairs (conn is left open). A
 // client that says nothing keeps it waiting until ctx ends, as a perftest
-// server would wait. Errors: ctx's error; ErrClientLeft (the client
-// exited early: it failed or was killed); ErrProtocol; the connection's
-// error; activeaccess.ErrInvalid (a library-mediated target, whose
-// handlers see only its Sources' messages, or an offset outside the
-// memory), activeaccess.ErrClosed, or another error of
-// Target.ConnectPlain.
-func ServeConn(ctx context.Context, conn net.Conn, t *activeaccess.Target, cfg *Config) error {
-	var c Config
-	if cfg != nil {
-		c = *cfg
+// server would wait. opts may be nil (see Options).
+//
+// If ctx is already done, ServeConn returns ctx's error, wrapped, without
+// reading from conn; if ctx ends during the session, it returns ctx's
+// error (the queue pairs are closed). Other errors: ErrClientLeft (the
+// client exited early: it failed or was killed); ErrProtocol; the
+// connection's error; activeaccess.ErrInvalid (a nil or library-mediated
+// target, whose handlers see only its Sources' messages, or an offset
+// outside the memory), activeaccess.ErrClosed (the target was closed), or
+// another error of Target.ConnectPlain.
+func ServeConn(ctx context.Context, conn net.Conn, t *activeaccess.Target, opts *Options) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("perftest: serve conn: %w", err)
+	}
+	if t == nil {
+		return fmt.Errorf("perftest: serve conn: %w: nil target", activeaccess.ErrInvalid)
+	}
+	var c Options
+	if opts != nil {
+		c = *opts
 	}
 	mtu, err := t.PathMTU()
 	if err != nil {
@@ -170,7 +192,7 @@ func (s *session) run(ctx context.Context) (err error) {
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
-				return ctx.Err()
+				return fmt.Errorf("perftest: session: %w", ctx.Err())
 			case s.done && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
 				// The client may close before its "done" is read:
 				// perftest leaves our "done" unread, so its close can
@@ -197,7 +219,7 @@ func (s *session) run(ctx context.Context) (err error) {
 		}
 		if _, err := s.conn.Write(reply); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return fmt.Errorf("perftest: session: %w", ctx.Err())
 			}
 			return fmt.Errorf("perftest: writing to the client: %w", err)
 		}

@@ -127,7 +127,7 @@ func (p *ptRun) target() error {
 		if err != nil {
 			return err
 		}
-		go func() { serveErr <- perftest.Serve(ctx, ln, tg, &perftest.Config{Offset: pg * 4096}) }()
+		go func() { serveErr <- perftest.Serve(ctx, ln, tg, &perftest.Options{Offset: pg * 4096}) }()
 	}
 	for r := 0; r < p.rounds; r++ {
 		for i := range ptKinds {
