@@ -45,7 +45,7 @@
 // runtime's choice, as an application of pkg/rvma would: pkg/rvma's
 // spinners yield to the endpoint's goroutines themselves, and a second P
 // on one CPU only lets each wake-up of those goroutines start a thread
-// that preempts the spinner (docs/benchmarks.md, "GOMAXPROCS and RVMA").
+// that preempts the spinner (docs/rvma.md, "Measured findings").
 package main
 
 import (

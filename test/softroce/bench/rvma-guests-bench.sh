@@ -5,8 +5,9 @@
 # on guest 1, the clients on guest 2), so that rxe's responder and the
 # receive completions run on the receiver's CPU, as on two hosts. The same
 # comparisons as rvma-bench.sh (loopback), in one boot, interleaved size by
-# size, REPS times (one repetition took 4.5 minutes on 2026-11-28; every tool
-# starts and connects anew for each size, which costs seconds under TCG):
+# size, REPS times (one repetition takes about 4.5 minutes on an idle lab
+# host; every tool starts and connects anew for each size, which costs
+# seconds under TCG):
 #   Figure 4, 8 B to 1 MiB (t_typical, half a round trip):
 #     rvma_lat (a), rvma_lat -guard none (a'), write_send_lat (b1),
 #     write_wait_send_lat (b2), write_lat (c), write_imm_lat (the

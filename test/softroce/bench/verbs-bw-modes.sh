@@ -6,10 +6,11 @@
 # --post_list 100; rdmaperf's Go loop with its default chains (-l 0) and
 # with one work request per call (-l 1), each pinned (server CPU 0, client
 # CPU 1, GOMAXPROCS 1 as Go derives it for a pinned process; rdmaperf's
-# own default is 2 since) and free (no taskset). Interleaved size by
+# own default is 2) and free (no taskset). Interleaved size by
 # size, three repetitions, every result printed as
 #   BENCH <tool> write_bw <bytes> <BW average MB/s>
-# (docs/benchmarks.md, "Small-write bandwidth"). About 12 minutes.
+# (docs/benchmarks.md, "pkg/verbs: rdmaperf against perftest", the
+# paragraph after the table). About 12 minutes.
 set -euo pipefail
 P="$LAB_BIN/rdmaperf"
 pt() { # name size args

@@ -4,11 +4,12 @@
 # The Go loop's latency against GOMAXPROCS, loopback on rxe0: perftest's
 # ib_write_lat, ib_read_lat, ib_send_lat and rdmaperf's Go loop with
 # GOMAXPROCS=1 (what Go derives for a process pinned to one CPU) and
-# GOMAXPROCS=2 (rdmaperf's default since), server on CPU 0 and client on
+# GOMAXPROCS=2 (rdmaperf's default), server on CPU 0 and client on
 # CPU 1, sizes 2 B to 4 KiB, interleaved, three repetitions; every result
 # printed as
 #   BENCH <tool> <test> <bytes> <t_typical usec>
-# (docs/benchmarks.md, "GOMAXPROCS"). About 6 minutes.
+# (docs/benchmarks.md, "pkg/verbs: rdmaperf against perftest", the
+# paragraph after the table). About 6 minutes.
 set -euo pipefail
 P="$LAB_BIN/rdmaperf"
 N=1000
