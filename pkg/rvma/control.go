@@ -31,7 +31,7 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm wire.Imm, msg []byte) {
 	ep.mu.Unlock()
 	m, err := wire.ParseCtrl(msg)
 	if l == nil || err != nil {
-		ep.e.unknown.Add(1)
+		ep.e.prog.unknown.Add(1)
 		return
 	}
 	switch m.Type {
@@ -60,7 +60,7 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm wire.Imm, msg []byte) {
 		}
 	case wire.CtrlGet:
 		if m.Seq&wire.GetSeqBit == 0 {
-			ep.e.unknown.Add(1)
+			ep.e.prog.unknown.Add(1)
 			return
 		}
 		ep.serveGet(l, m)
@@ -77,7 +77,7 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm wire.Imm, msg []byte) {
 		}
 		v := ep.view(m.Seq % viewSlots)
 		if v == nil || v.l != l || v.seq != m.Seq {
-			ep.e.unknown.Add(1)
+			ep.e.prog.unknown.Add(1)
 			return
 		}
 		v.mu.Lock()
@@ -97,7 +97,7 @@ func (ep *Endpoint) ctrl(wc verbs.WC, imm wire.Imm, msg []byte) {
 		close(v.resolved)
 		v.mu.Unlock()
 	default:
-		ep.e.unknown.Add(1)
+		ep.e.prog.unknown.Add(1)
 	}
 }
 

@@ -292,7 +292,7 @@ func (ep *Endpoint) Stats() EndpointStats {
 	ep.mu.Lock()
 	n := len(ep.links)
 	ep.mu.Unlock()
-	return EndpointStats{Links: n, RefusedWrites: ep.e.refused.Load(), UnknownRecv: ep.e.unknown.Load(),
+	return EndpointStats{Links: n, RefusedWrites: ep.e.prog.refused.Load(), UnknownRecv: ep.e.prog.unknown.Load(),
 		StalePuts: ep.stalePuts.Load(), LatePuts: ep.latePuts.Load(), LinkFailures: ep.linkFailures.Load(), Rejected: ep.rejected.Load(),
 		LostNotices: ep.lostNotices.Load(), Notices: ep.notices.Load(), BufferWaits: ep.bufferWaits.Load(),
 		GetsServed: ep.getsServed.Load(), GetsRefused: ep.getsRefused.Load(), CopyRegistrations: ep.e.bounce.registered.Load()}

@@ -362,7 +362,7 @@ func (ep *Endpoint) getAnswer(l *link, m wire.Ctrl) {
 	defer ep.mu.Unlock()
 	op := ep.gets[m.Seq]
 	if op == nil || op.l != l {
-		ep.e.unknown.Add(1)
+		ep.e.prog.unknown.Add(1)
 		return
 	}
 	select {

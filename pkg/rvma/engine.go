@@ -7,7 +7,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -32,19 +31,13 @@ type engine struct {
 	gid   verbs.GIDEntry
 	table *mailboxTable[*Window]
 
-	// One CQ for everything: receive completions of every link's QPs and
-	// the bind QP's binds, so that the unbind an arrival triggers is
-	// completed by the same loop without another wake-up.
-	ch  *verbs.CompChannel
-	cq  *verbs.CQ
-	srq *verbs.SRQ
+	prog progress // the CQ, the SRQ and who polls them (engine_progress.go)
 	// rdDepth is the RDMA READ depth links ask for in both directions and
 	// the READs a Get keeps in flight: readDepth, or less if the device
 	// supports less.
 	rdDepth int
 
 	descMR *verbs.MR // the descriptor table, remote read
-	recvMR *verbs.MR // engineSRQDepth slots of recvSlot bytes: SENDs land here
 	// descMu guards the descriptor table's memory against Close: writers
 	// of entries hold it shared and skip the write once descGone is set,
 	// which Close does before it releases the MR.
@@ -62,34 +55,12 @@ type engine struct {
 	// guarded by mem.mu, as mem.closed, which Close sets.
 	lingering map[*Window]*time.Timer
 
-	// While an application goroutine spins (Posted.Spin) it runs the
-	// progress step itself, and the progress loop stays parked: a second
-	// thread woken on every completion would only contend with the spinner
-	// for the CPU (on one CPU, for a scheduler time slice). Nothing wakes
-	// the parked loop when a spin ends (the next spin usually follows
-	// soon); it looks again after a nap (waitNoSpinner), unless a
-	// goroutine that needs its progress blocks (waitBegin) and kicks it.
-	born     time.Time
-	spinners atomic.Int32
-	yielder  verbs.Yielder // shared by the spinners
-	lastSpin atomic.Int64  // when the last spinner ended, since born; 0: never
-	waiters  atomic.Int32  // goroutines blocked on the engine's progress
-	kick     chan struct{} // wakes the parked progress loop
-	modKick  chan struct{} // wakes the module loop napping behind a spinner
-	// While the progress loop is parked (parked), pushSoon pushes are
+	// While the progress loop is parked (prog.parked), pushSoon pushes are
 	// deferred to the next idle poll (pushes), so that a notice does not
 	// go out between an arrival and the application's answer to it; so
 	// are pushes that could not reach every subscriber.
-	parked atomic.Bool
 	pushMu sync.Mutex
 	pushes map[uint32]pendingPush
-	// pollMu is held from a poll of the CQ until its completions are
-	// handled, by whichever goroutine polls (the progress loop, a spinner,
-	// a waiter's progress steps), so that they are handled in CQ order.
-	pollMu sync.Mutex
-
-	refused atomic.Uint64 // receive WQEs completed with a remote access error
-	unknown atomic.Uint64 // data for slots with no window
 
 	// mod is the kernel module's counted mailboxes (module.go); nil when
 	// the library counts.
@@ -153,7 +124,7 @@ const (
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
 	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), pushes: map[uint32]pendingPush{},
-		born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
+		prog: newProgress(opts.Spin)}
 	e.mem = newMemory(e.fail)
 	defer func() {
 		if err != nil {
@@ -175,14 +146,14 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 		return nil, err
 	}
 	e.mem.pd = e.pd
-	if e.ch, err = e.dev.NewCompChannel(); err != nil {
+	if e.prog.ch, err = e.dev.NewCompChannel(); err != nil {
 		return nil, err
 	}
-	if e.cq, err = e.dev.NewCQ(2*engineBindWR+4*engineSRQDepth, &verbs.CQOptions{Channel: e.ch}); err != nil {
+	if e.prog.cq, err = e.dev.NewCQ(2*engineBindWR+4*engineSRQDepth, &verbs.CQOptions{Channel: e.prog.ch}); err != nil {
 		return nil, err
 	}
 	mk := func() (*verbs.QP, error) {
-		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq,
+		return e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.prog.cq, RecvCQ: e.prog.cq,
 			Cap: verbs.QPCap{MaxSendWR: engineBindWR, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	}
 	if e.mem.bindQP, err = mk(); err != nil {
@@ -200,17 +171,17 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if err = e.mem.bindPeer.Connect(b, a, copts); err != nil {
 		return nil, err
 	}
-	if e.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
+	if e.prog.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
 		return nil, err
 	}
-	if e.recvMR, err = e.pd.AllocMR(engineSRQDepth*recvSlot, verbs.AccessLocalWrite); err != nil {
+	if e.prog.recvMR, err = e.pd.AllocMR(engineSRQDepth*recvSlot, verbs.AccessLocalWrite); err != nil {
 		return nil, err
 	}
 	wrs := make([]verbs.RecvWR, engineSRQDepth)
 	for i := range wrs {
-		wrs[i] = e.recvWR(uint64(i))
+		wrs[i] = e.prog.recvWR(uint64(i))
 	}
-	if err = e.srq.PostRecv(wrs...); err != nil {
+	if err = e.prog.srq.PostRecv(wrs...); err != nil {
 		return nil, err
 	}
 	if e.descMR, err = e.pd.AllocMR(engineSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
@@ -231,17 +202,12 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.wg.Add(1)
-	go e.progress(ctx)
+	go e.progressLoop(ctx)
 	if e.mod != nil {
 		e.wg.Add(1)
 		go e.moduleLoop(ctx)
 	}
 	return e, nil
-}
-
-// recvWR is receive WQE i of the SRQ: slot i of the receive slab.
-func (e *engine) recvWR(i uint64) verbs.RecvWR {
-	return verbs.RecvWR{ID: i, SGL: []verbs.SGE{{Addr: e.recvMR.Addr() + i*recvSlot, Length: recvSlot, LKey: e.recvMR.LKey()}}}
 }
 
 // Close stops the goroutines and closes the device with everything on it.
@@ -284,11 +250,11 @@ func (e *engine) release() error {
 	if e.pd != nil {
 		errs = append(errs, e.pd.Close())
 	}
-	if e.cq != nil {
-		errs = append(errs, e.cq.Close())
+	if e.prog.cq != nil {
+		errs = append(errs, e.prog.cq.Close())
 	}
-	if e.ch != nil {
-		errs = append(errs, e.ch.Close())
+	if e.prog.ch != nil {
+		errs = append(errs, e.prog.ch.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -400,7 +366,7 @@ func (e *engine) entryChanged(w *Window, en wire.Entry, push pushMode) {
 		e.pushMu.Lock()
 		e.pushes[w.slot] = pendingPush{w: w, all: true}
 		e.pushMu.Unlock()
-		if e.parked.Load() {
+		if e.prog.parked.Load() {
 			return // the spinner's next idle poll, or the loop when it wakes, pushes it
 		}
 	}
@@ -538,289 +504,6 @@ func (e *engine) flushPushes() {
 		}
 		e.descMu.RUnlock()
 		w.dispatch.Unlock()
-	}
-}
-
-// next waits for completions and returns them with pollMu held (the
-// caller handles them, then unlocks); on an error pollMu is not held.
-func (e *engine) next(ctx context.Context, wcs []verbs.WC) (int, error) {
-	if e.opts.Spin {
-		return e.cq.SpinWith(ctx, wcs, &e.pollMu)
-	}
-	return e.cq.WaitWith(ctx, wcs, &e.pollMu)
-}
-
-// progress is the engine's one loop: it sleeps on the CQ (or spins, with
-// EndpointOptions.Spin), handles receive and bind completions alike, and while
-// binds are outstanding keeps polling for a short while instead of going
-// back to sleep (on rxe a bind completes within the ibv_bind_mw call, so
-// the unbind an arrival caused is usually there at once).
-func (e *engine) progress(ctx context.Context) {
-	defer e.wg.Done()
-	wcs := make([]verbs.WC, 64)
-	for {
-		if !e.waitNoSpinner(ctx) {
-			return
-		}
-		e.flushPushes()
-		n, err := e.next(ctx, wcs)
-		if err != nil {
-			return
-		}
-		for n > 0 {
-			e.handle(wcs[:n])
-			n = 0
-			if !e.mem.bindsPending() || e.spinning() {
-				break
-			}
-			for deadline := time.Now().Add(bindSpin); n == 0 && time.Now().Before(deadline); {
-				if n, err = e.cq.Poll(wcs); err != nil {
-					e.pollMu.Unlock()
-					return
-				}
-			}
-		}
-		e.pollMu.Unlock()
-	}
-}
-
-// spinBegin and spinEnd bracket a goroutine's Posted.Spin. Neither wakes
-// anyone: the spinner runs the progress step itself.
-func (e *engine) spinBegin() { e.spinners.Add(1) }
-
-func (e *engine) spinEnd() {
-	e.lastSpin.Store(max(int64(time.Since(e.born)), 1))
-	e.spinners.Add(-1)
-}
-
-func (e *engine) spinning() bool { return e.spinners.Load() > 0 }
-
-func (e *engine) yield() { e.yielder.Maybe() }
-
-// waitBegin and waitEnd bracket a goroutine blocked on something only the
-// engine's progress produces (a put's completion, an epoch, a view): while
-// one waits, a parked progress loop resumes at once, or, if an application
-// goroutine spins and so makes progress itself, naps no longer than
-// spinGrace.
-func (e *engine) waitBegin() {
-	e.waiters.Add(1)
-	if e.parked.Load() {
-		select {
-		case e.kick <- struct{}{}:
-		default:
-		}
-	}
-	select {
-	case e.modKick <- struct{}{}:
-	default:
-	}
-}
-
-func (e *engine) waitEnd() { e.waiters.Add(-1) }
-
-// spinGrace is how long the progress loop stays parked after the last
-// Posted.Spin ended: an application that spins usually spins again soon
-// (after posting its answer), and a loop woken in between only contends
-// with it for the CPU. Completions that arrive meanwhile wait for the
-// next Spin or for the end of the grace.
-const spinGrace = 2 * time.Millisecond
-
-// maxNap bounds the parked loop's naps: while spinning goes on (spins that
-// follow each other, or one long spin) each nap doubles from spinGrace up
-// to maxNap, so a ping-pong of spins costs the loop a wake-up every maxNap
-// instead of one per spin. It is also the longest a completion nobody
-// waits for (a peer's RESOLVE, an arrival on a window nobody spins on)
-// stays unhandled after the last spin ended.
-const maxNap = 16 * time.Millisecond
-
-// waitNoSpinner parks the progress loop while a goroutine spins and until
-// spinGrace after the last spin ended; false when ctx ended. It returns at
-// once when a goroutine blocks on the engine (waitBegin) and nobody spins.
-func (e *engine) waitNoSpinner(ctx context.Context) bool {
-	e.parked.Store(true)
-	defer e.parked.Store(false)
-	return e.napWhileSpinning(ctx, e.kick)
-}
-
-// napWhileSpinning returns once nobody has spun for spinGrace, or a
-// goroutine blocks on the engine (waitBegin sends on kick) and nobody
-// spins; false when ctx ended.
-func (e *engine) napWhileSpinning(ctx context.Context, kick <-chan struct{}) bool {
-	nap := spinGrace
-	for {
-		if e.spinners.Load() == 0 {
-			last := e.lastSpin.Load()
-			idle := time.Since(e.born) - time.Duration(last)
-			if last == 0 || idle >= spinGrace || e.waiters.Load() > 0 {
-				return ctx.Err() == nil
-			}
-		} else if e.waiters.Load() > 0 {
-			nap = spinGrace
-		}
-		t := time.NewTimer(nap)
-		select {
-		case <-t.C:
-		case <-kick:
-			t.Stop()
-		case <-ctx.Done():
-			t.Stop()
-			return false
-		}
-		nap = min(2*nap, maxNap)
-	}
-}
-
-// pollOnce runs one non-blocking progress step on the caller's goroutine
-// (Posted.Spin, await): the same handling as the progress loop. It does
-// nothing and reports false while another goroutine polls and handles
-// (pollMu): completions are handled in the order they were polled, since
-// a put's success must be seen before the failure that breaks its stripe
-// after it (the stripe's replacement re-issues the puts still recorded on
-// it, which must be only those that never executed).
-func (e *engine) pollOnce() bool {
-	if !e.pollMu.TryLock() {
-		return false
-	}
-	var wcs [16]verbs.WC
-	n, err := e.cq.Poll(wcs[:])
-	if err != nil || n == 0 {
-		e.pollMu.Unlock()
-		e.flushPushes()
-		return false
-	}
-	e.handle(wcs[:n])
-	e.pollMu.Unlock()
-	return true
-}
-
-// handle processes a batch of completions and replenishes the SRQ.
-//
-// The batch's bind and unbind completions are taken last, after one more
-// poll of the CQ: an unbind's completion hands a buffer over, and a put
-// placed before the unbind took effect may have its completion behind the
-// unbind's (rxe posts it once the responder is done with the packet, on
-// whichever vCPU runs it). Counted first, it is late into its epoch, as it
-// should be, rather than stale after the handover. That narrows the race;
-// it cannot close it (docs/rvma.md, section 4).
-func (e *engine) handle(wcs []verbs.WC) {
-	bindQPN := e.mem.bindQP.QPN()
-	var refill [64]verbs.RecvWR
-	n := 0
-	var bindBuf [16]verbs.WC
-	binds := bindBuf[:0]
-	take := func(wcs []verbs.WC) {
-		for _, wc := range wcs {
-			switch {
-			case wc.QPN == bindQPN:
-				binds = append(binds, wc)
-			case wc.ID&sendTag != 0:
-				if e.links != nil {
-					e.links.sendDone(wc)
-				}
-			default:
-				// Everything else consumed a receive WQE (the opcode of an
-				// error completion is not reliable, so do not test it).
-				e.recvDone(wc)
-				if n == len(refill) {
-					e.refill(refill[:n])
-					n = 0
-				}
-				refill[n] = e.recvWR(wc.ID % engineSRQDepth)
-				n++
-			}
-		}
-	}
-	take(wcs)
-	if len(binds) > 0 {
-		var more [16]verbs.WC
-		if m, err := e.cq.Poll(more[:]); err == nil {
-			take(more[:m])
-		}
-	}
-	e.refill(refill[:n])
-	var movedBuf [4]*Window
-	moved := movedBuf[:0] // windows whose binds completed: flushed once, after the batch
-	for _, wc := range binds {
-		moved = appendOnce(moved, e.mem.bindDone(wc))
-	}
-	for _, w := range moved {
-		w.flush()
-	}
-}
-
-func (e *engine) refill(wrs []verbs.RecvWR) {
-	if len(wrs) == 0 {
-		return
-	}
-	if err := e.srq.PostRecv(wrs...); err != nil {
-		e.fail(fmt.Errorf("rvma: replenishing the SRQ: %w", err))
-	}
-}
-
-// bindSpin is how long the progress loop polls for outstanding binds
-// before sleeping again.
-const bindSpin = 200 * time.Microsecond
-
-func (e *engine) recvDone(wc verbs.WC) {
-	if err := wc.Err(); err != nil {
-		if errors.Is(err, verbs.WCRemAccessErr) {
-			e.refused.Add(1)
-		}
-		if e.links != nil {
-			e.links.recvFailed(wc)
-		}
-		return
-	}
-	if !wc.HasImm() {
-		e.unknown.Add(1)
-		return
-	}
-	imm := wire.ParseImm(wc.Imm)
-	if wc.Opcode == verbs.WCRecv {
-		if e.links == nil || imm.Kind != wire.KindCtrl || wc.ByteLen > recvSlot {
-			e.unknown.Add(1)
-			return
-		}
-		off := (wc.ID % engineSRQDepth) * recvSlot
-		e.links.ctrl(wc, imm, e.recvMR.Bytes()[off:off+uint64(wc.ByteLen)])
-		return
-	}
-	if wc.Opcode != verbs.WCRecvRDMAWithImm {
-		e.unknown.Add(1)
-		return
-	}
-	if imm.Kind == wire.KindNotice {
-		if e.links != nil {
-			e.links.notice(wc, imm.Slot)
-		}
-		return
-	}
-	if e.trace != nil && imm.Kind == wire.KindData {
-		e.trace(imm, wc.ByteLen)
-	}
-	_, inc, w, ok := e.table.Slot(imm.Slot)
-	if !ok || w == nil {
-		e.unknown.Add(1)
-		return
-	}
-	switch imm.Kind {
-	case wire.KindData:
-		switch r, gen := w.arrive(imm.Gen, uint64(wc.ByteLen)); r {
-		case arriveLate, arriveStale:
-			// Landed, but after its epoch's threshold: tell the sender.
-			if e.links != nil {
-				e.links.late(wc, imm.Slot, gen, r == arriveStale)
-			}
-		case arriveUnknown:
-			e.unknown.Add(1)
-		}
-	case wire.KindCtrl:
-		r, kinc := wire.ParseKnock(imm.Gen)
-		if kinc != uint8(inc) {
-			e.unknown.Add(1) // for a freed window whose slot was reused
-			return
-		}
-		w.knock(r, 1)
 	}
 }
 

@@ -169,11 +169,11 @@ func TestLabEngine(t *testing.T) {
 		t.Fatal("a stale write changed a buffer")
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for e.refused.Load() == 0 && time.Now().Before(deadline) {
+	for e.prog.refused.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
-	if e.refused.Load() != 1 {
-		t.Fatalf("receiver counted %d refused writes", e.refused.Load())
+	if e.prog.refused.Load() != 1 {
+		t.Fatalf("receiver counted %d refused writes", e.prog.refused.Load())
 	}
 	if s := w.Stats(); s.EpochsCompleted != epochs || s.Puts != epochs*puts {
 		t.Fatalf("stats %+v", s)
@@ -251,12 +251,12 @@ func TestLabEngineLatency(t *testing.T) {
 				_, err := p.Spin(ctx)
 				cancel()
 				if err != nil {
-					t.Fatalf("latency put %d: %v (refused %d, stats %+v)", i, err, e.refused.Load(), lw.Stats())
+					t.Fatalf("latency put %d: %v (refused %d, stats %+v)", i, err, e.prog.refused.Load(), lw.Stats())
 				}
 			} else if mode == "pointer" {
 				for n := 0; p.Completion().Seq() == seq; n++ {
 					if n%(1<<16) == 0 && time.Since(start) > 5*time.Second {
-						t.Fatalf("latency put %d: no completion (refused %d, stats %+v)", i, e.refused.Load(), lw.Stats())
+						t.Fatalf("latency put %d: no completion (refused %d, stats %+v)", i, e.prog.refused.Load(), lw.Stats())
 					}
 				}
 			} else {
@@ -265,7 +265,7 @@ func TestLabEngineLatency(t *testing.T) {
 				cancel()
 				if err != nil {
 					t.Fatalf("latency put %d (gen %d, desc %+v): %v; sender completions %+v; receiver refused %d; stats %+v",
-						i, gen, d, err, snd.side.drain(500*time.Millisecond), e.refused.Load(), lw.Stats())
+						i, gen, d, err, snd.side.drain(500*time.Millisecond), e.prog.refused.Load(), lw.Stats())
 				}
 			}
 			ta = append(ta, time.Since(start))
@@ -363,7 +363,7 @@ func labEngineSetup(t *testing.T) (*engine, *labSender) {
 // attachRaw creates a receiving QP on the SRQ connected to a peer QP
 // described by peer, as a link would.
 func (e *engine) attachRaw(peer verbs.QPInfo, psn uint32) (*verbs.QP, verbs.QPInfo, error) {
-	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.cq, RecvCQ: e.cq, SRQ: e.srq,
+	qp, err := e.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: e.prog.cq, RecvCQ: e.prog.cq, SRQ: e.prog.srq,
 		Cap: verbs.QPCap{MaxSendWR: 16, MaxSendSGE: 1}})
 	if err != nil {
 		return nil, verbs.QPInfo{}, err

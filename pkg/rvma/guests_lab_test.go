@@ -404,7 +404,7 @@ func receiver(t *testing.T, ctx context.Context, guests int, wait, signal func(s
 	handed := bytes.Clone(stalePosted[0].Bytes())
 	// Refusals: the library counts receive WQEs completed with a remote
 	// access error; the module counts the packets it refuses, per window.
-	refusals := func() uint64 { return ep.e.refused.Load() + wst.Stats().Stale }
+	refusals := func() uint64 { return ep.e.prog.refused.Load() + wst.Stats().Stale }
 	refused := refusals()
 	signal("rvma-stale-completed")
 	wait("rvma-stale-put") // a put with epoch 0's key was refused (no retry)

@@ -163,14 +163,14 @@ func (ep *Endpoint) lateReport(l *link, m wire.Ctrl) {
 	}
 	v := ep.view(m.ViewSlot)
 	if v == nil || v.l != l {
-		ep.e.unknown.Add(1) // the view was released meanwhile
+		ep.e.prog.unknown.Add(1) // the view was released meanwhile
 		return
 	}
 	v.mu.Lock()
 	match := v.sv != nil && v.slot == m.Slot
 	v.mu.Unlock()
 	if !match {
-		ep.e.unknown.Add(1)
+		ep.e.prog.unknown.Add(1)
 		return
 	}
 	ep.latePuts.Add(uint64(m.Count))
@@ -198,7 +198,7 @@ func (ep *Endpoint) refusedReport(l *link, m wire.Ctrl) {
 	}
 	_, inc, w, ok := ep.e.table.Slot(m.Slot)
 	if !ok || w == nil || inc != m.Incarnation {
-		ep.e.unknown.Add(1) // the window was freed meanwhile
+		ep.e.prog.unknown.Add(1) // the window was freed meanwhile
 		return
 	}
 	w.knock(wire.KnockStale, uint64(m.Count))

@@ -146,7 +146,7 @@ func newLink(ep *Endpoint, peer netip.AddrPort, id uint64, n int, dial bool) *li
 // qpAttr is the attribute set of every stripe's QP: receives from the
 // engine's SRQ, completions on its CQ.
 func (ep *Endpoint) qpAttr() *verbs.QPInitAttr {
-	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.e.cq, RecvCQ: ep.e.cq, SRQ: ep.e.srq,
+	return &verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: ep.e.prog.cq, RecvCQ: ep.e.prog.cq, SRQ: ep.e.prog.srq,
 		Cap: verbs.QPCap{MaxSendWR: stripeSendWR, MaxSendSGE: 1, MaxInlineData: wire.EntrySize}}
 }
 

@@ -216,7 +216,7 @@ func (e *engine) syncCounted() {
 func (e *engine) moduleLoop(ctx context.Context) {
 	defer e.wg.Done()
 	for {
-		if !e.napWhileSpinning(ctx, e.modKick) {
+		if !e.prog.napWhileSpinning(ctx, e.prog.modKick) {
 			return
 		}
 		if err := e.mod.mb.Arm(); err != nil {

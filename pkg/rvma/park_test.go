@@ -6,13 +6,14 @@ import (
 	"time"
 )
 
-// parkedEngine is an engine with only the state waitNoSpinner uses.
-func parkedEngine() *engine {
-	return &engine{born: time.Now(), kick: make(chan struct{}, 1), modKick: make(chan struct{}, 1)}
+// parkedEngine is an engine's progress alone: the state waitNoSpinner uses.
+func parkedEngine() *progress {
+	p := newProgress(false)
+	return &p
 }
 
 // park runs waitNoSpinner in a goroutine and returns its result channel.
-func park(ctx context.Context, e *engine) <-chan bool {
+func park(ctx context.Context, e *progress) <-chan bool {
 	out := make(chan bool, 1)
 	go func() { out <- e.waitNoSpinner(ctx) }()
 	return out
