@@ -74,23 +74,28 @@
 // posts the same shape again and again should build it once as a SendPlan
 // (QP.NewSendPlan): its Post is the cgo call and nothing else (PostSend
 // validates and converts every work request each time), and its Set
-// methods change an ID, immediate, remote address or flags in place. A post that runs
-// long in the kernel (on rxe every post does the whole transfer inside the
-// system call) lets the Go runtime hand the goroutine's P to another
-// thread, and the goroutine must get it back through the scheduler; with an
-// idle P (GOMAXPROCS of 2 or more) that does not happen. A process pinned
-// to one CPU with taskset gets GOMAXPROCS 1 from Go and pays the hand-off
-// on every long post, so run pinned processes with GOMAXPROCS=2 (or call
-// runtime.GOMAXPROCS(2)). Measured on rxe (docs/benchmarks.md): pinned,
-// GOMAXPROCS 2 instead of 1 took read_lat from 2.0-6.7x of perftest to
-// 1.1-2.7x, and one work request per post ran at 0.4x of perftest with
-// GOMAXPROCS 1, chained posts at 0.93x to 1.2x.
+// methods change an ID, immediate, remote address or flags in place. What
+// is left between such a loop and the same loop in C is the cgo crossings,
+// one or two per one-way trip (1.5 to 3 µs each under qemu TCG).
+//
+// A post that runs long in the kernel (on rxe every post does the whole
+// transfer inside the system call) lets the Go runtime hand the
+// goroutine's P to another thread, and the goroutine must get it back
+// through the scheduler; with an idle P (GOMAXPROCS of 2 or more) that
+// does not happen. A process pinned to one CPU with taskset gets
+// GOMAXPROCS 1 from Go and pays the hand-off on every long post, so run
+// pinned verbs loops with GOMAXPROCS=2 (or call runtime.GOMAXPROCS(2)).
+// Measured on rxe, pinned: read latency 1.5 to 2.5x slower at GOMAXPROCS 1
+// than at 2, and one work request per post 2.4x slower for small writes
+// than one chain per post (1.2 to 1.5x unpinned); docs/benchmarks.md,
+// "pkg/verbs: rdmaperf against perftest". (A program whose goroutines hand
+// work to each other on one CPU may do better at 1: pkg/rvma does.)
 //
 // Even with an idle P, the runtime takes the P away from a goroutine that
 // is inside a cgo call when it has not been through the scheduler for
 // 10 ms, and its monitor thread then wakes every 20 µs for a while: on a
 // one-CPU machine that cost the Go ping-pong 22 to 26 context switches per
-// round trip and tripled its latency. CQ.Spin therefore returns to Go
+// round trip and more than doubled its latency. CQ.Spin therefore returns to Go
 // after at most 64 polls in C (tens of microseconds) and yields
 // (runtime.Gosched) every YieldEvery (5 ms). Not more
 // often: each runtime.Gosched also wakes a thread for an idle P, which on
