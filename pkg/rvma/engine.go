@@ -37,12 +37,7 @@ type engine struct {
 	// supports less.
 	rdDepth int
 
-	descMR *verbs.MR // the descriptor table, remote read
-	// descMu guards the descriptor table's memory against Close: writers
-	// of entries hold it shared and skip the write once descGone is set,
-	// which Close does before it releases the MR.
-	descMu   sync.RWMutex
-	descGone bool
+	desc descTable // the descriptor table and deferred pushes (engine_desc.go)
 
 	links linkHandler            // nil without an endpoint
 	trace func(wire.Imm, uint32) // test hook: every DATA arrival, in order
@@ -54,13 +49,6 @@ type engine struct {
 	// each with the timer that frees it (WindowOptions.Linger). It is
 	// guarded by mem.mu, as mem.closed, which Close sets.
 	lingering map[*Window]*time.Timer
-
-	// While the progress loop is parked (prog.parked), pushSoon pushes are
-	// deferred to the next idle poll (pushes), so that a notice does not
-	// go out between an arrival and the application's answer to it; so
-	// are pushes that could not reach every subscriber.
-	pushMu sync.Mutex
-	pushes map[uint32]pendingPush
 
 	// mod is the kernel module's counted mailboxes (module.go); nil when
 	// the library counts.
@@ -123,9 +111,9 @@ const (
 // first IPv4 one). Errors wrap ErrNotSupported from verbs when the device
 // has no memory windows.
 func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *engine, err error) {
-	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), pushes: map[uint32]pendingPush{},
-		prog: newProgress(opts.Spin)}
+	e := &engine{dev: dev, own: own, opts: opts, table: newMailboxTable[*Window](engineSlots), prog: newProgress(opts.Spin)}
 	e.mem = newMemory(e.fail)
+	e.desc = descTable{fail: e.fail, pushes: map[uint32]pendingPush{}}
 	defer func() {
 		if err != nil {
 			e.release()
@@ -184,7 +172,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if err = e.prog.srq.PostRecv(wrs...); err != nil {
 		return nil, err
 	}
-	if e.descMR, err = e.pd.AllocMR(engineSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
+	if e.desc.mr, err = e.pd.AllocMR(engineSlots*wire.EntrySize, verbs.AccessLocalWrite|verbs.AccessRemoteRead); err != nil {
 		return nil, err
 	}
 	if opts.counting != CountLibrary {
@@ -227,9 +215,7 @@ func (e *engine) Close() error {
 	e.mem.mu.Unlock()
 	e.stop() // the loops wait with this context
 	e.wg.Wait()
-	e.descMu.Lock()
-	e.descGone = true // what the windows do from now on publishes nothing
-	e.descMu.Unlock()
+	e.desc.close()
 	e.bounce.close()
 	err := e.release()
 	e.mem.abandon()
@@ -344,78 +330,6 @@ func (e *engine) fail(err error) {
 	})
 }
 
-// entryChanged writes the window's entry into the descriptor table and,
-// unless push is pushNone, to the window's subscribers: a pushSoon waits
-// for the next idle poll while the progress loop is parked. A window
-// already freed (engine.free) publishes nothing: its slot may belong to
-// another one; nor does any window once Close released the table.
-func (e *engine) entryChanged(w *Window, en wire.Entry, push pushMode) {
-	e.descMu.RLock()
-	defer e.descMu.RUnlock()
-	if e.descGone {
-		return
-	}
-	if _, inc, cur, ok := e.table.Slot(w.slot); !ok || cur != w || inc != w.incarnation {
-		return
-	}
-	mem := e.writeEntry(w.slot, &en)
-	if mem == nil || push == pushNone || e.links == nil {
-		return
-	}
-	if push == pushSoon && en.State == wire.StateOpen {
-		e.pushMu.Lock()
-		e.pushes[w.slot] = pendingPush{w: w, all: true}
-		e.pushMu.Unlock()
-		if e.prog.parked.Load() {
-			return // the spinner's next idle poll, or the loop when it wakes, pushes it
-		}
-	}
-	// Pushed now: a deferred push of the same window is done by this one.
-	e.pushMu.Lock()
-	if p, ok := e.pushes[w.slot]; ok && p.w == w {
-		delete(e.pushes, w.slot)
-	}
-	e.pushMu.Unlock()
-	if !e.links.pushEntry(w.slot, mem, true) {
-		e.deferPush(w)
-	}
-}
-
-// pendingPush is an entry push deferred to the next idle poll: to every
-// subscriber (all), or only to those a push could not reach.
-type pendingPush struct {
-	w   *Window
-	all bool
-}
-
-// deferPush makes the next idle poll (flushPushes) push w's entry to the
-// subscribers a push could not reach (linkHandler.pushEntry).
-func (e *engine) deferPush(w *Window) {
-	e.pushMu.Lock()
-	if p, ok := e.pushes[w.slot]; !ok || p.w != w {
-		e.pushes[w.slot] = pendingPush{w: w}
-	}
-	e.pushMu.Unlock()
-}
-
-// writeEntry writes en into slot of the descriptor table under the
-// entry's own checksum (readers retry on a torn read) and returns the
-// table's bytes of the slot (nil if en does not encode). The caller holds
-// the window's dispatch lock.
-func (e *engine) writeEntry(slot uint32, en *wire.Entry) []byte {
-	off := int(slot) * wire.EntrySize
-	mem := e.descMR.Bytes()[off : off+wire.EntrySize]
-	var tmp [wire.EntrySize]byte
-	if err := wire.MarshalEntry(tmp[:], en); err != nil {
-		e.fail(err)
-		return nil
-	}
-	mem[0] |= 1 // odd: being written
-	copy(mem[8:], tmp[8:])
-	copy(mem[:8], tmp[:8])
-	return mem
-}
-
 // windowClosed starts the linger of a window that was just closed: its mailbox
 // stays reserved, so that late senders learn it closed, until
 // WindowOptions.Linger has passed; then free releases it.
@@ -457,7 +371,7 @@ func (e *engine) free(w *Window) {
 	en.State = wire.StateGone
 	bufs := w.st.buffers()
 	w.mu.Unlock()
-	if mem := e.writeEntry(w.slot, &en); mem != nil && e.links != nil {
+	if mem := e.desc.write(w.slot, &en); mem != nil && e.links != nil {
 		e.links.dropSubscribers(w.slot, mem)
 	}
 	e.table.Free(w.slot, w.incarnation)
@@ -471,40 +385,6 @@ func (e *engine) free(w *Window) {
 		}
 	}
 	e.dropModuleWindow(w)
-}
-
-// subscribers is the number of senders holding a view of slot.
-func (e *engine) subscribers(slot uint32) int {
-	if e.links == nil {
-		return 0
-	}
-	return e.links.subscribers(slot)
-}
-
-// flushPushes pushes the deferred entries. The caller holds no window's
-// dispatch lock.
-func (e *engine) flushPushes() {
-	e.pushMu.Lock()
-	if len(e.pushes) == 0 {
-		e.pushMu.Unlock()
-		return
-	}
-	pending := e.pushes
-	e.pushes = make(map[uint32]pendingPush, len(pending))
-	e.pushMu.Unlock()
-	for slot, p := range pending {
-		w := p.w
-		w.dispatch.Lock()
-		e.descMu.RLock() // after dispatch, as in entryChanged
-		if _, _, cur, ok := e.table.Slot(slot); ok && cur == w && !e.descGone {
-			off := int(slot) * wire.EntrySize
-			if !e.links.pushEntry(slot, e.descMR.Bytes()[off:off+wire.EntrySize], p.all) {
-				e.deferPush(w)
-			}
-		}
-		e.descMu.RUnlock()
-		w.dispatch.Unlock()
-	}
 }
 
 // appendOnce appends w to ws unless it is nil or in ws already.

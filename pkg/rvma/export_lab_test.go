@@ -50,7 +50,7 @@ const BounceMax = bounceSlab * bounceMaxSlabs
 
 // descRemote is what a sender needs to RDMA READ the entry of slot.
 func (e *engine) descRemote(slot uint32) verbs.Remote {
-	r := e.descMR.Remote()
+	r := e.desc.mr.Remote()
 	r.Addr += uint64(slot) * wire.EntrySize
 	r.Len = wire.EntrySize
 	return r

@@ -634,7 +634,7 @@ func (ep *Endpoint) accept(id *verbs.CMID, ev verbs.CMEvent) {
 	if err == nil {
 		var w []byte
 		w, err = welcome{Views: tableRef{Addr: ep.viewMR.Addr(), RKey: ep.viewMR.RKey(), Slots: viewSlots},
-			Descs: tableRef{Addr: ep.e.descMR.Addr(), RKey: ep.e.descMR.RKey(), Slots: engineSlots}}.marshal()
+			Descs: tableRef{Addr: ep.e.desc.mr.Addr(), RKey: ep.e.desc.mr.RKey(), Slots: engineSlots}}.marshal()
 		if err == nil {
 			ctx, cancel := context.WithTimeout(ep.ctx, ep.opts.DialTimeout)
 			// The READ depth in each direction: what the dialer asked

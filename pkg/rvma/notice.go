@@ -130,7 +130,7 @@ func (ep *Endpoint) repush(l *link) {
 			}
 			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
 				ep.oweLocked(slot, s)
-				ep.e.deferPush(w)
+				ep.e.desc.deferPush(w)
 			}
 		}
 	}
@@ -215,7 +215,7 @@ func (ep *Endpoint) reroutedLocked(l *link) bool {
 			}
 			if _, _, w, ok := ep.e.table.Slot(slot); ok && w != nil {
 				ep.oweLocked(slot, s)
-				ep.e.deferPush(w)
+				ep.e.desc.deferPush(w)
 				owed = true
 			}
 		}

@@ -175,8 +175,7 @@ func (ep *Endpoint) answerResolve(l *link, m wire.Ctrl) {
 		// this happens, after refused puts.
 		return
 	}
-	off := int(slot) * wire.EntrySize
-	cur := ep.e.descMR.Bytes()[off : off+wire.EntrySize]
+	cur := ep.e.desc.entry(slot)
 	if err := ep.noticeLink(sub).notify(m.ViewSlot, cur); err != nil {
 		if errors.Is(err, ErrInvalid) {
 			ep.lostNotices.Add(1)
@@ -185,7 +184,7 @@ func (ep *Endpoint) answerResolve(l *link, m wire.Ctrl) {
 		// No live stripe, or the control share of the send queue full:
 		// the entry is owed and pushed later, as by pushEntry.
 		if !ep.owe(slot, []subscriber{sub}) {
-			ep.e.deferPush(w)
+			ep.e.desc.deferPush(w)
 		}
 		return
 	}
