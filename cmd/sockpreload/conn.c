@@ -1,0 +1,388 @@
+// SPDX-License-Identifier: MIT
+/*
+ * conn.c: connection objects, and every change of the fd table.
+ *
+ * A connection object stands for one kernel TCP socket of AF_INET or
+ * AF_INET6 (one open file description); each fd aliasing it (dup, dup2,
+ * dup3, F_DUPFD) holds a reference. Objects come from a free list and go
+ * back to it, never to malloc (shim.h says why); the live ones are on a
+ * list that fork, exec and the statistics walk.
+ *
+ * Sockets the shim did not create (inherited across exec, received with
+ * SCM_RIGHTS, made by a raw system call) are found by conn_probe the
+ * first time a wrapper meets their fd: one getsockopt tells a socket from
+ * anything else, three more a TCP socket of AF_INET or AF_INET6 from
+ * other sockets. Such a connection is "adopted"; once attachments exist,
+ * it is where a new incarnation sends REATTACH.
+ */
+#include "shim.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+
+static struct conn *live_head;
+static struct conn *free_head;
+static unsigned next_id;
+
+/* Under shim_lock. */
+static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
+{
+	struct conn *c = free_head;
+
+	if (c)
+		free_head = c->next;
+	else if (!(c = malloc(sizeof(*c))))
+		return NULL;
+	c->refs = 1;
+	c->id = ++next_id;
+	atomic_store_explicit(&c->role, role, memory_order_relaxed);
+	if (family == AF_INET6)
+		flags |= CONN_V6;
+	atomic_store_explicit(&c->flags, flags, memory_order_relaxed);
+	c->phase = PHASE_PLAIN;
+	c->out = OUT_TCP;
+	c->in = IN_TCP;
+	c->epoch = 0;
+	atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
+	c->prev = NULL;
+	c->next = live_head;
+	if (live_head)
+		live_head->prev = c;
+	live_head = c;
+	stat_add(&shim_stats.live, 1);
+	stat_add(&shim_stats.created[role], 1);
+	stats_arm();
+	return c;
+}
+
+/* Drop one fd's reference (under shim_lock); the last one frees. */
+static void conn_put(struct conn *c)
+{
+	if (--c->refs > 0)
+		return;
+	stats_conn_released(c);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		live_head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	atomic_fetch_sub_explicit(&shim_stats.live, 1, memory_order_relaxed);
+	c->next = free_head;
+	free_head = c;
+}
+
+/* Point fd's slot at v, dropping what it held (under shim_lock). */
+static void slot_set(int fd, uintptr_t v)
+{
+	struct conn *old = slot_conn(fdt_load(fd));
+
+	if (fdt_store(fd, v) < 0) {
+		/* The table could not grow: fd stays unknown, holding nothing. */
+		if (slot_conn(v))
+			conn_put(slot_conn(v));
+		return;
+	}
+	if (old)
+		conn_put(old);
+}
+
+static uintptr_t slot_of(struct conn *c, int cloexec)
+{
+	return (uintptr_t)c | (cloexec ? SLOT_CLOEXEC : 0);
+}
+
+void conn_set_flag(struct conn *c, unsigned flag, int on)
+{
+	if (on)
+		atomic_fetch_or_explicit(&c->flags, flag, memory_order_relaxed);
+	else
+		atomic_fetch_and_explicit(&c->flags, ~flag, memory_order_relaxed);
+}
+
+/* Move the role from one value to another; 1 when this call moved it. */
+int conn_role_move(struct conn *c, enum conn_role from, enum conn_role to)
+{
+	int expect = from;
+
+	if (!atomic_compare_exchange_strong(&c->role, &expect, to))
+		return 0;
+	if (to != ROLE_NEW && to != ROLE_CONNECTING)
+		stat_add(&shim_stats.created[to], 1);
+	return 1;
+}
+
+/*
+ * A connection attempt ended, or went on (err: SO_ERROR's value, or what
+ * connect answered): a success makes the socket the protocol's client
+ * (once), a failure makes it new again and counts it.
+ */
+void conn_connect_result(struct conn *c, int err)
+{
+	if (err == 0 || err == EISCONN) {
+		if (conn_role_move(c, ROLE_CONNECTING, ROLE_CLIENT))
+			conn_established(c);
+	} else if (err != EINPROGRESS && err != EALREADY && err != EINTR &&
+		   err != EAGAIN) {
+		if (conn_role_move(c, ROLE_CONNECTING, ROLE_NEW))
+			stat_add(&shim_stats.connect_failed, 1);
+	}
+}
+
+/*
+ * socket(): a TCP socket of AF_INET or AF_INET6 gets a connection object
+ * (role new); anything else leaves its slot unknown, or clears a stale
+ * one, so the fast path stays one lookup.
+ */
+void conn_track_new(int fd, int family, int type)
+{
+	struct shim_held h;
+	struct conn *c;
+
+	if (!shim_lock(&h))
+		return;
+	c = conn_alloc(ROLE_NEW, family, (type & SOCK_NONBLOCK) ? CONN_NONBLOCK : 0);
+	slot_set(fd, c ? slot_of(c, type & SOCK_CLOEXEC) : SLOT_UNKNOWN);
+	shim_unlock(&h);
+}
+
+/* accept(), accept4(): the new fd is the protocol's server side. */
+void conn_track_accepted(int fd, struct conn *listener, int flags)
+{
+	struct shim_held h;
+	struct conn *c;
+
+	if (!shim_lock(&h))
+		return;
+	c = conn_alloc(ROLE_SERVER, (conn_flags(listener) & CONN_V6) ? AF_INET6 : AF_INET,
+		       (flags & SOCK_NONBLOCK) ? CONN_NONBLOCK : 0);
+	slot_set(fd, c ? slot_of(c, flags & SOCK_CLOEXEC) : SLOT_UNKNOWN);
+	shim_unlock(&h);
+	if (c)
+		conn_established(c);
+}
+
+/*
+ * dup and friends: newfd aliases oldfd's connection c, unless oldfd no
+ * longer holds it (closed by another thread meanwhile): then newfd is
+ * left to be probed.
+ */
+void conn_alias(int oldfd, struct conn *c, int newfd, int cloexec)
+{
+	struct shim_held h;
+
+	if (!shim_lock(&h))
+		return;
+	if (slot_conn(fdt_load(oldfd)) == c) {
+		c->refs++;
+		slot_set(newfd, slot_of(c, cloexec));
+	} else {
+		slot_set(newfd, SLOT_UNKNOWN);
+	}
+	shim_unlock(&h);
+}
+
+/* close(): the fd is gone; its number will next come from elsewhere. */
+void conn_untrack(int fd)
+{
+	struct shim_held h;
+
+	if (!shim_lock(&h))
+		return;
+	slot_set(fd, SLOT_NONE);
+	shim_unlock(&h);
+}
+
+void conn_untrack_range(unsigned first, unsigned last)
+{
+	struct shim_held h;
+	size_t n;
+
+	if (!shim_lock(&h))
+		return;
+	n = fdt_size();
+	for (size_t fd = first; fd < n && fd <= last; fd++)
+		if (slot_conn(fdt_load((int)fd)))
+			slot_set((int)fd, SLOT_NONE);
+	shim_unlock(&h);
+}
+
+/*
+ * The shim lets go of fd (fdopen: stdio owns it now, and stdio's own close
+ * is invisible) or must look at it again (an fd received by SCM_RIGHTS
+ * whose number the table knew): the slot becomes unknown.
+ */
+void conn_forget(int fd)
+{
+	struct shim_held h;
+
+	if (!shim_lock(&h))
+		return;
+	slot_set(fd, SLOT_UNKNOWN);
+	shim_unlock(&h);
+}
+
+void conn_set_cloexec(int fd, int on)
+{
+	struct shim_held h;
+	uintptr_t v;
+
+	if (!shim_lock(&h))
+		return;
+	v = fdt_load(fd);
+	if (slot_conn(v))
+		fdt_store(fd, on ? v | SLOT_CLOEXEC : v & ~SLOT_CLOEXEC);
+	shim_unlock(&h);
+}
+
+void conn_set_cloexec_range(unsigned first, unsigned last)
+{
+	struct shim_held h;
+	size_t n;
+
+	if (!shim_lock(&h))
+		return;
+	n = fdt_size();
+	for (size_t fd = first; fd < n && fd <= last; fd++) {
+		uintptr_t v = fdt_load((int)fd);
+
+		if (slot_conn(v))
+			fdt_store((int)fd, v | SLOT_CLOEXEC);
+	}
+	shim_unlock(&h);
+}
+
+/*
+ * An fd the table has never seen: is it a TCP socket of AF_INET or
+ * AF_INET6? The answer is recorded, unless the slot changed meanwhile (a
+ * wrapper recorded the fd, or it was closed): then the slot's value is
+ * the answer. A closed fd (EBADF) records nothing. errno is kept.
+ */
+struct conn *conn_probe(int fd)
+{
+	int err = errno, type = 0, dom = 0, proto = 0, acc = 0, fl, fdfl;
+	socklen_t l = sizeof(int);
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	uintptr_t v = SLOT_NONE;
+	enum conn_role role;
+	struct conn *c = NULL;
+	struct shim_held h;
+
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0) {
+		if (errno == EBADF)
+			goto out;
+		goto record;
+	}
+	if (type != SOCK_STREAM)
+		goto record;
+	l = sizeof(int);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l) < 0 ||
+	    (dom != AF_INET && dom != AF_INET6))
+		goto record;
+	l = sizeof(int);
+	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &l) < 0 ||
+	    proto != IPPROTO_TCP)
+		goto record;
+	l = sizeof(int);
+	REAL(getsockopt)(fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &l);
+	if (acc)
+		role = ROLE_LISTENER;
+	else if (REAL(getpeername)(fd, (struct sockaddr *)&ss, &sl) == 0)
+		role = ROLE_ADOPTED;
+	else
+		role = ROLE_NEW;
+	fl = REAL(fcntl)(fd, F_GETFL);
+	fdfl = REAL(fcntl)(fd, F_GETFD);
+	if (fl < 0 || fdfl < 0)
+		goto out;
+	if (!shim_lock(&h))
+		goto out;
+	if (fdt_load(fd) == SLOT_UNKNOWN &&
+	    (c = conn_alloc(role, dom, (fl & O_NONBLOCK) ? CONN_NONBLOCK : 0)))
+		fdt_store(fd, slot_of(c, fdfl & FD_CLOEXEC));
+	else
+		c = slot_conn(fdt_load(fd));
+	shim_unlock(&h);
+	goto out;
+record:
+	if (!shim_lock(&h))
+		goto out;
+	if (fdt_load(fd) == SLOT_UNKNOWN)
+		fdt_store(fd, v);
+	c = slot_conn(fdt_load(fd));
+	shim_unlock(&h);
+out:
+	errno = err;
+	return c;
+}
+
+/*
+ * Hooks where the attachment will act; pass-through mode has nothing to
+ * do in them.
+ *
+ * conn_close_prepare: the last fd of an attached connection is about to
+ * close (close, dup2 or dup3 over it, close_range): FIN or ABORT on the
+ * QP, then release the attachment once both directions ended.
+ */
+void conn_close_prepare(struct conn *c)
+{
+	(void)c;
+}
+
+/*
+ * conn_established: a connection is up (connect completed, or accepted).
+ * The client side starts an attachment here (ATTACH_REQ to rvmad); the
+ * server side publishes the tuple for rvmad's owner lookup.
+ */
+void conn_established(struct conn *c)
+{
+	(void)c;
+}
+
+/*
+ * conn_demote: an attached connection goes back to TCP, for a reason of
+ * sockproto.h (exec, fd_passed, fdopen, splice). A plain connection has
+ * nothing to demote.
+ */
+void conn_demote(struct conn *c, int reason)
+{
+	(void)reason;
+	if (c->phase == PHASE_PLAIN)
+		return;
+}
+
+/*
+ * After fork, in the child (the fork handler, with the table's mutex held
+ * by the forking thread's copy): every live connection is the parent's
+ * too. Marked foreign; once attached, the child must not use the
+ * parent's QP and rings, and REATTACHes on first use instead.
+ */
+void conn_fork_child(void)
+{
+	uint64_t n = 0;
+
+	stats_fork_child();
+	for (struct conn *c = live_head; c; c = c->next) {
+		conn_set_flag(c, CONN_FOREIGN, 1);
+		atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
+		atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
+		n++;
+	}
+	atomic_store_explicit(&shim_stats.live, n, memory_order_relaxed);
+	atomic_store_explicit(&shim_stats.inherited, n, memory_order_relaxed);
+}
+
+/* Walk the live connections under shim_lock (stats, exec). */
+void conn_foreach_live(void (*fn)(struct conn *c, void *arg), void *arg)
+{
+	struct shim_held h;
+
+	if (!shim_lock(&h))
+		return;
+	for (struct conn *c = live_head; c; c = c->next)
+		fn(c, arg);
+	shim_unlock(&h);
+}

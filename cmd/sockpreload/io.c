@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: MIT
+/*
+ * io.c: the data calls: read, recv, recvfrom, recvmsg, readv, recvmmsg,
+ * write, send, sendto, sendmsg, writev, sendmmsg, and glibc's fortified
+ * __read_chk, __recv_chk, __recvfrom_chk.
+ *
+ * An fd the shim does not follow goes straight to libc after one table
+ * lookup. On a tracked socket, pass-through mode calls libc too and adds
+ * the bytes moved to the connection's counters (a MSG_PEEK consumes
+ * nothing, so it counts nothing). errno is libc's: counting makes no
+ * system call.
+ *
+ * Attached, reads follow the connection's incoming direction: the anchor
+ * up to the peer's switch offset (never beyond: at most switch - consumed
+ * bytes are asked of the kernel), then the ring; writes follow the
+ * outgoing one: the anchor before the switch, the peer's ring after it
+ * (RDMA WRITE with immediate, kept until credited), held during a demote.
+ * The nonblocking flag (or MSG_DONTWAIT) picks EAGAIN over waiting.
+ *
+ * SCM_RIGHTS: fds a process receives may be sockets the table has not
+ * seen, or numbers it remembers for something else: their slots become
+ * unknown, and the first wrapper to meet one probes it. A tracked socket
+ * sent away demotes first (once attached): the receiver may have no shim.
+ */
+#include "shim.h"
+
+#include "sockproto.h"
+
+static ssize_t got(struct conn *c, ssize_t r)
+{
+	if (r > 0) {
+		stat_add(&c->rbytes, (uint64_t)r);
+		conn_moved(c);
+	}
+	return r;
+}
+
+static ssize_t put(struct conn *c, ssize_t r)
+{
+	if (r > 0) {
+		stat_add(&c->wbytes, (uint64_t)r);
+		conn_moved(c);
+	}
+	return r;
+}
+
+static ssize_t got_flags(struct conn *c, ssize_t r, int flags)
+{
+	return (flags & MSG_PEEK) ? r : got(c, r);
+}
+
+/* Fds received with SCM_RIGHTS: look at them afresh. */
+void io_received_fds(struct msghdr *msg)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm; cm = CMSG_NXTHDR(msg, cm)) {
+		int *fds = (int *)CMSG_DATA(cm);
+		size_t n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++)
+			if (fdt_load(fds[i]) != SLOT_UNKNOWN)
+				conn_forget(fds[i]);
+	}
+}
+
+/* Fds about to be sent with SCM_RIGHTS: tracked ones leave the shim's reach. */
+static void io_sending_fds(const struct msghdr *msg)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(msg); cm;
+	     cm = CMSG_NXTHDR((struct msghdr *)msg, cm)) {
+		const int *fds = (const int *)CMSG_DATA(cm);
+		size_t n;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < n; i++) {
+			struct conn *c = slot_conn(fdt_load(fds[i]));
+
+			if (c) {
+				stat_add(&shim_stats.fd_passed, 1);
+				conn_demote(c, SOCKPROTO_R_FD_PASSED);
+			}
+		}
+	}
+}
+
+static void received(struct msghdr *msg, ssize_t r)
+{
+	int err;
+
+	if (r < 0 || !msg->msg_control || msg->msg_controllen == 0)
+		return;
+	err = errno;
+	io_received_fds(msg);
+	errno = err;
+}
+
+/* read: see the file comment. */
+SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(read)(fd, buf, n);
+	return got(c, REAL(read)(fd, buf, n));
+}
+
+SHIM_EXPORT ssize_t __read(int fd, void *buf, size_t n) __attribute__((alias("read")));
+
+/* __read_chk: read with _FORTIFY_SOURCE's buffer check (libc's). */
+SHIM_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(__read_chk)(fd, buf, n, buflen);
+	return got(c, REAL(__read_chk)(fd, buf, n, buflen));
+}
+
+/* recv: MSG_PEEK, MSG_WAITALL, MSG_DONTWAIT are the anchor's for now. */
+SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(recv)(fd, buf, n, flags);
+	return got_flags(c, REAL(recv)(fd, buf, n, flags), flags);
+}
+
+SHIM_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(__recv_chk)(fd, buf, n, buflen, flags);
+	return got_flags(c, REAL(__recv_chk)(fd, buf, n, buflen, flags), flags);
+}
+
+/* recvfrom: on a connected TCP socket, the address is the peer's. */
+SHIM_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
+			     struct sockaddr *addr, socklen_t *alen)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(recvfrom)(fd, buf, n, flags, addr, alen);
+	return got_flags(c, REAL(recvfrom)(fd, buf, n, flags, addr, alen), flags);
+}
+
+SHIM_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, int flags,
+				   struct sockaddr *addr, socklen_t *alen)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(__recvfrom_chk)(fd, buf, n, buflen, flags, addr, alen);
+	return got_flags(c, REAL(__recvfrom_chk)(fd, buf, n, buflen, flags, addr, alen), flags);
+}
+
+/*
+ * recvmsg: also on sockets the shim does not follow (Unix sockets carry
+ * SCM_RIGHTS): received fds are looked at afresh. Attached: ring bytes
+ * scatter into the iovecs; control messages are the anchor's.
+ */
+SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+	ssize_t r = REAL(recvmsg)(fd, msg, flags);
+
+	if (unlikely(msg->msg_controllen))
+		received(msg, r);
+	return c ? got_flags(c, r, flags) : r;
+}
+
+/* readv: the iovecs filled in order; attached, from the ring likewise. */
+SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(readv)(fd, iov, iovcnt);
+	return got(c, REAL(readv)(fd, iov, iovcnt));
+}
+
+/*
+ * recvmmsg: several recvmsg in one call; on a TCP socket each message is
+ * a piece of the stream. Attached: each from the ring in turn.
+ */
+SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+			 struct timespec *timeout)
+{
+	struct conn *c = sock_lookup(fd);
+	int r = REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+	int err = errno;
+
+	for (int i = 0; i < r; i++) {
+		if (unlikely(vec[i].msg_hdr.msg_controllen))
+			received(&vec[i].msg_hdr, 0);
+		if (c)
+			got_flags(c, vec[i].msg_len, flags);
+	}
+	errno = err;
+	return r;
+}
+
+/* write: see the file comment. */
+SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(write)(fd, buf, n);
+	return put(c, REAL(write)(fd, buf, n));
+}
+
+SHIM_EXPORT ssize_t __write(int fd, const void *buf, size_t n) __attribute__((alias("write")));
+
+/*
+ * send: MSG_NOSIGNAL and SIGPIPE are the anchor's. Attached: a write
+ * into the ring after the peer's end fails with EPIPE, and raises
+ * SIGPIPE unless MSG_NOSIGNAL, as the kernel would.
+ */
+SHIM_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(send)(fd, buf, n, flags);
+	return put(c, REAL(send)(fd, buf, n, flags));
+}
+
+SHIM_EXPORT ssize_t __send(int fd, const void *buf, size_t n, int flags)
+	__attribute__((alias("send")));
+
+/* sendto: on a connected TCP socket, the address is ignored (or EISCONN). */
+SHIM_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
+			   const struct sockaddr *addr, socklen_t alen)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(sendto)(fd, buf, n, flags, addr, alen);
+	return put(c, REAL(sendto)(fd, buf, n, flags, addr, alen));
+}
+
+/*
+ * sendmsg: also on sockets the shim does not follow: tracked fds sent
+ * with SCM_RIGHTS are counted, and demoted once attached.
+ */
+SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (unlikely(msg->msg_controllen))
+		io_sending_fds(msg);
+	if (likely(!c))
+		return REAL(sendmsg)(fd, msg, flags);
+	return put(c, REAL(sendmsg)(fd, msg, flags));
+}
+
+SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
+{
+	struct conn *c = sock_lookup(fd);
+
+	if (likely(!c))
+		return REAL(writev)(fd, iov, iovcnt);
+	return put(c, REAL(writev)(fd, iov, iovcnt));
+}
+
+/* sendmmsg: several sendmsg in one call; msg_len says what each sent. */
+SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags)
+{
+	struct conn *c = sock_lookup(fd);
+	int r;
+
+	for (unsigned int i = 0; i < vlen; i++)
+		if (unlikely(vec[i].msg_hdr.msg_controllen))
+			io_sending_fds(&vec[i].msg_hdr);
+	r = REAL(sendmmsg)(fd, vec, vlen, flags);
+	if (c)
+		for (int i = 0; i < r; i++)
+			put(c, vec[i].msg_len);
+	return r;
+}
