@@ -20,7 +20,7 @@ func insert(args []string) error {
 	sources := fs.Int("sources", 1, "how many sources share the workload")
 	lookups := fs.Int("lookups", 0, "look this many of the inserted keys up afterwards, and print them")
 	fs.Parse(args)
-	if _, err := c.config(); err != nil {
+	if _, err := c.options(); err != nil {
 		return err
 	}
 	addr, err := netip.ParseAddrPort(c.addr)
@@ -37,7 +37,7 @@ func insert(args []string) error {
 	share := dht.Share(w, *source, *sources)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	tb, err := dht.Dial(ctx, dht.Kind(c.table), addr, fmt.Sprintf("aa-dht-%d", *source))
+	tb, err := dht.Dial(ctx, dht.Kind(c.table), addr, &dht.SourceOptions{Name: fmt.Sprintf("aa-dht-%d", *source)})
 	if err != nil {
 		return err
 	}

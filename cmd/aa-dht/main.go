@@ -53,8 +53,9 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here")
 }
 
-func (c *common) config() (dht.Config, error) {
-	cfg := dht.Config{Kind: dht.Kind(c.table), Layout: dht.Layout{Buckets: c.buckets, Heap: c.heap}}
+// options returns the target's options the flags ask for.
+func (c *common) options() (*dht.TargetOptions, error) {
+	cfg := &dht.TargetOptions{}
 	switch c.mode {
 	case "transparent":
 		cfg.Mode = activeaccess.ModeTransparent
@@ -74,8 +75,11 @@ func (c *common) config() (dht.Config, error) {
 	return cfg, nil
 }
 
+// layout is the volume's layout the flags ask for.
+func (c *common) layout() dht.Layout { return dht.Layout{Buckets: c.buckets, Heap: c.heap} }
+
 func (c *common) workload() ([]dht.Pair, error) {
-	return dht.Workload(c.n, dht.Layout{Buckets: c.buckets, Heap: c.heap}, c.collisions, c.seed)
+	return dht.Workload(c.n, c.layout(), c.collisions, c.seed)
 }
 
 // profile starts the CPU profile if asked; the returned func stops it.

@@ -23,7 +23,7 @@ func serve(args []string) error {
 	until := fs.String("until", "", "serve until this file exists")
 	nocheck := fs.Bool("nocheck", false, "do not check the volume against the workload at the end")
 	fs.Parse(args)
-	cfg, err := c.config()
+	opts, err := c.options()
 	if err != nil {
 		return err
 	}
@@ -35,7 +35,9 @@ func serve(args []string) error {
 	if err != nil {
 		return err
 	}
-	tg, err := dht.Serve(addr, cfg)
+	sctx, cancelSetUp := context.WithTimeout(context.Background(), time.Minute)
+	tg, err := dht.Serve(sctx, dht.Kind(c.table), addr, c.layout(), opts)
+	cancelSetUp()
 	if err != nil {
 		return err
 	}
@@ -81,7 +83,7 @@ func check(v *dht.Volume, w []dht.Pair) error {
 	}
 	var errs []error
 	for _, p := range w {
-		if n := seen[dht.Elem(p.Key, p.Value)]; n != 1 {
+		if n := seen[p]; n != 1 {
 			errs = append(errs, fmt.Errorf("key %d with value %d found %d times", p.Key, p.Value, n))
 			if len(errs) > 5 {
 				break

@@ -2,11 +2,11 @@ package dht
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
 
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -34,7 +34,10 @@ type AMTable struct {
 	reported amStatus // full and rejected already reported by Flush
 }
 
-// DialAM connects to an AM target. Errors as for DialRMA.
+// DialAM connects to an AM target. ctx bounds the connection set-up
+// only. Errors wrap ctx's error (at once when ctx is already done),
+// ErrProtocol (not an AM DHT target there), ErrInvalid (a bad address),
+// or the verbs error of the failing step.
 func DialAM(ctx context.Context, addr netip.AddrPort) (*AMTable, error) {
 	k, err := dialLink(ctx, addr, linkConfig{kind: kindAM, sendWR: amSourceSQ, recvWR: amSourceRecv,
 		buf: pageSize + amSourceRecv*amStatusLen})
@@ -62,7 +65,7 @@ func (a *AMTable) postRecv(i int) error {
 	return a.k.qp.PostRecv(verbs.RecvWR{ID: amRecvID | uint64(i), SGL: []verbs.SGE{a.k.mr.SGE(o, amStatusLen)}})
 }
 
-// Layout returns the target's volume layout.
+// Layout returns the target's volume layout. It cannot fail.
 func (a *AMTable) Layout() Layout { return a.k.l }
 
 // completion takes a completion other than the one being waited for.
@@ -178,61 +181,81 @@ func (a *AMTable) postQueued(ctx context.Context) error {
 // Insert sends key and value to the target, whose handler stores them
 // (the paper's local_insert). It returns once the request is queued
 // (posted with the next amBatch, or by Flush); Flush reports inserts the
-// target could not store. Errors: ErrInvalid
-// (key 0), ErrDisconnected, ErrClosed, ctx's.
+// target could not store. Errors: ErrInvalid (key 0), ErrDisconnected,
+// ErrClosed, ctx's (see Table).
 func (a *AMTable) Insert(ctx context.Context, key, value uint32) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("insert", err)
+	}
 	if err := checkKey(key); err != nil {
-		return err
+		return callErr("insert", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.send(ctx, amReq{op: amInsert, arg: Elem(key, value)}, false)
+	if err := a.send(ctx, amReq{op: amInsert, arg: layout.Elem(key, value)}, false); err != nil {
+		return callErr("insert", err)
+	}
+	return nil
 }
 
 // Delete sends key to the target, whose handler tombstones its cell.
 // Errors as for Insert.
 func (a *AMTable) Delete(ctx context.Context, key uint32) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("delete", err)
+	}
 	if err := checkKey(key); err != nil {
-		return err
+		return callErr("delete", err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.send(ctx, amReq{op: amDelete, arg: uint64(key)}, false)
+	if err := a.send(ctx, amReq{op: amDelete, arg: uint64(key)}, false); err != nil {
+		return callErr("delete", err)
+	}
+	return nil
 }
 
 // Flush returns once the target handled every earlier request. Errors:
 // ErrFull (that many inserts since the last Flush were not stored: the
 // heap was full), ErrRejected (requests the target could not parse),
-// ErrDisconnected, ErrClosed, ctx's.
+// ErrDisconnected, ErrClosed, ctx's (see Table).
 func (a *AMTable) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("flush", err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.token++
 	if err := a.send(ctx, amReq{op: amFlush, token: a.token}, true); err != nil {
-		return err
+		return callErr("flush", err)
 	}
 	for a.st.flushed != a.token || a.st.handled < a.posted {
 		if err := a.poll(ctx, true); err != nil {
-			return err
+			return callErr("flush", err)
 		}
 	}
-	var errs []error
-	if n := a.st.full - a.reported.full; n > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d inserts not stored", ErrFull, n))
-	}
-	if n := a.st.rejected - a.reported.rejected; n > 0 {
-		errs = append(errs, fmt.Errorf("%w: %d requests", ErrRejected, n))
-	}
+	full, rejected := a.st.full-a.reported.full, a.st.rejected-a.reported.rejected
 	a.reported = a.st
-	return errors.Join(errs...)
+	return flushErr(uint64(full), uint64(rejected))
 }
 
-// Lookup returns key's value, reading cells with RDMA READs. Errors as
-// for RMATable.Lookup.
+// Lookup returns key's value, reading cells with RDMA READs (after
+// posting the queued requests). Errors as for RMATable.Lookup.
 func (a *AMTable) Lookup(ctx context.Context, key uint32) (uint32, bool, error) {
-	if err := checkKey(key); err != nil {
-		return 0, false, err
+	if err := ctx.Err(); err != nil {
+		return 0, false, callErr("lookup", err)
 	}
+	if err := checkKey(key); err != nil {
+		return 0, false, callErr("lookup", err)
+	}
+	v, ok, err := a.lookup(ctx, key)
+	if err != nil {
+		return 0, false, callErr("lookup", err)
+	}
+	return v, ok, nil
+}
+
+func (a *AMTable) lookup(ctx context.Context, key uint32) (uint32, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -249,13 +272,14 @@ func (a *AMTable) Lookup(ctx context.Context, key uint32) (uint32, bool, error) 
 			return 0, false, err
 		}
 	}
-	_, e, ok, err := findRemote(ctx, a.k.l, a.k.cellReader(a.completion), key)
-	_, v := Split(e)
+	_, e, ok, err := findRemote(ctx, a.k.g, a.k.cellReader(a.completion), key)
+	_, v := layout.Split(e)
 	return v, ok, err
 }
 
-// Close posts what is queued and disconnects; requests since the last
-// Flush may or may not have been handled. Idempotent.
+// Close posts what is queued and disconnects (waiting at most 2 s for
+// the target's answer); requests since the last Flush may or may not
+// have been handled. It returns nil, also the second time.
 func (a *AMTable) Close() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -42,6 +43,7 @@ type AMTarget struct {
 
 	inserted, deleted, full, rejected atomic.Uint64
 	exited                            chan struct{}
+	closeOnce                         sync.Once
 }
 
 // amConn is the AM state of one source at the target.
@@ -56,17 +58,21 @@ type amConn struct {
 	touched  bool // in the handler's current batch
 }
 
-// AMConfig configures ServeAM.
-type AMConfig struct {
-	Layout Layout
-	// Notify: Poll (default here) spins on the completion queue;
-	// Event sleeps on its completion channel.
-	Notify activeaccess.Notification
-}
-
-// ServeAM lays a volume out and accepts AM sources on addr. Errors as
-// for ServeRMA.
-func ServeAM(addr netip.AddrPort, cfg AMConfig) (*AMTarget, error) {
+// ServeAM lays a volume of layout l out and accepts AM sources on addr
+// (a specific IP address of an RDMA device, and a port), at most 32 at a
+// time. opts may be nil (see TargetOptions: ServeAM uses Notify, Event by
+// default). ctx bounds the set-up only: once ServeAM returned, the target
+// serves until Close. Errors wrap ctx's error (at once when ctx is
+// already done), ErrInvalid (a bad layout, address or Notify) or the
+// verbs error of the failing step (EADDRINUSE for a port in use).
+func ServeAM(ctx context.Context, addr netip.AddrPort, l Layout, opts *TargetOptions) (*AMTarget, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dht: serve: %w", err)
+	}
+	var cfg TargetOptions
+	if opts != nil {
+		cfg = *opts
+	}
 	if cfg.Notify != activeaccess.Poll && cfg.Notify != activeaccess.Event {
 		return nil, fmt.Errorf("%w: notification %v", ErrInvalid, cfg.Notify)
 	}
@@ -88,7 +94,7 @@ func ServeAM(addr netip.AddrPort, cfg AMConfig) (*AMTarget, error) {
 		}
 		return nil
 	}
-	if err := listenServer(addr, kindAM, cfg.Layout, &t.s); err != nil {
+	if err := listenServer(addr, kindAM, l, &t.s); err != nil {
 		return nil, err
 	}
 	go t.run(t.s.ctx)
@@ -198,7 +204,7 @@ func (t *AMTarget) apply(a *amConn, b []byte) {
 		a.st.rejected++
 		t.rejected.Add(1)
 	case r.op == amInsert:
-		key, _ := Split(r.arg)
+		key, _ := layout.Split(r.arg)
 		if key == 0 {
 			a.st.rejected++
 			t.rejected.Add(1)
@@ -291,29 +297,36 @@ func (t *AMTarget) failed(c *sconn, what string, wc verbs.WC) {
 	t.s.recordErr(fmt.Errorf("dht: AM source %d (QP %d): %s failed: %w", c.am.serial, wc.QPN, what, wc.Err()))
 }
 
-// AMStats count what an AM target did.
+// AMStats count what an AM target did: inserts and deletes applied,
+// inserts that found the heap full, requests rejected.
 type AMStats struct{ Inserted, Deleted, Full, Rejected uint64 }
 
-// Stats returns the target's counters.
+// Stats returns the target's counters. It cannot fail, and keeps its
+// last values after Close.
 func (t *AMTarget) Stats() AMStats {
 	return AMStats{t.inserted.Load(), t.deleted.Load(), t.full.Load(), t.rejected.Load()}
 }
 
-// Volume is the target's view of the table (valid until Close).
+// Volume is the target's view of the table (valid until Close). It
+// cannot fail.
 func (t *AMTarget) Volume() *Volume { return t.s.v }
 
-// Err reports failures while serving (nil when all went well).
+// Err reports failures while serving (sources that could not be set up,
+// failed receives or status sends, a failed handler; errors.Join of the
+// first 16), or nil when all went well.
 func (t *AMTarget) Err() error { return t.s.err() }
 
-// Close stops the handler, disconnects every source and frees the volume.
-// Idempotent.
+// Close stops the handler, disconnects every source and frees the volume
+// (the Volume is unusable after it). It returns nil, also the second
+// time.
 func (t *AMTarget) Close() error {
-	t.s.stop()
-	<-t.exited // the handler no longer touches the volume or a connection
-	t.s.close()
-	if t.ch != nil {
-		t.ch.Close() // and the CQs
-		t.ch = nil
-	}
+	t.closeOnce.Do(func() {
+		t.s.stop()
+		<-t.exited // the handler no longer touches the volume or a connection
+		t.s.close()
+		if t.ch != nil {
+			t.ch.Close() // and the CQs
+		}
+	})
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess"
 	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht"
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 )
 
 // TestLabFull: a heap too small for the collisions: the inserts that do
@@ -39,9 +40,7 @@ func TestLabFull(t *testing.T) {
 			b := barriers(t, "full-"+d.name)
 			switch guest(t) {
 			case 1:
-				cfg := d.cfg
-				cfg.Layout = l
-				tg := serve(t, port, cfg)
+				tg := serve(t, port, d, l)
 				signal(t, b("ready"))
 				await(t, b("done"))
 				seen, err := tg.Volume().Contents()
@@ -50,30 +49,30 @@ func TestLabFull(t *testing.T) {
 				}
 				stored := 0
 				for _, p := range w {
-					stored += seen[dht.Elem(p.Key, p.Value)]
+					stored += seen[p]
 				}
 				if stored != 36 || tg.Volume().HeapUsed() != 6 {
 					t.Fatalf("%d of 40 stored (want 36), %d heap cells used", stored, tg.Volume().HeapUsed())
 				}
-				if _, err := dht.Serve(targetAddr(t, port+100), dht.Config{Kind: d.cfg.Kind, Layout: dht.Layout{Buckets: 0}}); !errors.Is(err, dht.ErrInvalid) {
+				if _, err := dht.Serve(timeout(t, 60*time.Second), d.kind, targetAddr(t, port+100), dht.Layout{Buckets: 0}, nil); !errors.Is(err, dht.ErrInvalid) {
 					t.Errorf("Serve with no buckets: %v", err)
 				}
 			case 2:
 				await(t, b("ready"))
 				defer signal(t, b("done"))
-				tb := dial(t, d.cfg.Kind, port)
+				tb := dial(t, d.kind, port)
 				ctx := timeout(t, 60*time.Second)
 				full := 0
 				for _, p := range w {
 					err := tb.Insert(ctx, p.Key, p.Value)
-					if errors.Is(err, dht.ErrFull) && d.cfg.Kind == dht.KindRMA {
+					if errors.Is(err, dht.ErrFull) && d.kind == dht.KindRMA {
 						full++
 					} else if err != nil {
 						t.Fatalf("Insert: %v", err)
 					}
 				}
 				err := tb.Flush(ctx)
-				if d.cfg.Kind != dht.KindRMA {
+				if d.kind != dht.KindRMA {
 					if !errors.Is(err, dht.ErrFull) || !strings.Contains(err.Error(), "4 inserts") {
 						t.Fatalf("Flush after 4 inserts too many: %v", err)
 					}
@@ -91,11 +90,11 @@ func TestLabFull(t *testing.T) {
 					t.Errorf("Delete of key 0: %v", err)
 				}
 				wrong := dht.KindAM
-				if d.cfg.Kind == dht.KindAM {
+				if d.kind == dht.KindAM {
 					wrong = dht.KindRMA
 				}
-				if _, err := dht.Dial(ctx, wrong, targetAddr(t, port), "wrong"); !errors.Is(err, dht.ErrProtocol) {
-					t.Errorf("a %s source at a %s target: %v", wrong, d.cfg.Kind, err)
+				if _, err := dht.Dial(ctx, wrong, targetAddr(t, port), &dht.SourceOptions{Name: "wrong"}); !errors.Is(err, dht.ErrProtocol) {
+					t.Errorf("a %s source at a %s target: %v", wrong, d.kind, err)
 				}
 				if aa, ok := tb.(*dht.AATable); ok {
 					rogue(t, ctx, aa)
@@ -106,8 +105,8 @@ func TestLabFull(t *testing.T) {
 				if err := tb.Close(); err != nil {
 					t.Errorf("Close twice: %v", err)
 				}
-				if err := tb.Insert(ctx, 5, 5); !errors.Is(err, dht.ErrClosed) {
-					t.Errorf("Insert after Close: %v", err)
+				if err := tb.Insert(ctx, 5, 5); !errors.Is(err, dht.ErrClosed) || !strings.Contains(err.Error(), "dht: insert:") {
+					t.Errorf("Insert after Close: %v, want ErrClosed naming the call", err)
 				}
 			}
 		})
@@ -118,11 +117,11 @@ func TestLabFull(t *testing.T) {
 // put to another bucket, a put to a chain word; the handler rejects
 // each and stores nothing.
 func rogue(t *testing.T, ctx context.Context, aa *dht.AATable) {
-	l := aa.Layout()
+	l := layout.Layout(aa.Layout()) // the offsets of the volume's parts
 	s := aa.Source()
 	var e [8]byte
 	key := uint32(77)
-	binary.LittleEndian.PutUint64(e[:], dht.Elem(key, 1))
+	binary.LittleEndian.PutUint64(e[:], layout.Elem(key, 1))
 	wrongBucket := (l.Bucket(key) + 1) % l.Buckets
 	puts := []struct {
 		off  int
@@ -152,10 +151,11 @@ const childEnv = "DHT_LAB_CHILD"
 // childTarget serves a table of kind k until killed (TestLabTargetDies).
 func childTarget(k dht.Kind) int {
 	port, addr := os.Getenv("DHT_LAB_PORT"), os.Getenv("DHT_LAB_ADDR")
-	cfg := dht.Config{Kind: k, Layout: dht.Layout{Buckets: 1024, Heap: 256}, Notify: activeaccess.Event}
 	ap, err := parseAddrPort(addr, port)
 	if err == nil {
-		_, err = dht.Serve(ap, cfg)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err = dht.Serve(ctx, k, ap, dht.Layout{Buckets: 1024, Heap: 256}, &dht.TargetOptions{Notify: activeaccess.Event})
+		cancel()
 	}
 	if err != nil {
 		fmt.Println("ERROR", err)

@@ -18,9 +18,21 @@
 //     only for flow control and flushes.
 //
 // All three give a source a Table (Insert, Delete, Lookup, Flush) and a
-// target a Target whose Volume checks what was stored. Elements are
-// key<<32 | value (key 0 is no key); Workload makes reproducible insert
-// sets with a chosen collision rate.
+// target a Target whose Volume checks what was stored; Serve and Dial
+// choose the design by its Kind. Keys and values are 32 bits (key 0 is
+// no key); Workload makes reproducible insert sets with a chosen
+// collision rate.
+//
+// The conventions are pkg/activeaccess's: options are a pointer to
+// TargetOptions or SourceOptions, nil meaning the defaults, and what a
+// call cannot do without (the layout, the address) is an argument of its
+// own. Every call that blocks or talks to the peer takes a context: one
+// that is already done makes the call return its error, wrapped, before
+// it does anything; one that ends while the call waits makes it return
+// its error; the package's own time limits are never reported as
+// context.DeadlineExceeded. Close takes no context, and a second Close
+// returns nil; after Close a table's calls fail with an error that wraps
+// ErrClosed and names the call.
 //
 // # What can go wrong
 //

@@ -71,24 +71,26 @@ func slow(t *testing.T, what string, start time.Time) {
 // design is one table design and configuration under test.
 type design struct {
 	name string
-	cfg  dht.Config
+	kind dht.Kind
+	opts *dht.TargetOptions
 }
 
 func designs() []design {
 	return []design{
-		{"aa-transparent-event", dht.Config{Kind: dht.KindAA, Mode: activeaccess.ModeTransparent, Notify: activeaccess.Event}},
-		{"aa-transparent-poll", dht.Config{Kind: dht.KindAA, Mode: activeaccess.ModeTransparent, Notify: activeaccess.Poll}},
-		{"aa-mediated-event", dht.Config{Kind: dht.KindAA, Mode: activeaccess.ModeMediated, Notify: activeaccess.Event}},
-		{"aa-mediated-poll", dht.Config{Kind: dht.KindAA, Mode: activeaccess.ModeMediated, Notify: activeaccess.Poll}},
-		{"rma", dht.Config{Kind: dht.KindRMA}},
-		{"am", dht.Config{Kind: dht.KindAM, Notify: activeaccess.Poll}},
+		{"aa-transparent-event", dht.KindAA, &dht.TargetOptions{Mode: activeaccess.ModeTransparent, Notify: activeaccess.Event}},
+		{"aa-transparent-poll", dht.KindAA, &dht.TargetOptions{Mode: activeaccess.ModeTransparent, Notify: activeaccess.Poll}},
+		{"aa-mediated-event", dht.KindAA, &dht.TargetOptions{Mode: activeaccess.ModeMediated, Notify: activeaccess.Event}},
+		{"aa-mediated-poll", dht.KindAA, &dht.TargetOptions{Mode: activeaccess.ModeMediated, Notify: activeaccess.Poll}},
+		{"rma", dht.KindRMA, nil},
+		{"am", dht.KindAM, &dht.TargetOptions{Notify: activeaccess.Poll}},
 	}
 }
 
-func serve(t *testing.T, port uint16, cfg dht.Config) dht.Target {
+// serve starts design d's target with layout l on port.
+func serve(t *testing.T, port uint16, d design, l dht.Layout) dht.Target {
 	t.Helper()
 	start := time.Now()
-	tg, err := dht.Serve(targetAddr(t, port), cfg)
+	tg, err := dht.Serve(timeout(t, 60*time.Second), d.kind, targetAddr(t, port), l, d.opts)
 	if err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
@@ -163,7 +165,7 @@ var cmTraceWorthy = regexp.MustCompile(`dreq|drep|disconnect|destroy|rej|stale|D
 func dial(t *testing.T, k dht.Kind, port uint16) dht.Table {
 	t.Helper()
 	start := time.Now()
-	tb, err := dht.Dial(timeout(t, 60*time.Second), k, targetAddr(t, port), "source-"+labenv.Addr())
+	tb, err := dht.Dial(timeout(t, 60*time.Second), k, targetAddr(t, port), &dht.SourceOptions{Name: "source-" + labenv.Addr()})
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -74,6 +75,7 @@ type link struct {
 	mr     *verbs.MR
 	rem    remoteMem
 	l      Layout
+	g      layout.Layout // l's geometry
 	broken atomic.Pointer[error]
 	stop   context.CancelFunc
 	done   chan struct{}
@@ -86,6 +88,9 @@ type linkConfig struct {
 }
 
 func dialLink(ctx context.Context, addr netip.AddrPort, c linkConfig) (*link, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dht: dial: %w", err)
+	}
 	if !addr.IsValid() {
 		return nil, fmt.Errorf("%w: target address %v", ErrInvalid, addr)
 	}
@@ -98,8 +103,8 @@ func dialLink(ctx context.Context, addr netip.AddrPort, c linkConfig) (*link, er
 	k.stop = stop
 	go k.watch(wctx)
 	// The volume's layout is in the header page.
-	b := k.mr.Bytes()[:headerLen]
-	if err := k.read(ctx, 0, headerLen, 0, nil); err != nil {
+	b := k.mr.Bytes()[:layout.HeaderLen]
+	if err := k.read(ctx, 0, layout.HeaderLen, 0, nil); err != nil {
 		k.close()
 		return nil, fmt.Errorf("dht: reading the volume header: %w", err)
 	}
@@ -108,6 +113,7 @@ func dialLink(ctx context.Context, addr netip.AddrPort, c linkConfig) (*link, er
 		k.close()
 		return nil, err
 	}
+	k.g = k.l.geo()
 	return k, nil
 }
 
@@ -255,7 +261,7 @@ func (k *link) waitID(ctx context.Context, id uint64, other func(verbs.WC) error
 // completions to other.
 func (k *link) cellReader(other func(verbs.WC) error) cellReader {
 	return func(ctx context.Context, i int, b []byte) error {
-		if err := k.read(ctx, k.l.CellOff(i), cellSize, 0, other); err != nil {
+		if err := k.read(ctx, k.g.CellOff(i), cellSize, 0, other); err != nil {
 			return err
 		}
 		copy(b, k.mr.Bytes()[:cellSize])

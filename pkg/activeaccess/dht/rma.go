@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
@@ -16,10 +17,16 @@ import (
 type RMATarget struct{ s server }
 
 // ServeRMA lays a volume of layout l out and accepts RMA sources on addr
-// (a specific IP address of an RDMA device, and a port). Errors wrap
-// ErrInvalid (a bad layout or address) or the verbs error of the failing
-// step (EADDRINUSE for a port in use).
-func ServeRMA(addr netip.AddrPort, l Layout) (*RMATarget, error) {
+// (a specific IP address of an RDMA device, and a port). The RMA target
+// has no options. ctx bounds the set-up only: once ServeRMA returned, the
+// target serves until Close. Errors wrap ctx's error (at once when ctx is
+// already done), ErrInvalid (a bad layout or address) or the verbs error
+// of the failing step (EADDRINUSE for a port in use; an address of no
+// RDMA device fails too).
+func ServeRMA(ctx context.Context, addr netip.AddrPort, l Layout) (*RMATarget, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("dht: serve: %w", err)
+	}
 	t := &RMATarget{}
 	t.s.setup = func(c *sconn) error {
 		vc, err := c.id.Context()
@@ -51,13 +58,16 @@ func ServeRMA(addr netip.AddrPort, l Layout) (*RMATarget, error) {
 	return t, nil
 }
 
-// Volume is the target's view of the table (valid until Close).
+// Volume is the target's view of the table (valid until Close). It
+// cannot fail.
 func (t *RMATarget) Volume() *Volume { return t.s.v }
 
-// Err reports failures while accepting sources (nil when all went well).
+// Err reports failures while accepting sources (sources that could not
+// be set up; errors.Join of the first 16), or nil when all went well.
 func (t *RMATarget) Err() error { return t.s.err() }
 
-// Close disconnects every source and frees the volume. Idempotent.
+// Close disconnects every source and frees the volume (the Volume is
+// unusable after it). It always returns nil, also the second time.
 func (t *RMATarget) Close() error {
 	t.s.close()
 	return nil
@@ -76,9 +86,10 @@ type RMATable struct {
 	closed bool
 }
 
-// DialRMA connects to an RMA target. Errors: ErrProtocol (not an RMA DHT
-// target there), ErrInvalid, ctx's error, or the verbs error of the
-// failing step.
+// DialRMA connects to an RMA target. ctx bounds the connection set-up
+// only. Errors wrap ctx's error (at once when ctx is already done),
+// ErrProtocol (not an RMA DHT target there), ErrInvalid (a bad address),
+// or the verbs error of the failing step.
 func DialRMA(ctx context.Context, addr netip.AddrPort) (*RMATable, error) {
 	k, err := dialLink(ctx, addr, linkConfig{kind: kindRMA, sendWR: 16, recvWR: 1, buf: pageSize})
 	if err != nil {
@@ -87,7 +98,7 @@ func DialRMA(ctx context.Context, addr netip.AddrPort) (*RMATable, error) {
 	return &RMATable{k: k}, nil
 }
 
-// Layout returns the target's volume layout.
+// Layout returns the target's volume layout. It cannot fail.
 func (r *RMATable) Layout() Layout { return r.k.l }
 
 func (r *RMATable) usable() error {
@@ -132,8 +143,19 @@ func (r *RMATable) write(off int, v uint64) error {
 // behind the previous one. RC executes one QP's requests in order, so no
 // flush is needed between the puts and the atomics. Errors: ErrInvalid
 // (key 0), ErrFull (the heap is full: the element is not stored; the
-// heap's counter stays past its end), ErrDisconnected, ErrClosed, ctx's.
+// heap's counter stays past its end), ErrDisconnected, ErrClosed, ctx's
+// (see Table).
 func (r *RMATable) Insert(ctx context.Context, key, value uint32) error {
+	if err := r.insert(ctx, key, value); err != nil {
+		return callErr("insert", err)
+	}
+	return nil
+}
+
+func (r *RMATable) insert(ctx context.Context, key, value uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -142,7 +164,7 @@ func (r *RMATable) Insert(ctx context.Context, key, value uint32) error {
 	if err := r.usable(); err != nil {
 		return err
 	}
-	l, e := r.k.l, Elem(key, value)
+	l, e := r.k.g, layout.Elem(key, value)
 	pos := l.Bucket(key)
 	old, err := r.atomic(ctx, true, l.CellOff(pos), 0, e)
 	if err != nil || old == 0 {
@@ -179,25 +201,41 @@ func (r *RMATable) Insert(ctx context.Context, key, value uint32) error {
 
 // Lookup returns key's value: an RDMA READ of the bucket's cell, then
 // one per chain cell. Errors: ErrInvalid, ErrProtocol (a corrupt chain),
-// ErrDisconnected, ErrClosed, ctx's.
+// ErrDisconnected, ErrClosed, ctx's (see Table).
 func (r *RMATable) Lookup(ctx context.Context, key uint32) (uint32, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, callErr("lookup", err)
+	}
 	if err := checkKey(key); err != nil {
-		return 0, false, err
+		return 0, false, callErr("lookup", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
-		return 0, false, err
+		return 0, false, callErr("lookup", err)
 	}
-	_, e, ok, err := findRemote(ctx, r.k.l, r.k.cellReader(nil), key)
-	_, v := Split(e)
-	return v, ok, err
+	_, e, ok, err := findRemote(ctx, r.k.g, r.k.cellReader(nil), key)
+	if err != nil {
+		return 0, false, callErr("lookup", err)
+	}
+	_, v := layout.Split(e)
+	return v, ok, nil
 }
 
 // Delete tombstones key's cell with a compare-and-swap (found with
 // reads; retried when the cell changed meanwhile); a key that is not
 // there is no error. Errors as for Lookup.
 func (r *RMATable) Delete(ctx context.Context, key uint32) error {
+	if err := r.delete(ctx, key); err != nil {
+		return callErr("delete", err)
+	}
+	return nil
+}
+
+func (r *RMATable) delete(ctx context.Context, key uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -207,11 +245,11 @@ func (r *RMATable) Delete(ctx context.Context, key uint32) error {
 		return err
 	}
 	for {
-		i, e, ok, err := findRemote(ctx, r.k.l, r.k.cellReader(nil), key)
+		i, e, ok, err := findRemote(ctx, r.k.g, r.k.cellReader(nil), key)
 		if err != nil || !ok {
 			return err
 		}
-		got, err := r.atomic(ctx, true, r.k.l.CellOff(i), e, Tombstone)
+		got, err := r.atomic(ctx, true, r.k.g.CellOff(i), e, layout.Tombstone)
 		if err != nil || got == e {
 			return err
 		}
@@ -219,17 +257,26 @@ func (r *RMATable) Delete(ctx context.Context, key uint32) error {
 }
 
 // Flush returns once every put of earlier inserts completed at the
-// target (the atomics are complete when their calls return).
+// target (the atomics are complete when their calls return): one RDMA
+// READ, which RC completes after the writes before it. Errors:
+// ErrDisconnected, ErrClosed, ctx's (see Table).
 func (r *RMATable) Flush(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return callErr("flush", err)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.usable(); err != nil {
-		return err
+		return callErr("flush", err)
 	}
-	return r.k.read(ctx, 0, 8, 128, nil) // RC: completes after the writes
+	if err := r.k.read(ctx, 0, 8, 128, nil); err != nil { // RC: completes after the writes
+		return callErr("flush", err)
+	}
+	return nil
 }
 
-// Close disconnects. Idempotent.
+// Close disconnects (waiting at most 2 s for the target's answer) and
+// frees the connection. It returns nil, also the second time.
 func (r *RMATable) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

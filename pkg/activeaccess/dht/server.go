@@ -33,6 +33,14 @@ type server struct {
 	errs   []error
 }
 
+// acceptTimeout bounds a source's connection set-up at the target; a
+// source that does not complete it in time is dropped, and Err reports
+// errAcceptTimeout (never context.DeadlineExceeded: no caller's context
+// ended).
+const acceptTimeout = 30 * time.Second
+
+var errAcceptTimeout = fmt.Errorf("%w: the source did not complete its connection within %v", ErrDisconnected, acceptTimeout)
+
 // sconn is one accepted source.
 type sconn struct {
 	s    *server
@@ -155,8 +163,11 @@ func (s *server) admit(id *verbs.CMID, ev verbs.CMEvent) {
 		return
 	}
 	rem := remoteMem{Addr: s.mr.Addr(), RKey: s.mr.RKey(), Len: uint32(s.mr.Len())}
-	actx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	actx, cancel := context.WithTimeoutCause(s.ctx, acceptTimeout, errAcceptTimeout)
 	err := id.Accept(actx, &verbs.ConnParam{PrivateData: rem.marshal(), ResponderResources: 16, InitiatorDepth: 16})
+	if err != nil && context.Cause(actx) == errAcceptTimeout {
+		err = errAcceptTimeout // this package's limit, not a caller's deadline
+	}
 	cancel()
 	if err != nil {
 		s.recordErr(fmt.Errorf("dht: accepting a source: %w", err))

@@ -25,8 +25,6 @@ func TestLabTables(t *testing.T) {
 			name := fmt.Sprintf("%s-%d", d.name, int(coll*100))
 			port := uint16(7600 + 2*di + ci)
 			t.Run(name, func(t *testing.T) {
-				cfg := d.cfg
-				cfg.Layout = l
 				seed := uint64(100*di + ci + 1)
 				w, err := dht.Workload(n, l, coll, seed)
 				if err != nil {
@@ -34,23 +32,23 @@ func TestLabTables(t *testing.T) {
 				}
 				b := barriers(t, name)
 				if guest(t) == 1 {
-					tablesTarget(t, port, cfg, w, b)
+					tablesTarget(t, port, d, l, w, b)
 				} else {
-					tablesSource(t, port, cfg.Kind, w, b)
+					tablesSource(t, port, d.kind, w, b)
 				}
 			})
 		}
 	}
 }
 
-func tablesTarget(t *testing.T, port uint16, cfg dht.Config, w []dht.Pair, b func(string) string) {
-	tg := serve(t, port, cfg)
+func tablesTarget(t *testing.T, port uint16, d design, l dht.Layout, w []dht.Pair, b func(string) string) {
+	tg := serve(t, port, d, l)
 	defer signal(t, b("checked"))
 	signal(t, b("ready"))
 	await(t, b("inserted-2"))
 	await(t, b("inserted-3"))
 	check(t, tg.Volume(), w, nil)
-	if got, want := tg.Volume().HeapUsed(), dht.Collisions(w, cfg.Layout); got != want {
+	if got, want := tg.Volume().HeapUsed(), dht.Collisions(w, l); got != want {
 		t.Errorf("%d heap cells used, want %d (the collisions)", got, want)
 	}
 	signal(t, b("inserts-checked"))
@@ -94,12 +92,11 @@ func check(t *testing.T, v *dht.Volume, w []dht.Pair, gone map[uint32]bool) {
 	}
 	want := 0
 	for _, p := range w {
-		e := dht.Elem(p.Key, p.Value)
 		switch {
-		case gone[p.Key] && seen[e] != 0:
-			t.Fatalf("deleted key %d found %d times", p.Key, seen[e])
-		case !gone[p.Key] && seen[e] != 1:
-			t.Fatalf("key %d with value %d found %d times", p.Key, p.Value, seen[e])
+		case gone[p.Key] && seen[p] != 0:
+			t.Fatalf("deleted key %d found %d times", p.Key, seen[p])
+		case !gone[p.Key] && seen[p] != 1:
+			t.Fatalf("key %d with value %d found %d times", p.Key, p.Value, seen[p])
 		}
 		if !gone[p.Key] {
 			want++

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 )
 
 // Volume is the target's local view of a DHT volume (the paper's local
@@ -13,9 +15,12 @@ import (
 // through it from their handler (one writer); every target uses it to
 // count and check what the sources stored. Its reads and writes of
 // elements are 8-byte atomics, so sources reading cells remotely never see
-// a torn element.
+// a torn element. Its methods are safe for concurrent use with the
+// target's handler and the sources; they read the target's memory, so
+// use a Volume only until its target's Close.
 type Volume struct {
 	l   Layout
+	g   layout.Layout // l's geometry
 	mem []byte
 }
 
@@ -23,26 +28,27 @@ type Volume struct {
 // bytes, 8-byte aligned).
 func newVolume(l Layout, mem []byte) *Volume {
 	clear(mem[:l.Size()])
-	l.putHeader(mem)
-	return &Volume{l: l, mem: mem[:l.Size()]}
+	l.geo().PutHeader(mem)
+	return &Volume{l: l, g: l.geo(), mem: mem[:l.Size()]}
 }
 
-// Layout returns the volume's layout.
+// Layout returns the volume's layout. It cannot fail.
 func (v *Volume) Layout() Layout { return v.l }
 
 func (v *Volume) word(off int) *uint64 {
 	return (*uint64)(unsafe.Pointer(&v.mem[off]))
 }
 
-func (v *Volume) elem(i int) uint64       { return atomic.LoadUint64(v.word(v.l.CellOff(i))) }
-func (v *Volume) next(i int) uint64       { return atomic.LoadUint64(v.word(v.l.CellOff(i) + 8)) }
-func (v *Volume) setElem(i int, e uint64) { atomic.StoreUint64(v.word(v.l.CellOff(i)), e) }
-func (v *Volume) setNext(i int, n uint64) { atomic.StoreUint64(v.word(v.l.CellOff(i)+8), n) }
+func (v *Volume) elem(i int) uint64       { return atomic.LoadUint64(v.word(v.g.CellOff(i))) }
+func (v *Volume) next(i int) uint64       { return atomic.LoadUint64(v.word(v.g.CellOff(i) + 8)) }
+func (v *Volume) setElem(i int, e uint64) { atomic.StoreUint64(v.word(v.g.CellOff(i)), e) }
+func (v *Volume) setNext(i int, n uint64) { atomic.StoreUint64(v.word(v.g.CellOff(i)+8), n) }
 
 // HeapUsed returns how many overflow cells are taken (the next-free
-// counter, which RMA sources may have pushed past Heap when it was full).
+// counter, which RMA sources may push past Heap when it is full: the
+// result is at most Heap). It cannot fail.
 func (v *Volume) HeapUsed() int {
-	return int(min(atomic.LoadUint64(v.word(offNext)), uint64(v.l.Heap)))
+	return int(min(atomic.LoadUint64(v.word(v.g.NextFreeOff())), uint64(v.l.Heap)))
 }
 
 // insert is the paper's local_insert (Listing 3): the element goes into
@@ -50,13 +56,13 @@ func (v *Volume) HeapUsed() int {
 // which is linked behind the bucket's newest chain cell (lastPtr). One
 // writer only. ErrFull when the heap has no free cell.
 func (v *Volume) insert(e uint64) error {
-	key, _ := Split(e)
-	pos := v.l.Bucket(key)
+	key, _ := layout.Split(e)
+	pos := v.g.Bucket(key)
 	if v.elem(pos) == 0 {
 		v.setElem(pos, e)
 		return nil
 	}
-	nf := v.word(offNext)
+	nf := v.word(v.g.NextFreeOff())
 	free := atomic.LoadUint64(nf)
 	if free >= uint64(v.l.Heap) {
 		return fmt.Errorf("%w: key %d collided in bucket %d and all %d heap cells are taken", ErrFull, key, pos, v.l.Heap)
@@ -64,7 +70,7 @@ func (v *Volume) insert(e uint64) error {
 	atomic.StoreUint64(nf, free+1)
 	c := uint64(v.l.Buckets) + free
 	v.setElem(int(c), e)
-	last := v.word(v.l.LastOff(pos))
+	last := v.word(v.g.LastOff(pos))
 	prev := atomic.LoadUint64(last)
 	atomic.StoreUint64(last, c)
 	if prev == 0 {
@@ -78,9 +84,9 @@ func (v *Volume) insert(e uint64) error {
 // remove tombstones the first cell of key's chain that holds key.
 func (v *Volume) remove(key uint32) bool {
 	found := false
-	v.walk(v.l.Bucket(key), func(i int, e uint64) bool {
-		if k, _ := Split(e); k == key && e != Tombstone {
-			v.setElem(i, Tombstone)
+	v.walk(v.g.Bucket(key), func(i int, e uint64) bool {
+		if k, _ := layout.Split(e); k == key && e != layout.Tombstone {
+			v.setElem(i, layout.Tombstone)
 			found = true
 			return false
 		}
@@ -109,12 +115,14 @@ func (v *Volume) walk(b int, f func(i int, e uint64) bool) bool {
 	}
 }
 
-// Lookup returns key's value as the target sees it.
+// Lookup returns key's value as the target sees it, and whether key is
+// there (key 0 never is). It cannot fail: a chain that leaves the heap or
+// loops ends the search (Contents reports it).
 func (v *Volume) Lookup(key uint32) (uint32, bool) {
 	var val uint32
 	ok := false
-	v.walk(v.l.Bucket(key), func(_ int, e uint64) bool {
-		if k, x := Split(e); k == key && e != Tombstone {
+	v.walk(v.g.Bucket(key), func(_ int, e uint64) bool {
+		if k, x := layout.Split(e); k == key && e != layout.Tombstone {
 			val, ok = x, true
 			return false
 		}
@@ -124,11 +132,14 @@ func (v *Volume) Lookup(key uint32) (uint32, bool) {
 }
 
 // Contents walks every bucket's chain and returns how often each key was
-// found with each value, and checks the volume's structure: every
-// element in a taken cell is reachable from its own bucket exactly once,
-// no chain is broken or loops. Use it when no source is active.
-func (v *Volume) Contents() (map[uint64]int, error) {
-	seen := map[uint64]int{}
+// found with each value (deleted elements are not counted), and checks
+// the volume's structure: every element in a taken cell is reachable from
+// its own bucket exactly once, no chain is broken or loops. Use it when
+// no source is active. Its error (a dht error of no sentinel) describes
+// the first fault found; the counts are then those found so far.
+func (v *Volume) Contents() (map[Pair]int, error) {
+	seen := map[Pair]int{}
+	misplaced := 0
 	reached := make([]bool, v.l.Buckets+v.l.Heap)
 	for b := 0; b < v.l.Buckets; b++ {
 		twice := false
@@ -138,21 +149,22 @@ func (v *Volume) Contents() (map[uint64]int, error) {
 				return false
 			}
 			reached[i] = true
-			if e == 0 || e == Tombstone {
+			if e == 0 || e == layout.Tombstone {
 				return true
 			}
-			if k, _ := Split(e); v.l.Bucket(k) != b {
-				seen[^uint64(0)]++ // counted as an error below
+			k, x := layout.Split(e)
+			if v.g.Bucket(k) != b {
+				misplaced++ // an error below
 			}
-			seen[e]++
+			seen[Pair{k, x}]++
 			return true
 		})
 		if !ok || twice {
 			return seen, fmt.Errorf("dht: bucket %d: chain leaves the heap, loops or joins another", b)
 		}
 	}
-	if n := seen[^uint64(0)]; n > 0 {
-		return seen, fmt.Errorf("dht: %d elements in a chain their key does not hash to", n)
+	if misplaced > 0 {
+		return seen, fmt.Errorf("dht: %d elements in a chain their key does not hash to", misplaced)
 	}
 	for i := v.l.Buckets; i < v.l.Buckets+v.HeapUsed(); i++ {
 		if e := v.elem(i); e != 0 && !reached[i] {
@@ -168,7 +180,7 @@ type cellReader func(ctx context.Context, i int, b []byte) error
 // findRemote walks key's chain with remote reads: the cell that holds
 // key, its element, and whether it was found. Each step is one RDMA READ
 // (the paper's lookup: a plain get, then the overflow chain).
-func findRemote(ctx context.Context, l Layout, read cellReader, key uint32) (int, uint64, bool, error) {
+func findRemote(ctx context.Context, l layout.Layout, read cellReader, key uint32) (int, uint64, bool, error) {
 	var b [cellSize]byte
 	i := l.Bucket(key)
 	for steps := 0; steps <= l.Heap; steps++ {
@@ -176,7 +188,7 @@ func findRemote(ctx context.Context, l Layout, read cellReader, key uint32) (int
 			return 0, 0, false, err
 		}
 		e, n := binary.LittleEndian.Uint64(b[:]), binary.LittleEndian.Uint64(b[8:])
-		if k, _ := Split(e); k == key && e != Tombstone {
+		if k, _ := layout.Split(e); k == key && e != layout.Tombstone {
 			return i, e, true, nil
 		}
 		if n == 0 {
@@ -188,12 +200,4 @@ func findRemote(ctx context.Context, l Layout, read cellReader, key uint32) (int
 		i = int(n)
 	}
 	return 0, 0, false, fmt.Errorf("%w: chain of key %d loops", ErrProtocol, key)
-}
-
-// checkKey refuses key 0.
-func checkKey(key uint32) error {
-	if key == 0 {
-		return fmt.Errorf("%w: key 0 (keys are 1 to 2^32-1)", ErrInvalid)
-	}
-	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/pkg/activeaccess/dht/internal/layout"
 )
 
 func testVolume(t *testing.T, l Layout) *Volume {
@@ -16,7 +18,11 @@ func testVolume(t *testing.T, l Layout) *Volume {
 }
 
 func TestLayout(t *testing.T) {
-	l := Layout{Buckets: 1000, Heap: 300}
+	pl := Layout{Buckets: 1000, Heap: 300}
+	l := pl.geo()
+	if l.Size() != pl.Size() || pl.Bucket(77) != l.Bucket(77) {
+		t.Fatal("Layout and its geometry differ")
+	}
 	if l.Size()%pageSize != 0 || l.CellOff(0)%pageSize != 0 || l.LastOff(999)+8 > l.CellOff(0) {
 		t.Fatalf("layout %+v: size %d, cells at %d", l, l.Size(), l.CellOff(0))
 	}
@@ -29,31 +35,31 @@ func TestLayout(t *testing.T) {
 		}
 	}
 	mem := make([]byte, l.Size())
-	l.putHeader(mem)
-	got, err := parseHeader(mem[:headerLen], len(mem))
-	if err != nil || got != l {
+	l.PutHeader(mem)
+	got, err := parseHeader(mem[:layout.HeaderLen], len(mem))
+	if err != nil || got != pl {
 		t.Fatalf("parseHeader: %+v %v", got, err)
 	}
-	if _, err := parseHeader(mem[:headerLen], len(mem)-1); !errors.Is(err, ErrProtocol) {
+	if _, err := parseHeader(mem[:layout.HeaderLen], len(mem)-1); !errors.Is(err, ErrProtocol) {
 		t.Errorf("too small memory: %v", err)
 	}
-	if _, err := parseHeader(make([]byte, headerLen), len(mem)); !errors.Is(err, ErrProtocol) {
+	if _, err := parseHeader(make([]byte, layout.HeaderLen), len(mem)); !errors.Is(err, ErrProtocol) {
 		t.Errorf("no magic: %v", err)
 	}
-	binary.LittleEndian.PutUint64(mem[offBuckets:], 1<<40)
-	if _, err := parseHeader(mem[:headerLen], len(mem)); !errors.Is(err, ErrProtocol) {
+	binary.LittleEndian.PutUint64(mem[8:], 1<<40) // Buckets
+	if _, err := parseHeader(mem[:layout.HeaderLen], len(mem)); !errors.Is(err, ErrProtocol) {
 		t.Errorf("huge: %v", err)
 	}
-	if k, v := Split(Elem(7, 9)); k != 7 || v != 9 {
+	if k, v := layout.Split(layout.Elem(7, 9)); k != 7 || v != 9 {
 		t.Fatal("Elem/Split")
 	}
-	if _, ok := l.cellAt(l.CellOff(3) + 8); ok {
+	if _, ok := l.CellAt(l.CellOff(3) + 8); ok {
 		t.Error("cellAt accepts a next word")
 	}
-	if i, ok := l.cellAt(l.CellOff(1299)); !ok || i != 1299 {
+	if i, ok := l.CellAt(l.CellOff(1299)); !ok || i != 1299 {
 		t.Error("cellAt")
 	}
-	if _, ok := l.cellAt(l.CellOff(1300)); ok {
+	if _, ok := l.CellAt(l.CellOff(1300)); ok {
 		t.Error("cellAt past the heap")
 	}
 }
@@ -61,7 +67,7 @@ func TestLayout(t *testing.T) {
 // remoteOf reads a local volume as a source would.
 func remoteOf(v *Volume) cellReader {
 	return func(_ context.Context, i int, b []byte) error {
-		copy(b, v.mem[v.l.CellOff(i):v.l.CellOff(i)+cellSize])
+		copy(b, v.mem[v.g.CellOff(i):v.g.CellOff(i)+cellSize])
 		return nil
 	}
 }
@@ -78,7 +84,7 @@ func TestVolumeInsertLookupRemove(t *testing.T) {
 	}
 	full := 0
 	for _, p := range w {
-		if err := v.insert(Elem(p.Key, p.Value)); errors.Is(err, ErrFull) {
+		if err := v.insert(layout.Elem(p.Key, p.Value)); errors.Is(err, ErrFull) {
 			full++
 		} else if err != nil {
 			t.Fatal(err)
@@ -94,14 +100,14 @@ func TestVolumeInsertLookupRemove(t *testing.T) {
 	stored := 0
 	for _, p := range w {
 		val, ok := v.Lookup(p.Key)
-		_, rval, rok, err := findRemote(context.Background(), l, remoteOf(v), p.Key)
-		if err != nil || rok != ok || ok && (rval != Elem(p.Key, p.Value)) {
+		_, rval, rok, err := findRemote(context.Background(), l.geo(), remoteOf(v), p.Key)
+		if err != nil || rok != ok || ok && (rval != layout.Elem(p.Key, p.Value)) {
 			t.Fatalf("key %d: remote lookup %v %v %v, local %v", p.Key, rval, rok, err, ok)
 		}
 		if ok {
 			stored++
-			if val != p.Value || seen[Elem(p.Key, p.Value)] != 1 {
-				t.Fatalf("key %d: value %d (want %d), seen %d times", p.Key, val, p.Value, seen[Elem(p.Key, p.Value)])
+			if val != p.Value || seen[p] != 1 {
+				t.Fatalf("key %d: value %d (want %d), seen %d times", p.Key, val, p.Value, seen[p])
 			}
 		}
 	}
@@ -125,12 +131,12 @@ func TestVolumeInsertLookupRemove(t *testing.T) {
 func TestVolumeCorrupt(t *testing.T) {
 	l := Layout{Buckets: 4, Heap: 4}
 	v := testVolume(t, l)
-	v.setElem(0, Elem(1, 1))
+	v.setElem(0, layout.Elem(1, 1))
 	v.setNext(0, 2) // into the table: corrupt
 	if _, err := v.Contents(); err == nil {
 		t.Fatal("a chain into the table not reported")
 	}
-	if _, _, _, err := findRemote(context.Background(), l, remoteOf(v), 0x10000); err == nil && l.Bucket(0x10000) == 0 {
+	if _, _, _, err := findRemote(context.Background(), l.geo(), remoteOf(v), 0x10000); err == nil && l.Bucket(0x10000) == 0 {
 		t.Fatal("remote walk follows a corrupt link")
 	}
 	v = testVolume(t, l)
@@ -140,8 +146,8 @@ func TestVolumeCorrupt(t *testing.T) {
 		t.Fatal("a loop not reported")
 	}
 	v = testVolume(t, l)
-	atomicStore(v, offNext, 1)
-	v.setElem(4, Elem(9, 9)) // orphan heap cell
+	atomicStore(v, l.geo().NextFreeOff(), 1)
+	v.setElem(4, layout.Elem(9, 9)) // orphan heap cell
 	if _, err := v.Contents(); err == nil {
 		t.Fatal("an orphan not reported")
 	}

@@ -5,7 +5,8 @@ import (
 	"math/rand/v2"
 )
 
-// Pair is one insert of a workload.
+// Pair is a key and its value: one insert of a workload, or one element
+// of a volume (Volume.Contents).
 type Pair struct{ Key, Value uint32 }
 
 // Workload returns n inserts with distinct random keys of which the
@@ -55,7 +56,8 @@ func Workload(n int, l Layout, collisions float64, seed uint64) ([]Pair, error) 
 	return out, nil
 }
 
-// ValueOf is the value Workload gives key.
+// ValueOf is the value Workload gives key with seed (never 0). It cannot
+// fail.
 func ValueOf(key uint32, seed uint64) uint32 {
 	x := uint64(key)*0xff51afd7ed558ccd ^ seed
 	x ^= x >> 33
@@ -63,7 +65,7 @@ func ValueOf(key uint32, seed uint64) uint32 {
 }
 
 // Share returns source i's part (0 <= i < k) of a workload: every k-th
-// pair from i.
+// pair from i. It cannot fail: an i or k out of range gives no pairs.
 func Share(w []Pair, i, k int) []Pair {
 	var out []Pair
 	for j := i; j < len(w) && i >= 0 && k > 0; j += k {
@@ -73,7 +75,8 @@ func Share(w []Pair, i, k int) []Pair {
 }
 
 // Collisions counts the inserts of w whose bucket another insert of w
-// also uses (n minus the distinct buckets).
+// also uses (n minus the distinct buckets), for a layout that passes
+// Check. It cannot fail.
 func Collisions(w []Pair, l Layout) int {
 	used := map[int]bool{}
 	for _, p := range w {
