@@ -180,7 +180,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 		if records == 0 {
 			records = DefaultRecords
 		}
-		if e.mod, err = openModule(records); err != nil {
+		if e.mod, err = openModule(records, &e.mem, e.fail); err != nil {
 			if opts.counting == CountModule {
 				return nil, fmt.Errorf("rvma: counting in the kernel module: %w", err)
 			}
@@ -300,8 +300,8 @@ func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 		return nil, err
 	}
 	w, err := newWindow(mb, slot, inc, opts, e)
-	if err == nil && w.st.counted {
-		err = e.moduleWindow(w)
+	if err == nil {
+		err = w.ctr.open(w)
 	}
 	if err != nil {
 		e.table.Free(slot, inc)
@@ -313,10 +313,6 @@ func (e *engine) initWindow(mb Mailbox, opts WindowOptions) (*Window, error) {
 	w.flush() // publish the empty entry
 	return w, nil
 }
-
-func (e *engine) bind(w *Window, b, from *buffer) { e.mem.bind(w, b, from) }
-
-func (e *engine) unbind(w *Window, b *buffer) { e.mem.unbind(w, b) }
 
 func (e *engine) hide(w *Window, b *buffer) { e.mem.hide(w, b) }
 
@@ -375,16 +371,8 @@ func (e *engine) free(w *Window) {
 		e.links.dropSubscribers(w.slot, mem)
 	}
 	e.table.Free(w.slot, w.incarnation)
-
-	// Buffers with a bind or unbind in flight are left to it.
-	busy := e.mem.busy()
-	for _, b := range bufs {
-		e.mem.hide(w, b)
-		if !busy[b] {
-			e.mem.postUnbind(w, b, true)
-		}
-	}
-	e.dropModuleWindow(w)
+	e.mem.retire(w, bufs)
+	w.ctr.drop(w)
 }
 
 // appendOnce appends w to ws unless it is nil or in ws already.

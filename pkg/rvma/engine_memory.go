@@ -129,6 +129,11 @@ func (m *memory) post(id uint64, op bindOp, mw *verbs.MW, mr *verbs.MR, length u
 	}
 }
 
+// bind binds a memory window over b, for a window the library counts:
+// from's (see bindAction) or, with from nil, b's own, a free one or a new
+// one. It is asynchronous: the completion (bindDone) reports it to the
+// window (Window.noteBound, and noteUnbound for from), from the progress
+// loop or a goroutine that runs its step.
 func (m *memory) bind(w *Window, b, from *buffer) {
 	mr := m.arenaOf(b.addr, b.cap)
 	m.mu.Lock()
@@ -167,6 +172,8 @@ func (m *memory) bind(w *Window, b, from *buffer) {
 	m.post(id, bindOp{w: w, b: b, from: from, key: make(chan uint32, 1)}, mw, mr, b.cap)
 }
 
+// unbind unbinds the memory window over b; its completion, or a goroutine
+// of its own if none is bound, reports it (Window.unbound).
 func (m *memory) unbind(w *Window, b *buffer) {
 	if !m.postUnbind(w, b, false) {
 		go w.unbound(b) // never bound
@@ -190,15 +197,24 @@ func (m *memory) postUnbind(w *Window, b *buffer, retire bool) bool {
 	return true
 }
 
-// busy returns the buffers with a bind or unbind in flight.
-func (m *memory) busy() map[*buffer]bool {
+// retire hides bufs, the buffers of a freed window, from Get and unbinds
+// the memory windows still bound over them (GuardNone hands buffers over
+// bound), which return to the pool; the window is not told. Buffers with
+// a bind or unbind in flight are left to it. The caller holds w's
+// dispatch lock.
+func (m *memory) retire(w *Window, bufs []*buffer) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	busy := make(map[*buffer]bool, len(m.ops))
 	for _, op := range m.ops {
 		busy[op.b] = true
 	}
-	return busy
+	m.mu.Unlock()
+	for _, b := range bufs {
+		m.hide(w, b)
+		if !busy[b] {
+			m.postUnbind(w, b, true)
+		}
+	}
 }
 
 func (m *memory) bindsPending() bool {

@@ -12,10 +12,16 @@ import (
 
 // module is an engine's use of the kernel module's counted mailboxes
 // (docs/rvma.md, section 6): the records the module writes, shared by
-// every counted window of the engine, and the module's window ids.
+// every counted window of the engine (it is their completionSource), and
+// the module's window ids. It is the counter of the windows it counts.
+//
+// Lock order: mu and memMu are leaves; register takes the memory's mutex
+// (placementOf) under a window's dispatch lock, holding neither.
 type module struct {
-	dev *kmod.Device
-	mb  *kmod.Mailboxes
+	dev  *kmod.Device
+	mb   *kmod.Mailboxes
+	mem  *memory     // the engine's: the guarded registrations (placementOf)
+	fail func(error) // engine.fail
 
 	mu      sync.Mutex
 	records int
@@ -30,7 +36,7 @@ type module struct {
 }
 
 // openModule opens /dev/rdmaplus and sets up records completion records.
-func openModule(records int) (*module, error) {
+func openModule(records int, mem *memory, fail func(error)) (*module, error) {
 	dev, err := kmod.Open()
 	if err != nil {
 		return nil, err
@@ -40,7 +46,7 @@ func openModule(records int) (*module, error) {
 		dev.Close()
 		return nil, err
 	}
-	return &module{dev: dev, mb: mb, records: records, wins: map[uint32]*Window{}}, nil
+	return &module{dev: dev, mb: mb, mem: mem, fail: fail, records: records, wins: map[uint32]*Window{}}, nil
 }
 
 func (m *module) close() error {
@@ -103,97 +109,98 @@ func (m *module) windows() []*Window {
 	return ws
 }
 
-// completions implements windowDriver: the module's records for a window
-// it counts (the default guard, with the module open, unless the window
-// asks for CountLibrary), a slab of the window's own otherwise.
-func (e *engine) completions(opts WindowOptions) (completionSource, bool) {
-	if e.mod != nil && opts.Guard == GuardInvalidate && opts.Counting != CountLibrary {
-		return e.mod, true
-	}
-	return newCompletionSlab(opts.MaxPosted + opts.Keep + 64), false
-}
-
-// moduleWindow creates the module's side of a counted window.
-func (e *engine) moduleWindow(w *Window) error {
+// open implements counter: it creates the module's side of a counted
+// window, whose mailbox key senders write to.
+func (m *module) open(w *Window) error {
 	kind := kmod.CountBytes
 	if w.st.opts.Kind == EpochOps {
 		kind = kmod.CountOps
 	}
-	id, key, err := e.mod.mb.CreateMailboxWindow(kind)
+	id, key, err := m.mb.CreateMailboxWindow(kind)
 	if err != nil {
 		return fmt.Errorf("window %v: %w", w.mailbox, err)
 	}
 	w.kid = id
 	w.st.mbkey = key
-	e.mod.mu.Lock()
-	e.mod.wins[id] = w
-	e.mod.mu.Unlock()
+	m.mu.Lock()
+	m.wins[id] = w
+	m.mu.Unlock()
 	return nil
 }
 
-// dropModuleWindow forgets a counted window in the module: its mailbox
-// key is refused from then on, and its buffers are no longer counted.
-func (e *engine) dropModuleWindow(w *Window) {
-	if e.mod == nil || w.kid == 0 {
+// drop implements counter: it forgets a counted window in the module: its
+// mailbox key is refused from then on, and its buffers are no longer
+// counted.
+func (m *module) drop(w *Window) {
+	if w.kid == 0 {
 		return
 	}
-	e.mod.mu.Lock()
-	delete(e.mod.wins, w.kid)
-	e.mod.mu.Unlock()
-	if err := e.mod.mb.DestroyWindow(w.kid); err != nil {
-		e.fail(fmt.Errorf("rvma: window %v: %w", w.mailbox, err))
+	m.mu.Lock()
+	delete(m.wins, w.kid)
+	m.mu.Unlock()
+	if err := m.mb.DestroyWindow(w.kid); err != nil {
+		m.fail(fmt.Errorf("rvma: window %v: %w", w.mailbox, err))
 	}
 }
 
-// register implements windowDriver: one system call for the lot
-// (kmod.Mailboxes.PostMany).
-func (e *engine) register(w *Window, as []regAction) {
+// carryOut implements counter: it registers the window's buffers with the
+// module, one system call for the lot (kmod.Mailboxes.PostMany), then
+// ends generations there. A generation the module published already
+// (its threshold was reached just before) is not an error.
+func (m *module) carryOut(w *Window, acts countActions) {
+	if as := acts.register; len(as) > 0 {
+		m.register(w, as)
+	}
+	for _, a := range acts.end {
+		var f kmod.RecordFlags
+		if a.flags&FlagPartial != 0 {
+			f |= kmod.RecordPartial
+		}
+		if a.flags&FlagClosed != 0 {
+			f |= kmod.RecordClosed
+		}
+		err := m.mb.End(w.kid, a.gen, f, false)
+		if err != nil && !errors.Is(err, kmod.ErrNotFound) {
+			m.fail(fmt.Errorf("rvma: ending epoch %d of window %v in the module: %w", a.gen, w.mailbox, err))
+		}
+	}
+}
+
+// register tells the module of a counted window's buffers, in generation
+// order, before they are shown: counted from their first byte.
+func (m *module) register(w *Window, as []regAction) {
 	ps := make([]kmod.MailboxPost, len(as))
 	for i, a := range as {
-		mr := e.mem.placementOf(a.b.addr, a.b.cap)
+		mr := m.mem.placementOf(a.b.addr, a.b.cap)
 		if mr == nil { // cannot happen: alloc guards every arena when the module counts
-			e.fail(fmt.Errorf("rvma: buffer at %#x of window %v is in no guarded registration", a.b.addr, w.mailbox))
+			m.fail(fmt.Errorf("rvma: buffer at %#x of window %v is in no guarded registration", a.b.addr, w.mailbox))
 			return
 		}
 		ps[i] = kmod.MailboxPost{Key: mr.LKey(), IOVA: a.b.addr, Length: a.b.cap,
-			Threshold: a.threshold, Gen: a.gen, Record: e.mod.index(a.b.comp), OneTime: a.b.oneTime}
+			Threshold: a.threshold, Gen: a.gen, Record: m.index(a.b.comp), OneTime: a.b.oneTime}
 	}
-	if n, err := e.mod.mb.PostMany(w.kid, ps); err != nil {
-		e.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",
+	if n, err := m.mb.PostMany(w.kid, ps); err != nil {
+		m.fail(fmt.Errorf("rvma: registering buffer %d of %d (epoch %d) of window %v with the module: %w",
 			n+1, len(ps), as[min(n, len(as)-1)].gen, w.mailbox, err))
 	}
 }
 
-// end implements windowDriver. A generation the module published already
-// (its threshold was reached just before) is not an error.
-func (e *engine) end(w *Window, a endAction) {
-	var f kmod.RecordFlags
-	if a.flags&FlagPartial != 0 {
-		f |= kmod.RecordPartial
+// sync implements counter: it takes the epochs the module has published
+// for the window.
+func (m *module) sync(w *Window) {
+	var done uint64
+	if w.kid != 0 {
+		done = m.mb.Done(w.kid)
 	}
-	if a.flags&FlagClosed != 0 {
-		f |= kmod.RecordClosed
-	}
-	err := e.mod.mb.End(w.kid, a.gen, f, false)
-	if err != nil && !errors.Is(err, kmod.ErrNotFound) {
-		e.fail(fmt.Errorf("rvma: ending epoch %d of window %v in the module: %w", a.gen, w.mailbox, err))
-	}
+	w.takePublished(done)
 }
 
-// published implements windowDriver.
-func (e *engine) published(w *Window) uint64 {
+// refusedPackets implements counter.
+func (m *module) refusedPackets(w *Window) uint64 {
 	if w.kid == 0 {
 		return 0
 	}
-	return e.mod.mb.Done(w.kid)
-}
-
-// refusedPackets implements windowDriver.
-func (e *engine) refusedPackets(w *Window) uint64 {
-	if w.kid == 0 {
-		return 0
-	}
-	return e.mod.mb.Refused(w.kid)
+	return m.mb.Refused(w.kid)
 }
 
 // syncCounted takes what the module published for every counted window.

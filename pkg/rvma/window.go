@@ -8,20 +8,17 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/rvma/internal/wire"
 )
 
-// windowDriver is what a Window needs from its endpoint: binding and
-// unbinding the memory window of a buffer (asynchronously: the driver
-// reports completion with Window.bound and Window.unbound, from another
-// goroutine or later), pushing changed descriptor entries to subscribers,
-// and checking that posted memory is registered. The verbs engine
-// implements it.
+// windowDriver is what a Window needs from its endpoint: who counts its
+// puts (counting), pushing changed descriptor entries to subscribers, and
+// checking that posted memory is registered. The verbs engine implements
+// it.
 type windowDriver interface {
 	addrOf(mem []byte) (uint64, error)
-	// bind binds a memory window over b: from's (see bindAction) or, with
-	// from nil, one of the driver's. unbind unbinds it. A counted window
-	// binds none: senders write to its mailbox key (docs/rvma.md,
-	// section 6).
-	bind(w *Window, b, from *buffer)
-	unbind(w *Window, b *buffer)
+	// counting returns the counter of a window with these options, where
+	// its completion records live, and whether the kernel module counts
+	// it (docs/rvma.md, section 6): then its records are in memory the
+	// module writes.
+	counting(opts WindowOptions) (counter, completionSource, bool)
 	// hide unbinds the read-only window a Get was served through over b,
 	// if there is one, before any later bind over b.
 	hide(w *Window, b *buffer)
@@ -34,21 +31,6 @@ type windowDriver interface {
 	// subscribers is the number of senders that hold a view of the
 	// window in slot.
 	subscribers(slot uint32) int
-	// completions returns where the completion records of a window with
-	// these options live, and whether the kernel module counts the
-	// window (docs/rvma.md, section 6): then its records are in memory
-	// the module writes.
-	completions(opts WindowOptions) (completionSource, bool)
-	// register tells the module of a counted window's buffers (in
-	// generation order), and end ends one of its generations there;
-	// published tells how many of the window's epochs the module has
-	// published.
-	register(w *Window, as []regAction)
-	end(w *Window, a endAction)
-	published(w *Window) uint64
-	// refusedPackets is how many write packets the module refused for a
-	// counted window (0 for others).
-	refusedPackets(w *Window) uint64
 	progressDriver
 }
 
@@ -69,6 +51,7 @@ type Window struct {
 	slot        uint32
 	incarnation uint32
 	drv         windowDriver
+	ctr         counter // who counts the window's puts (windowDriver.counting)
 
 	dispatch sync.Mutex // held across taking and dispatching actions: the driver sees them in order
 	mu       sync.Mutex
@@ -85,7 +68,7 @@ func newWindow(mb Mailbox, slot, incarnation uint32, opts WindowOptions, drv win
 		return nil, fmt.Errorf("window %v: %w", mb, err)
 	}
 	w := &Window{mailbox: mb, slot: slot, incarnation: incarnation, drv: drv, st: st}
-	w.comps, st.counted = drv.completions(st.opts)
+	w.ctr, w.comps, st.counted = drv.counting(st.opts)
 	return w, nil
 }
 
@@ -101,9 +84,10 @@ func (w *Window) flush() {
 	defer w.dispatch.Unlock()
 	subs := w.drv.subscribers(w.slot) // under dispatch: answerResolve cannot add one meanwhile
 	w.mu.Lock()
-	bind, unbind, _ := w.st.takeActions()
+	var acts countActions
+	acts.bind, acts.unbind, _ = w.st.takeActions()
 	hides := w.st.takeHides()
-	regs, ends := w.st.takeModuleActions()
+	acts.register, acts.end = w.st.takeModuleActions()
 	var e wire.Entry
 	changed := w.st.seq != w.lastSeq
 	push := pushNone
@@ -150,17 +134,8 @@ func (w *Window) flush() {
 	for _, b := range hides { // before a recycled buffer's bind for its next epoch
 		w.drv.hide(w, b)
 	}
-	if len(regs) > 0 { // before the buffers' binds: counted from their first byte
-		w.drv.register(w, regs)
-	}
-	for _, a := range ends {
-		w.drv.end(w, a)
-	}
-	for _, a := range bind {
-		w.drv.bind(w, a.b, a.from)
-	}
-	for _, b := range unbind {
-		w.drv.unbind(w, b)
+	if !acts.empty() {
+		w.ctr.carryOut(w, acts)
 	}
 	if changed {
 		w.drv.entryChanged(w, e, push)
@@ -232,20 +207,20 @@ func (w *Window) arrive(genLow uint16, n uint64) (arriveResult, uint64) {
 
 // syncCounted takes the epochs the module published for a counted window
 // and carries out what follows (the next buffers registered and shown,
-// waiters woken, the entry pushed). Every call that reads the
-// window's epochs calls it first, so that what Spin saw in a record is
-// seen there too, without waiting for the endpoint's module loop.
+// waiters woken, the entry pushed); it does nothing where the library
+// counts. Every call that reads the window's epochs calls it first, so
+// that what Spin saw in a record is seen there too, without waiting for
+// the endpoint's module loop.
+func (w *Window) syncCounted() { w.ctr.sync(w) }
+
+// takePublished is syncCounted on a counted window, with done the
+// module's count of the window's published epochs.
 //
 // The module writes a record before it raises the window's done counter,
 // and on another CPU Spin can see the record in between: so a head buffer
 // whose record is published counts as done even if the counter lags.
-func (w *Window) syncCounted() {
-	done := w.drv.published(w)
+func (w *Window) takePublished(done uint64) {
 	w.mu.Lock()
-	if !w.st.counted {
-		w.mu.Unlock()
-		return
-	}
 	if w.st.headPublished() {
 		done = max(done, w.st.head+1)
 	}
@@ -350,7 +325,7 @@ func (w *Window) Stats() WindowStats {
 	w.mu.Lock()
 	s := w.st.Stats()
 	w.mu.Unlock()
-	s.RefusedPackets = w.drv.refusedPackets(w)
+	s.RefusedPackets = w.ctr.refusedPackets(w)
 	return s
 }
 
