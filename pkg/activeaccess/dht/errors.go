@@ -3,7 +3,8 @@ package dht
 import "errors"
 
 // Sentinel errors; every error of this package wraps one of these, an
-// error of pkg/activeaccess or pkg/verbs, or a context error.
+// error of pkg/activeaccess or pkg/verbs, or a context error (test with
+// errors.Is), except Volume.Contents' description of a damaged volume.
 var (
 	// ErrInvalid: a bad argument (key 0, a bad layout or address).
 	ErrInvalid = errors.New("dht: invalid argument")
@@ -20,6 +21,8 @@ var (
 	ErrDisconnected = errors.New("dht: disconnected from the target")
 	// ErrProtocol: the peer is not a DHT target of this package.
 	ErrProtocol = errors.New("dht: protocol error")
-	// ErrClosed: the table or target was closed.
+	// ErrClosed: the table or target was closed. A table's calls after
+	// Close return an error that wraps it and names the call ("dht:
+	// insert: dht: closed").
 	ErrClosed = errors.New("dht: closed")
 )
