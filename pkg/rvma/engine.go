@@ -14,16 +14,44 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
-// engine is the receiving half of an endpoint on one RDMA device: the
-// memory the application allocates for buffers, the memory windows bound
-// over posted buffers (through a loopback RC pair that only carries binds),
-// the shared receive queue every link's queue pairs take their receive
-// WQEs from, the descriptor table senders read, and the goroutines that
-// turn completions into window events. It implements windowDriver.
+// engine is the receiving half of an endpoint on one RDMA device. It is
+// made of parts that each do one job, and routes between them:
+//
+//   - prog (progress, engine_progress.go): the one CQ, the SRQ every
+//     link's queue pairs take their receive WQEs from, and who polls the
+//     CQ (the engine's loop, spinners, waiters); the engine's handle
+//     routes each completion to the links, mem's binds or a window;
+//   - mem (memory, engine_memory.go): the memory the application
+//     allocates for buffers, the memory windows bound over posted
+//     buffers and exposed for Get, and the loopback RC pair that carries
+//     only binds;
+//   - desc (descTable, engine_desc.go): the descriptor table senders
+//     read, and the pushes of entries deferred to the next idle poll;
+//   - mod (module, module.go): the kernel module's counted mailboxes,
+//     nil when the library counts.
+//
+// Each window has a counter (counter.go), picked when it is opened: the
+// library's (mem's binds and unbinds) or mod. The engine itself keeps the
+// mailbox table, the linger of closed windows and the goroutines. It
+// implements windowDriver.
 //
 // The endpoint (links to peers, the sending half) hooks in through links;
 // a test without an endpoint attaches queue pairs to the SRQ itself
 // (engine_lab_test.go).
+//
+// Lock order, outermost first (each part's type says the same of its own):
+//
+//	prog.pollMu            held while a batch of completions is handled;
+//	                       only TryLocked by goroutines holding another
+//	Window.dispatch        held while a window's actions are dispatched
+//	Window.mu              the window's state; released before dispatch
+//	                       goes on to anything below, except mod.mu
+//	                       (records: module.get and put)
+//	desc.mu (shared)       then the mailbox table's lock, the endpoint's
+//	                       and the links' locks (pushEntry), desc.pushMu
+//	mem.mu, mod.mu         leaves; mem.mu also guards lingering
+//
+// desc.pushMu is a leaf, also taken under the endpoint's mu (deferPush).
 type engine struct {
 	dev   *verbs.Context
 	own   bool      // dev is the engine's to close
@@ -31,28 +59,27 @@ type engine struct {
 	gid   verbs.GIDEntry
 	table *mailboxTable[*Window]
 
-	prog progress // the CQ, the SRQ and who polls them (engine_progress.go)
 	// rdDepth is the RDMA READ depth links ask for in both directions and
 	// the READs a Get keeps in flight: readDepth, or less if the device
 	// supports less.
 	rdDepth int
 
-	desc descTable // the descriptor table and deferred pushes (engine_desc.go)
+	prog progress  // the CQ, the SRQ and who polls them
+	mem  memory    // arenas and memory windows
+	desc descTable // the descriptor table and deferred pushes
+	// mod is the kernel module's counted mailboxes; nil when the library
+	// counts.
+	mod *module
+
+	bounce bounce // registered copies of small put sources (bounce.go)
 
 	links linkHandler            // nil without an endpoint
 	trace func(wire.Imm, uint32) // test hook: every DATA arrival, in order
 
-	bounce bounce // registered copies of small put sources (bounce.go)
-
-	mem memory // arenas and memory windows (engine_memory.go)
 	// lingering holds the closed windows whose mailbox is still reserved,
 	// each with the timer that frees it (WindowOptions.Linger). It is
 	// guarded by mem.mu, as mem.closed, which Close sets.
 	lingering map[*Window]*time.Timer
-
-	// mod is the kernel module's counted mailboxes (module.go); nil when
-	// the library counts.
-	mod *module
 
 	opts     engineOptions
 	stop     context.CancelFunc
@@ -246,33 +273,8 @@ func (e *engine) release() error {
 }
 
 // alloc returns n bytes of registered memory that windows accept as
-// buffers. The region grants no remote access itself: peers reach a
-// posted buffer only through the memory window bound to it (which needs
-// local write and MW binding on the region), never through the region's
-// own rkey, which is not sent anywhere. With the module, the memory is
-// registered a second time with remote write, for the module's
-// translation of mailbox keys alone: the module guards that registration,
-// refusing every write it did not translate.
-func (e *engine) alloc(n int) ([]byte, error) {
-	mr, err := e.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessMWBind)
-	if err != nil {
-		return nil, err
-	}
-	var pm *verbs.MR
-	if e.mod != nil {
-		if pm, err = e.pd.RegMR(mr.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err == nil {
-			if err = e.mod.mb.Guard(pm.LKey()); err != nil {
-				pm.Close()
-			}
-		}
-		if err != nil {
-			mr.Close()
-			return nil, fmt.Errorf("registering %d bytes for mailbox keys: %w", n, err)
-		}
-	}
-	e.mem.addArena(mr, pm)
-	return mr.Bytes(), nil
-}
+// buffers (memory.alloc).
+func (e *engine) alloc(n int) ([]byte, error) { return e.mem.alloc(n, e.mod) }
 
 func (e *engine) addrOf(mem []byte) (uint64, error) {
 	if e.mem.arenaOf(heapAddr(mem), uint64(len(mem))) == nil {

@@ -64,6 +64,36 @@ type bindOp struct {
 	key chan uint32
 }
 
+// alloc returns n bytes of registered memory that windows accept as
+// buffers. The region grants no remote access itself: peers reach a
+// posted buffer only through the memory window bound to it (which needs
+// local write and MW binding on the region), never through the region's
+// own rkey, which is not sent anywhere. With the module, the memory is
+// registered a second time with remote write, for the module's
+// translation of mailbox keys alone: the module guards that registration,
+// refusing every write it did not translate. mod is the engine's module,
+// nil when the library counts.
+func (m *memory) alloc(n int, mod *module) ([]byte, error) {
+	mr, err := m.pd.AllocMR(n, verbs.AccessLocalWrite|verbs.AccessMWBind)
+	if err != nil {
+		return nil, err
+	}
+	var pm *verbs.MR
+	if mod != nil {
+		if pm, err = m.pd.RegMR(mr.Bytes(), verbs.AccessLocalWrite|verbs.AccessRemoteWrite); err == nil {
+			if err = mod.mb.Guard(pm.LKey()); err != nil {
+				pm.Close()
+			}
+		}
+		if err != nil {
+			mr.Close()
+			return nil, fmt.Errorf("registering %d bytes for mailbox keys: %w", n, err)
+		}
+	}
+	m.addArena(mr, pm)
+	return mr.Bytes(), nil
+}
+
 // addArena records an arena Alloc handed out and, with the module, its
 // guarded registration pm (nil without).
 func (m *memory) addArena(mr, pm *verbs.MR) {
