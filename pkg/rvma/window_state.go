@@ -119,9 +119,9 @@ type windowState struct {
 	toHide []*buffer
 }
 
-// bindAction asks the counter (the library) to bind a memory window over b (never in a
-// counted window). When from is set, the
-// window is the one bound over from, which has stopped accepting puts:
+// bindAction asks the counter (the library) to bind a memory window over
+// b (never in a counted window). When from is set, the window is the one
+// bound over from, which has stopped accepting puts:
 // the one bind both invalidates from's key and exposes b, and its
 // completion reports both (unbound(from), then bound(b)).
 type bindAction struct {
