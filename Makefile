@@ -12,7 +12,7 @@ GUESTS  ?= 1
 # The guest kernel: bookworm (default), trixie, sid; for lab, bench, lab-test, lab-shell.
 KERNEL  ?= bookworm
 
-.PHONY: all build setup host-deps check vet staticcheck deploy-check unit deb test-packages lab lab-newer test test-kernels bench demo lab-test lab-shell clean
+.PHONY: all build setup host-deps check vet staticcheck deploy-check sockpreload unit deb test-packages lab lab-newer test test-kernels bench demo lab-test lab-shell clean
 .NOTPARALLEL:
 
 all: build
@@ -43,7 +43,13 @@ host-deps:
 # a minute and a half once staticcheck is in Go's module cache): gofmt and go vet (with
 # and without the lab tag), staticcheck, the Prometheus rules' checks and the
 # host unit tests with -race.
-check: vet staticcheck deploy-check unit
+check: vet staticcheck deploy-check sockpreload unit
+
+# The sockets-over-RDMA shim (cmd/sockpreload) and its conformance program,
+# into build/sockpreload/ (librdmaplus-sockets.so, conformance); the unit
+# tests run the program plainly and under the shim on the host.
+sockpreload: host-deps
+	$(MAKE) -C cmd/sockpreload O=$(abspath build/sockpreload)
 
 # gofmt fails on any unformatted file, then go vet with and without the lab tag.
 vet: host-deps

@@ -170,7 +170,7 @@ SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 	struct conn *c = sock_lookup(fd);
 	ssize_t r = REAL(recvmsg)(fd, msg, flags);
 
-	if (unlikely(msg->msg_controllen))
+	if (unlikely(r >= 0 && msg->msg_controllen))
 		received(msg, r);
 	return c ? got_flags(c, r, flags) : r;
 }
@@ -254,7 +254,7 @@ SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct conn *c = sock_lookup(fd);
 
-	if (unlikely(msg->msg_controllen))
+	if (unlikely(msg && msg->msg_controllen))
 		io_sending_fds(msg);
 	if (likely(!c))
 		return REAL(sendmsg)(fd, msg, flags);
@@ -276,7 +276,7 @@ SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int fla
 	struct conn *c = sock_lookup(fd);
 	int r;
 
-	for (unsigned int i = 0; i < vlen; i++)
+	for (unsigned int i = 0; vec && i < vlen; i++)
 		if (unlikely(vec[i].msg_hdr.msg_controllen))
 			io_sending_fds(&vec[i].msg_hdr);
 	r = REAL(sendmmsg)(fd, vec, vlen, flags);
