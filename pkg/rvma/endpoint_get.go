@@ -414,7 +414,7 @@ func (ep *Endpoint) serveGet(l *link, m wire.Ctrl) {
 }
 
 // exposure is a read-only type 1 memory window over a kept buffer's
-// placed bytes, bound for Gets; its fields are under engine.mu.
+// placed bytes, bound for Gets; its fields are under memory.mu.
 type exposure struct {
 	mw      *verbs.MW
 	mr      *verbs.MR

@@ -36,7 +36,7 @@ type memory struct {
 	mws       map[*verbs.MR][]*verbs.MW // free type 1 windows, by the MR they were last bound over
 	bound     map[*buffer]*verbs.MW     // windows bound over posted buffers
 	// exposed holds the read-only windows over kept buffers that Get
-	// reads through (get.go).
+	// reads through (endpoint_get.go).
 	exposed map[*buffer]*exposure
 	ops     map[uint64]bindOp // bind work request id -> what it was
 	nextID  uint64
