@@ -1724,6 +1724,57 @@ static int s_peer_killed(uint64_t seed)
 	return r;
 }
 
+/*
+ * glibc's fortified entry points (_FORTIFY_SOURCE=2 with sizes the
+ * compiler cannot check): __read_chk, __recv_chk, __recvfrom_chk,
+ * __poll_chk, __ppoll_chk.
+ */
+static int s_fortified(uint64_t seed)
+{
+	static volatile size_t lim = 1000;
+	static volatile nfds_t one = 1;
+	struct timespec ts = { TIMEOUT_MS / 1000, 0 };
+	struct pollfd p[2] = { { .events = POLLIN } };
+	uint8_t b[4096];
+	int fd = dial(M_SOURCE, seed, 3000), r = -1;
+	uint64_t off = 0;
+	ssize_t k;
+
+	if (fd < 0)
+		return -1;
+	p[0].fd = fd;
+	while (off < 3000) {
+		if (poll(p, one, TIMEOUT_MS) != 1 || ppoll(p, one, &ts, NULL) != 1) {
+			fail("poll, ppoll: not readable");
+			goto out;
+		}
+		switch (off % 3) {
+		case 0:
+			k = read(fd, b, lim);
+			break;
+		case 1:
+			k = recv(fd, b, lim, 0);
+			break;
+		default:
+			k = recvfrom(fd, b, lim, 0, NULL, NULL);
+			break;
+		}
+		if (k <= 0) {
+			fail("read %zd at %" PRIu64, k, off);
+			goto out;
+		}
+		if (mismatch(b, seed, off, (size_t)k) >= 0) {
+			fail("bytes differ");
+			goto out;
+		}
+		off += (uint64_t)k;
+	}
+	r = recv_pattern(fd, seed, off, 0, 1);
+out:
+	close(fd);
+	return r;
+}
+
 struct scenario {
 	const char *name;
 	int (*fn)(uint64_t seed);
@@ -1763,6 +1814,7 @@ static const struct scenario scenarios[] = {
 	{ "posix_spawn", s_posix_spawn },
 	{ "scm_rights", s_scm_rights },
 	{ "peer_killed", s_peer_killed },
+	{ "fortified", s_fortified },
 };
 
 static int run_client(void)
