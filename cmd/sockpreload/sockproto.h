@@ -13,8 +13,12 @@
  * travel as inline SENDs on the connection's QP (SWITCH, FIN, ABORT) or
  * through rvmad, in order per connection (ATTACH_REQ, ATTACH_REP,
  * ATTACH_NACK, DEMOTE, REATTACH): a DEMOTE must arrive when the QP is
- * gone. Every field is naturally aligned, padding is explicit and
- * must be zero, and every structure's size is checked at compile time.
+ * gone. Between a process and rvmad, and between the rvmads of two hosts,
+ * each of those records follows a ROUTE naming its connection; a process
+ * announces the connections it owns with REGISTER and UNREGISTER, and
+ * rvmad answers with RESULT (see "The broker's records" below). Every
+ * field is naturally aligned, padding is explicit and must be zero, and
+ * every structure's size is checked at compile time.
  *
  * The structures hold wire values: store with sockproto_put*() and load
  * with sockproto_get*() (or use the record helpers below), never by
@@ -46,7 +50,11 @@ enum sockproto_type {
 	SOCKPROTO_ABORT		= 6,	/* QP: connection reset, with a reason */
 	SOCKPROTO_DEMOTE	= 7,	/* rvmad: back to TCP; I consumed this much */
 	SOCKPROTO_REATTACH	= 8,	/* rvmad: a new incarnation takes the connection over */
-	SOCKPROTO_TYPE_MAX	= 8,
+	SOCKPROTO_ROUTE		= 9,	/* rvmad: the next record is about this connection */
+	SOCKPROTO_REGISTER	= 10,	/* rvmad: I own this connection; hand me its records */
+	SOCKPROTO_UNREGISTER	= 11,	/* rvmad: forget this connection */
+	SOCKPROTO_RESULT	= 12,	/* rvmad: the broker's answer to a request */
+	SOCKPROTO_TYPE_MAX	= 12,
 };
 
 /*
@@ -74,7 +82,8 @@ enum sockproto_reason {
 	SOCKPROTO_R_PROTOCOL		= 19,	/* a malformed or unexpected record */
 	SOCKPROTO_R_TIMEOUT		= 20,	/* the attachment took too long */
 	SOCKPROTO_R_APP			= 21,	/* asked for by the program (pkg/sockets) */
-	SOCKPROTO_R_MAX			= 21,
+	SOCKPROTO_R_LIMIT		= 22,	/* a per-user cap of rvmad's was reached */
+	SOCKPROTO_R_MAX			= 22,
 };
 
 /* Limits of the endpoint fields. */
@@ -224,6 +233,77 @@ struct sockproto_reattach {
 	struct sockproto_endpoint ep;
 };
 
+/*
+ * The broker's records. rvmad's Unix socket (default
+ * /run/rvmad/sockets.sock) is SOCK_SEQPACKET: each message is one record
+ * or a ROUTE followed by one record, never more. The pairing port between
+ * two rvmads (TCP, default 7473) carries the same messages back to back.
+ *
+ * - REGISTER: the process owns the connection (it holds @fd, a socket
+ *   whose 4-tuple is @tuple); rvmad checks that with sock_diag and
+ *   /proc/<pid>/fd/<fd> (the pid of SO_PEERCRED) and answers RESULT. A
+ *   connection must be registered before any record about it; the latest
+ *   process to register it (after fork or exec) gets its records.
+ * - UNREGISTER: forget it (at close); RESULT answers. A disconnect from
+ *   rvmad's socket unregisters everything the process had registered.
+ * - ROUTE, then ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE or REATTACH:
+ *   the record is about the connection @tuple; both have the same epoch.
+ * - RESULT: rvmad's answer to REGISTER and UNREGISTER (@reason 0: done),
+ *   and to a routed record it could not take or deliver (@reason:
+ *   SOCKPROTO_R_DENIED, not registered by this process;
+ *   SOCKPROTO_R_NO_DAEMON, the peer's rvmad cannot be reached). An
+ *   ATTACH_REQ is answered with ROUTE and ATTACH_NACK instead.
+ *
+ * A tuple in these records is the connection as the host sending the
+ * message sees it (local: that host's end): rvmad turns the peer host's
+ * view into its process's view, so a process always finds its own.
+ * REGISTER's and UNREGISTER's epoch is the caller's (any but 0) and
+ * RESULT echoes the epoch of the record it answers.
+ */
+
+/**
+ * struct sockproto_route - ROUTE and UNREGISTER
+ * @tuple:	the connection, as the host sending the message sees it
+ */
+struct sockproto_route {
+	struct sockproto_hdr hdr;
+	struct sockproto_tuple tuple;
+};
+
+/**
+ * struct sockproto_register - REGISTER
+ * @tuple:	the connection, as the registering process sees it
+ * @fd:		the process's file descriptor of the connection's socket
+ *		(0 to INT32_MAX), for rvmad's ownership check
+ * @pad:	zero
+ */
+struct sockproto_register {
+	struct sockproto_hdr hdr;
+	struct sockproto_tuple tuple;
+	uint32_t fd;
+	uint32_t pad;
+};
+
+/**
+ * struct sockproto_result - RESULT
+ * @tuple:	the connection the answered record named
+ * @request:	the type of the answered record
+ * @pad:	zero
+ * @reason:	0: done; else enum sockproto_reason (SOCKPROTO_R_DENIED: not
+ *		yours or no such connection, the same answer for both;
+ *		SOCKPROTO_R_LIMIT: the user's cap of registrations reached;
+ *		SOCKPROTO_R_NO_DAEMON: the peer's rvmad cannot be reached)
+ * @pad2:	zero
+ */
+struct sockproto_result {
+	struct sockproto_hdr hdr;
+	struct sockproto_tuple tuple;
+	uint8_t request;
+	uint8_t pad;
+	uint16_t reason;
+	uint32_t pad2;
+};
+
 /**
  * struct sockproto_ctrl - a side's control block, written by the peer
  * @credit:	bytes of this side's outgoing stream the peer consumed
@@ -302,6 +382,9 @@ struct sockproto_ring {
 #define SOCKPROTO_REASON_SIZE	24
 #define SOCKPROTO_ATTACH_SIZE	120
 #define SOCKPROTO_REATTACH_SIZE	136
+#define SOCKPROTO_ROUTE_SIZE	56	/* ROUTE, UNREGISTER */
+#define SOCKPROTO_REGISTER_SIZE	64
+#define SOCKPROTO_RESULT_SIZE	64
 #define SOCKPROTO_RECORD_MAX	SOCKPROTO_REATTACH_SIZE
 
 _Static_assert(sizeof(struct sockproto_hdr) == SOCKPROTO_HDR_SIZE, "hdr");
@@ -312,6 +395,9 @@ _Static_assert(sizeof(struct sockproto_tuple) == 40, "tuple");
 _Static_assert(sizeof(struct sockproto_endpoint) == 56, "endpoint");
 _Static_assert(sizeof(struct sockproto_attach) == SOCKPROTO_ATTACH_SIZE, "attach");
 _Static_assert(sizeof(struct sockproto_reattach) == SOCKPROTO_REATTACH_SIZE, "reattach");
+_Static_assert(sizeof(struct sockproto_route) == SOCKPROTO_ROUTE_SIZE, "route");
+_Static_assert(sizeof(struct sockproto_register) == SOCKPROTO_REGISTER_SIZE, "register");
+_Static_assert(sizeof(struct sockproto_result) == SOCKPROTO_RESULT_SIZE, "result");
 _Static_assert(sizeof(struct sockproto_ctrl) == 64, "ctrl");
 _Static_assert(sizeof(struct sockproto_ring) == 64, "ring");
 _Static_assert(offsetof(struct sockproto_attach, ep) == 64, "attach ep");
@@ -384,6 +470,13 @@ static inline size_t sockproto_size(unsigned int type)
 		return SOCKPROTO_DEMOTE_SIZE;
 	case SOCKPROTO_REATTACH:
 		return SOCKPROTO_REATTACH_SIZE;
+	case SOCKPROTO_ROUTE:
+	case SOCKPROTO_UNREGISTER:
+		return SOCKPROTO_ROUTE_SIZE;
+	case SOCKPROTO_REGISTER:
+		return SOCKPROTO_REGISTER_SIZE;
+	case SOCKPROTO_RESULT:
+		return SOCKPROTO_RESULT_SIZE;
 	}
 	return 0;
 }
@@ -533,6 +626,34 @@ static inline int sockproto_check(const void *buf, size_t len)
 		if (sockproto_get64(b + offsetof(struct sockproto_offset_rec, offset)) > INT64_MAX)
 			return -SOCKPROTO_E_FIELD;
 		return 0;
+	case SOCKPROTO_ROUTE:
+	case SOCKPROTO_UNREGISTER:
+		return sockproto_check_tuple(&((const struct sockproto_route *)buf)->tuple);
+	case SOCKPROTO_REGISTER: {
+		const struct sockproto_register *g = buf;
+
+		err = sockproto_check_tuple(&g->tuple);
+		if (err)
+			return err;
+		if (!sockproto_zero(&g->pad, sizeof(g->pad)))
+			return -SOCKPROTO_E_RESERVED;
+		if (sockproto_get32(&g->fd) > INT32_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	}
+	case SOCKPROTO_RESULT: {
+		const struct sockproto_result *s = buf;
+		uint16_t r = sockproto_get16(&s->reason);
+
+		err = sockproto_check_tuple(&s->tuple);
+		if (err)
+			return err;
+		if (s->pad || !sockproto_zero(&s->pad2, sizeof(s->pad2)))
+			return -SOCKPROTO_E_RESERVED;
+		if (s->request < 1 || s->request > SOCKPROTO_TYPE_MAX || r > SOCKPROTO_R_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	}
 	}
 	return -SOCKPROTO_E_TYPE;
 }

@@ -1,7 +1,7 @@
 // Package wire is the Go mirror of cmd/sockpreload/sockproto.h, the wire
 // protocol of sockets over RDMA (docs/sockets.md): control records
 // (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, SWITCH, FIN, ABORT, DEMOTE,
-// REATTACH), the control block the peer writes credits into, the header of
+// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT), the control block the peer writes credits into, the header of
 // a receive ring, and the immediate data of ring writes.
 //
 // Records are fixed-size and little-endian, with a 16-byte header (magic,
@@ -30,6 +30,9 @@ const (
 	ReasonSize   = 24  // ATTACH_NACK, ABORT
 	AttachSize   = 120 // ATTACH_REQ, ATTACH_REP
 	ReattachSize = 136 // REATTACH
+	RouteSize    = 56  // ROUTE, UNREGISTER
+	RegisterSize = 64  // REGISTER
+	ResultSize   = 64  // RESULT
 	RecordMax    = ReattachSize
 
 	RingLog2Min = 12 // smallest ring: 4 KiB
@@ -48,18 +51,23 @@ type Type uint8
 
 // Record types.
 const (
-	TypeAttachReq  Type = 1 // rvmad: attach RDMA to this connection
-	TypeAttachRep  Type = 2 // rvmad: accepted, with the acceptor's endpoint
-	TypeAttachNack Type = 3 // rvmad: refused, with a reason
-	TypeSwitch     Type = 4 // QP: the sender's bytes from Offset on go by the ring
-	TypeFin        Type = 5 // QP: the sender's stream ends at Offset
-	TypeAbort      Type = 6 // QP: the connection is reset
-	TypeDemote     Type = 7 // rvmad: back to TCP; the sender consumed this much
-	TypeReattach   Type = 8 // rvmad: a new incarnation takes the connection over
-	TypeMax             = TypeReattach
+	TypeAttachReq  Type = 1  // rvmad: attach RDMA to this connection
+	TypeAttachRep  Type = 2  // rvmad: accepted, with the acceptor's endpoint
+	TypeAttachNack Type = 3  // rvmad: refused, with a reason
+	TypeSwitch     Type = 4  // QP: the sender's bytes from Offset on go by the ring
+	TypeFin        Type = 5  // QP: the sender's stream ends at Offset
+	TypeAbort      Type = 6  // QP: the connection is reset
+	TypeDemote     Type = 7  // rvmad: back to TCP; the sender consumed this much
+	TypeReattach   Type = 8  // rvmad: a new incarnation takes the connection over
+	TypeRoute      Type = 9  // rvmad: the next record is about this connection
+	TypeRegister   Type = 10 // rvmad: I own this connection; hand me its records
+	TypeUnregister Type = 11 // rvmad: forget this connection
+	TypeResult     Type = 12 // rvmad: the broker's answer to a request
+	TypeMax             = TypeResult
 )
 
-var typeNames = [...]string{"", "ATTACH_REQ", "ATTACH_REP", "ATTACH_NACK", "SWITCH", "FIN", "ABORT", "DEMOTE", "REATTACH"}
+var typeNames = [...]string{"", "ATTACH_REQ", "ATTACH_REP", "ATTACH_NACK", "SWITCH", "FIN", "ABORT", "DEMOTE", "REATTACH",
+	"ROUTE", "REGISTER", "UNREGISTER", "RESULT"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= TypeMax {
@@ -81,6 +89,12 @@ func (t Type) Size() int {
 		return DemoteSize
 	case TypeReattach:
 		return ReattachSize
+	case TypeRoute, TypeUnregister:
+		return RouteSize
+	case TypeRegister:
+		return RegisterSize
+	case TypeResult:
+		return ResultSize
 	}
 	return 0
 }
@@ -112,12 +126,13 @@ const (
 	ReasonProtocol       Reason = 19 // a malformed or unexpected record
 	ReasonTimeout        Reason = 20 // the attachment took too long
 	ReasonApp            Reason = 21 // asked for by the program
-	ReasonMax                   = ReasonApp
+	ReasonLimit          Reason = 22 // a per-user cap of rvmad's was reached
+	ReasonMax                   = ReasonLimit
 )
 
 var reasonNames = [...]string{"", "version", "no_owner", "no_daemon", "no_device", "no_memory",
 	"shutdown", "denied", "disabled", "busy", "exec", "fd_passed", "fdopen", "splice", "qp_error",
-	"tcp_after_switch", "peer", "close_unread", "linger0", "protocol", "timeout", "app"}
+	"tcp_after_switch", "peer", "close_unread", "linger0", "protocol", "timeout", "app", "limit"}
 
 // String is the reason's metric label (rdmaplus_sockets_fallback_total{reason}).
 func (r Reason) String() string {
@@ -628,6 +643,8 @@ func Decode(b []byte) (Record, error) {
 			return Fin{Epoch: h.Epoch, Offset: off}, nil
 		}
 		return Switch{Epoch: h.Epoch, Offset: off}, nil
+	case TypeRoute, TypeUnregister, TypeRegister, TypeResult:
+		return decodeBroker(h, body)
 	}
 	return nil, errf(KindType, t, "no decoder")
 }

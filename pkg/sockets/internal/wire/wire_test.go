@@ -57,6 +57,16 @@ func vectors() []vector {
 			Incarnation: 42, Consumed: 1000000, Sent: 2000000,
 			Endpoint: Endpoint{GID: seq(0xc0), QPN: 0x42, PSN: 0x4242, RingAddr: 0x1000, RingRKey: 0x77,
 				RingLog2: 30, MTU: 1, CtrlAddr: 0x2000, CtrlRKey: 0x78}}},
+		{name: "route", rec: Route{Epoch: 7,
+			Tuple: Tuple{Family: AFInet, LocalPort: 40000, RemotePort: 5201, Local: seq(0x70), Remote: seq(0x80)}}},
+		{name: "register", rec: Register{Epoch: 1,
+			Tuple: Tuple{Family: AFInet6, LocalPort: 5201, RemotePort: 40000, Local: seq(0x90), Remote: seq(0xa0)},
+			FD:    0x7fffffff}},
+		{name: "unregister", rec: Unregister{Epoch: 2,
+			Tuple: Tuple{Family: AFInet6, LocalPort: 5201, RemotePort: 40000, Local: seq(0x90), Remote: seq(0xa0)}}},
+		{name: "result", rec: Result{Epoch: 3,
+			Tuple:   Tuple{Family: AFInet, LocalPort: 5201, RemotePort: 40001, Local: seq(0xb0), Remote: seq(0xc0)},
+			Request: TypeRegister, Reason: ReasonLimit}},
 	}
 	for i := range recs {
 		b, err := Marshal(recs[i].rec)
@@ -151,6 +161,7 @@ func malformedRecords() []malformed {
 		vs[v.name] = v.raw
 	}
 	sw, dm, at, ra, nk := vs["switch"], vs["demote"], vs["attach_req"], vs["reattach"], vs["attach_nack"]
+	rt, rg, rs := vs["route"], vs["register"], vs["result"]
 	set := func(off int, vals ...byte) func([]byte) []byte {
 		return func(b []byte) []byte { copy(b[off:], vals); return b }
 	}
@@ -167,7 +178,8 @@ func malformedRecords() []malformed {
 		{"version 0", mutate(sw, set(2, 0)), KindVersion},
 		{"version 2", mutate(sw, set(2, 2)), KindVersion},
 		{"type 0", mutate(sw, set(3, 0)), KindType},
-		{"type 9", mutate(sw, set(3, 9)), KindType},
+		{"type 13", mutate(sw, set(3, 13)), KindType},
+		{"route with a switch's length", mutate(sw, set(3, 9)), KindLength},
 		{"type 255", mutate(sw, set(3, 255)), KindType},
 		{"length 0", mutate(sw, set(4, 0, 0)), KindLength},
 		{"length 32 for switch", mutate(sw, set(4, 32, 0)), KindLength},
@@ -202,6 +214,20 @@ func malformedRecords() []malformed {
 			return b
 		}), KindField},
 		{"length checked before size", mutate(at[:20], set(3, byte(TypeSwitch))), KindLength},
+		{"route minus one", rt[:55], KindShort},
+		{"route tuple padding", mutate(rt, set(22, 1)), KindReserved},
+		{"route family 0", mutate(rt, set(16, 0, 0)), KindField},
+		{"register padding", mutate(rg, set(60, 1)), KindReserved},
+		{"register fd -1", mutate(rg, set(56, 0xff, 0xff, 0xff, 0xff)), KindField},
+		{"register family before padding", mutate(rg, set(16, 3, 0, 0)), KindField},
+		{"result padding", mutate(rs, set(57, 1)), KindReserved},
+		{"result padding 2", mutate(rs, set(63, 1)), KindReserved},
+		{"result request 0", mutate(rs, set(56, 0)), KindField},
+		{"result request 13", mutate(rs, set(56, 13)), KindField},
+		{"result reason max+1", mutate(rs, set(58, byte(ReasonMax+1), 0)), KindField},
+		{"result padding before request", mutate(rs, set(56, 0, 1)), KindReserved},
+		{"result reason 0", mutate(rs, set(58, 0, 0)), 0},
+		{"register fd 0", mutate(rg, set(56, 0, 0, 0, 0)), 0},
 		{"switch offset 2^63-1", mutate(sw, u64(16, 1<<63-1)), 0},
 		{"nack reason max", mutate(nk, set(16, byte(ReasonMax), 0)), 0},
 		{"ring log2 12", mutate(at, set(64+36, 12)), 0},
@@ -253,6 +279,12 @@ func TestEncodeRefuses(t *testing.T) {
 		Attach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Endpoint: Endpoint{RingLog2: 31, MTU: 1}},
 		Attach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Endpoint: Endpoint{RingLog2: 12, MTU: 0}},
 		Reattach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Sent: 1 << 63, Endpoint: good},
+		Route{Epoch: 1},
+		Unregister{Epoch: 1, Tuple: Tuple{Family: 3}},
+		Register{Epoch: 1, Tuple: Tuple{Family: AFInet}, FD: -1},
+		Result{Epoch: 1, Tuple: Tuple{Family: AFInet}, Request: 0},
+		Result{Epoch: 1, Tuple: Tuple{Family: AFInet}, Request: TypeMax + 1},
+		Result{Epoch: 1, Tuple: Tuple{Family: AFInet}, Request: TypeRegister, Reason: ReasonMax + 1},
 	} {
 		b, err := Append([]byte{1, 2}, r)
 		var e *Error

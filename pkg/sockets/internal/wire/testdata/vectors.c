@@ -67,6 +67,9 @@ static void vectors(void)
 	struct sockproto_demote d;
 	struct sockproto_ctrl c;
 	struct sockproto_ring r;
+	struct sockproto_route rt;
+	struct sockproto_register g;
+	struct sockproto_result res;
 	uint32_t imm;
 
 	sockproto_init(&a, SOCKPROTO_ATTACH_REQ, 1);
@@ -111,6 +114,25 @@ static void vectors(void)
 	sockproto_put64(&ra.sent, 2000000);
 	endpoint(&ra.ep, 0xc0, 0x42, 0x4242, 0x1000ull, 0x77, 30, 1, 0x2000ull, 0x78);
 	hex("reattach", &ra, sizeof(ra));
+
+	sockproto_init(&rt, SOCKPROTO_ROUTE, 7);
+	tuple(&rt.tuple, SOCKPROTO_AF_INET, 40000, 5201, 0x70, 0x80);
+	hex("route", &rt, sizeof(rt));
+
+	sockproto_init(&g, SOCKPROTO_REGISTER, 1);
+	tuple(&g.tuple, SOCKPROTO_AF_INET6, 5201, 40000, 0x90, 0xa0);
+	sockproto_put32(&g.fd, 0x7fffffff);
+	hex("register", &g, sizeof(g));
+
+	sockproto_init(&rt, SOCKPROTO_UNREGISTER, 2);
+	tuple(&rt.tuple, SOCKPROTO_AF_INET6, 5201, 40000, 0x90, 0xa0);
+	hex("unregister", &rt, sizeof(rt));
+
+	sockproto_init(&res, SOCKPROTO_RESULT, 3);
+	tuple(&res.tuple, SOCKPROTO_AF_INET, 5201, 40001, 0xb0, 0xc0);
+	res.request = SOCKPROTO_REGISTER;
+	sockproto_put16(&res.reason, SOCKPROTO_R_LIMIT);
+	hex("result", &res, sizeof(res));
 
 	memset(&c, 0, sizeof(c));
 	sockproto_put64(&c.credit, 0x1111222233334444ull);

@@ -1,0 +1,145 @@
+package wire
+
+import "math"
+
+// The broker's records (sockproto.h, "The broker's records"): what a
+// process and rvmad, and the rvmads of two hosts, say to each other about
+// connections besides the relayed ATTACH_*, DEMOTE and REATTACH.
+//
+// rvmad's Unix socket is SOCK_SEQPACKET: a message is one record, or a
+// Route followed by one relayed record of the same epoch. The pairing
+// port between two rvmads carries the same messages back to back. A
+// tuple is the connection as the host sending the message sees it.
+
+// Route is ROUTE: the record that follows in the same message is about
+// the connection Tuple. Epoch is that record's.
+type Route struct {
+	Epoch uint32
+	Tuple Tuple
+}
+
+// Register is REGISTER: the sending process owns the connection Tuple,
+// whose socket it holds as FD; rvmad checks that and answers Result.
+// Epoch is the caller's (not 0), echoed by the Result.
+type Register struct {
+	Epoch uint32
+	Tuple Tuple
+	FD    int32 // 0 to MaxInt32
+}
+
+// Unregister is UNREGISTER: rvmad forgets the sender's registration of
+// Tuple and answers Result.
+type Unregister struct {
+	Epoch uint32
+	Tuple Tuple
+}
+
+// Result is RESULT: rvmad's answer to a Register or Unregister (Reason 0:
+// done), or to a routed record it could not take or deliver (Request is
+// that record's type; Reason ReasonDenied, ReasonNoDaemon, ...). Epoch is
+// the answered record's.
+type Result struct {
+	Epoch   uint32
+	Tuple   Tuple
+	Request Type
+	Reason  Reason // 0: done
+}
+
+// Type implements Record.
+func (Route) Type() Type { return TypeRoute }
+
+// Type implements Record.
+func (Register) Type() Type { return TypeRegister }
+
+// Type implements Record.
+func (Unregister) Type() Type { return TypeUnregister }
+
+// Type implements Record.
+func (Result) Type() Type { return TypeResult }
+
+// RecordEpoch implements Record.
+func (r Route) RecordEpoch() uint32 { return r.Epoch }
+
+// RecordEpoch implements Record.
+func (r Register) RecordEpoch() uint32 { return r.Epoch }
+
+// RecordEpoch implements Record.
+func (r Unregister) RecordEpoch() uint32 { return r.Epoch }
+
+// RecordEpoch implements Record.
+func (r Result) RecordEpoch() uint32 { return r.Epoch }
+
+func (r Route) appendBody(dst []byte) ([]byte, error) {
+	if err := r.Tuple.check(TypeRoute); err != nil {
+		return dst, err
+	}
+	return r.Tuple.appendTo(dst), nil
+}
+
+func (r Unregister) appendBody(dst []byte) ([]byte, error) {
+	if err := r.Tuple.check(TypeUnregister); err != nil {
+		return dst, err
+	}
+	return r.Tuple.appendTo(dst), nil
+}
+
+func (r Register) appendBody(dst []byte) ([]byte, error) {
+	if err := r.Tuple.check(TypeRegister); err != nil {
+		return dst, err
+	}
+	if r.FD < 0 {
+		return dst, errf(KindField, TypeRegister, "fd %d", r.FD)
+	}
+	dst = r.Tuple.appendTo(dst)
+	dst = le.AppendUint32(dst, uint32(r.FD))
+	return le.AppendUint32(dst, 0), nil
+}
+
+func (r Result) appendBody(dst []byte) ([]byte, error) {
+	if err := r.Tuple.check(TypeResult); err != nil {
+		return dst, err
+	}
+	if r.Request < 1 || r.Request > TypeMax || r.Reason > ReasonMax {
+		return dst, errf(KindField, TypeResult, "request %d, reason %d", uint8(r.Request), uint16(r.Reason))
+	}
+	dst = r.Tuple.appendTo(dst)
+	dst = append(dst, byte(r.Request), 0)
+	dst = le.AppendUint16(dst, uint16(r.Reason))
+	return le.AppendUint32(dst, 0), nil
+}
+
+// decodeBroker decodes the body of a ROUTE, REGISTER, UNREGISTER or
+// RESULT whose header Decode checked, in sockproto_check's order: the
+// tuple (its padding, then its family), then padding, then fields.
+func decodeBroker(h Header, body []byte) (Record, error) {
+	t := h.Type
+	tu, err := decodeTuple(body, t)
+	if err != nil {
+		return nil, err
+	}
+	switch t {
+	case TypeRoute:
+		return Route{Epoch: h.Epoch, Tuple: tu}, nil
+	case TypeUnregister:
+		return Unregister{Epoch: h.Epoch, Tuple: tu}, nil
+	case TypeRegister:
+		if !zero(body[44:48]) {
+			return nil, errf(KindReserved, t, "padding")
+		}
+		fd := le.Uint32(body[40:])
+		if fd > math.MaxInt32 {
+			return nil, errf(KindField, t, "fd %d", fd)
+		}
+		return Register{Epoch: h.Epoch, Tuple: tu, FD: int32(fd)}, nil
+	case TypeResult:
+		if body[41] != 0 || !zero(body[44:48]) {
+			return nil, errf(KindReserved, t, "padding")
+		}
+		req, r := Type(body[40]), Reason(le.Uint16(body[42:]))
+		if req < 1 || req > TypeMax || r > ReasonMax {
+			return nil, errf(KindField, t, "request %d, reason %d", uint8(req), uint16(r))
+		}
+		return Result{Epoch: h.Epoch, Tuple: tu, Request: req, Reason: r}, nil
+	}
+	return nil, errf(KindType, t, "no decoder")
+}
