@@ -146,7 +146,9 @@ func (l *Lab) givenModule() ([]string, error) {
 	return []string{abs}, nil
 }
 
-// buildGo compiles the Go binaries a suite asks for into build/lab/bin.
+// buildGo compiles the Go binaries a suite asks for into build/lab/bin,
+// and runs the top-level Makefile's targets it names (make=: C programs,
+// which land under build/).
 func (l *Lab) buildGo(ctx context.Context, s *Suite) error {
 	bin := l.buildDir("lab", "bin")
 	if err := os.MkdirAll(bin, 0o755); err != nil {
@@ -169,6 +171,12 @@ func (l *Lab) buildGo(ctx context.Context, s *Suite) error {
 	for _, pkg := range s.GoBuilds {
 		if err := l.goCmd(ctx, "build", "-o", filepath.Join(bin, binName(pkg, false)), pkg); err != nil {
 			return err
+		}
+	}
+	for _, target := range s.Makes {
+		cmd := exec.CommandContext(ctx, "make", "-C", l.Root, target)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("make %s: %w\n%s", target, err, tail(string(b), 60))
 		}
 	}
 	return nil

@@ -23,7 +23,9 @@ import (
 //
 // guests (1..4, default 1), timeout (seconds or a Go duration, default 120s),
 // gotest (packages whose lab tests are compiled with -tags lab into $LAB_BIN
-// as <name>.test), gobuild (commands built into $LAB_BIN), and expect-fail
+// as <name>.test), gobuild (commands built into $LAB_BIN), make (targets of
+// the top-level Makefile run on the host before the boot, for what is not
+// Go: their outputs under build/ are in the guests at $LAB_DIR/build/), and expect-fail
 // (a regular expression: the suite passes only if the run fails with a
 // message that matches; used by the lab's own self-tests), and kernels
 // (the guest kernels the suite is for, e.g. kernels=sid for what only 7.x
@@ -35,6 +37,7 @@ type Suite struct {
 	Timeout    time.Duration
 	GoTests    []string
 	GoBuilds   []string
+	Makes      []string // top-level Makefile targets, e.g. sockpreload
 	ExpectFail *regexp.Regexp
 	Smp        int      // vCPUs per guest; 0 means the lab's default
 	MemMiB     int      // memory per guest; 0 means the lab's (-mem)
@@ -132,6 +135,13 @@ func (s *Suite) set(key, val string) error {
 		s.GoTests = append(s.GoTests, splitList(val)...)
 	case "gobuild":
 		s.GoBuilds = append(s.GoBuilds, splitList(val)...)
+	case "make":
+		for _, t := range splitList(val) {
+			if !makeTarget.MatchString(t) {
+				return fmt.Errorf("make=%q: %q is not a Makefile target name", val, t)
+			}
+			s.Makes = append(s.Makes, t)
+		}
 	case "kernels":
 		for _, k := range splitList(val) {
 			if _, ok := kernelFlavours[k]; !ok {
@@ -146,10 +156,13 @@ func (s *Suite) set(key, val string) error {
 		}
 		s.ExpectFail = re
 	default:
-		return fmt.Errorf("unknown setting %q (known: guests, smp, mem, timeout, gotest, gobuild, kernels, expect-fail)", key)
+		return fmt.Errorf("unknown setting %q (known: guests, smp, mem, timeout, gotest, gobuild, make, kernels, expect-fail)", key)
 	}
 	return nil
 }
+
+// makeTarget is a target a suite may name: a plain name, never an option.
+var makeTarget = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 
 // parseSeconds accepts a plain number of seconds or a Go duration.
 func parseSeconds(v string) (time.Duration, error) {

@@ -32,6 +32,19 @@ echo hello
 	}
 }
 
+func TestParseSuiteMake(t *testing.T) {
+	s, err := parseSuite([]byte("# lab: guests=2 make=sockpreload\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(s.Makes, " ") != "sockpreload" {
+		t.Errorf("make %q, want sockpreload", s.Makes)
+	}
+	if _, err := parseSuite([]byte("# lab: make=-j8\n")); err == nil {
+		t.Error("make=-j8 accepted: a target must not be an option")
+	}
+}
+
 func TestParseSuiteDefaults(t *testing.T) {
 	s, err := parseSuite([]byte("echo no header\n"))
 	if err != nil {
