@@ -49,6 +49,8 @@ type Config struct {
 	// the rdmaplus module (its parameter jbmt_pin_budget_pages) at start
 	// and on SIGHUP; 0 leaves the module's own.
 	JBMTPinBudgetPages uint32 `json:"jbmt_pin_budget_pages"`
+	// Sockets is the broker of sockets over RDMA (sockets.go).
+	Sockets Sockets `json:"sockets"`
 }
 
 // RXELink asks for the SoftRoCE device Name bound to the network device
@@ -79,6 +81,7 @@ func Default() Config {
 		SysfsRoot:          DefaultSysfsRoot,
 		RemoveCreatedLinks: true,
 		ShutdownTimeout:    Duration(DefaultShutdownTimeout),
+		Sockets:            DefaultSockets(),
 	}
 }
 

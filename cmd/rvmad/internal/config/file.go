@@ -69,6 +69,7 @@ func Parse(data []byte, base Config) (Config, error) {
 		"remove_created_links":  &cfg.RemoveCreatedLinks,
 		"shutdown_timeout":      &cfg.ShutdownTimeout,
 		"jbmt_pin_budget_pages": &cfg.JBMTPinBudgetPages,
+		"sockets":               &cfg.Sockets,
 	}
 	known := make([]string, 0, len(fields))
 	for k := range fields {
@@ -84,6 +85,12 @@ func Parse(data []byte, base Config) (Config, error) {
 		dst, ok := fields[k]
 		if !ok {
 			return base, fmt.Errorf("field %q: %w", k, unknownKey(k, known))
+		}
+		if k == "sockets" {
+			if err := decodeSockets(raw[k], &cfg.Sockets); err != nil {
+				return base, fmt.Errorf("field %q%w", k, err)
+			}
+			continue
 		}
 		if k == "rxe" {
 			if err := decodeRXE(raw[k], &cfg.RXE); err != nil {

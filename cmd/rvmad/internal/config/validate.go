@@ -16,7 +16,7 @@ import (
 const MaxShutdownTimeout = time.Minute
 
 // FieldError is one invalid setting. Field is the config-file key, Flag the
-// command-line flag that sets the same value.
+// command-line flag that sets the same value ("" for keys without one).
 type FieldError struct {
 	Field string
 	Flag  string
@@ -26,6 +26,9 @@ type FieldError struct {
 
 // Error names the key, the flag and the bad value.
 func (e *FieldError) Error() string {
+	if e.Flag == "" {
+		return fmt.Sprintf("invalid %s %q: %v", e.Field, e.Value, e.Err)
+	}
 	return fmt.Sprintf("invalid %s (flag --%s) %q: %v", e.Field, e.Flag, e.Value, e.Err)
 }
 
@@ -84,6 +87,7 @@ func Validate(c Config) error {
 	if d := c.ShutdownTimeout.D(); d <= 0 || d > MaxShutdownTimeout {
 		bad("shutdown_timeout", "shutdown-timeout", c.ShutdownTimeout.String(), "want more than 0 and at most %v", MaxShutdownTimeout)
 	}
+	errs = append(errs, validateSockets(c.Sockets)...)
 	return errors.Join(errs...)
 }
 
