@@ -137,6 +137,11 @@ func TestConformancePlainAndPreloaded(t *testing.T) {
 		if v["adopted"] >= 1 && v["read"] > 0 {
 			adoptedReaders++
 		}
+		// The client and the server close every fd they open (dup'ed
+		// aliases included): every connection object must be released.
+		if (v["client"] >= 30 || v["server"] >= 30) && v["live"] != 0 {
+			t.Errorf("live=%d at exit: a connection object outlived its fds", v["live"])
+		}
 	}
 	// The client dials the server once per scenario; the server accepts
 	// them; the readers in a new image find the inherited socket.
