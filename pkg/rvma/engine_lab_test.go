@@ -192,7 +192,7 @@ var latSleep = flag.Bool("rvma.latsleep", false, "TestLabEngineLatency: sleep 2 
 // Wait returns, every put completing an epoch (so every put costs an
 // unbind and a re-bind), against (c) a raw 64-byte WRITE until its last
 // byte is seen by polling. Prints figures; fails only if a put is lost or
-// refused. See docs/rvma.md, "Lab status of the receiving engine".
+// refused. See docs/rvma.md, "Measured findings".
 func TestLabEngineLatency(t *testing.T) {
 	if *rxeDebug {
 		// rxe's debug messages (why a key was refused, every state of its

@@ -25,7 +25,7 @@ import (
 // the notices themselves, and at once. Before they did, a stale put and
 // its stripe's replacement came every second epoch, and a notice storm
 // (every retry of a push that could not reach one sender re-sent it to
-// both) 40 notices an epoch; docs/rvma.md, Plan 9.
+// both) 40 notices an epoch; docs/rvma.md, "Measured findings" (several senders).
 func TestLabEndpointSpinTwoSenders(t *testing.T) {
 	recv := labListen(t, 7491, nil)
 	senders := []*rvma.Endpoint{labListen(t, 7492, nil), labListen(t, 7493, nil)}

@@ -155,16 +155,6 @@ const (
 	EpochOps   EpochKind = 2
 )
 
-// String names the kind.
-func (k EpochKind) String() string {
-	switch k {
-	case EpochBytes:
-		return "bytes"
-	case EpochOps:
-		return "ops"
-	}
-	return fmt.Sprintf("EpochKind(%d)", uint8(k))
-}
 
 // EntryState is the state of a window as its descriptor entry publishes it.
 type EntryState uint8
