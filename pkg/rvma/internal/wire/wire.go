@@ -155,7 +155,6 @@ const (
 	EpochOps   EpochKind = 2
 )
 
-
 // EntryState is the state of a window as its descriptor entry publishes it.
 type EntryState uint8
 
