@@ -8,6 +8,7 @@ import (
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/jbmtbudget"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/kmodmetrics"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/service"
+	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/sockets"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/softroce"
 	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/sysfs"
 )
@@ -24,5 +25,6 @@ func buildServices(cfg config.Config, log *slog.Logger) []service.Service {
 		kmodmetrics.NewMailboxes(cfg.SysfsRoot, log.With("service", "mailboxes")),
 		kmodmetrics.NewJBMT(cfg.SysfsRoot, log.With("service", "jbmt")),
 		jbmtbudget.New(log.With("service", "jbmt-budget"), cfg),
+		sockets.New(log.With("service", "sockets"), cfg),
 	}
 }

@@ -1,0 +1,316 @@
+package sockets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+)
+
+// MaxClientsPerUID caps the processes of one user connected to the Unix
+// socket at once; further connections are closed at once.
+const MaxClientsPerUID = 1024
+
+// Options configure a Broker.
+type Options struct {
+	// MaxPerUID caps the registrations of one user (config
+	// sockets.max_registrations_per_uid).
+	MaxPerUID int
+	// PairingPort is the peers' pairing port, dialed at the remote
+	// address of a connection.
+	PairingPort int
+	// PeerAddr, if set, returns the host:port to dial for the peer host
+	// at remote instead (tests run two brokers on one host).
+	PeerAddr func(remote netip.Addr) string
+	// Verifier proves ownership; nil: this host's kernel.
+	Verifier Verifier
+	// Log is the logger; nil discards.
+	Log *slog.Logger
+}
+
+// Broker is rvmad's sockets broker: it pairs connections between the
+// processes of this host (on the Unix socket) and the peer hosts' brokers
+// (on the pairing port), and relays their ATTACH_*, DEMOTE and REATTACH
+// records in order. It never carries data.
+type Broker struct {
+	opts   Options
+	log    *slog.Logger
+	verify Verifier
+	m      *metrics
+
+	mu         sync.Mutex
+	tab        *table
+	clients    map[*client]struct{}
+	uidClients map[uint32]int
+	links      map[linkKey]*link
+	conns      map[net.Conn]struct{} // accepted pairing connections
+	listeners  []net.Listener
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// NewBroker returns a broker that does nothing until Listen and
+// ListenPairing. m may be nil (a broker of its own).
+func NewBroker(opts Options, m *metrics) *Broker {
+	b := &Broker{opts: opts, log: opts.Log, verify: opts.Verifier, tab: newTable(opts.MaxPerUID),
+		clients: map[*client]struct{}{}, uidClients: map[uint32]int{}, links: map[linkKey]*link{},
+		conns: map[net.Conn]struct{}{}}
+	if b.log == nil {
+		b.log = slog.New(slog.DiscardHandler)
+	}
+	if b.verify == nil {
+		b.verify = kernel{proc: "/proc"}
+	}
+	if m == nil {
+		m = newMetrics(b.counts)
+	}
+	b.m = m
+	return b
+}
+
+// counts returns the clients and registrations now.
+func (b *Broker) counts() (int, int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.clients), b.tab.len()
+}
+
+// SetMaxPerUID changes the cap of registrations per user; registrations
+// over a lowered cap stay until unregistered.
+func (b *Broker) SetMaxPerUID(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tab.maxPerUID = n
+}
+
+// Close stops listening, disconnects every client and peer, and waits
+// for the broker's goroutines within ctx.
+func (b *Broker) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	for _, l := range b.listeners {
+		l.Close()
+	}
+	for c := range b.clients {
+		c.close()
+	}
+	for _, l := range b.links {
+		l.shut()
+	}
+	for c := range b.conns {
+		c.Close()
+	}
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sockets broker: %w", ctx.Err())
+	}
+}
+
+// addListener keeps l for Close; it fails once the broker is closed.
+func (b *Broker) addListener(l net.Listener) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		l.Close()
+		return net.ErrClosed
+	}
+	b.listeners = append(b.listeners, l)
+	return nil
+}
+
+// fromClient handles a message of a local process. An error disconnects
+// the client (a message it must not send).
+func (b *Broker) fromClient(c *client, m message) error {
+	if err := m.check(sockproto.TypeRegister, sockproto.TypeUnregister); err != nil {
+		return err
+	}
+	t := m.tuple()
+	switch rec := m.rec.(type) {
+	case sockproto.Register:
+		reason := sockproto.Reason(0)
+		ino, err := b.verify.Owner(c.pid, rec.FD, t)
+		if err != nil {
+			if !errors.Is(err, errNotOwner) {
+				b.log.Warn("sockets: cannot check the owner of a connection", "pid", c.pid, "err", err)
+			}
+			reason = sockproto.ReasonDenied
+		} else {
+			b.mu.Lock()
+			err = b.tab.register(c, t, ino)
+			b.mu.Unlock()
+			if err != nil {
+				b.log.Debug("sockets: registration over the user's cap", "uid", c.uid, "pid", c.pid)
+				reason = sockproto.ReasonLimit
+			}
+		}
+		c.send(message{rec: sockproto.Result{Epoch: rec.Epoch, Tuple: t, Request: sockproto.TypeRegister, Reason: reason}})
+		return nil
+	case sockproto.Unregister:
+		reason := sockproto.ReasonDenied
+		b.mu.Lock()
+		if r := b.tab.owned(c, t); r != nil {
+			b.tab.remove(r)
+			reason = 0
+		}
+		b.mu.Unlock()
+		c.send(message{rec: sockproto.Result{Epoch: rec.Epoch, Tuple: t, Request: sockproto.TypeUnregister, Reason: reason}})
+		return nil
+	}
+
+	typ, epoch := m.rec.Type(), m.rec.RecordEpoch()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.tab.owned(c, t)
+	if r == nil {
+		b.answer(item{from: c, t: t, typ: typ, epoch: epoch}, sockproto.ReasonDenied)
+		return nil
+	}
+	switch rec := m.rec.(type) {
+	case sockproto.Attach:
+		if rec.Reply {
+			b.m.attached()
+		}
+	case sockproto.Nack:
+		b.m.refused(rec.Reason)
+	case sockproto.Demote:
+		b.m.demoted(rec.Reason)
+	}
+	if typ == sockproto.TypeAttachRep || typ == sockproto.TypeAttachNack {
+		r.pending = 0
+	}
+	b.toPeerLocked(item{from: c, t: t, typ: typ, epoch: epoch, msg: m})
+	return nil
+}
+
+// answer tells the client of it that its record was refused or could not
+// reach the peer: an ATTACH_REQ or REATTACH gets ROUTE and ATTACH_NACK
+// (counted as an attachment refused), anything else a RESULT.
+func (b *Broker) answer(it item, reason sockproto.Reason) {
+	if it.from == nil {
+		return
+	}
+	switch it.typ {
+	case sockproto.TypeAttachReq, sockproto.TypeReattach:
+		b.m.refused(reason)
+		it.from.send(routedMsg(it.t, sockproto.Nack{Epoch: it.epoch, Reason: reason}))
+	default:
+		it.from.send(message{rec: sockproto.Result{Epoch: it.epoch, Tuple: it.t, Request: it.typ, Reason: reason}})
+	}
+}
+
+// fromPeer handles a message of the peer broker at src. An error closes
+// the pairing connection.
+func (b *Broker) fromPeer(src netip.Addr, m message) error {
+	if err := m.check(); err != nil {
+		return err
+	}
+	theirs := m.route.Tuple
+	if local, _ := addrs(theirs); local != src.Unmap() {
+		b.m.pairingError(pairAddress)
+		b.log.Debug("sockets: a peer's record about a connection that is not with it", "peer", src)
+		return nil
+	}
+	t := swap(theirs)
+	typ, epoch := m.rec.Type(), m.rec.RecordEpoch()
+
+	// Check the owner still holds the socket it registered, without the
+	// lock; then deliver if the registration did not change meanwhile.
+	b.mu.Lock()
+	r := b.tab.lookup(t)
+	var want uint64
+	if r != nil {
+		want = r.inode
+	}
+	b.mu.Unlock()
+	alive := false
+	if r != nil {
+		ino, err := b.verify.Inode(t)
+		alive = err == nil && ino == want
+	}
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r != nil && b.tab.lookup(t) == r && r.inode == want {
+		if alive {
+			switch rec := m.rec.(type) {
+			case sockproto.Attach:
+				if rec.Reply {
+					b.m.attached()
+				}
+			case sockproto.Nack:
+				b.m.refused(rec.Reason)
+			}
+			if typ == sockproto.TypeAttachReq || typ == sockproto.TypeReattach {
+				r.pending = epoch
+			}
+			r.owner.send(routedMsg(t, m.rec))
+			return nil
+		}
+		b.tab.remove(r) // the socket is gone or another now
+	}
+	switch typ {
+	case sockproto.TypeAttachReq, sockproto.TypeReattach:
+		b.m.refused(sockproto.ReasonNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockproto.Nack{Epoch: epoch, Reason: sockproto.ReasonNoOwner})})
+	case sockproto.TypeAttachRep:
+		// The process that asked is gone: it never switched, so the
+		// acceptor can go back to TCP whatever it consumed.
+		b.m.pairingError(pairNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockproto.Demote{Epoch: epoch, Reason: sockproto.ReasonNoOwner})})
+	default:
+		b.m.pairingError(pairNoOwner)
+	}
+	return nil
+}
+
+// clientGone forgets a disconnected client: its registrations go, and an
+// ATTACH_REQ or REATTACH handed to it and not answered is refused to the
+// peer (no_owner) so that the peer does not wait.
+func (b *Broker) clientGone(c *client) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.clients[c]; !ok {
+		return
+	}
+	delete(b.clients, c)
+	if b.uidClients[c.uid]--; b.uidClients[c.uid] <= 0 {
+		delete(b.uidClients, c.uid)
+	}
+	for _, r := range b.tab.dropClient(c) {
+		if r.pending != 0 && !b.closed {
+			b.m.refused(sockproto.ReasonNoOwner)
+			b.toPeerLocked(item{t: r.tuple, msg: routedMsg(r.tuple, sockproto.Nack{Epoch: r.pending, Reason: sockproto.ReasonNoOwner})})
+		}
+	}
+}
+
+// addClient admits a new client unless its user has MaxClientsPerUID.
+func (b *Broker) addClient(c *client) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.uidClients[c.uid] >= MaxClientsPerUID {
+		return false
+	}
+	b.clients[c] = struct{}{}
+	b.uidClients[c.uid]++
+	return true
+}
+
+// peerAddr is where the peer host at remote listens for pairing.
+func (b *Broker) peerAddr(remote netip.Addr) string {
+	if b.opts.PeerAddr != nil {
+		return b.opts.PeerAddr(remote)
+	}
+	return net.JoinHostPort(remote.String(), strconv.Itoa(b.opts.PairingPort))
+}

@@ -1,0 +1,53 @@
+package sockets
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+)
+
+// errTuple is a tuple no TCP connection can have: an AF_INET family with
+// addresses that are not ::ffff:a.b.c.d, an unspecified address or port 0.
+var errTuple = errors.New("not the tuple of a TCP connection")
+
+// addrs returns the tuple's local and remote addresses, IPv4 ones
+// unmapped (as the kernel's AF_INET sockets have them).
+func addrs(t sockproto.Tuple) (local, remote netip.Addr) {
+	local, remote = netip.AddrFrom16(t.Local), netip.AddrFrom16(t.Remote)
+	if t.Family == sockproto.AFInet {
+		local, remote = local.Unmap(), remote.Unmap()
+	}
+	return local, remote
+}
+
+// checkTuple reports whether t can name a TCP connection.
+func checkTuple(t sockproto.Tuple) error {
+	l, r := netip.AddrFrom16(t.Local), netip.AddrFrom16(t.Remote)
+	if t.Family == sockproto.AFInet && (!l.Is4In6() || !r.Is4In6()) {
+		return errTuple
+	}
+	l, r = addrs(t)
+	if l.IsUnspecified() || r.IsUnspecified() || t.LocalPort == 0 || t.RemotePort == 0 {
+		return errTuple
+	}
+	return nil
+}
+
+// swap returns the connection as its other end sees it.
+func swap(t sockproto.Tuple) sockproto.Tuple {
+	t.Local, t.Remote = t.Remote, t.Local
+	t.LocalPort, t.RemotePort = t.RemotePort, t.LocalPort
+	return t
+}
+
+// tupleOf builds the tuple of a connection from its two ends; IPv4
+// addresses give an AF_INET tuple.
+func tupleOf(local, remote netip.AddrPort) sockproto.Tuple {
+	t := sockproto.Tuple{Family: sockproto.AFInet6, LocalPort: local.Port(), RemotePort: remote.Port(),
+		Local: local.Addr().As16(), Remote: remote.Addr().As16()}
+	if local.Addr().Unmap().Is4() && remote.Addr().Unmap().Is4() && !local.Addr().Is6() {
+		t.Family = sockproto.AFInet
+	}
+	return t
+}
