@@ -61,6 +61,7 @@ const (
 	ReasonNoDaemon = wire.ReasonNoDaemon
 	ReasonDenied   = wire.ReasonDenied
 	ReasonQPError  = wire.ReasonQPError
+	ReasonApp      = wire.ReasonApp
 	ReasonPeer     = wire.ReasonPeer
 	ReasonProtocol = wire.ReasonProtocol
 	ReasonLimit    = wire.ReasonLimit
