@@ -4,7 +4,7 @@
  * (docs/sockets.md).
  *
  * One definition for the LD_PRELOAD shim (C) and for pkg/sockets (Go,
- * mirrored in pkg/sockets/internal/wire and checked against this header
+ * mirrored in internal/sockwire and checked against this header
  * with shared test vectors). C11 and libc only.
  *
  * Control records are fixed-size, little-endian, and start with a 16-byte
@@ -498,7 +498,7 @@ static inline size_t sockproto_init(void *rec, unsigned int type, uint32_t epoch
 	return n;
 }
 
-/* Errors of sockproto_check(), negated; pkg/sockets/internal/wire has the same numbers. */
+/* Errors of sockproto_check(), negated; internal/sockwire has the same numbers. */
 enum sockproto_err {
 	SOCKPROTO_E_SHORT	= 1,	/* fewer bytes than a header or than its length */
 	SOCKPROTO_E_MAGIC	= 2,	/* not a sockproto record */

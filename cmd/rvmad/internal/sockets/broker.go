@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // MaxClientsPerUID caps the processes of one user connected to the Unix
@@ -132,39 +132,39 @@ func (b *Broker) addListener(l net.Listener) error {
 // fromClient handles a message of a local process. An error disconnects
 // the client (a message it must not send).
 func (b *Broker) fromClient(c *client, m message) error {
-	if err := m.check(sockproto.TypeRegister, sockproto.TypeUnregister); err != nil {
+	if err := m.check(sockwire.TypeRegister, sockwire.TypeUnregister); err != nil {
 		return err
 	}
 	t := m.tuple()
 	switch rec := m.rec.(type) {
-	case sockproto.Register:
-		reason := sockproto.Reason(0)
+	case sockwire.Register:
+		reason := sockwire.Reason(0)
 		ino, err := b.verify.Owner(c.pid, rec.FD, t)
 		if err != nil {
 			if !errors.Is(err, errNotOwner) {
 				b.log.Warn("sockets: cannot check the owner of a connection", "pid", c.pid, "err", err)
 			}
-			reason = sockproto.ReasonDenied
+			reason = sockwire.ReasonDenied
 		} else {
 			b.mu.Lock()
 			err = b.tab.register(c, t, ino)
 			b.mu.Unlock()
 			if err != nil {
 				b.log.Debug("sockets: registration over the user's cap", "uid", c.uid, "pid", c.pid)
-				reason = sockproto.ReasonLimit
+				reason = sockwire.ReasonLimit
 			}
 		}
-		c.send(message{rec: sockproto.Result{Epoch: rec.Epoch, Tuple: t, Request: sockproto.TypeRegister, Reason: reason}})
+		c.send(message{rec: sockwire.Result{Epoch: rec.Epoch, Tuple: t, Request: sockwire.TypeRegister, Reason: reason}})
 		return nil
-	case sockproto.Unregister:
-		reason := sockproto.ReasonDenied
+	case sockwire.Unregister:
+		reason := sockwire.ReasonDenied
 		b.mu.Lock()
 		if r := b.tab.owned(c, t); r != nil {
 			b.tab.remove(r)
 			reason = 0
 		}
 		b.mu.Unlock()
-		c.send(message{rec: sockproto.Result{Epoch: rec.Epoch, Tuple: t, Request: sockproto.TypeUnregister, Reason: reason}})
+		c.send(message{rec: sockwire.Result{Epoch: rec.Epoch, Tuple: t, Request: sockwire.TypeUnregister, Reason: reason}})
 		return nil
 	}
 
@@ -173,20 +173,20 @@ func (b *Broker) fromClient(c *client, m message) error {
 	defer b.mu.Unlock()
 	r := b.tab.owned(c, t)
 	if r == nil {
-		b.answer(item{from: c, t: t, typ: typ, epoch: epoch}, sockproto.ReasonDenied)
+		b.answer(item{from: c, t: t, typ: typ, epoch: epoch}, sockwire.ReasonDenied)
 		return nil
 	}
 	switch rec := m.rec.(type) {
-	case sockproto.Attach:
+	case sockwire.Attach:
 		if rec.Reply {
 			b.m.attached()
 		}
-	case sockproto.Nack:
+	case sockwire.Nack:
 		b.m.refused(rec.Reason)
-	case sockproto.Demote:
+	case sockwire.Demote:
 		b.m.demoted(rec.Reason)
 	}
-	if typ == sockproto.TypeAttachRep || typ == sockproto.TypeAttachNack {
+	if typ == sockwire.TypeAttachRep || typ == sockwire.TypeAttachNack {
 		r.pending = 0
 	}
 	b.toPeerLocked(item{from: c, t: t, typ: typ, epoch: epoch, msg: m})
@@ -196,16 +196,16 @@ func (b *Broker) fromClient(c *client, m message) error {
 // answer tells the client of it that its record was refused or could not
 // reach the peer: an ATTACH_REQ or REATTACH gets ROUTE and ATTACH_NACK
 // (counted as an attachment refused), anything else a RESULT.
-func (b *Broker) answer(it item, reason sockproto.Reason) {
+func (b *Broker) answer(it item, reason sockwire.Reason) {
 	if it.from == nil {
 		return
 	}
 	switch it.typ {
-	case sockproto.TypeAttachReq, sockproto.TypeReattach:
+	case sockwire.TypeAttachReq, sockwire.TypeReattach:
 		b.m.refused(reason)
-		it.from.send(routedMsg(it.t, sockproto.Nack{Epoch: it.epoch, Reason: reason}))
+		it.from.send(routedMsg(it.t, sockwire.Nack{Epoch: it.epoch, Reason: reason}))
 	default:
-		it.from.send(message{rec: sockproto.Result{Epoch: it.epoch, Tuple: it.t, Request: it.typ, Reason: reason}})
+		it.from.send(message{rec: sockwire.Result{Epoch: it.epoch, Tuple: it.t, Request: it.typ, Reason: reason}})
 	}
 }
 
@@ -244,14 +244,14 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 	if r != nil && b.tab.lookup(t) == r && r.inode == want {
 		if alive {
 			switch rec := m.rec.(type) {
-			case sockproto.Attach:
+			case sockwire.Attach:
 				if rec.Reply {
 					b.m.attached()
 				}
-			case sockproto.Nack:
+			case sockwire.Nack:
 				b.m.refused(rec.Reason)
 			}
-			if typ == sockproto.TypeAttachReq || typ == sockproto.TypeReattach {
+			if typ == sockwire.TypeAttachReq || typ == sockwire.TypeReattach {
 				r.pending = epoch
 			}
 			r.owner.send(routedMsg(t, m.rec))
@@ -260,14 +260,14 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 		b.tab.remove(r) // the socket is gone or another now
 	}
 	switch typ {
-	case sockproto.TypeAttachReq, sockproto.TypeReattach:
-		b.m.refused(sockproto.ReasonNoOwner)
-		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockproto.Nack{Epoch: epoch, Reason: sockproto.ReasonNoOwner})})
-	case sockproto.TypeAttachRep:
+	case sockwire.TypeAttachReq, sockwire.TypeReattach:
+		b.m.refused(sockwire.ReasonNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
+	case sockwire.TypeAttachRep:
 		// The process that asked is gone: it never switched, so the
 		// acceptor can go back to TCP whatever it consumed.
 		b.m.pairingError(pairNoOwner)
-		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockproto.Demote{Epoch: epoch, Reason: sockproto.ReasonNoOwner})})
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Demote{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
 	default:
 		b.m.pairingError(pairNoOwner)
 	}
@@ -289,8 +289,8 @@ func (b *Broker) clientGone(c *client) {
 	}
 	for _, r := range b.tab.dropClient(c) {
 		if r.pending != 0 && !b.closed {
-			b.m.refused(sockproto.ReasonNoOwner)
-			b.toPeerLocked(item{t: r.tuple, msg: routedMsg(r.tuple, sockproto.Nack{Epoch: r.pending, Reason: sockproto.ReasonNoOwner})})
+			b.m.refused(sockwire.ReasonNoOwner)
+			b.toPeerLocked(item{t: r.tuple, msg: routedMsg(r.tuple, sockwire.Nack{Epoch: r.pending, Reason: sockwire.ReasonNoOwner})})
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // host is one broker of a test, as if on a host of its own: its Unix
@@ -111,25 +111,25 @@ func (p *proc) closed() bool {
 
 // register registers the connection conn of this process and checks the
 // broker's answer.
-func (p *proc) register(conn *net.TCPConn, want sockproto.Reason) sockproto.Tuple {
+func (p *proc) register(conn *net.TCPConn, want sockwire.Reason) sockwire.Tuple {
 	p.t.Helper()
 	tu := tupleOfConn(conn)
-	p.send(message{rec: sockproto.Register{Epoch: 3, Tuple: tu, FD: fdOf(p.t, conn)}})
-	p.wantResult(tu, sockproto.TypeRegister, 3, want)
+	p.send(message{rec: sockwire.Register{Epoch: 3, Tuple: tu, FD: fdOf(p.t, conn)}})
+	p.wantResult(tu, sockwire.TypeRegister, 3, want)
 	return tu
 }
 
-func (p *proc) wantResult(tu sockproto.Tuple, req sockproto.Type, epoch uint32, reason sockproto.Reason) {
+func (p *proc) wantResult(tu sockwire.Tuple, req sockwire.Type, epoch uint32, reason sockwire.Reason) {
 	p.t.Helper()
 	m := p.recv()
-	want := sockproto.Result{Epoch: epoch, Tuple: tu, Request: req, Reason: reason}
+	want := sockwire.Result{Epoch: epoch, Tuple: tu, Request: req, Reason: reason}
 	if m.route != nil || m.rec != want {
 		p.t.Fatalf("got %+v %+v, want %+v", m.route, m.rec, want)
 	}
 }
 
 // wantRouted checks the next message is ROUTE{tu} then rec.
-func (p *proc) wantRouted(tu sockproto.Tuple, rec sockproto.Record) {
+func (p *proc) wantRouted(tu sockwire.Tuple, rec sockwire.Record) {
 	p.t.Helper()
 	m := p.recv()
 	if m.route == nil || m.route.Tuple != tu || m.route.Epoch != rec.RecordEpoch() || m.rec != rec {
@@ -137,12 +137,12 @@ func (p *proc) wantRouted(tu sockproto.Tuple, rec sockproto.Record) {
 	}
 }
 
-func endpoint(qpn uint32) sockproto.Endpoint {
-	return sockproto.Endpoint{QPN: qpn, PSN: 7, RingLog2: 16, MTU: 3, RingAddr: 0x1000, CtrlAddr: 0x2000}
+func endpoint(qpn uint32) sockwire.Endpoint {
+	return sockwire.Endpoint{QPN: qpn, PSN: 7, RingLog2: 16, MTU: 3, RingAddr: 0x1000, CtrlAddr: 0x2000}
 }
 
-func attachReq(epoch uint32, tu sockproto.Tuple) sockproto.Attach {
-	return sockproto.Attach{Epoch: epoch, Tuple: tu, Incarnation: 1, Endpoint: endpoint(0x11)}
+func attachReq(epoch uint32, tu sockwire.Tuple) sockwire.Attach {
+	return sockwire.Attach{Epoch: epoch, Tuple: tu, Incarnation: 1, Endpoint: endpoint(0x11)}
 }
 
 // waitFor polls cond for up to 5 s.
@@ -181,7 +181,7 @@ func TestRelay(t *testing.T) {
 	req := attachReq(1, ta)
 	pa.send(routedMsg(ta, req))
 	pb.wantRouted(tb, req) // the record as its sender wrote it, behind the receiver's view
-	rep := sockproto.Attach{Reply: true, Epoch: 1, Tuple: tb, Incarnation: 2, Endpoint: endpoint(0x22)}
+	rep := sockwire.Attach{Reply: true, Epoch: 1, Tuple: tb, Incarnation: 2, Endpoint: endpoint(0x22)}
 	pb.send(routedMsg(tb, rep))
 	pa.wantRouted(ta, rep)
 	if attachTotal(a.b, resultAttached) != 1 || attachTotal(b.b, resultAttached) != 1 {
@@ -190,12 +190,12 @@ func TestRelay(t *testing.T) {
 
 	// A burst in one direction keeps its order: demote, attach again,
 	// demote again.
-	seq := []sockproto.Record{
-		sockproto.Demote{Epoch: 1, Consumed: 10, Reason: sockproto.ReasonQPError},
+	seq := []sockwire.Record{
+		sockwire.Demote{Epoch: 1, Consumed: 10, Reason: sockwire.ReasonQPError},
 		attachReq(2, ta),
-		sockproto.Demote{Epoch: 2, Consumed: 20, Reason: sockproto.ReasonQPError},
+		sockwire.Demote{Epoch: 2, Consumed: 20, Reason: sockwire.ReasonQPError},
 		attachReq(3, ta),
-		sockproto.Nack{Epoch: 3, Reason: sockproto.ReasonProtocol},
+		sockwire.Nack{Epoch: 3, Reason: sockwire.ReasonProtocol},
 	}
 	for _, r := range seq {
 		pa.send(routedMsg(ta, r))
@@ -203,18 +203,18 @@ func TestRelay(t *testing.T) {
 	for _, r := range seq {
 		pb.wantRouted(tb, r)
 	}
-	pb.send(routedMsg(tb, sockproto.Demote{Epoch: 2, Consumed: 5, Reason: sockproto.ReasonPeer}))
-	pa.wantRouted(ta, sockproto.Demote{Epoch: 2, Consumed: 5, Reason: sockproto.ReasonPeer})
+	pb.send(routedMsg(tb, sockwire.Demote{Epoch: 2, Consumed: 5, Reason: sockwire.ReasonPeer}))
+	pa.wantRouted(ta, sockwire.Demote{Epoch: 2, Consumed: 5, Reason: sockwire.ReasonPeer})
 	if demoteTotal(a.b, "qp_error") != 2 || demoteTotal(b.b, "peer") != 1 || demoteTotal(a.b, "peer") != 0 {
 		t.Errorf("demote_total: a qp_error %v, b peer %v", demoteTotal(a.b, "qp_error"), demoteTotal(b.b, "peer"))
 	}
 
 	// Unregistered, the server side gets nothing more; the client's next
 	// attachment is refused by the peer: no owner.
-	pb.send(message{rec: sockproto.Unregister{Epoch: 9, Tuple: tb}})
-	pb.wantResult(tb, sockproto.TypeUnregister, 9, 0)
+	pb.send(message{rec: sockwire.Unregister{Epoch: 9, Tuple: tb}})
+	pb.wantResult(tb, sockwire.TypeUnregister, 9, 0)
 	pa.send(routedMsg(ta, attachReq(4, ta)))
-	pa.wantRouted(ta, sockproto.Nack{Epoch: 4, Reason: sockproto.ReasonNoOwner})
+	pa.wantRouted(ta, sockwire.Nack{Epoch: 4, Reason: sockwire.ReasonNoOwner})
 	if attachTotal(a.b, "no_owner") != 1 || attachTotal(b.b, "no_owner") != 1 {
 		t.Errorf("attach_total{no_owner}: %v, %v", attachTotal(a.b, "no_owner"), attachTotal(b.b, "no_owner"))
 	}
@@ -235,8 +235,8 @@ func TestRelaySameHost(t *testing.T) {
 			t1, t2 := p1.register(cc, 0), p2.register(sc, 0)
 			p1.send(routedMsg(t1, attachReq(1, t1)))
 			p2.wantRouted(t2, attachReq(1, t1))
-			p2.send(routedMsg(t2, sockproto.Nack{Epoch: 1, Reason: sockproto.ReasonDenied}))
-			p1.wantRouted(t1, sockproto.Nack{Epoch: 1, Reason: sockproto.ReasonDenied})
+			p2.send(routedMsg(t2, sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonDenied}))
+			p1.wantRouted(t1, sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonDenied})
 			// Counted once by each side's passage: one host, twice.
 			if n := attachTotal(a.b, "denied"); n != 2 {
 				t.Errorf("attach_total{denied} %v", n)
@@ -257,9 +257,9 @@ func TestNoDaemon(t *testing.T) {
 	p := dialProc(t, a)
 	ta := p.register(cc, 0)
 	p.send(routedMsg(ta, attachReq(1, ta)))
-	p.wantRouted(ta, sockproto.Nack{Epoch: 1, Reason: sockproto.ReasonNoDaemon})
-	p.send(routedMsg(ta, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}))
-	p.wantResult(ta, sockproto.TypeDemote, 1, sockproto.ReasonNoDaemon)
+	p.wantRouted(ta, sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonNoDaemon})
+	p.send(routedMsg(ta, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}))
+	p.wantResult(ta, sockwire.TypeDemote, 1, sockwire.ReasonNoDaemon)
 	if pairingErrors(a.b, pairDial) != 2 || attachTotal(a.b, "no_daemon") != 1 {
 		t.Errorf("pairing_errors{dial} %v, attach_total{no_daemon} %v", pairingErrors(a.b, pairDial), attachTotal(a.b, "no_daemon"))
 	}
@@ -278,7 +278,7 @@ func TestDisconnectMidAttach(t *testing.T) {
 	pa.send(routedMsg(ta, attachReq(1, ta)))
 	pb.wantRouted(tb, attachReq(1, ta))
 	pb.conn.Close()
-	pa.wantRouted(ta, sockproto.Nack{Epoch: 1, Reason: sockproto.ReasonNoOwner})
+	pa.wantRouted(ta, sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonNoOwner})
 	waitFor(t, "host b to forget its client", func() bool { c, r := b.b.counts(); return c == 0 && r == 0 })
 
 	pb = dialProc(t, b)
@@ -287,8 +287,8 @@ func TestDisconnectMidAttach(t *testing.T) {
 	pb.wantRouted(tb, attachReq(2, ta))
 	pa.conn.Close()
 	waitFor(t, "host a to forget its client", func() bool { c, r := a.b.counts(); return c == 0 && r == 0 })
-	pb.send(routedMsg(tb, sockproto.Attach{Reply: true, Epoch: 2, Tuple: tb, Endpoint: endpoint(0x33)}))
-	pb.wantRouted(tb, sockproto.Demote{Epoch: 2, Reason: sockproto.ReasonNoOwner})
+	pb.send(routedMsg(tb, sockwire.Attach{Reply: true, Epoch: 2, Tuple: tb, Endpoint: endpoint(0x33)}))
+	pb.wantRouted(tb, sockwire.Demote{Epoch: 2, Reason: sockwire.ReasonNoOwner})
 }
 
 func TestNotYours(t *testing.T) {
@@ -299,26 +299,26 @@ func TestNotYours(t *testing.T) {
 	tc := tupleOfConn(cc)
 
 	// The fd of another socket, a tuple that does not exist: one answer.
-	p.send(message{rec: sockproto.Register{Epoch: 1, Tuple: tc, FD: fdOf(t, sc)}})
-	p.wantResult(tc, sockproto.TypeRegister, 1, sockproto.ReasonDenied)
+	p.send(message{rec: sockwire.Register{Epoch: 1, Tuple: tc, FD: fdOf(t, sc)}})
+	p.wantResult(tc, sockwire.TypeRegister, 1, sockwire.ReasonDenied)
 	gone := tc
 	gone.RemotePort++
-	p.send(message{rec: sockproto.Register{Epoch: 1, Tuple: gone, FD: fdOf(t, cc)}})
-	p.wantResult(gone, sockproto.TypeRegister, 1, sockproto.ReasonDenied)
+	p.send(message{rec: sockwire.Register{Epoch: 1, Tuple: gone, FD: fdOf(t, cc)}})
+	p.wantResult(gone, sockwire.TypeRegister, 1, sockwire.ReasonDenied)
 
 	// Records about a connection the process did not register.
 	p.send(routedMsg(tc, attachReq(1, tc)))
-	p.wantRouted(tc, sockproto.Nack{Epoch: 1, Reason: sockproto.ReasonDenied})
-	p.send(routedMsg(tc, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}))
-	p.wantResult(tc, sockproto.TypeDemote, 1, sockproto.ReasonDenied)
-	p.send(message{rec: sockproto.Unregister{Epoch: 1, Tuple: tc}})
-	p.wantResult(tc, sockproto.TypeUnregister, 1, sockproto.ReasonDenied)
+	p.wantRouted(tc, sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonDenied})
+	p.send(routedMsg(tc, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}))
+	p.wantResult(tc, sockwire.TypeDemote, 1, sockwire.ReasonDenied)
+	p.send(message{rec: sockwire.Unregister{Epoch: 1, Tuple: tc}})
+	p.wantResult(tc, sockwire.TypeUnregister, 1, sockwire.ReasonDenied)
 
 	// Registered by another process: not this one's either.
 	q := dialProc(t, a)
 	q.register(cc, 0)
-	p.send(routedMsg(tc, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}))
-	p.wantResult(tc, sockproto.TypeDemote, 1, sockproto.ReasonDenied)
+	p.send(routedMsg(tc, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}))
+	p.wantResult(tc, sockwire.TypeDemote, 1, sockwire.ReasonDenied)
 	if demoteTotal(a.b, "app") != 0 || attachTotal(a.b, "denied") != 1 {
 		t.Errorf("demote_total{app} %v, attach_total{denied} %v", demoteTotal(a.b, "app"), attachTotal(a.b, "denied"))
 	}
@@ -331,17 +331,17 @@ func TestCap(t *testing.T) {
 	c2, _ := tcpPair(t, "127.0.0.1")
 	p.register(c1, 0)
 	q.register(s1, 0) // the cap is the user's, over all of its processes
-	p.register(c2, sockproto.ReasonLimit)
+	p.register(c2, sockwire.ReasonLimit)
 	p.register(c1, 0) // registering again what it has is no new one
-	p.send(message{rec: sockproto.Unregister{Epoch: 4, Tuple: tupleOfConn(c1)}})
-	p.wantResult(tupleOfConn(c1), sockproto.TypeUnregister, 4, 0)
+	p.send(message{rec: sockwire.Unregister{Epoch: 4, Tuple: tupleOfConn(c1)}})
+	p.wantResult(tupleOfConn(c1), sockwire.TypeUnregister, 4, 0)
 	p.register(c2, 0)
 
 	q.conn.Close() // a disconnect frees its registrations
 	waitFor(t, "q's registration to go", func() bool { _, r := a.b.counts(); return r == 1 })
 	p.register(c1, 0)
 	a.b.SetMaxPerUID(1)
-	p.register(s1, sockproto.ReasonLimit)
+	p.register(s1, sockwire.ReasonLimit)
 }
 
 // A process that sends what it must not is disconnected, and its
@@ -350,13 +350,13 @@ func TestMalformedClient(t *testing.T) {
 	a := newHost(t, 100)
 	cc, _ := tcpPair(t, "127.0.0.1")
 	tc := tupleOfConn(cc)
-	route, _ := sockproto.Append(nil, sockproto.Route{Epoch: 1, Tuple: tc})
-	sw, _ := sockproto.Append(nil, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp})
-	demote2, _ := sockproto.Append(nil, sockproto.Demote{Epoch: 2, Reason: sockproto.ReasonApp})
-	swRec, _ := sockproto.Append(nil, sockproto.Result{Epoch: 1, Tuple: tc, Request: sockproto.TypeRegister})
+	route, _ := sockwire.Append(nil, sockwire.Route{Epoch: 1, Tuple: tc})
+	sw, _ := sockwire.Append(nil, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp})
+	demote2, _ := sockwire.Append(nil, sockwire.Demote{Epoch: 2, Reason: sockwire.ReasonApp})
+	swRec, _ := sockwire.Append(nil, sockwire.Result{Epoch: 1, Tuple: tc, Request: sockwire.TypeRegister})
 	other := tc
 	other.LocalPort++
-	req, _ := sockproto.Append(nil, attachReq(1, other))
+	req, _ := sockwire.Append(nil, attachReq(1, other))
 	two := append(append([]byte(nil), sw...), sw...)
 	for name, msg := range map[string][]byte{
 		"garbage":                 []byte("GET / HTTP/1.0\r\n\r\n"),
@@ -369,7 +369,7 @@ func TestMalformedClient(t *testing.T) {
 		"tuples differ":           append(append([]byte(nil), route...), req...),
 		"two records":             two,
 		"a record cut":            append(append([]byte(nil), route...), sw[:20]...),
-		"too long":                make([]byte, 3*sockproto.MessageMax),
+		"too long":                make([]byte, 3*messageMax),
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := dialProc(t, a)
@@ -400,13 +400,13 @@ func TestMalformedPeer(t *testing.T) {
 	// Claiming to be 10.0.0.1: the pairing connection comes from 127.0.0.1.
 	spoof := ta
 	spoof.Local = netip.MustParseAddr("::ffff:10.0.0.1").As16()
-	m := routedMsg(spoof, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp})
+	m := routedMsg(spoof, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp})
 	raw, _ := m.encode(nil)
-	good, _ := routedMsg(ta, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}).encode(nil)
+	good, _ := routedMsg(ta, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}).encode(nil)
 	if _, err := conn.Write(append(raw, good...)); err != nil {
 		t.Fatal(err)
 	}
-	pb.wantRouted(tb, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}) // only the true one
+	pb.wantRouted(tb, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}) // only the true one
 	if pairingErrors(b.b, pairAddress) != 1 {
 		t.Errorf("pairing_errors{address} %v", pairingErrors(b.b, pairAddress))
 	}
@@ -428,7 +428,7 @@ func TestMalformedPeer(t *testing.T) {
 	defer conn2.Close()
 	unknown := ta
 	unknown.LocalPort++
-	raw, _ = routedMsg(unknown, sockproto.Demote{Epoch: 1, Reason: sockproto.ReasonApp}).encode(nil)
+	raw, _ = routedMsg(unknown, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp}).encode(nil)
 	conn2.Write(raw)
 	waitFor(t, "pairing_errors{no_owner}", func() bool { return pairingErrors(b.b, pairNoOwner) == 1 })
 }

@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
 )
 
 // clientQueue bounds the messages waiting for one client: a process that
@@ -80,7 +78,7 @@ func (c *client) readLoop() {
 	defer c.b.wg.Done()
 	defer c.b.clientGone(c)
 	defer c.close()
-	buf := make([]byte, 2*sockproto.MessageMax) // a longer message is cut, then refused
+	buf := make([]byte, 2*messageMax) // a longer message is cut, then refused
 	for {
 		n, err := c.conn.Read(buf)
 		if err != nil {

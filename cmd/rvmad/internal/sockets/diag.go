@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // errNoSocket is a tuple the kernel has no TCP socket for.
@@ -26,7 +26,7 @@ const (
 // SOCK_DIAG_BY_FAMILY, one exact lookup, not a dump) for the TCP socket
 // of t, as its owner sees it, and returns its inode. A socket that does
 // not exist is errNoSocket.
-func diagInode(t sockproto.Tuple) (uint64, error) {
+func diagInode(t sockwire.Tuple) (uint64, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return 0, fmt.Errorf("sock_diag: %w", err)
@@ -56,7 +56,7 @@ func diagInode(t sockproto.Tuple) (uint64, error) {
 	binary.BigEndian.PutUint16(id[0:], t.LocalPort)
 	binary.BigEndian.PutUint16(id[2:], t.RemotePort)
 	local, remote := addrs(t)
-	if t.Family == sockproto.AFInet {
+	if t.Family == sockwire.AFInet {
 		l4, r4 := local.As4(), remote.As4()
 		copy(id[4:], l4[:])
 		copy(id[20:], r4[:])

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 var (
@@ -50,7 +50,7 @@ type metrics struct {
 func newMetrics(gauges func() (int, int)) *metrics {
 	m := &metrics{attach: map[string]float64{resultAttached: 0}, demote: map[string]float64{},
 		pairing: map[string]float64{}, gaugesFn: gauges}
-	for r := sockproto.Reason(1); r <= sockproto.ReasonMax; r++ {
+	for r := sockwire.Reason(1); r <= sockwire.ReasonMax; r++ {
 		m.attach[r.String()] = 0
 		m.demote[r.String()] = 0
 	}
@@ -62,9 +62,9 @@ func newMetrics(gauges func() (int, int)) *metrics {
 
 func (m *metrics) attached() { m.inc(m.attach, resultAttached) }
 
-func (m *metrics) refused(r sockproto.Reason) { m.inc(m.attach, r.String()) }
+func (m *metrics) refused(r sockwire.Reason) { m.inc(m.attach, r.String()) }
 
-func (m *metrics) demoted(r sockproto.Reason) { m.inc(m.demote, r.String()) }
+func (m *metrics) demoted(r sockwire.Reason) { m.inc(m.demote, r.String()) }
 
 func (m *metrics) pairingError(reason string) { m.inc(m.pairing, reason) }
 

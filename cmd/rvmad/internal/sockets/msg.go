@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // errMessage is a message that is not one the broker speaks.
 var errMessage = errors.New("malformed message")
+
+// messageMax is the longest message: a ROUTE and the record it routes.
+const messageMax = sockwire.RouteSize + sockwire.RecordMax
 
 // message is what the broker reads and writes, on its Unix socket (one
 // SOCK_SEQPACKET message each) and on the pairing port (back to back):
@@ -17,40 +20,40 @@ var errMessage = errors.New("malformed message")
 // by an ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE or REATTACH of the
 // same epoch.
 type message struct {
-	route *sockproto.Route
-	rec   sockproto.Record
+	route *sockwire.Route
+	rec   sockwire.Record
 }
 
 // routed reports whether records of type t travel behind a ROUTE.
-func routed(t sockproto.Type) bool {
+func routed(t sockwire.Type) bool {
 	switch t {
-	case sockproto.TypeAttachReq, sockproto.TypeAttachRep, sockproto.TypeAttachNack,
-		sockproto.TypeDemote, sockproto.TypeReattach:
+	case sockwire.TypeAttachReq, sockwire.TypeAttachRep, sockwire.TypeAttachNack,
+		sockwire.TypeDemote, sockwire.TypeReattach:
 		return true
 	}
 	return false
 }
 
 // tuple is the connection the message is about.
-func (m message) tuple() sockproto.Tuple {
+func (m message) tuple() sockwire.Tuple {
 	if m.route != nil {
 		return m.route.Tuple
 	}
 	switch r := m.rec.(type) {
-	case sockproto.Register:
+	case sockwire.Register:
 		return r.Tuple
-	case sockproto.Unregister:
+	case sockwire.Unregister:
 		return r.Tuple
-	case sockproto.Result:
+	case sockwire.Result:
 		return r.Tuple
 	}
-	return sockproto.Tuple{}
+	return sockwire.Tuple{}
 }
 
 // check enforces the pairing of a ROUTE and its record: the same epoch,
 // and for records that carry a tuple, the same tuple (both are the
 // sending host's view). standalone lists the types allowed alone.
-func (m message) check(standalone ...sockproto.Type) error {
+func (m message) check(standalone ...sockwire.Type) error {
 	t := m.rec.Type()
 	if m.route == nil {
 		for _, s := range standalone {
@@ -66,11 +69,11 @@ func (m message) check(standalone ...sockproto.Type) error {
 	if m.route.Epoch != m.rec.RecordEpoch() {
 		return fmt.Errorf("%w: ROUTE of epoch %d before %v of epoch %d", errMessage, m.route.Epoch, t, m.rec.RecordEpoch())
 	}
-	var inner *sockproto.Tuple
+	var inner *sockwire.Tuple
 	switch r := m.rec.(type) {
-	case sockproto.Attach:
+	case sockwire.Attach:
 		inner = &r.Tuple
-	case sockproto.Reattach:
+	case sockwire.Reattach:
 		inner = &r.Tuple
 	}
 	if inner != nil && *inner != m.route.Tuple {
@@ -81,43 +84,43 @@ func (m message) check(standalone ...sockproto.Type) error {
 
 // parseMessage decodes one message of b, which it must fill.
 func parseMessage(b []byte) (message, error) {
-	h, err := sockproto.PeekHeader(b)
+	h, err := sockwire.PeekHeader(b)
 	if err != nil {
 		return message{}, err
 	}
-	if h.Type != sockproto.TypeRoute {
-		rec, err := sockproto.Decode(b)
+	if h.Type != sockwire.TypeRoute {
+		rec, err := sockwire.Decode(b)
 		return message{rec: rec}, err
 	}
 	if len(b) < h.Length {
 		return message{}, fmt.Errorf("%w: a ROUTE alone", errMessage)
 	}
-	r, err := sockproto.Decode(b[:h.Length])
+	r, err := sockwire.Decode(b[:h.Length])
 	if err != nil {
 		return message{}, err
 	}
 	if len(b) == h.Length {
 		return message{}, fmt.Errorf("%w: a ROUTE alone", errMessage)
 	}
-	rec, err := sockproto.Decode(b[h.Length:])
+	rec, err := sockwire.Decode(b[h.Length:])
 	if err != nil {
 		return message{}, err
 	}
-	route := r.(sockproto.Route)
+	route := r.(sockwire.Route)
 	return message{route: &route, rec: rec}, nil
 }
 
 // readRecord reads one record from a stream into buf (at least
 // RecordMax bytes) and returns its bytes.
 func readRecord(r io.Reader, buf []byte) ([]byte, error) {
-	if _, err := io.ReadFull(r, buf[:sockproto.HeaderSize]); err != nil {
+	if _, err := io.ReadFull(r, buf[:sockwire.HeaderSize]); err != nil {
 		return nil, err
 	}
-	h, err := sockproto.PeekHeader(buf[:sockproto.HeaderSize])
+	h, err := sockwire.PeekHeader(buf[:sockwire.HeaderSize])
 	if err != nil {
 		return nil, err
 	}
-	if _, err := io.ReadFull(r, buf[sockproto.HeaderSize:h.Length]); err != nil {
+	if _, err := io.ReadFull(r, buf[sockwire.HeaderSize:h.Length]); err != nil {
 		return nil, noEOF(err)
 	}
 	return buf[:h.Length], nil
@@ -129,11 +132,11 @@ func readMessage(r io.Reader, buf []byte) (message, error) {
 	if err != nil {
 		return message{}, err
 	}
-	rec, err := sockproto.Decode(b)
+	rec, err := sockwire.Decode(b)
 	if err != nil {
 		return message{}, err
 	}
-	route, ok := rec.(sockproto.Route)
+	route, ok := rec.(sockwire.Route)
 	if !ok {
 		return message{rec: rec}, nil
 	}
@@ -141,7 +144,7 @@ func readMessage(r io.Reader, buf []byte) (message, error) {
 	if err != nil {
 		return message{}, noEOF(err)
 	}
-	if rec, err = sockproto.Decode(b); err != nil {
+	if rec, err = sockwire.Decode(b); err != nil {
 		return message{}, err
 	}
 	return message{route: &route, rec: rec}, nil
@@ -158,14 +161,14 @@ func noEOF(err error) error {
 func (m message) encode(dst []byte) ([]byte, error) {
 	var err error
 	if m.route != nil {
-		if dst, err = sockproto.Append(dst, *m.route); err != nil {
+		if dst, err = sockwire.Append(dst, *m.route); err != nil {
 			return dst, err
 		}
 	}
-	return sockproto.Append(dst, m.rec)
+	return sockwire.Append(dst, m.rec)
 }
 
 // routedMsg is the message ROUTE{t} then rec.
-func routedMsg(t sockproto.Tuple, rec sockproto.Record) message {
-	return message{route: &sockproto.Route{Epoch: rec.RecordEpoch(), Tuple: t}, rec: rec}
+func routedMsg(t sockwire.Tuple, rec sockwire.Record) message {
+	return message{route: &sockwire.Route{Epoch: rec.RecordEpoch(), Tuple: t}, rec: rec}
 }

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // errNotOwner is the one answer to "not yours" and "does not exist".
@@ -20,10 +20,10 @@ type Verifier interface {
 	// it as its file descriptor fd; errNotOwner when it does not (the
 	// socket does not exist, the fd is another file, the process is
 	// gone), another error when the kernel could not be asked.
-	Owner(pid int32, fd int32, t sockproto.Tuple) (uint64, error)
+	Owner(pid int32, fd int32, t sockwire.Tuple) (uint64, error)
 	// Inode returns the inode of the socket of t now; errNoSocket when
 	// there is none.
-	Inode(t sockproto.Tuple) (uint64, error)
+	Inode(t sockwire.Tuple) (uint64, error)
 }
 
 // kernel is the Verifier of this host: sock_diag for the tuple's socket,
@@ -33,7 +33,7 @@ type kernel struct {
 }
 
 // Owner implements Verifier.
-func (k kernel) Owner(pid, fd int32, t sockproto.Tuple) (uint64, error) {
+func (k kernel) Owner(pid, fd int32, t sockwire.Tuple) (uint64, error) {
 	if err := checkTuple(t); err != nil {
 		return 0, errNotOwner
 	}
@@ -54,7 +54,7 @@ func (k kernel) Owner(pid, fd int32, t sockproto.Tuple) (uint64, error) {
 }
 
 // Inode implements Verifier.
-func (k kernel) Inode(t sockproto.Tuple) (uint64, error) {
+func (k kernel) Inode(t sockwire.Tuple) (uint64, error) {
 	if err := checkTuple(t); err != nil {
 		return 0, errNoSocket
 	}

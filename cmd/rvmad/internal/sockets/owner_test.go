@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // tcpPair returns both ends of a TCP connection on addr ("127.0.0.1" or
@@ -48,7 +48,7 @@ func fdOf(t *testing.T, conn syscall.Conn) int32 {
 }
 
 // tupleOfConn is conn's tuple as this process sees it.
-func tupleOfConn(conn *net.TCPConn) sockproto.Tuple {
+func tupleOfConn(conn *net.TCPConn) sockwire.Tuple {
 	return tupleOf(conn.LocalAddr().(*net.TCPAddr).AddrPort(), conn.RemoteAddr().(*net.TCPAddr).AddrPort())
 }
 
@@ -58,7 +58,7 @@ func TestOwnership(t *testing.T) {
 			k := kernel{proc: "/proc"}
 			c, s := tcpPair(t, addr)
 			tc, ts := tupleOfConn(c), tupleOfConn(s)
-			if addr == "127.0.0.1" && tc.Family != sockproto.AFInet {
+			if addr == "127.0.0.1" && tc.Family != sockwire.AFInet {
 				t.Fatalf("family %d", tc.Family)
 			}
 			if tc != swap(ts) {
@@ -85,16 +85,16 @@ func TestOwnership(t *testing.T) {
 			defer func() { child.Process.Kill(); child.Wait() }()
 			bad := map[string]struct {
 				pid, fd int32
-				tu      sockproto.Tuple
+				tu      sockwire.Tuple
 			}{
 				"another process":   {int32(child.Process.Pid), fdOf(t, c), tc},
 				"another fd":        {pid, fdOf(t, s), tc},
 				"a file":            {pid, 0, tc},
 				"no such fd":        {pid, 1 << 20, tc},
 				"no such process":   {1 << 30, fdOf(t, c), tc},
-				"no such tuple":     {pid, fdOf(t, c), func() sockproto.Tuple { x := tc; x.RemotePort = 1; return x }()},
-				"not a real tuple":  {pid, fdOf(t, c), sockproto.Tuple{Family: sockproto.AFInet}},
-				"v4 family, v6 ips": {pid, fdOf(t, c), func() sockproto.Tuple { x := tc; x.Family = sockproto.AFInet; x.Local[10] = 0; return x }()},
+				"no such tuple":     {pid, fdOf(t, c), func() sockwire.Tuple { x := tc; x.RemotePort = 1; return x }()},
+				"not a real tuple":  {pid, fdOf(t, c), sockwire.Tuple{Family: sockwire.AFInet}},
+				"v4 family, v6 ips": {pid, fdOf(t, c), func() sockwire.Tuple { x := tc; x.Family = sockwire.AFInet; x.Local[10] = 0; return x }()},
 			}
 			for name, b := range bad {
 				if _, err := k.Owner(b.pid, b.fd, b.tu); !errors.Is(err, errNotOwner) {
@@ -117,7 +117,7 @@ func TestOwnership(t *testing.T) {
 func TestTupleHelpers(t *testing.T) {
 	l, r := netip.MustParseAddrPort("10.0.0.1:5"), netip.MustParseAddrPort("10.0.0.2:6")
 	tu := tupleOf(l, r)
-	if tu.Family != sockproto.AFInet || checkTuple(tu) != nil {
+	if tu.Family != sockwire.AFInet || checkTuple(tu) != nil {
 		t.Fatalf("%+v", tu)
 	}
 	if a, b := addrs(tu); a != l.Addr() || b != r.Addr() {

@@ -7,7 +7,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // Bounds of the pairing links.
@@ -25,8 +25,8 @@ type linkKey struct{ local, remote netip.Addr }
 // client sees it, and the record's type and epoch.
 type item struct {
 	from  *client
-	t     sockproto.Tuple
-	typ   sockproto.Type
+	t     sockwire.Tuple
+	typ   sockwire.Type
 	epoch uint32
 	msg   message
 }
@@ -54,7 +54,7 @@ func (l *link) shut() {
 // needed. It must be called with b.mu held; it never blocks.
 func (b *Broker) toPeerLocked(it item) {
 	if b.closed {
-		b.answer(it, sockproto.ReasonNoDaemon)
+		b.answer(it, sockwire.ReasonNoDaemon)
 		return
 	}
 	local, remote := addrs(it.t)
@@ -70,7 +70,7 @@ func (b *Broker) toPeerLocked(it item) {
 	case l.queue <- it:
 	default:
 		b.m.pairingError(pairQueueFull)
-		b.answer(it, sockproto.ReasonNoDaemon)
+		b.answer(it, sockwire.ReasonNoDaemon)
 	}
 }
 
@@ -106,7 +106,7 @@ func (b *Broker) runLink(l *link) {
 				b.m.pairingError(pairBroken)
 				b.log.Info("sockets: pairing connection failed", "peer", l.key.remote, "err", err)
 				b.mu.Lock()
-				b.answer(it, sockproto.ReasonNoDaemon)
+				b.answer(it, sockwire.ReasonNoDaemon)
 				b.mu.Unlock()
 				conn.Close()
 				<-gone
@@ -135,7 +135,7 @@ func (b *Broker) linkDown(l *link) {
 	for {
 		select {
 		case it := <-l.queue:
-			b.answer(it, sockproto.ReasonNoDaemon)
+			b.answer(it, sockwire.ReasonNoDaemon)
 		default:
 			return
 		}
@@ -188,7 +188,7 @@ func (b *Broker) servePeer(conn net.Conn) {
 		conn.Close()
 	}()
 	src := conn.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	buf := make([]byte, sockproto.RecordMax)
+	buf := make([]byte, sockwire.RecordMax)
 	for {
 		m, err := readMessage(conn, buf)
 		if err == nil {
@@ -198,7 +198,7 @@ func (b *Broker) servePeer(conn net.Conn) {
 		case err == nil:
 			continue
 		case errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed):
-		case errors.As(err, new(*sockproto.Error)) || errors.Is(err, errMessage) || errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.As(err, new(*sockwire.Error)) || errors.Is(err, errMessage) || errors.Is(err, io.ErrUnexpectedEOF):
 			b.m.pairingError(pairMalformed)
 			b.log.Warn("sockets: a peer sent a malformed message; closing its pairing connection", "peer", src, "err", err)
 		default:

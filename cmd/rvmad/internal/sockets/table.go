@@ -3,7 +3,7 @@ package sockets
 import (
 	"errors"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // errLimit is a registration over the user's cap.
@@ -14,7 +14,7 @@ var errLimit = errors.New("the user's cap of registrations is reached")
 // and the epoch of an ATTACH_REQ or REATTACH handed to it and not yet
 // answered (0: none).
 type reg struct {
-	tuple   sockproto.Tuple // as the owner sees it
+	tuple   sockwire.Tuple // as the owner sees it
 	owner   *client
 	inode   uint64
 	pending uint32
@@ -25,14 +25,14 @@ type reg struct {
 // the broker's mutex guards it.
 type table struct {
 	maxPerUID int
-	byTuple   map[sockproto.Tuple]*reg
-	byClient  map[*client]map[sockproto.Tuple]*reg
+	byTuple   map[sockwire.Tuple]*reg
+	byClient  map[*client]map[sockwire.Tuple]*reg
 	perUID    map[uint32]int
 }
 
 func newTable(maxPerUID int) *table {
-	return &table{maxPerUID: maxPerUID, byTuple: map[sockproto.Tuple]*reg{},
-		byClient: map[*client]map[sockproto.Tuple]*reg{}, perUID: map[uint32]int{}}
+	return &table{maxPerUID: maxPerUID, byTuple: map[sockwire.Tuple]*reg{},
+		byClient: map[*client]map[sockwire.Tuple]*reg{}, perUID: map[uint32]int{}}
 }
 
 // register records that c owns t (socket inode). A connection another
@@ -40,7 +40,7 @@ func newTable(maxPerUID int) *table {
 // (after fork, exec or fd passing) gets its records. Registering a
 // connection c already has refreshes its inode. It fails with errLimit
 // when c's user has maxPerUID registrations and this would add one.
-func (tb *table) register(c *client, t sockproto.Tuple, inode uint64) error {
+func (tb *table) register(c *client, t sockwire.Tuple, inode uint64) error {
 	if r := tb.byTuple[t]; r != nil {
 		if r.owner == c {
 			if r.inode != inode {
@@ -58,7 +58,7 @@ func (tb *table) register(c *client, t sockproto.Tuple, inode uint64) error {
 	r := &reg{tuple: t, owner: c, inode: inode}
 	tb.byTuple[t] = r
 	if tb.byClient[c] == nil {
-		tb.byClient[c] = map[sockproto.Tuple]*reg{}
+		tb.byClient[c] = map[sockwire.Tuple]*reg{}
 	}
 	tb.byClient[c][t] = r
 	tb.perUID[c.uid]++
@@ -66,10 +66,10 @@ func (tb *table) register(c *client, t sockproto.Tuple, inode uint64) error {
 }
 
 // lookup returns the registration of t, or nil.
-func (tb *table) lookup(t sockproto.Tuple) *reg { return tb.byTuple[t] }
+func (tb *table) lookup(t sockwire.Tuple) *reg { return tb.byTuple[t] }
 
 // owned returns c's registration of t, or nil when t is not c's.
-func (tb *table) owned(c *client, t sockproto.Tuple) *reg {
+func (tb *table) owned(c *client, t sockwire.Tuple) *reg {
 	if r := tb.byTuple[t]; r != nil && r.owner == c {
 		return r
 	}

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
-func tup(port uint16) sockproto.Tuple {
-	return sockproto.Tuple{Family: sockproto.AFInet6, LocalPort: port, RemotePort: 9, Local: [16]byte{15: 1}, Remote: [16]byte{15: 2}}
+func tup(port uint16) sockwire.Tuple {
+	return sockwire.Tuple{Family: sockwire.AFInet6, LocalPort: port, RemotePort: 9, Local: [16]byte{15: 1}, Remote: [16]byte{15: 2}}
 }
 
 func TestTable(t *testing.T) {

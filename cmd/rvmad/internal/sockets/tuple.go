@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/netip"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/sockproto"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // errTuple is a tuple no TCP connection can have: an AF_INET family with
@@ -13,18 +13,18 @@ var errTuple = errors.New("not the tuple of a TCP connection")
 
 // addrs returns the tuple's local and remote addresses, IPv4 ones
 // unmapped (as the kernel's AF_INET sockets have them).
-func addrs(t sockproto.Tuple) (local, remote netip.Addr) {
+func addrs(t sockwire.Tuple) (local, remote netip.Addr) {
 	local, remote = netip.AddrFrom16(t.Local), netip.AddrFrom16(t.Remote)
-	if t.Family == sockproto.AFInet {
+	if t.Family == sockwire.AFInet {
 		local, remote = local.Unmap(), remote.Unmap()
 	}
 	return local, remote
 }
 
 // checkTuple reports whether t can name a TCP connection.
-func checkTuple(t sockproto.Tuple) error {
+func checkTuple(t sockwire.Tuple) error {
 	l, r := netip.AddrFrom16(t.Local), netip.AddrFrom16(t.Remote)
-	if t.Family == sockproto.AFInet && (!l.Is4In6() || !r.Is4In6()) {
+	if t.Family == sockwire.AFInet && (!l.Is4In6() || !r.Is4In6()) {
 		return errTuple
 	}
 	l, r = addrs(t)
@@ -35,7 +35,7 @@ func checkTuple(t sockproto.Tuple) error {
 }
 
 // swap returns the connection as its other end sees it.
-func swap(t sockproto.Tuple) sockproto.Tuple {
+func swap(t sockwire.Tuple) sockwire.Tuple {
 	t.Local, t.Remote = t.Remote, t.Local
 	t.LocalPort, t.RemotePort = t.RemotePort, t.LocalPort
 	return t
@@ -43,11 +43,11 @@ func swap(t sockproto.Tuple) sockproto.Tuple {
 
 // tupleOf builds the tuple of a connection from its two ends; IPv4
 // addresses give an AF_INET tuple.
-func tupleOf(local, remote netip.AddrPort) sockproto.Tuple {
-	t := sockproto.Tuple{Family: sockproto.AFInet6, LocalPort: local.Port(), RemotePort: remote.Port(),
+func tupleOf(local, remote netip.AddrPort) sockwire.Tuple {
+	t := sockwire.Tuple{Family: sockwire.AFInet6, LocalPort: local.Port(), RemotePort: remote.Port(),
 		Local: local.Addr().As16(), Remote: remote.Addr().As16()}
 	if local.Addr().Unmap().Is4() && remote.Addr().Unmap().Is4() && !local.Addr().Is6() {
-		t.Family = sockproto.AFInet
+		t.Family = sockwire.AFInet
 	}
 	return t
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/internal/wire"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // The model: two sides (side 0 the client, side 1 the server, or a plain
@@ -41,11 +41,11 @@ type scenario struct {
 	attaches  int // ATTACH_REQs the client may start
 	demotes   [2]int
 	qpFails   int
-	plainPeer bool        // side 1 runs without the shim
-	refuse    wire.Reason // side 1 refuses attachments
-	release   bool        // finished sides may be released
-	big       bool        // exhaustive only with PROTO_BIG=1
-	light     bool        // exhaustive under the race detector too
+	plainPeer bool            // side 1 runs without the shim
+	refuse    sockwire.Reason // side 1 refuses attachments
+	release   bool            // finished sides may be released
+	big       bool            // exhaustive only with PROTO_BIG=1
+	light     bool            // exhaustive under the race detector too
 }
 
 type tcpStream struct {
@@ -306,7 +306,7 @@ func (w *world) brokerDeliver(i int) (bool, error) {
 	if w.m[1-i] == nil {
 		// rvmad answers for a program without the shim.
 		if msg.Kind == MsgAttachReq {
-			w.broker[1-i] = append(w.broker[1-i], Msg{Kind: MsgAttachNack, Epoch: msg.Epoch, Reason: wire.ReasonNoOwner})
+			w.broker[1-i] = append(w.broker[1-i], Msg{Kind: MsgAttachNack, Epoch: msg.Epoch, Reason: sockwire.ReasonNoOwner})
 		}
 		return true, nil
 	}
@@ -347,7 +347,7 @@ func (w *world) qpErrDeliver(i int) (bool, error) {
 }
 
 func (w *world) demote(i int) (bool, error) {
-	if w.m[i] == nil || w.demotes[i] >= w.sc.demotes[i] || !w.m[i].Demote(wire.ReasonApp) {
+	if w.m[i] == nil || w.demotes[i] >= w.sc.demotes[i] || !w.m[i].Demote(sockwire.ReasonApp) {
 		return false, nil
 	}
 	w.demotes[i]++
@@ -570,7 +570,7 @@ var exhaustive = []scenario{
 	{name: "attach twice across a QP failure", light: true, data: [2]int{2, 1}, ring: 1, batch: 1, sendBuf: 1,
 		wchunk: 1, rchunk: 2, attaches: 2, demotes: [2]int{0, 0}, qpFails: 1, release: true},
 	{name: "server refuses", light: true, data: [2]int{2, 2}, ring: 2, batch: 1, sendBuf: 2, wchunk: 1, rchunk: 1,
-		attaches: 1, demotes: [2]int{1, 1}, refuse: wire.ReasonNoMemory},
+		attaches: 1, demotes: [2]int{1, 1}, refuse: sockwire.ReasonNoMemory},
 	{name: "peer without the shim", light: true, data: [2]int{3, 3}, ring: 2, batch: 1, sendBuf: 2, wchunk: 1, rchunk: 2,
 		attaches: 2, demotes: [2]int{1, 0}, plainPeer: true},
 	{name: "big: upgrade, demotes, QP failure", big: true, data: [2]int{3, 2}, ring: 2, batch: 2, sendBuf: 2,
@@ -666,7 +666,7 @@ func randomRun(sd uint64) (int, string, error) {
 	}
 	switch r.IntN(12) {
 	case 0:
-		sc.refuse = wire.ReasonBusy
+		sc.refuse = sockwire.ReasonBusy
 	case 1, 2, 3, 4:
 		// Clean runs: credits and blocking, FIN on the ring.
 		sc.demotes, sc.qpFails = [2]int{}, 0

@@ -20,7 +20,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/rdmaplus/rdmaplus/pkg/sockets/internal/wire"
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // Role says which side starts attachments: the side that connected.
@@ -55,7 +55,7 @@ type Config struct {
 	SendBuf int
 	// Refuse makes a server answer every ATTACH_REQ with ATTACH_NACK for
 	// this reason (0: accept).
-	Refuse wire.Reason
+	Refuse sockwire.Reason
 }
 
 // ErrProtocol is a peer (or the transport under it) breaking the
@@ -112,7 +112,7 @@ func (m InMode) String() string { return inNames[m] }
 // Kind is the kind of a message between the two sides.
 type Kind uint8
 
-// Message kinds. The record kinds have a wire.Record; Data is a ring write
+// Message kinds. The record kinds have a sockwire.Record; Data is a ring write
 // with immediate, Credit and Blocked are RDMA WRITEs into the peer's
 // control block.
 const (
@@ -138,7 +138,7 @@ type Msg struct {
 	Off    uint64 // SWITCH, FIN: offset; DEMOTE: consumed; DATA: stream offset; CREDIT, BLOCKED: value
 	Data   []byte // DATA
 	Ring   int    // ATTACH_REQ, ATTACH_REP: the sender's ring size
-	Reason wire.Reason
+	Reason sockwire.Reason
 }
 
 func (m Msg) String() string {
@@ -156,16 +156,16 @@ func (m Msg) String() string {
 // Record is the wire record of a record message (SWITCH, FIN, DEMOTE,
 // ATTACH_NACK); nil for the others, whose wire form is a ring write, a
 // control-block write or an attach record carrying RDMA resources.
-func (m Msg) Record() wire.Record {
+func (m Msg) Record() sockwire.Record {
 	switch m.Kind {
 	case MsgSwitch:
-		return wire.Switch{Epoch: m.Epoch, Offset: m.Off}
+		return sockwire.Switch{Epoch: m.Epoch, Offset: m.Off}
 	case MsgFin:
-		return wire.Fin{Epoch: m.Epoch, Offset: m.Off}
+		return sockwire.Fin{Epoch: m.Epoch, Offset: m.Off}
 	case MsgDemote:
-		return wire.Demote{Epoch: m.Epoch, Consumed: m.Off, Reason: m.Reason}
+		return sockwire.Demote{Epoch: m.Epoch, Consumed: m.Off, Reason: m.Reason}
 	case MsgAttachNack:
-		return wire.Nack{Epoch: m.Epoch, Reason: m.Reason}
+		return sockwire.Nack{Epoch: m.Epoch, Reason: m.Reason}
 	}
 	return nil
 }
@@ -234,7 +234,7 @@ type Machine struct {
 	in        inDir
 	outbox    []Output
 	err       error
-	demotes   []wire.Reason // why this side demoted, each attachment
+	demotes   []sockwire.Reason // why this side demoted, each attachment
 }
 
 // New returns a side in phase Plain. It panics on a Config that is not
@@ -258,7 +258,7 @@ func (m *Machine) Clone() *Machine {
 	c.out.keep = append([]byte(nil), m.out.keep...)
 	c.in.ring = append([]byte(nil), m.in.ring...)
 	c.outbox = append([]Output(nil), m.outbox...)
-	c.demotes = append([]wire.Reason(nil), m.demotes...)
+	c.demotes = append([]sockwire.Reason(nil), m.demotes...)
 	return &c
 }
 
@@ -282,7 +282,7 @@ func (m *Machine) Epoch() uint32 { return m.epoch }
 func (m *Machine) Modes() (OutMode, InMode) { return m.out.mode, m.in.mode }
 
 // Demotes lists why this side demoted, one reason per demote.
-func (m *Machine) Demotes() []wire.Reason { return m.demotes }
+func (m *Machine) Demotes() []sockwire.Reason { return m.demotes }
 
 // Done reports whether both directions ended: the program read end of
 // file and the anchor's writing is shut. A side may be released (its QP
@@ -544,7 +544,7 @@ func (m *Machine) trim() {
 // rvmad with the bytes consumed, the ring left, the outgoing bytes kept
 // until the peer's DEMOTE says where the anchor resumes. It reports
 // whether there was an attachment to demote.
-func (m *Machine) Demote(r wire.Reason) bool {
+func (m *Machine) Demote(r sockwire.Reason) bool {
 	if m.err != nil || m.sentDem || (m.phase != Attached && m.phase != Attaching) {
 		return false
 	}
@@ -584,7 +584,7 @@ func (m *Machine) QPError(epoch uint32) {
 		return
 	}
 	m.qpDead = true
-	m.Demote(wire.ReasonQPError)
+	m.Demote(sockwire.ReasonQPError)
 }
 
 // FromBroker takes a record the peer sent through rvmad.
@@ -607,7 +607,7 @@ func (m *Machine) FromBroker(msg Msg) {
 		case m.cfg.Refuse != 0:
 			m.broker(Msg{Kind: MsgAttachNack, Reason: m.cfg.Refuse})
 		case m.out.shut:
-			m.broker(Msg{Kind: MsgAttachNack, Reason: wire.ReasonShutdown})
+			m.broker(Msg{Kind: MsgAttachNack, Reason: sockwire.ReasonShutdown})
 		default:
 			m.peerRing = msg.Ring
 			m.phase = Attached
@@ -657,7 +657,7 @@ func (m *Machine) FromBroker(msg Msg) {
 		}
 		m.gotDem = true
 		if !m.sentDem {
-			m.Demote(wire.ReasonPeer)
+			m.Demote(sockwire.ReasonPeer)
 		}
 		o := &m.out
 		if msg.Off > o.sent || msg.Off < o.acked {

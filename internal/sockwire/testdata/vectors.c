@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * Test helper of pkg/sockets/internal/wire: builds the golden vectors of
+ * Test helper of internal/sockwire: builds the golden vectors of
  * the sockets wire protocol with cmd/sockpreload/sockproto.h alone, and
  * checks records with sockproto_check(), so that the Go mirror can be
  * compared with the header byte for byte.

@@ -1,8 +1,12 @@
-// Package wire is the Go mirror of cmd/sockpreload/sockproto.h, the wire
-// protocol of sockets over RDMA (docs/sockets.md): control records
+// Package sockwire is the Go mirror of cmd/sockpreload/sockproto.h, the
+// wire protocol of sockets over RDMA (docs/sockets.md): control records
 // (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, SWITCH, FIN, ABORT, DEMOTE,
-// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT), the control block the peer writes credits into, the header of
-// a receive ring, and the immediate data of ring writes.
+// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT), the control
+// block the peer writes credits into, the header of a receive ring, and
+// the immediate data of ring writes.
+//
+// It is internal to the module: pkg/sockets and rvmad's broker
+// (cmd/rvmad/internal/sockets) speak it; it is no public API.
 //
 // Records are fixed-size and little-endian, with a 16-byte header (magic,
 // version, type, length, flags, epoch, reserved). Decode never panics: a
@@ -10,7 +14,7 @@
 // the order of the header's sockproto_check, and which wraps one of the
 // sentinel errors (ErrShort, ErrMagic, ...) for errors.Is. The tests check
 // the encoder and the checks against the C header, byte for byte.
-package wire
+package sockwire
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package wire
+package sockwire
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/*.hex from the Go encoder")
 
-const header = "../../../../cmd/sockpreload/sockproto.h"
+const header = "../../cmd/sockpreload/sockproto.h"
 
 func seq(first byte) (a [16]byte) {
 	for i := range a {
