@@ -369,9 +369,15 @@ func (e *engine) free(w *Window) {
 	en.State = wire.StateGone
 	bufs := w.st.buffers()
 	w.mu.Unlock()
-	if mem := e.desc.write(w.slot, &en); mem != nil && e.links != nil {
-		e.links.dropSubscribers(w.slot, mem)
+	// under the table's lock, as every entry write: a Close racing this
+	// free may be releasing the table
+	e.desc.mu.RLock()
+	if !e.desc.gone {
+		if mem := e.desc.write(w.slot, &en); mem != nil && e.links != nil {
+			e.links.dropSubscribers(w.slot, mem)
+		}
 	}
+	e.desc.mu.RUnlock()
 	e.table.Free(w.slot, w.incarnation)
 	e.mem.retire(w, bufs)
 	w.ctr.drop(w)
