@@ -239,11 +239,16 @@ struct sockproto_reattach {
  * or a ROUTE followed by one record, never more. The pairing port between
  * two rvmads (TCP, default 7473) carries the same messages back to back.
  *
- * - REGISTER: the process owns the connection (it holds @fd, a socket
- *   whose 4-tuple is @tuple); rvmad checks that with sock_diag and
- *   /proc/<pid>/fd/<fd> (the pid of SO_PEERCRED) and answers RESULT. A
+ * - REGISTER: the process owns the connection and proves it: the message
+ *   carries the connection's socket as SCM_RIGHTS ancillary data, exactly
+ *   one descriptor. rvmad checks that it is a socket whose addresses
+ *   (getsockname, getpeername) are @tuple and that sock_diag finds
+ *   @tuple's TCP socket with its inode, closes its copy at once, and
+ *   answers RESULT. No descriptor, several, or another file or socket get
+ *   SOCKPROTO_R_DENIED, as a connection that does not exist does. A
  *   connection must be registered before any record about it; the latest
  *   process to register it (after fork or exec) gets its records.
+ *   Descriptors passed with any other message: rvmad disconnects.
  * - UNREGISTER: forget it (at close); RESULT answers. A disconnect from
  *   rvmad's socket unregisters everything the process had registered.
  * - ROUTE, then ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE or REATTACH:
@@ -273,8 +278,9 @@ struct sockproto_route {
 /**
  * struct sockproto_register - REGISTER
  * @tuple:	the connection, as the registering process sees it
- * @fd:		the process's file descriptor of the connection's socket
- *		(0 to INT32_MAX), for rvmad's ownership check
+ * @fd:		the process's number of the descriptor it passes (0 to
+ *		INT32_MAX), informative only (rvmad's logs): the socket
+ *		passed with the message proves ownership, not this number
  * @pad:	zero
  */
 struct sockproto_register {

@@ -18,13 +18,17 @@ type Route struct {
 	Tuple Tuple
 }
 
-// Register is REGISTER: the sending process owns the connection Tuple,
-// whose socket it holds as FD; rvmad checks that and answers Result.
-// Epoch is the caller's (not 0), echoed by the Result.
+// Register is REGISTER: the sending process owns the connection Tuple
+// and proves it by passing the connection's socket with the message
+// (SCM_RIGHTS on rvmad's Unix socket, exactly one descriptor); rvmad
+// checks that socket, closes its copy and answers Result. FD is the
+// sender's number of that descriptor, informative only (rvmad's logs):
+// rvmad never looks it up. Epoch is the caller's (not 0), echoed by the
+// Result.
 type Register struct {
 	Epoch uint32
 	Tuple Tuple
-	FD    int32 // 0 to MaxInt32
+	FD    int32 // 0 to MaxInt32, informative
 }
 
 // Unregister is UNREGISTER: rvmad forgets the sender's registration of

@@ -65,7 +65,7 @@ func NewBroker(opts Options, m *metrics) *Broker {
 		b.log = slog.New(slog.DiscardHandler)
 	}
 	if b.verify == nil {
-		b.verify = kernel{proc: "/proc"}
+		b.verify = kernel{}
 	}
 	if m == nil {
 		m = newMetrics(b.counts)
@@ -129,19 +129,32 @@ func (b *Broker) addListener(l net.Listener) error {
 	return nil
 }
 
-// fromClient handles a message of a local process. An error disconnects
-// the client (a message it must not send).
-func (b *Broker) fromClient(c *client, m message) error {
+// fromClient handles a message of a local process and what it passed
+// with it (SCM_RIGHTS), which the caller closes after if fromClient did
+// not. A REGISTER must pass exactly one descriptor, the connection's
+// socket, which is closed as soon as it is checked; no descriptor,
+// several or another file is refused like a socket that is not the
+// connection's. An error disconnects the client (a message it must not
+// send, or descriptors passed with another record).
+func (b *Broker) fromClient(c *client, m message, p *passed) error {
 	if err := m.check(sockwire.TypeRegister, sockwire.TypeUnregister); err != nil {
 		return err
 	}
 	t := m.tuple()
+	if _, ok := m.rec.(sockwire.Register); !ok && p.nonEmpty() {
+		return fmt.Errorf("%w: descriptors passed with %v", errMessage, m.rec.Type())
+	}
 	switch rec := m.rec.(type) {
 	case sockwire.Register:
 		reason := sockwire.Reason(0)
-		ino, err := b.verify.Owner(c.pid, rec.FD, t)
+		ino, err := b.verify.Owner(p.sock(), t)
+		n, truncated := len(p.fds), p.truncated
+		p.close()
 		if err != nil {
-			if !errors.Is(err, errNotOwner) {
+			if errors.Is(err, errNotOwner) {
+				b.log.Debug("sockets: a registration refused", "pid", c.pid, "uid", c.uid,
+					"fd", rec.FD, "passed", n, "truncated", truncated)
+			} else {
 				b.log.Warn("sockets: cannot check the owner of a connection", "pid", c.pid, "err", err)
 			}
 			reason = sockwire.ReasonDenied

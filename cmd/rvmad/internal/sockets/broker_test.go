@@ -8,28 +8,36 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
 
 // host is one broker of a test, as if on a host of its own: its Unix
-// socket and its pairing address. peer is where it dials for any peer.
+// socket and its pairing address. peer is where it dials for any peer,
+// atomic: the broker reads it on its goroutines, and the race detector
+// orders them after the test through write(2), not through sendmsg(2).
 type host struct {
 	b    *Broker
 	sock string
 	addr string
-	peer string
+	peer atomic.Pointer[string]
 }
+
+func (h *host) setPeer(addr string) { h.peer.Store(&addr) }
 
 func newHost(t *testing.T, maxPerUID int) *host { return newHostOn(t, maxPerUID, "127.0.0.1") }
 
 func newHostOn(t *testing.T, maxPerUID int, ip string) *host {
 	t.Helper()
 	h := &host{sock: filepath.Join(t.TempDir(), "sockets.sock")}
-	h.b = NewBroker(Options{MaxPerUID: maxPerUID, PeerAddr: func(netip.Addr) string { return h.peer }}, nil)
+	h.setPeer("")
+	h.b = NewBroker(Options{MaxPerUID: maxPerUID, PeerAddr: func(netip.Addr) string { return *h.peer.Load() }}, nil)
 	a, err := h.b.ListenPairing(net.JoinHostPort(ip, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +57,7 @@ func newHostOn(t *testing.T, maxPerUID int, ip string) *host {
 }
 
 // pairHosts makes a and b each other's peer.
-func pairHosts(a, b *host) { a.peer, b.peer = b.addr, a.addr }
+func pairHosts(a, b *host) { a.setPeer(b.addr); b.setPeer(a.addr) }
 
 // proc is a process's connection to a broker's Unix socket.
 type proc struct {
@@ -76,11 +84,29 @@ func (p *proc) sendRaw(b []byte) {
 
 func (p *proc) send(m message) {
 	p.t.Helper()
+	p.sendFDs(m)
+}
+
+// sendRawFDs sends b with fds as SCM_RIGHTS.
+func (p *proc) sendRawFDs(b []byte, fds ...int) {
+	p.t.Helper()
+	var oob []byte
+	if len(fds) > 0 {
+		oob = unix.UnixRights(fds...)
+	}
+	if _, _, err := p.conn.(*net.UnixConn).WriteMsgUnix(b, oob, nil); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// sendFDs sends m with fds as SCM_RIGHTS.
+func (p *proc) sendFDs(m message, fds ...int) {
+	p.t.Helper()
 	b, err := m.encode(nil)
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	p.sendRaw(b)
+	p.sendRawFDs(b, fds...)
 }
 
 // recv returns the next message within 5 s.
@@ -109,12 +135,13 @@ func (p *proc) closed() bool {
 	return errors.Is(err, io.EOF)
 }
 
-// register registers the connection conn of this process and checks the
-// broker's answer.
+// register registers the connection conn of this process, passing its
+// socket, and checks the broker's answer.
 func (p *proc) register(conn *net.TCPConn, want sockwire.Reason) sockwire.Tuple {
 	p.t.Helper()
 	tu := tupleOfConn(conn)
-	p.send(message{rec: sockwire.Register{Epoch: 3, Tuple: tu, FD: fdOf(p.t, conn)}})
+	fd := fdOf(p.t, conn)
+	p.sendFDs(message{rec: sockwire.Register{Epoch: 3, Tuple: tu, FD: fd}}, int(fd))
 	p.wantResult(tu, sockwire.TypeRegister, 3, want)
 	return tu
 }
@@ -230,7 +257,7 @@ func TestRelaySameHost(t *testing.T) {
 		t.Run(ip, func(t *testing.T) {
 			cc, sc := tcpPair(t, ip)
 			a := newHostOn(t, 100, ip)
-			a.peer = a.addr
+			a.setPeer(a.addr)
 			p1, p2 := dialProc(t, a), dialProc(t, a)
 			t1, t2 := p1.register(cc, 0), p2.register(sc, 0)
 			p1.send(routedMsg(t1, attachReq(1, t1)))
@@ -251,7 +278,7 @@ func TestNoDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.peer = ln.Addr().String()
+	a.setPeer(ln.Addr().String())
 	ln.Close() // nobody listens there
 	cc, _ := tcpPair(t, "127.0.0.1")
 	p := dialProc(t, a)
@@ -291,20 +318,68 @@ func TestDisconnectMidAttach(t *testing.T) {
 	pb.wantRouted(tb, sockwire.Demote{Epoch: 2, Reason: sockwire.ReasonNoOwner})
 }
 
+// openFDs counts this process's open descriptors, the broker's included.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
 func TestNotYours(t *testing.T) {
 	a, b := newHost(t, 100), newHost(t, 100)
 	pairHosts(a, b)
 	cc, sc := tcpPair(t, "127.0.0.1")
 	p := dialProc(t, a)
 	tc := tupleOfConn(cc)
-
-	// The fd of another socket, a tuple that does not exist: one answer.
-	p.send(message{rec: sockwire.Register{Epoch: 1, Tuple: tc, FD: fdOf(t, sc)}})
-	p.wantResult(tc, sockwire.TypeRegister, 1, sockwire.ReasonDenied)
+	cfd, sfd := int(fdOf(t, cc)), int(fdOf(t, sc))
+	file, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
 	gone := tc
 	gone.RemotePort++
-	p.send(message{rec: sockwire.Register{Epoch: 1, Tuple: gone, FD: fdOf(t, cc)}})
-	p.wantResult(gone, sockwire.TypeRegister, 1, sockwire.ReasonDenied)
+	many := make([]int, 2*maxPassed+1)
+	for i := range many {
+		many[i] = cfd
+	}
+
+	// No socket, another file, another socket, two sockets (even twice
+	// the right one), more than the broker takes in, a tuple that does
+	// not exist: one answer, and every descriptor the broker received
+	// closed before it. (A first answer: the broker has accepted p.)
+	p.send(message{rec: sockwire.Unregister{Epoch: 1, Tuple: tc}})
+	p.wantResult(tc, sockwire.TypeUnregister, 1, sockwire.ReasonDenied)
+	before := openFDs(t)
+	for _, c := range []struct {
+		name string
+		tu   sockwire.Tuple
+		fds  []int
+	}{
+		{"no descriptor", tc, nil},
+		{"not a socket", tc, []int{int(file.Fd())}},
+		{"another socket", tc, []int{sfd}},
+		{"two descriptors", tc, []int{cfd, sfd}},
+		{"the socket twice", tc, []int{cfd, cfd}},
+		{"too many", tc, many},
+		{"no such connection", gone, []int{cfd}},
+	} {
+		p.sendFDs(message{rec: sockwire.Register{Epoch: 1, Tuple: c.tu, FD: int32(cfd)}}, c.fds...)
+		m := p.recv()
+		want := sockwire.Result{Epoch: 1, Tuple: c.tu, Request: sockwire.TypeRegister, Reason: sockwire.ReasonDenied}
+		if m.route != nil || m.rec != want {
+			t.Errorf("%s: got %+v %+v, want %+v", c.name, m.route, m.rec, want)
+		}
+		if n := openFDs(t); n != before {
+			t.Errorf("%s: %d descriptors open, %d before", c.name, n, before)
+		}
+	}
+	if _, r := a.b.counts(); r != 0 {
+		t.Errorf("%d registrations", r)
+	}
 
 	// Records about a connection the process did not register.
 	p.send(routedMsg(tc, attachReq(1, tc)))
@@ -379,6 +454,41 @@ func TestMalformedClient(t *testing.T) {
 				t.Fatal("not disconnected")
 			}
 			waitFor(t, "the client's state to go", func() bool { c, r := a.b.counts(); return c == 0 && r == 0 })
+		})
+	}
+}
+
+// Descriptors passed with anything but a REGISTER, or with a message
+// the broker refuses, disconnect the process; the broker keeps none.
+func TestPassedWithOthers(t *testing.T) {
+	a := newHost(t, 100)
+	cc, _ := tcpPair(t, "127.0.0.1")
+	tc := tupleOfConn(cc)
+	cfd := int(fdOf(t, cc))
+	unreg, _ := sockwire.Append(nil, sockwire.Unregister{Epoch: 1, Tuple: tc})
+	route, _ := sockwire.Append(nil, sockwire.Route{Epoch: 1, Tuple: tc})
+	demote, _ := sockwire.Append(nil, sockwire.Demote{Epoch: 1, Reason: sockwire.ReasonApp})
+	reg, _ := sockwire.Append(nil, sockwire.Register{Epoch: 1, Tuple: tc, FD: int32(cfd)})
+	for name, msg := range map[string][]byte{
+		"an UNREGISTER":           unreg,
+		"a routed DEMOTE":         append(append([]byte(nil), route...), demote...),
+		"garbage":                 []byte("GET / HTTP/1.0\r\n\r\n"),
+		"a REGISTER cut":          reg[:40],
+		"a REGISTER behind ROUTE": append(append([]byte(nil), route...), reg...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := openFDs(t)
+			p := dialProc(t, a)
+			p.register(cc, 0)
+			p.sendRawFDs(msg, cfd, cfd)
+			if !p.closed() {
+				t.Fatal("not disconnected")
+			}
+			waitFor(t, "the client's state to go", func() bool { c, r := a.b.counts(); return c == 0 && r == 0 })
+			p.conn.Close()
+			if n := openFDs(t); n != before {
+				t.Errorf("%d descriptors open, %d before", n, before)
+			}
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,23 +81,86 @@ func (c *client) readLoop() {
 	defer c.b.clientGone(c)
 	defer c.close()
 	buf := make([]byte, 2*messageMax) // a longer message is cut, then refused
+	oob := make([]byte, unix.CmsgSpace(maxPassed*4))
 	for {
-		n, err := c.conn.Read(buf)
-		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		n, oobn, flags, _, err := c.conn.ReadMsgUnix(buf, oob)
+		// Descriptors the process passed are the broker's now: each is
+		// closed once the message is handled, whatever it was.
+		p := &passed{fds: passedFDs(oob[:oobn]), truncated: flags&unix.MSG_CTRUNC != 0}
+		if err != nil || n == 0 { // 0: the process is gone (or sent nothing, which no message is)
+			p.close()
+			if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.b.log.Debug("sockets: client read", "pid", c.pid, "err", err)
 			}
 			return
 		}
 		m, err := parseMessage(buf[:n])
 		if err == nil {
-			err = c.b.fromClient(c, m)
+			err = c.b.fromClient(c, m, p)
 		}
+		p.close()
 		if err != nil {
 			c.b.log.Info("sockets: a process sent a malformed message; disconnecting it", "pid", c.pid, "uid", c.uid, "err", err)
 			return
 		}
 	}
+}
+
+// passed is what a process passed with a message (SCM_RIGHTS): the
+// broker's descriptors, to close once the message is handled, and
+// whether the kernel dropped some for want of room.
+type passed struct {
+	fds       []int
+	truncated bool
+}
+
+// sock is the one descriptor passed, or -1 when there are none or more.
+func (p *passed) sock() int {
+	if len(p.fds) != 1 || p.truncated {
+		return -1
+	}
+	return p.fds[0]
+}
+
+// nonEmpty reports whether the process passed anything.
+func (p *passed) nonEmpty() bool { return len(p.fds) > 0 || p.truncated }
+
+// close closes every descriptor passed; once.
+func (p *passed) close() {
+	for _, fd := range p.fds {
+		unix.Close(fd)
+	}
+	p.fds = nil
+}
+
+// maxPassed is how many descriptors one read takes in: a REGISTER passes
+// one; the kernel drops those beyond the room and says so (MSG_CTRUNC).
+const maxPassed = 4
+
+// passedFDs returns the descriptors of every SCM_RIGHTS message in oob,
+// the control data of one read. It never fails: it takes what the
+// messages that fit whole hold, so that the caller can close them all.
+func passedFDs(oob []byte) []int {
+	var fds []int
+	hdr := unix.CmsgLen(0)
+	for len(oob) >= hdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < hdr || l > len(oob) {
+			break
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_RIGHTS {
+			for d := oob[hdr:l]; len(d) >= 4; d = d[4:] {
+				fds = append(fds, int(int32(binary.NativeEndian.Uint32(d))))
+			}
+		}
+		next := unix.CmsgSpace(l - hdr)
+		if next > len(oob) {
+			break
+		}
+		oob = oob[next:]
+	}
+	return fds
 }
 
 // peerCred returns the pid and uid of the process at the other end of conn.

@@ -5,9 +5,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
@@ -52,10 +54,54 @@ func tupleOfConn(conn *net.TCPConn) sockwire.Tuple {
 	return tupleOf(conn.LocalAddr().(*net.TCPAddr).AddrPort(), conn.RemoteAddr().(*net.TCPAddr).AddrPort())
 }
 
+// dupFD is a new descriptor of the same file as fd, closed at the end of
+// the test.
+func dupFD(t *testing.T, fd int) int {
+	t.Helper()
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(d) })
+	return d
+}
+
+// fakeOf returns a UDP socket with the same addresses as the TCP
+// connection conn (another protocol may use the same ports), closed at
+// the end of the test.
+func fakeOf(t *testing.T, conn *net.TCPConn) int {
+	t.Helper()
+	l, r := conn.LocalAddr().(*net.TCPAddr), conn.RemoteAddr().(*net.TCPAddr)
+	u, err := net.DialUDP("udp", &net.UDPAddr{IP: l.IP, Port: l.Port}, &net.UDPAddr{IP: r.IP, Port: r.Port})
+	if err != nil {
+		t.Skipf("no UDP socket on the connection's ports: %v", err)
+	}
+	t.Cleanup(func() { u.Close() })
+	return int(fdOf(t, u))
+}
+
+// pathFD returns an O_PATH descriptor of a Unix socket's file (S_ISSOCK,
+// yet no socket), closed at the end of the test.
+func pathFD(t *testing.T) int {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
 func TestOwnership(t *testing.T) {
 	for _, addr := range []string{"127.0.0.1", "::1"} {
 		t.Run(addr, func(t *testing.T) {
-			k := kernel{proc: "/proc"}
+			k := kernel{}
 			c, s := tcpPair(t, addr)
 			tc, ts := tupleOfConn(c), tupleOfConn(s)
 			if addr == "127.0.0.1" && tc.Family != sockwire.AFInet {
@@ -64,51 +110,67 @@ func TestOwnership(t *testing.T) {
 			if tc != swap(ts) {
 				t.Fatalf("the two views do not mirror: %+v %+v", tc, ts)
 			}
-			pid := int32(os.Getpid())
-			ic, err := k.Owner(pid, fdOf(t, c), tc)
+			cfd, sfd := int(fdOf(t, c)), int(fdOf(t, s))
+			if held, err := sockTuple(cfd); err != nil || held != tc {
+				t.Fatalf("sockTuple: %+v, %v, want %+v", held, err, tc)
+			}
+			ic, err := k.Owner(cfd, tc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			is, err := k.Owner(pid, fdOf(t, s), ts)
+			is, err := k.Owner(sfd, ts)
 			if err != nil || is == ic {
 				t.Fatalf("server end: %d, %v (client end %d)", is, err, ic)
 			}
 			if ino, err := k.Inode(tc); err != nil || ino != ic {
 				t.Fatalf("Inode: %d, %v, want %d", ino, err, ic)
 			}
+			// Another descriptor of the same socket (a dup, or one
+			// passed by SCM_RIGHTS) is as good.
+			if ino, err := k.Owner(dupFD(t, cfd), tc); err != nil || ino != ic {
+				t.Fatalf("dup: %d, %v, want %d", ino, err, ic)
+			}
 
 			// Not yours and does not exist: the same answer.
-			child := exec.Command("sleep", "30")
-			if err := child.Start(); err != nil {
+			f, err := os.Open(os.DevNull)
+			if err != nil {
 				t.Fatal(err)
 			}
-			defer func() { child.Process.Kill(); child.Wait() }()
+			defer f.Close()
+			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(pair[0])
+			defer unix.Close(pair[1])
+			ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			other := func(f func(*sockwire.Tuple)) sockwire.Tuple { x := tc; f(&x); return x }
 			bad := map[string]struct {
-				pid, fd int32
-				tu      sockwire.Tuple
+				fd int
+				tu sockwire.Tuple
 			}{
-				"another process":   {int32(child.Process.Pid), fdOf(t, c), tc},
-				"another fd":        {pid, fdOf(t, s), tc},
-				"a file":            {pid, 0, tc},
-				"no such fd":        {pid, 1 << 20, tc},
-				"no such process":   {1 << 30, fdOf(t, c), tc},
-				"no such tuple":     {pid, fdOf(t, c), func() sockwire.Tuple { x := tc; x.RemotePort = 1; return x }()},
-				"not a real tuple":  {pid, fdOf(t, c), sockwire.Tuple{Family: sockwire.AFInet}},
-				"v4 family, v6 ips": {pid, fdOf(t, c), func() sockwire.Tuple { x := tc; x.Family = sockwire.AFInet; x.Local[10] = 0; return x }()},
+				"no descriptor":     {-1, tc},
+				"a file":            {int(f.Fd()), tc},
+				"closed":            {1 << 20, tc},
+				"a Unix socket":     {pair[0], tc},
+				"an O_PATH socket":  {pathFD(t), tc},
+				"a listener":        {int(fdOf(t, ln.(*net.TCPListener))), tc},
+				"another socket":    {sfd, tc},
+				"the other view":    {cfd, ts},
+				"UDP, same ports":   {fakeOf(t, c), tc},
+				"no such tuple":     {cfd, other(func(x *sockwire.Tuple) { x.RemotePort = 1 })},
+				"not a real tuple":  {cfd, sockwire.Tuple{Family: sockwire.AFInet}},
+				"v4 family, v6 ips": {cfd, other(func(x *sockwire.Tuple) { x.Family = sockwire.AFInet; x.Local[10] = 0 })},
+				"family swapped":    {cfd, other(func(x *sockwire.Tuple) { x.Family ^= sockwire.AFInet ^ sockwire.AFInet6 })},
 			}
 			for name, b := range bad {
-				if _, err := k.Owner(b.pid, b.fd, b.tu); !errors.Is(err, errNotOwner) {
+				if _, err := k.Owner(b.fd, b.tu); !errors.Is(err, errNotOwner) {
 					t.Errorf("%s: %v, want errNotOwner", name, err)
 				}
-			}
-
-			fd := fdOf(t, c)
-			c.Close()
-			s.Close()
-			// The client end lingers in TIME_WAIT without an inode, the
-			// server end is gone: neither is anyone's.
-			if _, err := k.Owner(pid, fd, tc); !errors.Is(err, errNotOwner) {
-				t.Errorf("closed: %v", err)
 			}
 		})
 	}

@@ -89,6 +89,7 @@ func TestServiceEnabled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close() // not to the garbage collector: tests count descriptors
 	waitFor(t, "the client to count", func() bool { n, _ := s.counts(); return n == 1 })
 	next := cfg
 	next.Sockets.MaxPerUID = 7
