@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * conn.c: connection objects, and every change of the fd table.
  *

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * exec.c: the exec family (execve, execv, execvp, execvpe, execl,
  * execlp, execle, fexecve, execveat) and posix_spawn, posix_spawnp.

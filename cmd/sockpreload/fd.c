@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * fd.c: the calls that make, remove or change file descriptors: close,
  * close_range, closefrom, dup, dup2, dup3, fcntl, fcntl64, ioctl.

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * fdtable.c: the table indexed by fd, and the mutex of every change.
  *

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * handoff.c: the calls that hand a socket's bytes to someone the shim
  * cannot follow: the kernel moving them itself (sendfile, splice; tee and

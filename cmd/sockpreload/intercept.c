@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * intercept.c: how the shim reaches libc's own functions, and what it
  * does when it is loaded.

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * io.c: the data calls: read, recv, recvfrom, recvmsg, readv, recvmmsg,
  * write, send, sendto, sendmsg, writev, sendmmsg, and glibc's fortified

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * poll.c: readiness: select, pselect, poll, ppoll (and their fortified
  * __poll_chk, __ppoll_chk), epoll_create, epoll_create1, epoll_ctl,

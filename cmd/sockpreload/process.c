@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * process.c: which process owns the table, fork, vfork and clone.
  *

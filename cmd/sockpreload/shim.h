@@ -1,4 +1,3 @@
-/* SPDX-License-Identifier: MIT */
 /*
  * shim.h: the internals of librdmaplus-sockets.so, the LD_PRELOAD shim of
  * sockets over RDMA (docs/sockets.md, "The shim").

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * socket.c: the life of a socket: socket, bind, listen, connect, accept,
  * accept4, shutdown, the name calls and the socket options.

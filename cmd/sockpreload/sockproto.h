@@ -1,4 +1,3 @@
-/* SPDX-License-Identifier: MIT */
 /*
  * sockproto: the wire protocol of rdmaplus's sockets over RDMA
  * (docs/sockets.md).

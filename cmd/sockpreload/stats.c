@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * stats.c: the process's counters.
  *

@@ -1,4 +1,3 @@
-// SPDX-License-Identifier: MIT
 /*
  * conformance: socket behaviour programs rely on, over real TCP, for
  * comparing plain TCP, rsocket and rdmaplus's shim (docs/sockets.md, "The
