@@ -98,7 +98,7 @@ func TestLabAssumptions(t *testing.T) {
 		return &labSide{t: t, pd: pd, cq: cq}
 	}
 	snd, rcv := side(), side()
-	srq, err := rcv.pd.NewSRQ(verbs.SRQAttr{MaxWR: 64, MaxSGE: 1})
+	srq, err := rcv.pd.NewSRQ(&verbs.SRQAttr{MaxWR: 64, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,7 +186,7 @@ func newEngine(dev *verbs.Context, own bool, ip net.IP, opts engineOptions) (_ *
 	if err = e.mem.bindPeer.Connect(b, a, copts); err != nil {
 		return nil, err
 	}
-	if e.prog.srq, err = e.pd.NewSRQ(verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
+	if e.prog.srq, err = e.pd.NewSRQ(&verbs.SRQAttr{MaxWR: engineSRQDepth, MaxSGE: 1}); err != nil {
 		return nil, err
 	}
 	if e.prog.recvMR, err = e.pd.AllocMR(engineSRQDepth*recvSlot, verbs.AccessLocalWrite); err != nil {

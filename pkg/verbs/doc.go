@@ -125,6 +125,16 @@
 // connection is a *RejectError (errors.Is(err, syscall.ECONNREFUSED); NoListener
 // when nothing listens at the address).
 //
+// # Conventions
+//
+// Optional settings are *XxxOptions (CQOptions, ConnectOptions,
+// ConnOptions): nil means the defaults each field documents. The
+// attributes of a verbs object or a state transition are *XxxAttr
+// (QPInitAttr, InitAttr, RTRAttr, RTSAttr, SRQAttr, AHAttr), mirroring
+// libibverbs' structs; nil is refused where the verb has nothing to
+// default to (an address, a queue's size). Close is safe to call twice,
+// from any goroutine.
+//
 // # Contexts
 //
 // Every call that blocks takes a context.Context, honoured one way: a call

@@ -386,7 +386,7 @@ func TestLoopbackUD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ah, err := a.pd.NewAH(verbs.AHAttr{Port: 1, IsGlobal: true, DGID: b.gid.GID, SGIDIndex: a.gid.Index})
+	ah, err := a.pd.NewAH(&verbs.AHAttr{Port: 1, IsGlobal: true, DGID: b.gid.GID, SGIDIndex: a.gid.Index})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestLoopbackSRQ(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srq, err := pd.NewSRQ(verbs.SRQAttr{MaxWR: 32, MaxSGE: 1})
+	srq, err := pd.NewSRQ(&verbs.SRQAttr{MaxWR: 32, MaxSGE: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -734,7 +734,7 @@ func TestLoopbackMisuse(t *testing.T) {
 	mr, _ := pd.AllocMR(4096, verbs.AccessAll)
 	isErr(t, "send in RESET", qp.PostSend(verbs.SendWR{Op: verbs.OpSend, SGL: []verbs.SGE{mr.SGE(0, 8)}}), verbs.ErrWrongState)
 	isErr(t, "recv in RESET", qp.PostRecv(verbs.RecvWR{SGL: []verbs.SGE{mr.SGE(0, 8)}}), verbs.ErrWrongState)
-	isErr(t, "RTS from RESET", qp.ToRTS(verbs.RTSAttr{}), syscall.EINVAL)
+	isErr(t, "RTS from RESET", qp.ToRTS(&verbs.RTSAttr{}), syscall.EINVAL)
 
 	// Invalid arguments.
 	_, err = pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
@@ -989,7 +989,7 @@ func TestLoopbackNoLeaks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := qp.ToInit(verbs.InitAttr{Access: verbs.AccessAll}); err != nil {
+		if err := qp.ToInit(&verbs.InitAttr{Access: verbs.AccessAll}); err != nil {
 			t.Fatal(err)
 		}
 		mr, err := pd.AllocMR(64<<10, verbs.AccessAll)

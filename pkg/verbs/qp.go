@@ -365,9 +365,14 @@ func (qp *QP) modify(to QPState, a *C.struct_ibv_qp_attr, mask C.int) error {
 	return nil
 }
 
-// ToInit moves the QP from RESET to INIT. Errors wrap ErrClosed or the errno
-// of ibv_modify_qp (EINVAL from the wrong state or a bad port).
-func (qp *QP) ToInit(a InitAttr) error {
+// ToInit moves the QP from RESET to INIT; a nil a means port 1, P_Key
+// index 0, no remote access (RC, UC) or Q_Key 0 (UD). Errors wrap
+// ErrInvalid (access flags), ErrClosed or the errno of ibv_modify_qp
+// (EINVAL from the wrong state or a bad port).
+func (qp *QP) ToInit(a *InitAttr) error {
+	if a == nil {
+		a = &InitAttr{}
+	}
 	var ca C.struct_ibv_qp_attr
 	port := a.Port
 	if port == 0 {
@@ -390,8 +395,16 @@ func (qp *QP) ToInit(a InitAttr) error {
 }
 
 // ToRTR moves the QP from INIT to RTR. For RC and UC it sets the remote
-// QP, the path and the receive PSN; for UD only the state changes.
-func (qp *QP) ToRTR(a RTRAttr) error {
+// QP, the path and the receive PSN (a is required); for UD only the state
+// changes (a may be nil). Errors wrap ErrInvalid (no a for RC or UC),
+// ErrClosed or the errno of ibv_modify_qp.
+func (qp *QP) ToRTR(a *RTRAttr) error {
+	if a == nil {
+		if qp.typ != QPTypeUD {
+			return invalid("ToRTR of a %v QP needs the remote QP (RTRAttr)", qp.typ)
+		}
+		a = &RTRAttr{}
+	}
 	var ca C.struct_ibv_qp_attr
 	mask := C.int(0)
 	if qp.typ != QPTypeUD {
@@ -424,8 +437,13 @@ func (qp *QP) ToRTR(a RTRAttr) error {
 	return qp.modify(QPStateRTR, &ca, mask)
 }
 
-// ToRTS moves the QP from RTR to RTS, after which sends may be posted.
-func (qp *QP) ToRTS(a RTSAttr) error {
+// ToRTS moves the QP from RTR to RTS, after which sends may be posted; a
+// nil a means send PSN 0 and the defaults RTSAttr gives its zero fields.
+// Errors wrap ErrClosed or the errno of ibv_modify_qp.
+func (qp *QP) ToRTS(a *RTSAttr) error {
+	if a == nil {
+		a = &RTSAttr{}
+	}
 	var ca C.struct_ibv_qp_attr
 	ca.sq_psn = C.uint32_t(a.SQPSN & 0xffffff)
 	mask := C.int(QPAttrSQPSN)
@@ -624,15 +642,15 @@ func (qp *QP) Connect(local, remote QPInfo, opts *ConnectOptions) error {
 	if o.MaxRdAtomic == 0 {
 		o.MaxRdAtomic = 16
 	}
-	if err := qp.ToInit(InitAttr{Port: o.Port, Access: o.Access, QKey: o.QKey}); err != nil {
+	if err := qp.ToInit(&InitAttr{Port: o.Port, Access: o.Access, QKey: o.QKey}); err != nil {
 		return err
 	}
-	if err := qp.ToRTR(RTRAttr{PathMTU: o.PathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN,
+	if err := qp.ToRTR(&RTRAttr{PathMTU: o.PathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN,
 		MaxDestRdAtomic: o.MaxRdAtomic, MinRNRTimer: o.MinRNRTimer,
 		AH: AHAttr{DLID: remote.LID, Port: o.Port, IsGlobal: !remote.GID.IsZero(), DGID: remote.GID, SGIDIndex: gidx}}); err != nil {
 		return err
 	}
-	return qp.ToRTS(RTSAttr{SQPSN: local.PSN, Timeout: o.Timeout, RetryCount: o.RetryCount,
+	return qp.ToRTS(&RTSAttr{SQPSN: local.PSN, Timeout: o.Timeout, RetryCount: o.RetryCount,
 		RNRRetry: o.RNRRetry, MaxRdAtomic: o.MaxRdAtomic})
 }
 
@@ -643,10 +661,13 @@ type AH struct {
 	pd *PD
 }
 
-// NewAH creates an address handle. Errors wrap ErrClosed or the errno of
-// ibv_create_ah (for RoCE, a missing GRH or an unreachable GID gives
-// EINVAL or ENETUNREACH).
-func (pd *PD) NewAH(a AHAttr) (*AH, error) {
+// NewAH creates an address handle. Errors wrap ErrInvalid (a nil a),
+// ErrClosed or the errno of ibv_create_ah (for RoCE, a missing GRH or an
+// unreachable GID gives EINVAL or ENETUNREACH).
+func (pd *PD) NewAH(a *AHAttr) (*AH, error) {
+	if a == nil {
+		return nil, invalid("NewAH needs an address (AHAttr)")
+	}
 	if err := pd.n.use("PD.NewAH"); err != nil {
 		return nil, err
 	}

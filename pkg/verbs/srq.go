@@ -34,9 +34,14 @@ type SRQAttr struct {
 	Limit  int
 }
 
-// NewSRQ creates a shared receive queue. Errors wrap ErrInvalid, ErrClosed
-// or the errno of ibv_create_srq.
-func (pd *PD) NewSRQ(a SRQAttr) (*SRQ, error) {
+// NewSRQ creates a shared receive queue. Errors wrap ErrInvalid (a nil a,
+// MaxWR < 1), ErrClosed or the errno of ibv_create_srq.
+func (pd *PD) NewSRQ(a *SRQAttr) (*SRQ, error) {
+	if a == nil {
+		return nil, invalid("NewSRQ needs its size (SRQAttr)")
+	}
+	c := *a
+	a = &c
 	if a.MaxWR < 1 {
 		return nil, invalid("SRQ size %d", a.MaxWR)
 	}

@@ -184,7 +184,7 @@ func TestTwoGuestsUD(t *testing.T) {
 	if err := peer.UnmarshalBinary(sideChannel(t, 18702, b)); err != nil {
 		t.Fatal(err)
 	}
-	ah, err := e.pd.NewAH(verbs.AHAttr{Port: 1, IsGlobal: true, DGID: peer.GID, SGIDIndex: e.gid.Index})
+	ah, err := e.pd.NewAH(&verbs.AHAttr{Port: 1, IsGlobal: true, DGID: peer.GID, SGIDIndex: e.gid.Index})
 	if err != nil {
 		t.Fatal(err)
 	}
