@@ -370,11 +370,20 @@ struct sockproto_ring {
 };
 
 /*
- * Immediate data of a ring write: type in the top 4 bits, length below.
- * The value goes through htonl() into ibv_send_wr.imm_data, as verbs
- * carries immediates in network order.
+ * Immediate data of a WRITE_WITH_IMM: type in the top 4 bits, length
+ * below. The value goes through htonl() into ibv_send_wr.imm_data, as
+ * verbs carries immediates in network order. Each consumes one receive
+ * of the target's QP, so each is a completion there:
+ * - SOCKPROTO_IMM_DATA: bytes written into the target's ring at the
+ *   writer's stream offset (mod the ring's size); the target advances its
+ *   producer offset by the length, in completion order.
+ * - SOCKPROTO_IMM_CTRL: one 8-byte field of the target's control block
+ *   (credit or blocked) written; length 8. The target reads its control
+ *   block again. A control write that needs no wake-up may be a plain
+ *   RDMA WRITE instead.
  */
 #define SOCKPROTO_IMM_DATA	1u
+#define SOCKPROTO_IMM_CTRL	2u
 #define SOCKPROTO_IMM_LEN_MAX	0x0fffffffu
 #define SOCKPROTO_IMM(type, len)	(((uint32_t)(type) << 28) | ((uint32_t)(len) & SOCKPROTO_IMM_LEN_MAX))
 #define SOCKPROTO_IMM_TYPE(imm)	((uint32_t)(imm) >> 28)

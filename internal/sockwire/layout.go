@@ -102,10 +102,13 @@ func DecodeRingHeader(b []byte) (RingHeader, error) {
 	return h, nil
 }
 
-// Immediate data of ring writes (SOCKPROTO_IMM): the type in the top 4
-// bits, the length below. Verbs carries it in network order.
+// Immediate data of a WRITE_WITH_IMM (SOCKPROTO_IMM): the type in the top
+// 4 bits, the length below. Verbs carries it in network order. ImmData:
+// bytes written into the target's ring; ImmCtrl: an 8-byte field of the
+// target's control block written (length 8).
 const (
 	ImmData   = 1
+	ImmCtrl   = 2
 	ImmLenMax = 0x0fffffff
 )
 

@@ -390,7 +390,7 @@ func TestHeaderAgrees(t *testing.T) {
 	want := map[string]uint64{
 		"magic": Magic, "version": Version, "type_max": uint64(TypeMax), "reason_max": uint64(ReasonMax),
 		"record_max": RecordMax, "ring_log2_min": RingLog2Min, "ring_log2_max": RingLog2Max,
-		"ring_magic": RingMagic, "imm_len_max": ImmLenMax, "sizeof.ctrl": CtrlSize,
+		"ring_magic": RingMagic, "imm_len_max": ImmLenMax, "imm_ctrl": ImmCtrl, "imm_data": ImmData, "sizeof.ctrl": CtrlSize,
 		"sizeof.ring": RingHeaderSize, "sockproto_ctrl.credit": CtrlCreditOff,
 		"sockproto_ctrl.blocked": CtrlBlockedOff, "sockproto_ctrl.epoch": CtrlEpochOff,
 	}

@@ -175,6 +175,8 @@ static void layout(void)
 	SZ("ring_log2_max", SOCKPROTO_RING_LOG2_MAX);
 	SZ("ring_magic", SOCKPROTO_RING_MAGIC);
 	SZ("imm_len_max", SOCKPROTO_IMM_LEN_MAX);
+	SZ("imm_ctrl", SOCKPROTO_IMM_CTRL);
+	SZ("imm_data", SOCKPROTO_IMM_DATA);
 	SZ("sizeof.ctrl", sizeof(struct sockproto_ctrl));
 	SZ("sizeof.ring", sizeof(struct sockproto_ring));
 	OFF(sockproto_ctrl, credit);
