@@ -3,6 +3,9 @@
 #
 #   rvmad_start LOG ARGS...      start "$LAB_BIN/rvmad serve ARGS" in the background, log to LOG; sets RVMAD_PID
 #   rvmad_stop [PID]             SIGTERM rvmad, wait, fail unless it exits 0 within 15 s
+#   rvmad_sockets_start LOG      start rvmad with its sockets broker (/run/rvmad/sockets.sock,
+#                                pairing port 7473, metrics on 127.0.0.1:9470) and wait until
+#                                the broker's socket exists; sets RVMAD_PID
 #   http_ok URL                  true when URL answers 200
 #   wait_http URL [SECS]         wait until URL answers 200 (default 60 s)
 #   scrape URL FILE              save the metrics at URL in FILE
@@ -41,6 +44,22 @@ rvmad_stop() {
 	wait "$pid" || rc=$?
 	[ "$rc" -eq 0 ] || lab_fail "rvmad exited $rc after SIGTERM"
 	echo "rvmad $pid exited 0 after SIGTERM"
+}
+
+rvmad_sockets_start() {
+	local log=$1 n=0
+	mkdir -p /run/rvmad
+	cat >/tmp/rvmad-sockets.json <<-'JSON'
+	{"listen": "127.0.0.1:9470", "sockets": {"enabled": true}}
+	JSON
+	rm -f /run/rvmad/sockets.sock
+	rvmad_start "$log" -config /tmp/rvmad-sockets.json
+	until [ -S /run/rvmad/sockets.sock ]; do
+		n=$((n + 1))
+		[ $n -le 300 ] || { cat "$log"; lab_fail "rvmad's sockets broker not up after 30 s"; }
+		kill -0 "$RVMAD_PID" 2>/dev/null || { cat "$log"; lab_fail "rvmad exited at start"; }
+		sleep 0.1
+	done
 }
 
 http_ok() {
