@@ -57,7 +57,7 @@ void jbmt_region_put(struct jbmt_region *r);
 /* ---- the wire ----------------------------------------------------------- */
 
 #define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
-#define JBMT_PROTO		3
+#define JBMT_PROTO		4
 /* sections one host has in flight to a peer (and the peer to it) */
 #define JBMT_CREDITS		16
 /* registrations in flight: our gets' sinks, and the peer's puts' */
@@ -72,6 +72,11 @@ void jbmt_region_put(struct jbmt_region *r);
 #define JBMT_SECT_BYTES		(JBMT_SECT_PAGES * PAGE_SIZE)
 /* a section's pages: one more when it does not start on a page */
 #define JBMT_SECT_SPAN		(JBMT_SECT_PAGES + 1)
+/*
+ * The most data a message carries after its 64-byte header (a small
+ * section's, inline): what every receive buffer holds.
+ */
+#define JBMT_INLINE_MAX		8192
 /* how long a peer may hold a sink section granted to it */
 #define JBMT_LEASE_MS		2000
 
@@ -97,11 +102,17 @@ enum jbmt_status {
 	JBMT_NSTATUS,
 };
 
-/* a control message: one SEND, 64 bytes, big-endian */
+/* jbmt_msg.flags */
+#define JBMT_F_INLINE		0x0001	/* the section's data rides in messages */
+
+/*
+ * A control message: one SEND, 64 bytes, big-endian; with JBMT_F_INLINE
+ * a put's request and a get's answer are followed by len bytes of data.
+ */
 struct jbmt_msg {
 	u8 type;
 	u8 status;
-	__be16 reserved;
+	__be16 flags;
 	__be32 xid;		/* the initiator's section */
 	__be32 tsid;		/* the target's grant (GRANT, FIN) */
 	__be32 len;		/* bytes, at most JBMT_SECT_BYTES */
@@ -134,6 +145,9 @@ struct jbmt_rx {
 	u64 dma;
 	struct jbmt_msg buf;		/* the device writes here */
 	struct jbmt_msg msg;		/* the copy the work reads */
+	void *data;			/* and the data after (JBMT_INLINE_MAX) */
+	u64 data_dma;
+	u32 data_len;			/* bytes received after the header */
 	int wc_flags;
 	u32 inv_rkey;			/* with IB_WC_WITH_INVALIDATE */
 	struct work_struct work;
@@ -147,11 +161,16 @@ struct jbmt_tx {
 	struct ib_send_wr wr;
 	struct ib_sge sge;
 	u64 dma;
-	struct jbmt_msg msg;
 	/* called in completion context (may sleep), before the tx is freed */
 	void (*done)(struct jbmt_tx *tx, struct ib_wc *wc);
 	void *arg;
+	u32 data_len;			/* bytes of data after msg */
+	struct jbmt_msg msg;
+	u8 data[];			/* sent with msg: one buffer, one SGE */
 };
+
+static_assert(offsetof(struct jbmt_tx, data) ==
+	      offsetof(struct jbmt_tx, msg) + sizeof(struct jbmt_msg));
 
 struct jbmt_peer {
 	struct list_head node;		/* jbmt_peers_list */
@@ -199,6 +218,8 @@ bool jbmt_peer_enter(struct jbmt_peer *p);
 void jbmt_peer_leave(struct jbmt_peer *p);
 
 struct jbmt_tx *jbmt_tx_alloc(struct jbmt_peer *p, gfp_t gfp);
+/* A tx whose message carries len bytes of data (tx->data) after it. */
+struct jbmt_tx *jbmt_tx_alloc_data(struct jbmt_peer *p, u32 len, gfp_t gfp);
 void jbmt_tx_free(struct jbmt_tx *tx);
 /*
  * Map tx's message and make its WR a signaled SEND (SEND_WITH_INV when

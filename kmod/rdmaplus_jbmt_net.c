@@ -76,9 +76,14 @@ static struct {
 
 void jbmt_peer_put(struct jbmt_peer *p)
 {
+	int i;
+
 	if (refcount_dec_and_test(&p->ref)) {
 		xa_destroy(&p->xids);
 		xa_destroy(&p->grants);
+		if (p->rx)
+			for (i = 0; i < JBMT_RECV_DEPTH; i++)
+				kfree(p->rx[i].data);
 		kfree(p->rx);
 		kfree(p);
 		atomic_dec(&jbmt_peers_alive);
@@ -119,20 +124,31 @@ void jbmt_peer_leave(struct jbmt_peer *p)
 
 /* ---- messages ----------------------------------------------------------- */
 
+struct jbmt_tx *jbmt_tx_alloc_data(struct jbmt_peer *p, u32 len, gfp_t gfp)
+{
+	struct jbmt_tx *tx;
+
+	if (WARN_ON_ONCE(len > JBMT_INLINE_MAX))
+		return NULL;
+	tx = kzalloc(struct_size(tx, data, len), gfp);
+	if (tx) {
+		tx->p = p;
+		tx->data_len = len;
+	}
+	return tx;
+}
+
 struct jbmt_tx *jbmt_tx_alloc(struct jbmt_peer *p, gfp_t gfp)
 {
-	struct jbmt_tx *tx = kzalloc(sizeof(*tx), gfp);
-
-	if (tx)
-		tx->p = p;
-	return tx;
+	return jbmt_tx_alloc_data(p, 0, gfp);
 }
 
 void jbmt_tx_free(struct jbmt_tx *tx)
 {
 	if (tx && tx->dma)
 		ib_dma_unmap_single(tx->p->pd->device, tx->dma,
-				    sizeof(tx->msg), DMA_TO_DEVICE);
+				    sizeof(tx->msg) + tx->data_len,
+				    DMA_TO_DEVICE);
 	kfree(tx);
 }
 
@@ -166,14 +182,15 @@ int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey)
 {
 	struct ib_device *dev = tx->p->pd->device;
 
-	tx->dma = ib_dma_map_single(dev, &tx->msg, sizeof(tx->msg),
+	tx->dma = ib_dma_map_single(dev, &tx->msg,
+				    sizeof(tx->msg) + tx->data_len,
 				    DMA_TO_DEVICE);
 	if (ib_dma_mapping_error(dev, tx->dma)) {
 		tx->dma = 0;
 		return -ENOMEM;
 	}
 	tx->sge.addr = tx->dma;
-	tx->sge.length = sizeof(tx->msg);
+	tx->sge.length = sizeof(tx->msg) + tx->data_len;
 	tx->sge.lkey = tx->p->pd->local_dma_lkey;
 	tx->cqe.done = jbmt_tx_done;
 	tx->wr.wr_cqe = &tx->cqe;
@@ -203,15 +220,21 @@ int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey)
 
 static int jbmt_rx_post(struct jbmt_rx *rx)
 {
-	struct ib_sge sge = {
-		.addr = rx->dma,
-		.length = sizeof(rx->buf),
-		.lkey = rx->p->pd->local_dma_lkey,
+	struct ib_sge sge[2] = {
+		{
+			.addr = rx->dma,
+			.length = sizeof(rx->buf),
+			.lkey = rx->p->pd->local_dma_lkey,
+		}, {
+			.addr = rx->data_dma,
+			.length = JBMT_INLINE_MAX,
+			.lkey = rx->p->pd->local_dma_lkey,
+		},
 	};
 	struct ib_recv_wr wr = {
 		.wr_cqe = &rx->cqe,
-		.sg_list = &sge,
-		.num_sge = 1,
+		.sg_list = sge,
+		.num_sge = ARRAY_SIZE(sge),
 	};
 
 	return ib_post_recv(rx->p->cm->qp, &wr, NULL);
@@ -221,6 +244,10 @@ void jbmt_rx_repost(struct jbmt_rx *rx)
 {
 	if (READ_ONCE(rx->p->dead))
 		return;		/* drained: the QP is going */
+	if (rx->data_len)
+		ib_dma_sync_single_for_device(rx->p->pd->device, rx->data_dma,
+					      rx->data_len, DMA_FROM_DEVICE);
+	rx->data_len = 0;
 	if (jbmt_rx_post(rx))
 		jbmt_peer_down(rx->p, -ECONNRESET);
 }
@@ -236,18 +263,25 @@ static void jbmt_rx_done(struct ib_cq *cq, struct ib_wc *wc)
 	}
 	ib_dma_sync_single_for_cpu(p->pd->device, rx->dma, sizeof(rx->buf),
 				   DMA_FROM_DEVICE);
-	if (wc->byte_len != sizeof(rx->buf)) {
+	/* a header, and data whose length each message's handler checks */
+	if (wc->byte_len < sizeof(rx->buf) ||
+	    wc->byte_len > sizeof(rx->buf) + JBMT_INLINE_MAX) {
 		pr_warn_ratelimited("JBMT: %pI4: a %u-byte message\n",
 				    &p->addr, wc->byte_len);
 		jbmt_peer_down(p, -EPROTO);
 		return;
 	}
+	rx->data_len = wc->byte_len - sizeof(rx->buf);
+	if (rx->data_len)
+		ib_dma_sync_single_for_cpu(p->pd->device, rx->data_dma,
+					   rx->data_len, DMA_FROM_DEVICE);
 	rx->msg = rx->buf;
 	rx->wc_flags = wc->wc_flags;
 	rx->inv_rkey = wc->wc_flags & IB_WC_WITH_INVALIDATE ?
 		       wc->ex.invalidate_rkey : 0;
 	ib_dma_sync_single_for_device(p->pd->device, rx->dma, sizeof(rx->buf),
 				      DMA_FROM_DEVICE);
+	/* the data stays in place until the buffer is posted again */
 	switch (rx->msg.type) {
 	case JBMT_MSG_GRANT:
 	case JBMT_MSG_DONE:
@@ -301,11 +335,19 @@ static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
 	p->regqp = NULL;
 	p->regqp_ready = false;
 	if (p->rx) {
-		for (i = 0; i < JBMT_RECV_DEPTH; i++)
+		for (i = 0; i < JBMT_RECV_DEPTH; i++) {
 			if (p->rx[i].dma)
 				ib_dma_unmap_single(p->pd->device, p->rx[i].dma,
 						    sizeof(p->rx[i].buf),
 						    DMA_FROM_DEVICE);
+			if (p->rx[i].data_dma)
+				ib_dma_unmap_single(p->pd->device,
+						    p->rx[i].data_dma,
+						    JBMT_INLINE_MAX,
+						    DMA_FROM_DEVICE);
+			p->rx[i].dma = 0;
+			p->rx[i].data_dma = 0;
+		}
 	}
 	if (p->cq)
 		ib_free_cq(p->cq);
@@ -453,6 +495,16 @@ static int jbmt_peer_post_rx(struct jbmt_peer *p)
 			rx->dma = 0;
 			return -ENOMEM;
 		}
+		if (!rx->data)
+			rx->data = kmalloc(JBMT_INLINE_MAX, GFP_KERNEL);
+		if (!rx->data)
+			return -ENOMEM;
+		rx->data_dma = ib_dma_map_single(dev, rx->data, JBMT_INLINE_MAX,
+						 DMA_FROM_DEVICE);
+		if (ib_dma_mapping_error(dev, rx->data_dma)) {
+			rx->data_dma = 0;
+			return -ENOMEM;
+		}
 		ret = jbmt_rx_post(rx);
 		if (ret)
 			return ret;
@@ -495,7 +547,7 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 	struct ib_qp_init_attr attr = {
 		.cap = {
 			.max_recv_wr = JBMT_RECV_DEPTH + 1,
-			.max_recv_sge = 1,
+			.max_recv_sge = 2,	/* a header, data */
 			.max_rdma_ctxs = 2 * JBMT_CREDITS,
 		},
 		.sq_sig_type = IB_SIGNAL_REQ_WR,

@@ -19,6 +19,14 @@
  *        FIN{tsid} with invalidation. A grant not finished within
  *        JBMT_LEASE_MS is taken back (its rkey deregistered first).
  *
+ * A small section (at most jbmt_inline_bytes) needs neither: its data rides
+ * in the messages, after their header (JBMT_F_INLINE). A get asks with
+ * GET{token, off, len} and the target answers DONE{status} followed by the
+ * data; a put sends PUT{token, off, len} followed by the data and the
+ * target answers DONE{status} once it has copied them into the region.
+ * Each side copies between the message and its pinned pages, so no rkey
+ * is lent, no registration made, and a put takes one round trip, not two.
+ *
  * A refused section (bad token, rights, range, unmapped pages) fails its
  * operation and leaves the connection up. Pins are short-term (no
  * FOLL_LONGTERM, no RLIMIT_MEMLOCK): the pages move only for as long as
@@ -71,7 +79,23 @@ static struct {
 	atomic64_t budget_waits;	/* operations that waited for budget */
 	atomic64_t sections_inline;	/* served in the completion handler */
 	atomic64_t sections_deferred;	/* to a work item: a fault, a lock */
+	atomic64_t small_sections;	/* started, their data in the messages */
 } jbmt_xfer_st;
+
+/*
+ * Sections of at most this many bytes carry their data in the request (a
+ * put) or the answer (a get) instead of an RDMA WRITE to a registered
+ * sink; 0 turns that off. Any peer of protocol 4 takes up to
+ * JBMT_INLINE_MAX.
+ */
+static unsigned int jbmt_inline_bytes = 4096;
+module_param(jbmt_inline_bytes, uint, 0644);
+MODULE_PARM_DESC(jbmt_inline_bytes, "sections of at most this many bytes carry their data in the messages, without a registration (0 to 8192, default 4096)");
+
+static u32 jbmt_inline_max(void)
+{
+	return min_t(u32, READ_ONCE(jbmt_inline_bytes), JBMT_INLINE_MAX);
+}
 
 static const int jbmt_errno[JBMT_NSTATUS] = {
 	[JBMT_OK] = 0,
@@ -177,10 +201,42 @@ static int jbmt_pages_pin(struct jbmt_pages *m, struct mm_struct *mm,
 					 offset_in_page(addr), len, GFP_KERNEL);
 }
 
+/*
+ * Whether every page of m is anonymous: marking those dirty takes no page
+ * lock, so a completion handler may write them.
+ */
+static bool jbmt_pages_anon(struct jbmt_pages *m)
+{
+	struct sg_page_iter it;
+
+	for_each_sgtable_page(&m->sgt, &it, 0)
+		if (!PageAnon(sg_page_iter_page(&it)))
+			return false;
+	return true;
+}
+
+/*
+ * Mark a sink's pages dirty: an anonymous page's flag is set without its
+ * lock (its mapping, if any, is the swap cache's, whose dirtying is only
+ * the flag), so unpinning finds it dirty and locks nothing.
+ */
+static void jbmt_pages_dirty(struct jbmt_pages *m)
+{
+	struct sg_page_iter it;
+
+	for_each_sgtable_page(&m->sgt, &it, 0) {
+		struct page *pg = sg_page_iter_page(&it);
+
+		if (PageAnon(pg))
+			folio_mark_dirty(page_folio(pg));
+		else
+			set_page_dirty_lock(pg);
+	}
+}
+
 /* Release what m holds; the device is done with it. */
 static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 {
-	struct sg_page_iter it;
 
 	if (m->mr) {
 		if (m->mr_invalidated)
@@ -195,13 +251,11 @@ static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 		rdma_rw_ctx_destroy(&m->rw, p->cm->qp, p->cm->port_num,
 				    m->sgt.sgl, m->sgt.orig_nents,
 				    DMA_TO_DEVICE);
-	if (m->pc) {
-		/* the range stays pinned: its pages are dirtied now */
-		if (m->sink && m->sgt.sgl)
-			for_each_sgtable_page(&m->sgt, &it, 0)
-				set_page_dirty_lock(sg_page_iter_page(&it));
+	/* a cached range stays pinned: its pages are dirtied now */
+	if (m->sink && m->sgt.sgl)
+		jbmt_pages_dirty(m);
+	if (m->pc)
 		jbmt_pc_put(m->pc);
-	}
 	if (m->sgt.sgl)
 		sg_free_table(&m->sgt);
 	if (m->npages)
@@ -232,6 +286,7 @@ struct jbmt_isect {
 	unsigned int nacks;
 	unsigned long retry_at;
 	unsigned int budget;	/* pages taken from the ops' budget */
+	bool inl;		/* its data in the messages (JBMT_F_INLINE) */
 	struct jbmt_pages mem;	/* a get's sink, a put's source */
 	struct completion done;	/* the response */
 	struct completion sent;	/* the FIN (put) */
@@ -242,6 +297,25 @@ struct jbmt_isect {
 	u64 iova;
 };
 
+/*
+ * The data an answer to s carries, checked against what s asked for and
+ * copied into its pages: false if the peer broke the protocol.
+ */
+static bool jbmt_response_data(struct jbmt_isect *s, struct jbmt_rx *rx)
+{
+	const struct jbmt_msg *m = &rx->msg;
+	bool with = be16_to_cpu(m->flags) & JBMT_F_INLINE;
+
+	/* only a small get's successful DONE carries data: all of it */
+	if (!(s->inl && s->op == RDMAPLUS_JBMT_GET &&
+	      m->type == JBMT_MSG_DONE && m->status == JBMT_OK))
+		return !rx->data_len && !with;
+	if (!with || rx->data_len != s->len || be32_to_cpu(m->len) != s->len)
+		return false;
+	return sg_copy_from_buffer(s->mem.sgt.sgl, s->mem.sgt.orig_nents,
+				   rx->data, s->len) == s->len;
+}
+
 void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
 {
 	const struct jbmt_msg *m = &rx->msg;
@@ -249,6 +323,15 @@ void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
 
 	if (!s)
 		return;		/* it gave up, or a stray answer */
+	if (!jbmt_response_data(s, rx)) {
+		pr_warn_ratelimited("JBMT: %pI4: an answer of %u bytes of data for a %u-byte section\n",
+				    &p->addr, rx->data_len, s->len);
+		jbmt_peer_down(p, -EPROTO);
+		s->resp_type = 0;	/* failed with the connection */
+		complete(&s->done);
+		wake_up(s->opwq);
+		return;
+	}
 	s->resp_type = m->type;
 	s->resp_status = m->status;
 	s->tsid = be32_to_cpu(m->tsid);
@@ -338,7 +421,7 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 
 	reinit_completion(&s->done);
 	s->stage = JBMT_WAIT_RESP;
-	tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	tx = jbmt_tx_alloc_data(p, s->inl && !get ? s->len : 0, GFP_KERNEL);
 	if (!tx)
 		return -ENOMEM;
 	tx->msg.type = get ? JBMT_MSG_GET : JBMT_MSG_PUT;
@@ -347,7 +430,16 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 	tx->msg.token_gen = cpu_to_be32(s->token.gen);
 	tx->msg.token_key = cpu_to_be64(s->token.key);
 	tx->msg.off = cpu_to_be64(s->roff);
-	if (get) {
+	if (s->inl) {
+		/* a small put's data go with it; a get's come with DONE */
+		tx->msg.flags = cpu_to_be16(JBMT_F_INLINE);
+		if (!get && sg_copy_to_buffer(s->mem.sgt.sgl,
+					      s->mem.sgt.orig_nents, tx->data,
+					      s->len) != s->len) {
+			ret = -EFAULT;
+			goto err;
+		}
+	} else if (get) {
 		if (s->mem.mr && !s->mem.mr_invalidated) {	/* not revoked: drop it */
 			jbmt_mr_retire(p, s->mem.mr);
 			s->mem.mr = NULL;
@@ -380,8 +472,8 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 		goto err_xid;
 	}
 	/* a get's request goes once its sink is registered */
-	ret = get ? jbmt_post_reg_then(p, &reg, tx) :
-		    ib_post_send(p->cm->qp, &tx->wr, NULL);
+	ret = get && !s->inl ? jbmt_post_reg_then(p, &reg, tx) :
+			       ib_post_send(p->cm->qp, &tx->wr, NULL);
 	if (ret)
 		goto err_xid;
 	return 0;
@@ -423,13 +515,14 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	s->opwq = opwq;
 	init_completion(&s->done);
 	init_completion(&s->sent);
+	s->inl = s->len <= jbmt_inline_max();
 
 	s->mem.sink = get;
 	ret = jbmt_pages_pin(&s->mem, mm, JBMT_SIDE_OP, ctx, ctx, s->addr,
 			     s->len, false, true, &s->budget);
 	if (ret)
 		goto err;
-	if (get) {
+	if (get && !s->inl) {
 		s->mem.nents = ib_dma_map_sg(p->pd->device, s->mem.sgt.sgl,
 					 s->mem.sgt.orig_nents, DMA_FROM_DEVICE);
 		if (!s->mem.nents) {
@@ -441,6 +534,8 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	if (ret)
 		goto err;
 	atomic64_inc(&jbmt_xfer_st.sections);
+	if (s->inl)
+		atomic64_inc(&jbmt_xfer_st.small_sections);
 	return s->len;
 
 err:
@@ -478,11 +573,11 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 			return;
 		}
 		s->status = jbmt_status_errno(s->resp_status);
-		if (!s->status && s->op != RDMAPLUS_JBMT_GET)
+		if (!s->status && s->op != RDMAPLUS_JBMT_GET && !s->inl)
 			s->status = -EPROTO;	/* a put ends by our FIN */
 		return;
 	case JBMT_MSG_GRANT:
-		if (s->op == RDMAPLUS_JBMT_PUT)
+		if (s->op == RDMAPLUS_JBMT_PUT && !s->inl)
 			break;
 		fallthrough;
 	default:
@@ -975,6 +1070,53 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	return JBMT_OK;
 }
 
+/* a small GET: answer DONE with the section's data after it */
+static u8 jbmt_serve_get_inline(struct jbmt_peer *p, const struct jbmt_msg *m,
+				bool nofault)
+{
+	u32 len = be32_to_cpu(m->len);
+	struct jbmt_tsect *t;
+	struct jbmt_tx *tx;
+	u8 st;
+
+	if (!len || len > JBMT_INLINE_MAX)
+		return JBMT_INVAL;
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	tx = jbmt_tx_alloc_data(p, len, GFP_KERNEL);
+	if (!t || !tx) {
+		kfree(t);
+		kfree(tx);
+		return JBMT_NOMEM;
+	}
+	t->p = p;
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_READ, nofault);
+	if (st)
+		goto out;
+	st = JBMT_FAULT;
+	if (sg_copy_to_buffer(t->mem.sgt.sgl, t->mem.sgt.orig_nents, tx->data,
+			      len) != len)
+		goto out;
+	/* copied: the pages go back before the answer leaves */
+	jbmt_tsect_free(t, false);
+	t = NULL;
+	tx->msg.type = JBMT_MSG_DONE;
+	tx->msg.status = JBMT_OK;
+	tx->msg.flags = cpu_to_be16(JBMT_F_INLINE);
+	tx->msg.xid = m->xid;
+	tx->msg.len = cpu_to_be32(len);
+	tx->msg.budget = cpu_to_be32(jbmt_pin_budget());
+	st = JBMT_NOMEM;
+	if (jbmt_tx_prepare(tx, 0) || ib_post_send(p->cm->qp, &tx->wr, NULL))
+		goto out;
+	return JBMT_OK;
+
+out:
+	jbmt_tx_free(tx);
+	if (t)
+		jbmt_tsect_free(t, false);
+	return st;
+}
+
 /* GET: write the section to the initiator's sink, then DONE. */
 static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
 			 bool nofault)
@@ -985,6 +1127,8 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
 	u8 st;
 	int ret;
 
+	if (be16_to_cpu(m->flags) & JBMT_F_INLINE)
+		return jbmt_serve_get_inline(p, m, nofault);
 	t = kzalloc(sizeof(*t), GFP_KERNEL);
 	tx = jbmt_tx_alloc(p, GFP_KERNEL);
 	if (!t || !tx) {
@@ -1025,15 +1169,63 @@ err:
 	return st;
 }
 
+/*
+ * A small PUT: copy the data after the request into the region's pages
+ * (jbmt_serve() checked their length), then DONE. A completion handler
+ * writes only anonymous pages, whose dirtying takes no lock.
+ */
+static u8 jbmt_serve_put_inline(struct jbmt_peer *p, struct jbmt_rx *rx,
+				bool nofault)
+{
+	const struct jbmt_msg *m = &rx->msg;
+	u32 len = be32_to_cpu(m->len);
+	struct jbmt_tsect *t;
+	u8 st;
+
+	if (!len || len > JBMT_INLINE_MAX || len != rx->data_len)
+		return JBMT_INVAL;
+	t = kzalloc(sizeof(*t), GFP_KERNEL);
+	if (!t)
+		return JBMT_NOMEM;
+	t->p = p;
+	t->mem.sink = true;
+	st = jbmt_tsect_pin(t, m, RDMAPLUS_JBMT_WRITE, nofault);
+	if (!st && nofault && !jbmt_pages_anon(&t->mem))
+		st = JBMT_DEFER;
+	if (!st && sg_copy_from_buffer(t->mem.sgt.sgl, t->mem.sgt.orig_nents,
+				       rx->data, len) != len)
+		st = JBMT_FAULT;
+	if (st)
+		t->mem.sink = false;	/* nothing written: nothing to dirty */
+	jbmt_tsect_free(t, false);
+	if (st)
+		return st;
+	{
+		struct jbmt_msg done = {
+			.type = JBMT_MSG_DONE,
+			.status = JBMT_OK,
+			.xid = m->xid,
+			.budget = cpu_to_be32(jbmt_pin_budget()),
+		};
+
+		/* landed: a lost answer fails the connection, not the data */
+		jbmt_send(p, &done, 0);
+	}
+	return JBMT_OK;
+}
+
 /* PUT: register a sink for the section and grant it. */
-static u8 jbmt_serve_put(struct jbmt_peer *p, const struct jbmt_msg *m,
+static u8 jbmt_serve_put(struct jbmt_peer *p, struct jbmt_rx *rx,
 			 bool nofault)
 {
+	const struct jbmt_msg *m = &rx->msg;
 	struct ib_reg_wr reg;
 	struct jbmt_tsect *t;
 	struct jbmt_tx *tx;
 	u8 st;
 
+	if (be16_to_cpu(m->flags) & JBMT_F_INLINE)
+		return jbmt_serve_put_inline(p, rx, nofault);
 	t = kzalloc(sizeof(*t), GFP_KERNEL);
 	tx = jbmt_tx_alloc(p, GFP_KERNEL);
 	if (!t || !tx) {
@@ -1114,13 +1306,23 @@ static void jbmt_serve_fin(struct jbmt_peer *p, struct jbmt_rx *rx)
 static bool jbmt_serve(struct jbmt_peer *p, struct jbmt_rx *rx, bool nofault)
 {
 	const struct jbmt_msg *m = &rx->msg;
+	u16 flags = be16_to_cpu(m->flags);
 	u8 st;
 
+	/* data only after a small put's request, as long as it says */
+	if (flags & ~JBMT_F_INLINE ||
+	    rx->data_len != (m->type == JBMT_MSG_PUT && flags & JBMT_F_INLINE ?
+			     be32_to_cpu(m->len) : 0)) {
+		pr_warn_ratelimited("JBMT: %pI4: a request (type %u, flags %#x) with %u bytes of data\n",
+				    &p->addr, m->type, flags, rx->data_len);
+		jbmt_peer_down(p, -EPROTO);
+		return true;
+	}
 	switch (m->type) {
 	case JBMT_MSG_GET:
 	case JBMT_MSG_PUT:
 		st = m->type == JBMT_MSG_GET ? jbmt_serve_get(p, m, nofault) :
-		     jbmt_serve_put(p, m, nofault);
+		     jbmt_serve_put(p, rx, nofault);
 		if (st == JBMT_DEFER)
 			return false;
 		if (st == JBMT_OK) {
@@ -1140,7 +1342,8 @@ static bool jbmt_serve(struct jbmt_peer *p, struct jbmt_rx *rx, bool nofault)
 			};
 
 			/* a get's sink is revoked with the answer */
-			jbmt_send(p, &done, m->type == JBMT_MSG_GET ?
+			jbmt_send(p, &done, m->type == JBMT_MSG_GET &&
+				  !(flags & JBMT_F_INLINE) ?
 				  be32_to_cpu(m->rkey) : 0);
 		}
 		break;
