@@ -360,6 +360,18 @@ int jbmt_op_check(const struct rdmaplus_jbmt_op *a);
 long jbmt_op_exec(struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
 		  struct rdmaplus_jbmt_op *a, struct jbmt_op_times *times);
 
+/*
+ * Start a checked asynchronous operation of one section (a get, or a small
+ * put) in the submitting call, its pages the caller's, if credits and
+ * budget are free now: 0, and end(arg, ret, again) is called once from
+ * completion context (again: hand it to a worker, it moved nothing);
+ * -EAGAIN, and nothing was done: run it in a worker.
+ */
+int jbmt_op_start_direct(struct rdmaplus_jbmt_ctx *ctx,
+			 struct rdmaplus_jbmt_op *a,
+			 struct jbmt_op_times *times,
+			 void (*end)(void *arg, long ret, bool again), void *arg);
+
 /* ---- asynchronous operations (rdmaplus_jbmt_ring.c) -------------------- */
 
 long jbmt_ring_setup(struct rdmaplus_jbmt_ctx *ctx, void __user *arg);

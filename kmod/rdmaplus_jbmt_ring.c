@@ -4,9 +4,11 @@
  * a completion ring once (RDMAPLUS_IOC_JBMT_SETUP) and maps it; it hands
  * operations over in batches (RDMAPLUS_IOC_JBMT_SUBMIT, the doorbell), and
  * learns of each end from an entry in the ring, with the eventfd it gave
- * signalled: no system call per completion. Each operation runs in a work
- * item with the engine of the blocking call, pinning the process's pages
- * through its mm. Operations in flight and completions not yet consumed
+ * signalled: no system call per completion. An operation of one section
+ * (a get, or a small put) whose credit and budget are free starts in the
+ * submitting call and ends in its answer's completion handler, which posts
+ * its entry; any other runs in a work item with the engine of the blocking
+ * call, pinning the process's pages through its mm. Operations in flight and completions not yet consumed
  * together never exceed the ring's entries, so the ring cannot overflow.
  * Closing the file cancels what is in flight (-ECANCELED) and waits for it.
  */
@@ -56,6 +58,7 @@ static struct workqueue_struct *jbmt_op_wq;
 static struct {
 	atomic64_t submitted;		/* asynchronous operations, since load */
 	atomic64_t completed;
+	atomic64_t direct;		/* started in the submitting call */
 } jbmt_ring_st;
 
 #define JBMT_RING_ATTR(name) \
@@ -64,10 +67,12 @@ static struct {
 
 JBMT_RING_ATTR(submitted);
 JBMT_RING_ATTR(completed);
+JBMT_RING_ATTR(direct);
 
 static struct attribute *jbmt_ring_attrs[] = {
 	&jbmt_ring_attr_submitted.kattr.attr,
 	&jbmt_ring_attr_completed.kattr.attr,
+	&jbmt_ring_attr_direct.kattr.attr,
 	NULL,
 };
 
@@ -119,6 +124,21 @@ static void jbmt_aop_work(struct work_struct *w)
 	aop->times.end = ktime_get_ns();
 	mmdrop(aop->mm);
 	jbmt_ring_post(ctx->ring, aop, ret);
+	kfree(aop);
+}
+
+/* a direct operation's end, in completion context */
+static void jbmt_aop_direct_end(void *arg, long ret, bool again)
+{
+	struct jbmt_aop *aop = arg;
+
+	if (again) {		/* NACKed: a worker runs it whole */
+		queue_work(jbmt_op_wq, &aop->work);
+		return;
+	}
+	aop->times.end = ktime_get_ns();
+	mmdrop(aop->mm);
+	jbmt_ring_post(aop->ctx->ring, aop, ret);
 	kfree(aop);
 }
 
@@ -254,6 +274,12 @@ long jbmt_ring_submit(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 		aop->user_data = sqe.user_data;
 		aop->times.submit = ktime_get_ns();
 		atomic64_inc(&jbmt_ring_st.submitted);
+		if (!jbmt_op_aborted(ctx) &&
+		    !jbmt_op_start_direct(ctx, &aop->op, &aop->times,
+					  jbmt_aop_direct_end, aop)) {
+			atomic64_inc(&jbmt_ring_st.direct);
+			continue;	/* aop may be gone already */
+		}
 		queue_work(jbmt_op_wq, &aop->work);
 	}
 	if (!taken)

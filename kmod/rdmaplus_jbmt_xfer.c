@@ -264,6 +264,9 @@ static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 
 /* ---- sections we start -------------------------------------------------- */
 
+struct jbmt_direct;
+static void jbmt_direct_answered(struct jbmt_direct *d);
+
 enum jbmt_isect_stage {
 	JBMT_WAIT_RESP,		/* in p->xids, awaiting GRANT or DONE */
 	JBMT_WAIT_RETRY,	/* NACKed: asks again at retry_at */
@@ -291,6 +294,7 @@ struct jbmt_isect {
 	struct completion done;	/* the response */
 	struct completion sent;	/* the FIN (put) */
 	wait_queue_head_t *opwq;	/* its operation waits here */
+	struct jbmt_direct *direct;	/* or it is one, ended by its answer */
 	/* from the response */
 	u8 resp_type, resp_status;
 	u32 tsid, rkey, inv_rkey, resp_budget;
@@ -328,9 +332,7 @@ void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
 				    &p->addr, rx->data_len, s->len);
 		jbmt_peer_down(p, -EPROTO);
 		s->resp_type = 0;	/* failed with the connection */
-		complete(&s->done);
-		wake_up(s->opwq);
-		return;
+		goto answered;
 	}
 	s->resp_type = m->type;
 	s->resp_status = m->status;
@@ -339,6 +341,11 @@ void jbmt_xfer_response(struct jbmt_peer *p, struct jbmt_rx *rx)
 	s->iova = be64_to_cpu(m->iova);
 	s->resp_budget = be32_to_cpu(m->budget);
 	s->inv_rkey = rx->inv_rkey;
+answered:
+	if (s->direct) {
+		jbmt_direct_answered(s->direct);
+		return;
+	}
 	complete(&s->done);
 	wake_up(s->opwq);
 }
@@ -352,6 +359,10 @@ void jbmt_xfer_fail_peer(struct jbmt_peer *p)
 		if (xa_erase(&p->xids, i) != s)
 			continue;
 		s->resp_type = 0;	/* none came */
+		if (s->direct) {
+			jbmt_direct_answered(s->direct);
+			continue;
+		}
 		complete(&s->done);
 		wake_up(s->opwq);
 	}
@@ -479,8 +490,14 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 	return 0;
 
 err_xid:
-	if (xa_erase(&p->xids, s->xid) != s)
-		wait_for_completion(&s->done);	/* failed by a dying peer */
+	if (xa_erase(&p->xids, s->xid) != s) {
+		/* failed by a dying peer, which ends a direct section */
+		if (s->direct) {
+			jbmt_tx_free(tx);
+			return -EINPROGRESS;
+		}
+		wait_for_completion(&s->done);
+	}
 err:
 	jbmt_tx_free(tx);
 	return ret;
@@ -499,9 +516,11 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 			     unsigned int pages, struct jbmt_pc_ent *pc)
 {
 	bool get = a->op == RDMAPLUS_JBMT_GET;
+	struct jbmt_direct *direct = s->direct;
 	int ret;
 
 	memset(s, 0, sizeof(*s));
+	s->direct = direct;
 	s->p = p;
 	s->ctx = ctx;
 	s->mm = mm;
@@ -516,12 +535,22 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 	init_completion(&s->done);
 	init_completion(&s->sent);
 	s->inl = s->len <= jbmt_inline_max();
+	/* a direct put is a small one (jbmt_inline_bytes may have changed) */
+	if (direct && !get && !s->inl) {
+		ret = -EAGAIN;
+		goto err;
+	}
 
 	s->mem.sink = get;
 	ret = jbmt_pages_pin(&s->mem, mm, JBMT_SIDE_OP, ctx, ctx, s->addr,
 			     s->len, false, true, &s->budget);
 	if (ret)
 		goto err;
+	/* a direct get's sink is released by the answer's handler */
+	if (s->direct && get && !jbmt_pages_anon(&s->mem)) {
+		ret = -EAGAIN;
+		goto err;
+	}
 	if (get && !s->inl) {
 		s->mem.nents = ib_dma_map_sg(p->pd->device, s->mem.sgt.sgl,
 					 s->mem.sgt.orig_nents, DMA_FROM_DEVICE);
@@ -530,13 +559,21 @@ static long jbmt_isect_start(struct jbmt_peer *p, struct jbmt_isect *s,
 			goto err;
 		}
 	}
-	ret = jbmt_isect_request(s);
-	if (ret)
-		goto err;
+	/* a direct section may be answered and gone before the request returns */
 	atomic64_inc(&jbmt_xfer_st.sections);
 	if (s->inl)
 		atomic64_inc(&jbmt_xfer_st.small_sections);
-	return s->len;
+	len = s->len;
+	ret = jbmt_isect_request(s);
+	if (ret == -EINPROGRESS)
+		return len;	/* ended already, by the connection's end */
+	if (ret) {
+		atomic64_dec(&jbmt_xfer_st.sections);
+		if (s->inl)
+			atomic64_dec(&jbmt_xfer_st.small_sections);
+		goto err;
+	}
+	return len;
 
 err:
 	jbmt_isect_release(s);
@@ -936,6 +973,173 @@ long jbmt_op_exec(struct rdmaplus_jbmt_ctx *ctx, struct mm_struct *mm,
 	if (ret)
 		atomic64_inc(&jbmt_xfer_st.op_errors);
 	return ret;
+}
+
+/*
+ * An asynchronous operation of one section, started in the submitting
+ * call and ended by its answer's handler, so that no kernel worker waits
+ * for it: a get of one section, or a small put. Two references: the
+ * starter's, and the section's until it ends (jbmt_direct_end).
+ */
+struct jbmt_direct {
+	struct jbmt_isect s;
+	refcount_t ref;
+	struct rdmaplus_jbmt_ctx *ctx;
+	struct rdmaplus_jbmt_op *a;
+	struct jbmt_op_times *times;
+	unsigned long deadline;
+	bool posted;		/* the watch may give it up */
+	bool cancelled;		/* the file closes, or the deadline passed */
+	unsigned long give_up;	/* then: no answer by now ends it */
+	int err;		/* and with this */
+	struct delayed_work watch;
+	void (*end)(void *arg, long ret, bool again);
+	void *arg;
+};
+
+static void jbmt_direct_put(struct jbmt_direct *d)
+{
+	if (refcount_dec_and_test(&d->ref))
+		kfree(d);
+}
+
+/*
+ * d's section is answered (or given up, or its connection gone), and no
+ * longer in its peer's xids: settle it, release it and report. A NACK
+ * hands the operation to a worker, which runs it whole (nothing moved).
+ */
+static void jbmt_direct_end(struct jbmt_direct *d, bool from_watch)
+{
+	struct jbmt_isect *s = &d->s;
+	struct jbmt_peer *p = s->p;
+	bool again, get = s->op == RDMAPLUS_JBMT_GET;
+	long ret;
+
+	if (!from_watch)
+		cancel_delayed_work_sync(&d->watch);
+	if (d->times && s->resp_type)
+		d->times->first = ktime_get_ns();
+	jbmt_isect_respond(s);	/* a get, a small put: nothing to post */
+	again = s->stage == JBMT_WAIT_RETRY && !d->err;
+	ret = d->err ?: s->status;
+	d->a->done = !ret && !again ? s->len : 0;
+	jbmt_isect_release(s);
+	jbmt_peer_leave(p);
+	jbmt_peer_put(p);
+	if (!again) {
+		atomic64_inc(get ? &jbmt_xfer_st.gets : &jbmt_xfer_st.puts);
+		atomic64_add(d->a->done, get ? &jbmt_xfer_st.get_bytes :
+			     &jbmt_xfer_st.put_bytes);
+		if (ret)
+			atomic64_inc(&jbmt_xfer_st.op_errors);
+	}
+	d->end(d->arg, ret, again);
+	jbmt_direct_put(d);
+}
+
+static void jbmt_direct_answered(struct jbmt_direct *d)
+{
+	jbmt_direct_end(d, false);
+}
+
+/*
+ * Every slice: a closing file or a passed deadline cancels d, which still
+ * waits a lease for its answer (as a blocking operation's sections do),
+ * and then gives it up (a get's sink, if any, deregistered).
+ */
+static void jbmt_direct_watch(struct work_struct *w)
+{
+	struct jbmt_direct *d = container_of(to_delayed_work(w),
+					     struct jbmt_direct, watch);
+	struct jbmt_isect *s = &d->s;
+
+	if (!d->cancelled && (jbmt_op_aborted(d->ctx) ||
+			      time_after_eq(jiffies, d->deadline))) {
+		d->cancelled = true;
+		d->err = jbmt_op_aborted(d->ctx) ? -ECANCELED : -ETIMEDOUT;
+		d->give_up = jiffies + msecs_to_jiffies(JBMT_LEASE_MS);
+	}
+	if (!READ_ONCE(d->posted) || !d->cancelled ||
+	    time_before(jiffies, d->give_up)) {
+		queue_delayed_work(jbmt_xfer_wq, &d->watch, JBMT_WAIT_SLICE);
+		return;
+	}
+	if (xa_erase(&s->p->xids, s->xid) != s)
+		return;		/* being answered: the answer ends it */
+	s->resp_type = 0;
+	jbmt_direct_end(d, true);
+}
+
+int jbmt_op_start_direct(struct rdmaplus_jbmt_ctx *ctx,
+			 struct rdmaplus_jbmt_op *a,
+			 struct jbmt_op_times *times,
+			 void (*end)(void *arg, long ret, bool again), void *arg)
+{
+	bool get = a->op == RDMAPLUS_JBMT_GET;
+	struct jbmt_pc_ent *pc = NULL;
+	struct jbmt_direct *d;
+	struct jbmt_peer *p;
+	unsigned int want, got;
+	long ret;
+
+	if (a->length > (get ? JBMT_SECT_BYTES : jbmt_inline_max()))
+		return -EAGAIN;
+	p = jbmt_peer_get(a->peer);
+	if (!p)
+		return -EAGAIN;
+	if (READ_ONCE(p->state) != JBMT_PEER_UP || !jbmt_peer_enter(p)) {
+		jbmt_peer_put(p);
+		return -EAGAIN;
+	}
+	ret = -EAGAIN;
+	/* one section, with what is free now: else a worker waits for it */
+	want = jbmt_want_pages(p, a->addr, a->length);
+	if (want != jbmt_span(a->addr, a->length))
+		goto out;
+	d = kzalloc(sizeof(*d), GFP_KERNEL_ACCOUNT);
+	if (!d)
+		goto out;
+	if (!jbmt_credit_take(p))
+		goto out_free;
+	pc = jbmt_isect_cached(ctx, NULL, a, a->addr, want);
+	got = pc ? want : jbmt_budget_take(ctx, want);
+	if (got != want) {
+		if (got)
+			jbmt_budget_give(ctx, got);
+		jbmt_credit_give(p);
+		goto out_free;
+	}
+	refcount_set(&d->ref, 2);
+	d->ctx = ctx;
+	d->a = a;
+	d->times = times;
+	d->deadline = jiffies + msecs_to_jiffies(a->timeout_ms ?
+			a->timeout_ms : RDMAPLUS_JBMT_OP_MAX_MS);
+	d->end = end;
+	d->arg = arg;
+	INIT_DELAYED_WORK(&d->watch, jbmt_direct_watch);
+	d->s.direct = d;
+	a->done = 0;
+	if (times)
+		times->start = ktime_get_ns();
+	queue_delayed_work(jbmt_xfer_wq, &d->watch, JBMT_WAIT_SLICE);
+	ret = jbmt_isect_start(p, &d->s, NULL, ctx, NULL, a, 0, a->length,
+			       got, pc);
+	if (ret < 0) {
+		/* nothing in flight: s released, credit and budget back */
+		cancel_delayed_work_sync(&d->watch);
+		goto out_free;
+	}
+	WRITE_ONCE(d->posted, true);
+	jbmt_direct_put(d);	/* the section holds p until it ends */
+	return 0;
+
+out_free:
+	kfree(d);
+out:
+	jbmt_peer_leave(p);
+	jbmt_peer_put(p);
+	return -EAGAIN;
 }
 
 long rdmaplus_jbmt_op(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
@@ -1398,6 +1602,7 @@ JBMT_XFER_ATTR(nacks_received);
 JBMT_XFER_ATTR(budget_waits);
 JBMT_XFER_ATTR(sections_inline);
 JBMT_XFER_ATTR(sections_deferred);
+JBMT_XFER_ATTR(small_sections);
 
 static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_gets.kattr.attr,
@@ -1414,6 +1619,7 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_budget_waits.kattr.attr,
 	&jbmt_xfer_attr_sections_inline.kattr.attr,
 	&jbmt_xfer_attr_sections_deferred.kattr.attr,
+	&jbmt_xfer_attr_small_sections.kattr.attr,
 	NULL,
 };
 

@@ -24,8 +24,10 @@ type Completion struct {
 	// error (the module's timeout is syscall.ETIMEDOUT here).
 	Err error
 	// When its stages happened, on the CLOCK_MONOTONIC clock (zero when a
-	// stage was not reached): the module took it, a kernel worker began
-	// it, the answer to its first section came, it ended.
+	// stage was not reached): the module took it, it began (in the
+	// submitting call for a get of one section or a small put whose
+	// credit and pin budget were free, else in a kernel worker), the
+	// answer to its first section came, it ended.
 	Submitted, Started, FirstAnswer, Ended time.Duration
 }
 
