@@ -765,3 +765,18 @@ func (m *Machine) FromQP(msg Msg) {
 		m.fail("%v on the QP", msg.Kind)
 	}
 }
+
+// Refuse answers the ATTACH_REQ msg with ATTACH_NACK for reason r (a
+// valid reason), exactly as a server configured with Config.Refuse = r
+// would: for this one request (the server could not allocate its side of
+// the attachment, or has no device). Other messages go to FromBroker.
+func (m *Machine) Refuse(msg Msg, r sockwire.Reason) {
+	if msg.Kind != MsgAttachReq || !r.Valid() {
+		m.FromBroker(msg)
+		return
+	}
+	old := m.cfg.Refuse
+	m.cfg.Refuse = r
+	m.FromBroker(msg)
+	m.cfg.Refuse = old
+}
