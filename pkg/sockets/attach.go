@@ -227,7 +227,10 @@ func (a *attachment) connect(peer sockwire.Endpoint) error {
 		AH: verbs.AHAttr{Port: port, IsGlobal: true, DGID: verbs.GID(peer.GID), SGIDIndex: a.gidIndex, HopLimit: 64}}); err != nil {
 		return err
 	}
-	if err := a.qp.ToRTS(&verbs.RTSAttr{SQPSN: a.psn, Timeout: 14, RetryCount: 7, RNRRetry: 7}); err != nil {
+	// retry_cnt 6, not the 7 of docs/sockets.md: rxe resends forever
+	// with 7 (it never counts a retry count of 7 down), so a QP whose
+	// peer was killed would never fail and never demote.
+	if err := a.qp.ToRTS(&verbs.RTSAttr{SQPSN: a.psn, Timeout: 14, RetryCount: 6, RNRRetry: 7}); err != nil {
 		return err
 	}
 	stage, err := a.dev.pd.AllocMR(int(peer.RingSize()), verbs.AccessLocalWrite)

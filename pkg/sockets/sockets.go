@@ -202,7 +202,6 @@ func Upgrade(ctx context.Context, tc *net.TCPConn, opts *Options) (*Conn, error)
 type Listener struct {
 	l    *net.TCPListener
 	opts Options
-	once sync.Once
 }
 
 // Listen listens on addr on network ("tcp", "tcp4" or "tcp6"), as
@@ -240,10 +239,6 @@ func (l *Listener) AcceptContext(ctx context.Context) (*Conn, error) {
 			return nil, err
 		}
 		return newConn(tc, l.opts), nil
-	}
-	type res struct {
-		tc  *net.TCPConn
-		err error
 	}
 	for {
 		if err := ctx.Err(); err != nil {

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -639,5 +638,3 @@ func TestLabDeadlines(t *testing.T) {
 	}
 	signal(t, "dl-done")
 }
-
-var _ = syscall.ECONNRESET

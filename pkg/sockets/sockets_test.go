@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 	"github.com/rdmaplus/rdmaplus/pkg/sockets"
+	"github.com/rdmaplus/rdmaplus/pkg/sockets/internal/broker/brokertest"
+	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
 // noBroker is Options pointing at a broker socket that does not exist:
@@ -274,5 +277,65 @@ func TestAcceptContext(t *testing.T) {
 	}
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept after Close: %v", err)
+	}
+}
+
+// TestBrokerWithoutDevice: with a broker but no RDMA device (the host),
+// the dialer registers and falls back (no_device) without asking, and
+// the acceptor answers an ATTACH_REQ with ATTACH_NACK{no_device}.
+func TestBrokerWithoutDevice(t *testing.T) {
+	if devs, _ := verbs.Devices(); len(devs) > 0 {
+		t.Skip("this host has an RDMA device; the lab tests cover attaching")
+	}
+	f := brokertest.New(t)
+	o := &sockets.Options{Socket: f.Path, WaitAttach: true}
+	cli, srv := pair(t, o, &sockets.Options{Socket: f.Path})
+	regs := map[sockwire.Tuple]bool{}
+	for len(regs) < 2 {
+		select {
+		case m := <-f.Msgs:
+			r, ok := m.Rec.(sockwire.Register)
+			if !ok || !m.FDOK {
+				t.Fatalf("the broker got %+v (socket passed: %v) before both REGISTERs", m.Rec, m.FDOK)
+			}
+			regs[r.Tuple] = true
+		case <-time.After(5 * time.Second):
+			t.Fatal("no REGISTER")
+		}
+	}
+	if st := cli.Stats(); st.Fallbacks["no_device"] != 1 {
+		t.Errorf("client fallbacks %v, want no_device", st.Fallbacks)
+	}
+	// The server's tuple: its local port is the listener's.
+	var srvT sockwire.Tuple
+	for tu := range regs {
+		if int(tu.LocalPort) == srv.LocalAddr().(*net.TCPAddr).Port {
+			srvT = tu
+		}
+	}
+	ep := sockwire.Endpoint{QPN: 5, PSN: 6, RingLog2: 18, MTU: 3}
+	if err := f.Send(srvT, sockwire.Attach{Epoch: 1, Tuple: srvT, Endpoint: ep}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-f.Msgs:
+		if m.Route == nil || m.Route.Tuple != srvT || m.Rec != (sockwire.Nack{Epoch: 1, Reason: sockwire.ReasonNoDevice}) {
+			t.Fatalf("the server answered %+v %+v", m.Route, m.Rec)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server did not answer its ATTACH_REQ")
+	}
+	exchange(t, cli, srv, 200000)
+	if p := srv.Path(); p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
+		t.Errorf("server path %+v", p)
+	}
+	cli.Close()
+	select {
+	case m := <-f.Msgs:
+		if _, ok := m.Rec.(sockwire.Unregister); !ok {
+			t.Fatalf("after Close the broker got %+v", m.Rec)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no UNREGISTER after Close")
 	}
 }
