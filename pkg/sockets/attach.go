@@ -149,12 +149,13 @@ type attachment struct {
 	peer     sockwire.Endpoint
 	psn      uint32
 
-	connected bool
-	released  bool
-	dead      bool   // the QP failed: nothing more is posted
-	prod      uint64 // the next ring byte expected, from the peer's SWITCH on
-	credit    uint64 // the largest credit seen in my control block
-	blocked   uint64 // the largest blocked value seen
+	connected  bool
+	released   bool
+	dead       bool   // the QP failed: nothing more is posted
+	prod       uint64 // the next ring byte expected, from the peer's SWITCH on
+	credit     uint64 // the largest credit seen in my control block
+	blocked    uint64 // the largest blocked value seen
+	lastCredit uint64 // the last credit written to the peer
 
 	ops         []op
 	outstanding int

@@ -323,9 +323,13 @@ func (c *Conn) completion(a *attachment, wc verbs.WC) {
 				a.credit = credit
 				c.m.FromQP(proto.Msg{Kind: proto.MsgCredit, Epoch: epoch, Off: credit})
 			}
+			// Blocked at or beyond the last credit written: the
+			// sender waits for one. Behind it, that credit frees it.
 			if blocked > a.blocked {
 				a.blocked = blocked
-				c.m.FromQP(proto.Msg{Kind: proto.MsgBlocked, Epoch: epoch, Off: blocked})
+				if blocked >= a.lastCredit {
+					c.m.FromQP(proto.Msg{Kind: proto.MsgBlocked, Epoch: epoch, Off: blocked})
+				}
 			}
 		default:
 			c.protocolError(fmt.Errorf("immediate %#x", wc.Imm))
@@ -569,6 +573,7 @@ func (c *Conn) output(o proto.Output) {
 				a.queueRecord(b)
 			}
 		case proto.MsgCredit:
+			a.lastCredit = o.Msg.Off
 			a.queueCtrl(sockwire.CtrlCreditOff, o.Msg.Off)
 		case proto.MsgBlocked:
 			a.queueCtrl(sockwire.CtrlBlockedOff, o.Msg.Off)
