@@ -14,7 +14,7 @@
  * other sockets. Such a connection is "adopted"; once attachments exist,
  * it is where a new incarnation sends REATTACH.
  */
-#include "shim.h"
+#include "rdma.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -43,6 +43,7 @@ static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
 	c->out = OUT_TCP;
 	c->in = IN_TCP;
 	c->epoch = 0;
+	atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
 	atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
 	c->prev = NULL;
@@ -59,8 +60,12 @@ static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
 /* Drop one fd's reference (under shim_lock); the last one frees. */
 static void conn_put(struct conn *c)
 {
+	struct att *a;
+
 	if (--c->refs > 0)
 		return;
+	if ((a = atomic_exchange(&c->att, NULL)))
+		att_closed(a);
 	stats_conn_released(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -118,16 +123,28 @@ int conn_role_move(struct conn *c, enum conn_role from, enum conn_role to)
  * connect answered): a success makes the socket the protocol's client
  * (once), a failure makes it new again and counts it.
  */
-void conn_connect_result(struct conn *c, int err)
+void conn_connect_result(struct conn *c, int fd, int err)
 {
 	if (err == 0 || err == EISCONN) {
 		if (conn_role_move(c, ROLE_CONNECTING, ROLE_CLIENT))
-			conn_established(c);
+			conn_established(c, fd);
 	} else if (err != EINPROGRESS && err != EALREADY && err != EINTR &&
 		   err != EAGAIN) {
 		if (conn_role_move(c, ROLE_CONNECTING, ROLE_NEW))
 			stat_add(&shim_stats.connect_failed, 1);
 	}
+}
+
+/* A connect in progress that the kernel says is done. */
+void conn_check_connected(struct conn *c, int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+	int err = errno;
+
+	if (REAL(getpeername)(fd, (struct sockaddr *)&ss, &l) == 0)
+		conn_connect_result(c, fd, 0);
+	errno = err;
 }
 
 /*
@@ -160,7 +177,7 @@ void conn_track_accepted(int fd, struct conn *listener, int flags)
 	slot_set(fd, c ? slot_of(c, flags & SOCK_CLOEXEC) : SLOT_UNKNOWN);
 	shim_unlock(&h);
 	if (c)
-		conn_established(c);
+		conn_established(c, fd);
 }
 
 /*
@@ -319,38 +336,114 @@ out:
 }
 
 /*
- * Hooks where the attachment will act; pass-through mode has nothing to
- * do in them.
- *
- * conn_close_prepare: the last fd of an attached connection is about to
- * close (close, dup2 or dup3 over it, close_range): FIN or ABORT on the
- * QP, then release the attachment once both directions ended.
+ * conn_close_prepare: an fd of c is about to close. If it is the last one
+ * and the connection's outgoing direction is on the ring, FIN goes now and
+ * the close waits (at most 2 s) until every write posted has completed,
+ * so that a program that closes and exits loses nothing. The rest of the
+ * close (linger, release) is the progress thread's (att_closed).
  */
 void conn_close_prepare(struct conn *c)
 {
-	(void)c;
+	struct att *a = conn_att(c);
+	int err = errno;
+
+	if (!a || c->refs > 1)
+		return;
+	pthread_mutex_lock(&a->mu);
+	if (a->out == AOUT_RING && a->qp) {
+		att_post_fin(a);
+		att_drain_sends(a, 2000);
+	}
+	pthread_mutex_unlock(&a->mu);
+	errno = err;
 }
 
 /*
- * conn_established: a connection is up (connect completed, or accepted).
- * The client side starts an attachment here (ATTACH_REQ to rvmad); the
- * server side publishes the tuple for rvmad's owner lookup.
+ * conn_established: a connection is up (connect completed, or accepted)
+ * in the process that made it. With rvmad's broker present it becomes
+ * attachable: registered (its socket passed as proof), and the client
+ * asks for an attachment from the progress thread, never delaying the
+ * program.
  */
-void conn_established(struct conn *c)
+void conn_established(struct conn *c, int fd)
 {
-	(void)c;
+	struct att *a;
+	int client = atomic_load(&c->role) == ROLE_CLIENT;
+
+	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c))
+		return;
+	a = att_new(c, fd, client);
+	if (!a)
+		return;
+	if (broker_register(a, fd) < 0) {
+		att_put(a);
+		return;
+	}
+	atomic_store_explicit(&c->att, a, memory_order_release);
+	stat_add(&shim_stats.attachable, 1);
+	if (client)
+		progress_kick();
 }
 
 /*
- * conn_demote: an attached connection goes back to TCP, for a reason of
- * sockproto.h (exec, fd_passed, fdopen, splice). A plain connection has
- * nothing to demote.
+ * conn_demote: the connection goes back to TCP, for a reason of
+ * sockproto.h (exec, fd_passed, fdopen, splice, or a call the ring does
+ * not serve yet: disabled). Not attached yet: it never will be. Attached:
+ * DEMOTE, then wait (at most 5 s) until the outgoing direction is on the
+ * anchor again, so that whoever uses the socket next finds it plain.
  */
 void conn_demote(struct conn *c, int reason)
 {
-	(void)reason;
-	if (c->phase == PHASE_PLAIN)
+	struct att *a = conn_att(c);
+	int err = errno;
+
+	if (!a)
 		return;
+	pthread_mutex_lock(&a->mu);
+	a->disabled = 1;
+	if (a->phase == PHASE_ATTACHED || a->phase == PHASE_ATTACHING)
+		att_demote(a, reason);
+	for (int i = 0; i < 500 && (a->phase != PHASE_PLAIN || a->out != AOUT_TCP) && !a->reset; i++) {
+		pthread_mutex_unlock(&a->mu);
+		{
+			struct pollfd p = { a->wr_ev, POLLIN, 0 };
+
+			REAL(poll)(&p, 1, 10);
+		}
+		pthread_mutex_lock(&a->mu);
+		att_poll_cq(a);
+		if (a->out == AOUT_FLUSH)
+			att_flush(a);
+	}
+	pthread_mutex_unlock(&a->mu);
+	errno = err;
+}
+
+/*
+ * shutdown(SHUT_WR) on an attachable connection: no switch from now on.
+ * 1 when the outgoing direction is off the anchor: FIN goes on the ring,
+ * and the anchor is shut once everything was credited (or flushed), not
+ * now; 0: the caller shuts the anchor.
+ */
+int conn_shut_wr(struct conn *c)
+{
+	struct att *a = conn_att(c);
+	int later;
+
+	if (!a)
+		return 0;
+	pthread_mutex_lock(&a->wmu);
+	pthread_mutex_lock(&a->mu);
+	a->shut_wr = 1;
+	a->want_switch = 0;
+	later = a->out != AOUT_TCP;
+	if (a->out == AOUT_RING)
+		att_post_fin(a);
+	if (!later)
+		a->anchor_shut = 1;
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&a->wmu);
+	return later;
 }
 
 /*
@@ -364,8 +457,10 @@ void conn_fork_child(void)
 	uint64_t n = 0;
 
 	stats_fork_child();
+	progress_fork_child();
 	for (struct conn *c = live_head; c; c = c->next) {
 		conn_set_flag(c, CONN_FOREIGN, 1);
+		atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
 		atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
 		atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
 		n++;

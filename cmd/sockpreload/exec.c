@@ -17,18 +17,17 @@
  *
  * In a vfork child the table is the parent's: nothing is counted there.
  */
-#include "shim.h"
+#include "rdma.h"
 
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
-#include "sockproto.h"
 
 static void demote_inherited(struct conn *c, void *arg)
 {
 	(void)arg;
-	if (c->phase != PHASE_PLAIN)
+	if (conn_att(c))
 		conn_demote(c, SOCKPROTO_R_EXEC);
 }
 
@@ -37,7 +36,7 @@ void exec_prepare(int spawn)
 	if (!shim_owner())
 		return;
 	stat_add(spawn ? &shim_stats.spawns : &shim_stats.execs, 1);
-	if (atomic_load_explicit(&shim_stats.attached, memory_order_relaxed))
+	if (atomic_load_explicit(&shim_stats.attachable, memory_order_relaxed))
 		conn_foreach_live(demote_inherited, NULL);
 }
 

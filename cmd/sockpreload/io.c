@@ -21,26 +21,61 @@
  * unknown, and the first wrapper to meet one probes it. A tracked socket
  * sent away demotes first (once attached): the receiver may have no shim.
  */
-#include "shim.h"
+#include "rdma.h"
 
-#include "sockproto.h"
+void __chk_fail(void) __attribute__((noreturn));
 
 static ssize_t got(struct conn *c, ssize_t r)
 {
-	if (r > 0) {
+	if (r > 0)
 		stat_add(&c->rbytes, (uint64_t)r);
-		conn_moved(c);
-	}
 	return r;
 }
 
 static ssize_t put(struct conn *c, ssize_t r)
 {
-	if (r > 0) {
+	if (r > 0)
 		stat_add(&c->wbytes, (uint64_t)r);
-		conn_moved(c);
-	}
 	return r;
+}
+
+/*
+ * The attachable state of a tracked socket about to move bytes (a connect
+ * in progress that completed is noticed first); NULL: plain.
+ */
+static struct att *io_att(struct conn *c, int fd)
+{
+	conn_moved(c, fd);
+	return conn_att(c);
+}
+
+/* flags the ring serves; others (MSG_OOB, MSG_ERRQUEUE, ...) demote first. */
+#define RING_RFLAGS	(MSG_PEEK | MSG_DONTWAIT | MSG_WAITALL | MSG_NOSIGNAL | MSG_CMSG_CLOEXEC)
+#define RING_WFLAGS	(MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE | MSG_EOR)
+
+static struct att *io_att_flags(struct conn *c, int fd, int flags, int ok)
+{
+	struct att *a = io_att(c, fd);
+
+	if (a && (flags & ~ok)) {
+		conn_demote(c, SOCKPROTO_R_DISABLED);
+		return NULL;
+	}
+	return a;
+}
+
+static ssize_t att_recv1(struct conn *c, struct att *a, void *buf, size_t n, int flags)
+{
+	struct iovec v = { buf, n };
+
+	return att_recv(c, a, &v, 1, flags);
+}
+
+static ssize_t att_send1(struct conn *c, struct att *a, const void *buf, size_t n, int flags)
+{
+	struct iovec v = { (void *)buf, n };
+
+	return att_send(c, a, &v, 1, flags);
 }
 
 static ssize_t got_flags(struct conn *c, ssize_t r, int flags)
@@ -102,8 +137,12 @@ SHIM_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(read)(fd, buf, n);
+	if ((a = io_att(c, fd)))
+		return att_recv1(c, a, buf, n, 0);
 	return got(c, REAL(read)(fd, buf, n));
 }
 
@@ -114,8 +153,15 @@ SHIM_EXPORT ssize_t __read_chk(int fd, void *buf, size_t n, size_t buflen)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(__read_chk)(fd, buf, n, buflen);
+	if ((a = io_att(c, fd))) {
+		if (n > buflen)
+			__chk_fail();
+		return att_recv1(c, a, buf, n, 0);
+	}
 	return got(c, REAL(__read_chk)(fd, buf, n, buflen));
 }
 
@@ -124,8 +170,12 @@ SHIM_EXPORT ssize_t recv(int fd, void *buf, size_t n, int flags)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(recv)(fd, buf, n, flags);
+	if ((a = io_att_flags(c, fd, flags, RING_RFLAGS)))
+		return att_recv1(c, a, buf, n, flags);
 	return got_flags(c, REAL(recv)(fd, buf, n, flags), flags);
 }
 
@@ -133,8 +183,15 @@ SHIM_EXPORT ssize_t __recv_chk(int fd, void *buf, size_t n, size_t buflen, int f
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(__recv_chk)(fd, buf, n, buflen, flags);
+	if ((a = io_att_flags(c, fd, flags, RING_RFLAGS))) {
+		if (n > buflen)
+			__chk_fail();
+		return att_recv1(c, a, buf, n, flags);
+	}
 	return got_flags(c, REAL(__recv_chk)(fd, buf, n, buflen, flags), flags);
 }
 
@@ -144,8 +201,15 @@ SHIM_EXPORT ssize_t recvfrom(int fd, void *buf, size_t n, int flags,
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(recvfrom)(fd, buf, n, flags, addr, alen);
+	if ((a = io_att_flags(c, fd, flags, RING_RFLAGS))) {
+		if (alen)
+			*alen = 0;
+		return att_recv1(c, a, buf, n, flags);
+	}
 	return got_flags(c, REAL(recvfrom)(fd, buf, n, flags, addr, alen), flags);
 }
 
@@ -154,8 +218,17 @@ SHIM_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, i
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(__recvfrom_chk)(fd, buf, n, buflen, flags, addr, alen);
+	if ((a = io_att_flags(c, fd, flags, RING_RFLAGS))) {
+		if (n > buflen)
+			__chk_fail();
+		if (alen)
+			*alen = 0;
+		return att_recv1(c, a, buf, n, flags);
+	}
 	return got_flags(c, REAL(__recvfrom_chk)(fd, buf, n, buflen, flags, addr, alen), flags);
 }
 
@@ -167,8 +240,19 @@ SHIM_EXPORT ssize_t __recvfrom_chk(int fd, void *buf, size_t n, size_t buflen, i
 SHIM_EXPORT ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
 	struct conn *c = sock_lookup(fd);
-	ssize_t r = REAL(recvmsg)(fd, msg, flags);
+	struct att *a;
+	ssize_t r;
 
+	if (c && (a = io_att_flags(c, fd, flags, RING_RFLAGS))) {
+		r = att_recv(c, a, msg->msg_iov, (int)msg->msg_iovlen, flags);
+		if (r >= 0) {
+			msg->msg_controllen = 0;
+			msg->msg_flags = 0;
+			msg->msg_namelen = 0;
+		}
+		return r;
+	}
+	r = REAL(recvmsg)(fd, msg, flags);
 	if (unlikely(r >= 0 && msg->msg_controllen))
 		received(msg, r);
 	return c ? got_flags(c, r, flags) : r;
@@ -179,8 +263,12 @@ SHIM_EXPORT ssize_t readv(int fd, const struct iovec *iov, int iovcnt)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(readv)(fd, iov, iovcnt);
+	if ((a = io_att(c, fd)) && iovcnt >= 0 && iovcnt <= 1024)
+		return att_recv(c, a, iov, iovcnt, 0);
 	return got(c, REAL(readv)(fd, iov, iovcnt));
 }
 
@@ -192,7 +280,11 @@ SHIM_EXPORT int recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int fla
 			 struct timespec *timeout)
 {
 	struct conn *c = sock_lookup(fd);
-	int r = REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
+	int r;
+
+	if (c && io_att(c, fd))
+		conn_demote(c, SOCKPROTO_R_DISABLED);
+	r = REAL(recvmmsg)(fd, vec, vlen, flags, timeout);
 	int err = errno;
 
 	for (int i = 0; i < r; i++) {
@@ -210,8 +302,12 @@ SHIM_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(write)(fd, buf, n);
+	if ((a = io_att(c, fd)))
+		return att_send1(c, a, buf, n, 0);
 	return put(c, REAL(write)(fd, buf, n));
 }
 
@@ -226,8 +322,12 @@ SHIM_EXPORT ssize_t send(int fd, const void *buf, size_t n, int flags)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(send)(fd, buf, n, flags);
+	if ((a = io_att_flags(c, fd, flags, RING_WFLAGS)))
+		return att_send1(c, a, buf, n, flags);
 	return put(c, REAL(send)(fd, buf, n, flags));
 }
 
@@ -240,8 +340,12 @@ SHIM_EXPORT ssize_t sendto(int fd, const void *buf, size_t n, int flags,
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(sendto)(fd, buf, n, flags, addr, alen);
+	if ((a = io_att_flags(c, fd, flags, RING_WFLAGS)))
+		return att_send1(c, a, buf, n, flags);
 	return put(c, REAL(sendto)(fd, buf, n, flags, addr, alen));
 }
 
@@ -253,10 +357,16 @@ SHIM_EXPORT ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (unlikely(msg && msg->msg_controllen))
 		io_sending_fds(msg);
 	if (likely(!c))
 		return REAL(sendmsg)(fd, msg, flags);
+	if (msg && !msg->msg_controllen && (a = io_att_flags(c, fd, flags, RING_WFLAGS)))
+		return att_send(c, a, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	if (msg && msg->msg_controllen)
+		conn_demote(c, SOCKPROTO_R_DISABLED);
 	return put(c, REAL(sendmsg)(fd, msg, flags));
 }
 
@@ -264,8 +374,12 @@ SHIM_EXPORT ssize_t writev(int fd, const struct iovec *iov, int iovcnt)
 {
 	struct conn *c = sock_lookup(fd);
 
+	struct att *a;
+
 	if (likely(!c))
 		return REAL(writev)(fd, iov, iovcnt);
+	if ((a = io_att(c, fd)) && iovcnt >= 0 && iovcnt <= 1024)
+		return att_send(c, a, iov, iovcnt, 0);
 	return put(c, REAL(writev)(fd, iov, iovcnt));
 }
 
@@ -278,6 +392,8 @@ SHIM_EXPORT int sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int fla
 	for (unsigned int i = 0; vec && i < vlen; i++)
 		if (unlikely(vec[i].msg_hdr.msg_controllen))
 			io_sending_fds(&vec[i].msg_hdr);
+	if (c && io_att(c, fd))
+		conn_demote(c, SOCKPROTO_R_DISABLED);
 	r = REAL(sendmmsg)(fd, vec, vlen, flags);
 	if (c)
 		for (int i = 0; i < r; i++)

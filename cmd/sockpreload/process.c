@@ -21,7 +21,7 @@
  * that does what the fork child handler does, before the program's
  * function runs.
  */
-#include "shim.h"
+#include "rdma.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -37,6 +37,7 @@ static void fork_prepare(void)
 static void fork_parent(void)
 {
 	shim_lock_fork_parent();
+	progress_fork_parent();
 }
 
 /* In the child, single-threaded, with the mutex still held by its copy. */

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 struct conn;
+struct att;
 
 #define SHIM_EXPORT	__attribute__((visibility("default")))
 #define likely(x)	__builtin_expect(!!(x), 1)
@@ -215,6 +216,7 @@ struct conn {
 	enum conn_out out;
 	enum conn_in in;
 	uint32_t epoch;			/* of the current attachment; 0: none yet */
+	_Atomic(struct att *) att;	/* registered with rvmad: attachable (rdma.h) */
 
 	/* Statistics of this process. */
 	_Atomic uint64_t rbytes;	/* read by the program */
@@ -244,16 +246,24 @@ static inline unsigned conn_flags(struct conn *c)
 
 void conn_set_flag(struct conn *c, unsigned flag, int on);
 int conn_role_move(struct conn *c, enum conn_role from, enum conn_role to);
-void conn_connect_result(struct conn *c, int err);
+void conn_connect_result(struct conn *c, int fd, int err);
+void conn_check_connected(struct conn *c, int fd);
 
 /*
- * A byte moved on a connection still connecting: the connect completed
- * (a program that writes without asking SO_ERROR). Tracked path only.
+ * Before a read or write on a connection still connecting: if the kernel
+ * says it is connected (a program that writes without asking SO_ERROR),
+ * the connect completed. Tracked path only.
  */
-static inline void conn_moved(struct conn *c)
+static inline void conn_moved(struct conn *c, int fd)
 {
 	if (unlikely(atomic_load_explicit(&c->role, memory_order_relaxed) == ROLE_CONNECTING))
-		conn_connect_result(c, 0);
+		conn_check_connected(c, fd);
+}
+
+/* The connection's attachable state, or NULL (plain: pass-through). */
+static inline struct att *conn_att(struct conn *c)
+{
+	return atomic_load_explicit(&c->att, memory_order_acquire);
 }
 
 /* Table changes; each keeps errno and does nothing in a vfork child. */
@@ -268,8 +278,9 @@ void conn_set_cloexec_range(unsigned first, unsigned last);
 
 /* Hooks for the attachment (no-ops in pass-through mode). */
 void conn_close_prepare(struct conn *c);
-void conn_established(struct conn *c);
+void conn_established(struct conn *c, int fd);
 void conn_demote(struct conn *c, int reason);
+int conn_shut_wr(struct conn *c);
 
 void conn_fork_child(void);
 void conn_foreach_live(void (*fn)(struct conn *c, void *arg), void *arg);
@@ -296,7 +307,11 @@ struct shim_stats {
 	_Atomic uint64_t splice;		/* sendfile, splice */
 	_Atomic uint64_t execs;
 	_Atomic uint64_t spawns;
-	_Atomic uint64_t attached;		/* attached now (0: pass-through) */
+	_Atomic uint64_t attachable;		/* registered with rvmad */
+	_Atomic uint64_t attached;		/* attachments made */
+	_Atomic uint64_t demoted;		/* demotes this process asked for */
+	_Atomic uint64_t ring_read;		/* bytes read from rings */
+	_Atomic uint64_t ring_written;		/* bytes written into peers' rings */
 };
 
 extern struct shim_stats shim_stats;
@@ -307,6 +322,9 @@ static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 }
 
 void stats_arm(void);				/* under shim_lock */
+extern int shim_debug;
+void shim_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+#define TRACE(...) do { if (unlikely(shim_debug >= 2)) shim_trace(__VA_ARGS__); } while (0)
 void stats_conn_released(struct conn *c);	/* under shim_lock */
 void stats_fork_child(void);			/* under shim_lock */
 

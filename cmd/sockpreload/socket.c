@@ -74,7 +74,7 @@ SHIM_EXPORT int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		return r;
 	if (r == 0 || err == EINPROGRESS || err == EINTR || err == EALREADY || err == EISCONN) {
 		conn_role_move(c, ROLE_NEW, ROLE_CONNECTING);
-		conn_connect_result(c, r == 0 ? 0 : err);
+		conn_connect_result(c, fd, r == 0 ? 0 : err);
 	} else {
 		/* Refused, unreachable, timed out (or a bad call). */
 		conn_role_move(c, ROLE_CONNECTING, ROLE_NEW);
@@ -130,7 +130,12 @@ SHIM_EXPORT int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags
 SHIM_EXPORT int shutdown(int fd, int how)
 {
 	struct conn *c = sock_lookup(fd);
-	int r = REAL(shutdown)(fd, how);
+	int r;
+
+	if (c && conn_att(c) && (how == SHUT_WR || how == SHUT_RDWR) && conn_shut_wr(c))
+		r = how == SHUT_RDWR ? REAL(shutdown)(fd, SHUT_RD) : 0;
+	else
+		r = REAL(shutdown)(fd, how);
 
 	if (r == 0 && c) {
 		if (how == SHUT_RD || how == SHUT_RDWR)
@@ -165,7 +170,7 @@ SHIM_EXPORT int getsockopt(int fd, int level, int name, void *val, socklen_t *le
 
 	if (c && r == 0 && level == SOL_SOCKET && name == SO_ERROR &&
 	    atomic_load(&c->role) == ROLE_CONNECTING && len && *len >= sizeof(int))
-		conn_connect_result(c, *(int *)val);
+		conn_connect_result(c, fd, *(int *)val);
 	errno = err;
 	return r;
 }

@@ -13,6 +13,13 @@
  */
 #include "shim.h"
 
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <time.h>
+
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +29,28 @@ struct shim_stats shim_stats;
 static int armed;
 
 static void stats_print(void);
+
+/* RDMAPLUS_SOCKETS_DEBUG=2: a crash's stack on stderr, then the default action. */
+static void crash(int sig)
+{
+	void *pcs[32];
+	int n = backtrace(pcs, 32);
+	Dl_info di;
+
+	for (int i = 0; i < n; i++) {
+		char line[160];
+		int k;
+
+		if (dladdr(pcs[i], &di) && di.dli_fname)
+			k = snprintf(line, sizeof(line), "rdmaplus-sockets: crash %d: %s+%#lx\n", sig,
+				     di.dli_fname, (unsigned long)((char *)pcs[i] - (char *)di.dli_fbase));
+		else
+			k = snprintf(line, sizeof(line), "rdmaplus-sockets: crash %d: %p\n", sig, pcs[i]);
+		if (k > 0 && REAL(write)(2, line, (size_t)k) < 0)
+			break;
+	}
+	raise(sig);
+}
 
 /* The first connection: register the summary if asked for (under the lock). */
 void stats_arm(void)
@@ -34,6 +63,39 @@ void stats_arm(void)
 	v = getenv("RDMAPLUS_SOCKETS_DEBUG");
 	if (v && *v && strcmp(v, "0") != 0)
 		atexit(stats_print);
+	if (v && atoi(v) >= 2) {
+		struct sigaction sa = { .sa_handler = crash, .sa_flags = SA_RESETHAND };
+
+		shim_debug = 2;
+		/* debugging only: a crash prints where it happened */
+		sigaction(SIGSEGV, &sa, NULL);
+		sigaction(SIGBUS, &sa, NULL);
+		sigaction(SIGABRT, &sa, NULL);
+	}
+}
+
+int shim_debug;
+
+/* RDMAPLUS_SOCKETS_DEBUG=2: one line per attachment event on stderr. */
+void shim_trace(const char *fmt, ...)
+{
+	char line[256];
+	struct timespec t;
+	va_list ap;
+	int n, m, err = errno;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	n = snprintf(line, sizeof(line), "rdmaplus-sockets: pid %d: %ld.%06ld: ", (int)getpid(),
+		     (long)t.tv_sec, t.tv_nsec / 1000);
+	va_start(ap, fmt);
+	m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	n = m < 0 ? n : n + m < (int)sizeof(line) - 1 ? n + m : (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	if (REAL(write)(2, line, (size_t)n) < 0) {
+		/* nowhere to say it */
+	}
+	errno = err;
 }
 
 void stats_conn_released(struct conn *c)
@@ -78,12 +140,14 @@ static void stats_print(void)
 		"rdmaplus-sockets: pid %d: connections client=%" PRIu64 " server=%" PRIu64
 		" listener=%" PRIu64 " adopted=%" PRIu64 " new=%" PRIu64 " inherited=%" PRIu64
 		" live=%" PRIu64 " connect_failed=%" PRIu64 "; bytes read=%" PRIu64
-		" written=%" PRIu64 "; attached=%" PRIu64 " fd_passed=%" PRIu64
+		" written=%" PRIu64 " ring_read=%" PRIu64 " ring_written=%" PRIu64
+		"; attachable=%" PRIu64 " attached=%" PRIu64 " demoted=%" PRIu64 " fd_passed=%" PRIu64
 		" fdopen=%" PRIu64 " splice=%" PRIu64 " exec=%" PRIu64 " spawn=%" PRIu64 "\n",
 		(int)getpid(), get(&s->created[ROLE_CLIENT]), get(&s->created[ROLE_SERVER]),
 		get(&s->created[ROLE_LISTENER]), get(&s->created[ROLE_ADOPTED]),
 		get(&s->created[ROLE_NEW]), get(&s->inherited), get(&s->live),
-		get(&s->connect_failed), b.r, b.w, get(&s->attached), get(&s->fd_passed),
+		get(&s->connect_failed), b.r, b.w, get(&s->ring_read), get(&s->ring_written),
+		get(&s->attachable), get(&s->attached), get(&s->demoted), get(&s->fd_passed),
 		get(&s->fdopen), get(&s->splice), get(&s->execs), get(&s->spawns));
 	if (n > 0)
 		REAL(write)(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);

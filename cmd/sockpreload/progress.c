@@ -1,0 +1,586 @@
+/*
+ * progress.c: the broker client (rvmad's Unix socket) and the progress
+ * thread.
+ *
+ * Nothing here runs at load. The first connection established while
+ * rvmad's broker socket exists opens the process's connection to it
+ * (SOCK_SEQPACKET: one record, or ROUTE and one record, per message) and
+ * starts the progress thread, with every signal blocked. The thread waits
+ * in epoll for rvmad's messages, for completion events of the
+ * attachments' CQs, for a kick (new work), and for the private anchors of
+ * closed or demoting connections it still drives; it never blocks
+ * anywhere else.
+ *
+ * Environment: RDMAPLUS_SOCKETS=0 keeps every connection on TCP;
+ * RDMAPLUS_SOCKETS_BROKER names rvmad's socket (default
+ * /run/rvmad/sockets.sock).
+ *
+ * After fork the child has no thread and no broker connection of its own:
+ * progress_fork_child() forgets the parent's (the inherited attachments
+ * are the parent's), and the child's first connection starts its own.
+ */
+#include "rdma.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/un.h>
+#include <time.h>
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct att *reg_head;
+static int broker_fd = -1;
+static int epfd = -1, kickfd = -1;
+static int started;
+static time_t broker_retry;
+
+#define TAG_BROKER	((uint64_t)1)
+#define TAG_KICK	((uint64_t)2)
+/* Else an attachment's address, + 1 for its channel, + 2 for its anchor. */
+
+static int sockets_disabled(void)
+{
+	const char *e = getenv("RDMAPLUS_SOCKETS");
+
+	return e && (!strcmp(e, "0") || !strcmp(e, "off"));
+}
+
+static void *progress_main(void *arg);
+
+/* Under reg_mu: the broker connection and the thread, once. */
+static int progress_start(void)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	const char *path = getenv("RDMAPLUS_SOCKETS_BROKER");
+	struct epoll_event ev = { .events = EPOLLIN };
+	sigset_t all, old;
+	pthread_t th;
+	int fd, rc;
+
+	if (started)
+		return broker_fd >= 0 ? 0 : -1;
+	if (sockets_disabled() || time(NULL) < broker_retry)
+		return -1;
+	if (!path || !*path)
+		path = "/run/rvmad/sockets.sock";
+	if (strlen(path) >= sizeof(sun.sun_path))
+		return -1;
+	strcpy(sun.sun_path, path);
+	fd = REAL(socket)(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	if (REAL(connect)(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+		REAL(close)(fd);
+		broker_retry = time(NULL) + 5;
+		return -1;
+	}
+	epfd = REAL(epoll_create1)(EPOLL_CLOEXEC);
+	kickfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (epfd < 0 || kickfd < 0)
+		goto fail;
+	ev.data.u64 = TAG_BROKER;
+	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		goto fail;
+	ev.data.u64 = TAG_KICK;
+	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, kickfd, &ev) < 0)
+		goto fail;
+	broker_fd = fd;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&th, NULL, progress_main, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc) {
+		broker_fd = -1;
+		goto fail;
+	}
+	pthread_detach(th);
+	started = 1;
+	return 0;
+fail:
+	REAL(close)(fd);
+	if (epfd >= 0)
+		REAL(close)(epfd);
+	if (kickfd >= 0)
+		REAL(close)(kickfd);
+	epfd = kickfd = -1;
+	broker_retry = time(NULL) + 5;
+	return -1;
+}
+
+void progress_kick(void)
+{
+	uint64_t one = 1;
+
+	if (kickfd >= 0 && REAL(write)(kickfd, &one, sizeof(one)) < 0) {
+		/* the counter is full: the thread has a kick already */
+	}
+}
+
+/*
+ * What the progress thread watches of an attachment (under a->mu): its
+ * completion channel while closed and lingering; its anchor while closed
+ * and not at its end (EPOLLIN), and while kept bytes wait for room on it
+ * (EPOLLOUT). Nothing once released.
+ */
+void progress_watch(struct att *a)
+{
+	uint32_t want = 0, ev = 0;
+	int fd;
+
+	if (epfd < 0)
+		return;
+	if (a->closing == 1 && a->chan && a->anchor >= 0)
+		want |= 1;
+	if (a->anchor >= 0) {
+		if (a->closing == 1 && !a->anchor_eof)
+			ev |= EPOLLIN;
+		if (a->out == AOUT_FLUSH)
+			ev |= EPOLLOUT;
+		if (ev)
+			want |= 2;
+	}
+	if ((want ^ a->watched) & 1) {
+		struct epoll_event e = { .events = EPOLLIN, .data.u64 = (uintptr_t)a + 1 };
+
+		fd = a->watched & 1 ? a->watched_chan_fd : a->chan->fd;
+		if (REAL(epoll_ctl)(epfd, want & 1 ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, fd, &e) == 0 ||
+		    !(want & 1))
+			a->watched ^= 1;
+		if (want & 1)
+			a->watched_chan_fd = fd;
+	}
+	if ((want & 2) != (a->watched & 2) || ((want & 2) && ev != a->anchor_events)) {
+		struct epoll_event e = { .events = ev, .data.u64 = (uintptr_t)a + 2 };
+		int op = !(want & 2) ? EPOLL_CTL_DEL : (a->watched & 2) ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+		if (REAL(epoll_ctl)(epfd, op, a->anchor, &e) == 0 || op == EPOLL_CTL_DEL) {
+			a->watched = (a->watched & ~2u) | (want & 2);
+			a->anchor_events = ev;
+		}
+	}
+}
+
+static int send_msg(const void *buf, size_t len, int passfd)
+{
+	struct iovec iov = { (void *)buf, len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t r;
+
+	if (passfd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(&u, 0, sizeof(u));
+		m.msg_control = u.buf;
+		m.msg_controllen = sizeof(u.buf);
+		cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
+	}
+	do
+		r = REAL(sendmsg)(broker_fd, &m, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == (ssize_t)len ? 0 : -1;
+}
+
+/*
+ * REGISTER the connection (its socket fd passed along) and add it to the
+ * registry; starts the broker connection and the thread on first use. -1:
+ * no broker (the connection stays on TCP).
+ */
+int broker_register(struct att *a, int fd)
+{
+	struct sockproto_register r;
+	int err = errno, rc = -1;
+
+	pthread_mutex_lock(&reg_mu);
+	if (progress_start() == 0) {
+		sockproto_init(&r, SOCKPROTO_REGISTER, 1);
+		r.tuple = a->tuple;
+		sockproto_put32(&r.fd, (uint32_t)fd);
+		if (send_msg(&r, sizeof(r), fd) == 0) {
+			atomic_fetch_add(&a->refs, 1);
+			a->next = reg_head;
+			reg_head = a;
+			rc = 0;
+		}
+	}
+	pthread_mutex_unlock(&reg_mu);
+	errno = err;
+	return rc;
+}
+
+/* ROUTE (the connection) and rec in one message. */
+int broker_send_routed(struct att *a, const void *rec, size_t len)
+{
+	unsigned char buf[SOCKPROTO_ROUTE_SIZE + SOCKPROTO_RECORD_MAX];
+	struct sockproto_route rt;
+	int err = errno, rc;
+
+	if (broker_fd < 0 || len > SOCKPROTO_RECORD_MAX)
+		return -1;
+	sockproto_init(&rt, SOCKPROTO_ROUTE, sockproto_get32(&((const struct sockproto_hdr *)rec)->epoch));
+	rt.tuple = a->tuple;
+	memcpy(buf, &rt, sizeof(rt));
+	memcpy(buf + sizeof(rt), rec, len);
+	rc = send_msg(buf, sizeof(rt) + len, -1);
+	errno = err;
+	return rc;
+}
+
+/* UNREGISTER: the connection is closed (best effort: rvmad also notices). */
+void broker_unregister(struct att *a)
+{
+	struct sockproto_route u;
+	int err = errno;
+
+	if (broker_fd < 0 || a->pid != getpid())
+		return;
+	sockproto_init(&u, SOCKPROTO_UNREGISTER, a->epoch ? a->epoch : 1);
+	u.tuple = a->tuple;
+	send_msg(&u, sizeof(u), -1);
+	errno = err;
+}
+
+/* The registry's attachment of tuple t (wire values), with a reference. */
+static struct att *reg_find(const struct sockproto_tuple *t)
+{
+	struct att *a;
+
+	pthread_mutex_lock(&reg_mu);
+	for (a = reg_head; a; a = a->next)
+		if (!memcmp(&a->tuple, t, sizeof(*t)))
+			break;
+	if (a)
+		atomic_fetch_add(&a->refs, 1);
+	pthread_mutex_unlock(&reg_mu);
+	return a;
+}
+
+/* Drop released attachments from the registry (progress thread). */
+static void reg_sweep(void)
+{
+	struct att **pp, *a, *dead = NULL;
+
+	pthread_mutex_lock(&reg_mu);
+	for (pp = &reg_head; (a = *pp);) {
+		if (atomic_load(&a->refs) == 1 && a->closing && a->anchor < 0) {
+			*pp = a->next;
+			a->next = dead;
+			dead = a;
+		} else {
+			pp = &a->next;
+		}
+	}
+	pthread_mutex_unlock(&reg_mu);
+	while ((a = dead)) {
+		dead = a->next;
+		att_put(a);
+	}
+}
+
+static void on_record(struct att *a, const unsigned char *rec, size_t len)
+{
+	struct sockproto_hdr h;
+	uint32_t epoch;
+	int type;
+
+	memcpy(&h, rec, sizeof(h));
+	type = h.type;
+	epoch = sockproto_get32(&h.epoch);
+	pthread_mutex_lock(&a->mu);
+	switch (type) {
+	case SOCKPROTO_ATTACH_REQ: {
+		struct sockproto_attach req, rep;
+		struct sockproto_reason_rec nack;
+		int reason = 0;
+
+		memcpy(&req, rec, sizeof(req));
+		if (a->client || a->pid != getpid())
+			reason = SOCKPROTO_R_DENIED;
+		else if (a->closing || a->shut_wr)
+			reason = SOCKPROTO_R_SHUTDOWN;
+		else if (a->phase != PHASE_PLAIN || epoch <= a->epoch || a->forked)
+			reason = SOCKPROTO_R_BUSY;
+		else if (a->disabled)
+			reason = SOCKPROTO_R_DISABLED;
+		if (!reason) {
+			a->epoch = epoch;
+			TRACE("ATTACH_REQ epoch %u received", epoch);
+			if (att_setup(a) < 0)
+				reason = errno == ENODEV ? SOCKPROTO_R_NO_DEVICE : SOCKPROTO_R_NO_MEMORY;
+			else if (att_connect(a, &req.ep) < 0)
+				reason = SOCKPROTO_R_NO_DEVICE;
+		}
+		TRACE("ATTACH_REQ epoch %u: %s", epoch, reason ? "refused" : "attached");
+		if (reason) {
+			sockproto_init(&nack, SOCKPROTO_ATTACH_NACK, epoch);
+			sockproto_put16(&nack.reason, (uint16_t)reason);
+			a->epoch = epoch > a->epoch ? epoch : a->epoch;
+			broker_send_routed(a, &nack, sizeof(nack));
+			if (a->qp)
+				att_release(a);
+			break;
+		}
+		a->phase = PHASE_ATTACHED;
+		sockproto_init(&rep, SOCKPROTO_ATTACH_REP, epoch);
+		rep.tuple = a->tuple;
+		sockproto_put64(&rep.incarnation, (uint64_t)getpid());
+		att_local_endpoint(a, &rep.ep);
+		broker_send_routed(a, &rep, sizeof(rep));
+		stat_add(&shim_stats.attached, 1);
+		break;
+	}
+	case SOCKPROTO_ATTACH_REP: {
+		struct sockproto_attach rep;
+
+		memcpy(&rep, rec, sizeof(rep));
+		if (a->phase != PHASE_ATTACHING || epoch != a->epoch)
+			break;
+		if (att_connect(a, &rep.ep) < 0) {
+			att_demote(a, SOCKPROTO_R_NO_DEVICE);
+			break;
+		}
+		a->phase = PHASE_ATTACHED;
+		stat_add(&shim_stats.attached, 1);
+		TRACE("ATTACH_REP epoch %u: attached at offset %llu", epoch, (unsigned long long)a->tx);
+		att_try_switch(a);
+		break;
+	}
+	case SOCKPROTO_ATTACH_NACK:
+		TRACE("ATTACH_NACK epoch %u", epoch);
+		if (epoch != a->epoch)
+			break;
+		if (a->phase == PHASE_ATTACHING || a->phase == PHASE_DEMOTING) {
+			a->phase = PHASE_PLAIN;
+			a->in = IN_TCP;
+			if (a->out == AOUT_HELD)
+				a->out = AOUT_TCP;
+			if (a->qp)
+				att_release(a);
+		}
+		break;
+	case SOCKPROTO_DEMOTE: {
+		struct sockproto_demote d;
+
+		memcpy(&d, rec, sizeof(d));
+		TRACE("DEMOTE from the peer, epoch %u, consumed %llu", epoch,
+		      (unsigned long long)sockproto_get64(&d.consumed));
+		if (epoch == a->epoch && (a->phase == PHASE_ATTACHED || a->phase == PHASE_DEMOTING))
+			att_on_peer_demote(a, sockproto_get64(&d.consumed));
+		break;
+	}
+	case SOCKPROTO_RESULT: {
+		struct sockproto_result r;
+
+		memcpy(&r, rec, sizeof(r));
+		if (r.request == SOCKPROTO_REGISTER && sockproto_get16(&r.reason))
+			a->pid = 0;	/* not ours to attach */
+		else if (r.request == SOCKPROTO_DEMOTE && sockproto_get16(&r.reason) &&
+			 a->phase == PHASE_DEMOTING)
+			a->reset = ECONNRESET;
+		break;
+	}
+	}
+	(void)len;
+	if (a->closing)
+		att_linger_step(a);
+	pthread_mutex_unlock(&a->mu);
+	att_signal(a, 1, 1);
+}
+
+static void on_broker(void)
+{
+	unsigned char buf[SOCKPROTO_ROUTE_SIZE + SOCKPROTO_RECORD_MAX + 8];
+	struct sockproto_tuple t;
+	const unsigned char *rec;
+	size_t len;
+	ssize_t r;
+
+	for (;;) {
+		r = REAL(recv)(broker_fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		len = (size_t)r;
+		if (len > SOCKPROTO_ROUTE_SIZE && buf[3] == SOCKPROTO_ROUTE) {
+			struct sockproto_route rt;
+
+			if (sockproto_check(buf, SOCKPROTO_ROUTE_SIZE) < 0)
+				continue;
+			memcpy(&rt, buf, sizeof(rt));
+			t = rt.tuple;
+			rec = buf + SOCKPROTO_ROUTE_SIZE;
+			len -= SOCKPROTO_ROUTE_SIZE;
+		} else if (len == SOCKPROTO_RESULT_SIZE && buf[3] == SOCKPROTO_RESULT) {
+			struct sockproto_result res;
+
+			memcpy(&res, buf, sizeof(res));
+			t = res.tuple;
+			rec = buf;
+		} else {
+			continue;
+		}
+		if (sockproto_check(rec, len) < 0)
+			continue;
+		struct att *a = reg_find(&t);
+
+		if (a) {
+			on_record(a, rec, len);
+			att_put(a);
+		}
+	}
+	if (r == 0) {
+		/* rvmad went away: no new attachments; live ones go on. */
+		REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, broker_fd, NULL);
+	}
+}
+
+/* An event of a watched attachment: its channel or its anchor. */
+static void on_att(struct att *a)
+{
+	pthread_mutex_lock(&a->mu);
+	att_take_events(a);
+	if (a->out == AOUT_FLUSH)
+		att_flush(a);
+	if (a->closing == 1)
+		att_linger_step(a);
+	else
+		progress_watch(a);
+	pthread_mutex_unlock(&a->mu);
+}
+
+/* New work: clients whose attachment is to start. */
+static void on_kick(void)
+{
+	uint64_t v;
+	struct att *a, *todo[64];
+	int n = 0;
+
+	if (REAL(read)(kickfd, &v, sizeof(v)) < 0) {
+		/* nothing */
+	}
+	pthread_mutex_lock(&reg_mu);
+	for (a = reg_head; a && n < 64; a = a->next) {
+		atomic_fetch_add(&a->refs, 1);
+		todo[n++] = a;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	for (int i = 0; i < n; i++) {
+		a = todo[i];
+		pthread_mutex_lock(&a->mu);
+		if (a->client && a->phase == PHASE_PLAIN && a->epoch == 0 && a->pid == getpid() &&
+		    !a->closing && !a->shut_wr && !a->disabled) {
+			struct sockproto_attach req;
+
+			a->epoch = 1;
+			TRACE("attaching");
+			if (att_setup(a) == 0) {
+				sockproto_init(&req, SOCKPROTO_ATTACH_REQ, a->epoch);
+				req.tuple = a->tuple;
+				sockproto_put64(&req.incarnation, (uint64_t)getpid());
+				att_local_endpoint(a, &req.ep);
+				a->phase = PHASE_ATTACHING;
+				TRACE("ATTACH_REQ epoch %u sent at offset %llu", a->epoch, (unsigned long long)a->tx);
+				if (broker_send_routed(a, &req, sizeof(req)) < 0) {
+					a->phase = PHASE_PLAIN;
+					att_release(a);
+				}
+			}
+		}
+		pthread_mutex_unlock(&a->mu);
+		att_put(a);
+	}
+	reg_sweep();
+}
+
+static void *progress_main(void *arg)
+{
+	struct epoll_event evs[16];
+
+	(void)arg;
+	for (;;) {
+		int n = REAL(epoll_wait)(epfd, evs, 16, -1);
+
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+
+			if (tag == TAG_BROKER)
+				on_broker();
+			else if (tag == TAG_KICK)
+				on_kick();
+			else
+				on_att((struct att *)(uintptr_t)(tag & ~(uint64_t)3));
+		}
+		if (n > 0)
+			reg_sweep();
+	}
+	return NULL;
+}
+
+/*
+ * In the parent after fork: the child holds every socket too, and may
+ * read or write it (accept-then-fork servers do, and the parent closes
+ * its copy): such a connection never attaches here, and an attached one
+ * is demoted when the parent closes it, so that the child finds its
+ * bytes on the anchor.
+ */
+void progress_fork_parent(void)
+{
+	pthread_mutex_lock(&reg_mu);
+	for (struct att *a = reg_head; a; a = a->next)
+		if (a->pid == getpid())
+			a->forked = 1;
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/*
+ * In a forked child: the thread is gone and the broker connection is the
+ * parent's. The registry's attachments are the parent's: forgotten here
+ * (their memory stays; the child never touches them), and their private
+ * anchors closed so that the parent's closes still end the connections.
+ */
+void progress_fork_child(void)
+{
+	for (struct att *a = reg_head; a; a = a->next)
+		if (a->anchor >= 0)
+			REAL(close)(a->anchor);
+	reg_head = NULL;
+	if (broker_fd >= 0)
+		REAL(close)(broker_fd);
+	if (epfd >= 0)
+		REAL(close)(epfd);
+	if (kickfd >= 0)
+		REAL(close)(kickfd);
+	broker_fd = epfd = kickfd = -1;
+	started = 0;
+	pthread_mutex_init(&reg_mu, NULL);
+	ibv_fork_child();
+}
+
+/*
+ * At exit: writes posted on the rings complete before the QPs die with
+ * the process (at most 1 s in all), as the kernel would still deliver
+ * what a TCP socket had accepted.
+ */
+__attribute__((destructor)) static void progress_exit(void)
+{
+	if (!started)
+		return;
+	pthread_mutex_lock(&reg_mu);
+	for (struct att *a = reg_head; a; a = a->next) {
+		if (a->pid != getpid() || pthread_mutex_trylock(&a->mu))
+			continue;
+		if (a->out == AOUT_RING && a->qp)
+			att_drain_sends(a, 1000);
+		pthread_mutex_unlock(&a->mu);
+	}
+	pthread_mutex_unlock(&reg_mu);
+}

@@ -1,0 +1,428 @@
+/*
+ * ring.c: the program's reads and writes on an attachable connection.
+ *
+ * Reads follow the incoming direction: the anchor up to the peer's switch
+ * offset (never beyond), then the ring until the peer's FIN. Writes follow
+ * the outgoing one: the anchor before the switch (holding wmu, so that a
+ * switch never falls inside a write), the send buffer and the peer's
+ * ring after it, the send buffer alone while held by a demote. A reader
+ * never sits in a kernel read of the anchor: it reads without waiting and
+ * waits in poll() for the anchor or its eventfd, so a switch (or ring
+ * data) arriving meanwhile wakes it. Signals restart the wait, as
+ * SA_RESTART would restart the kernel's read.
+ */
+#include "rdma.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static size_t iov_total(const struct iovec *iov, int n)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+/* Copy len bytes between buf and the iovecs from byte offset off. */
+static void iov_copy(const struct iovec *iov, int n, size_t off, unsigned char *buf, size_t len,
+		     int to_iov)
+{
+	for (int i = 0; i < n && len; i++) {
+		size_t l = iov[i].iov_len;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		size_t m = l - off < len ? l - off : len;
+
+		if (to_iov)
+			memcpy((char *)iov[i].iov_base + off, buf, m);
+		else
+			memcpy(buf, (char *)iov[i].iov_base + off, m);
+		buf += m;
+		len -= m;
+		off = 0;
+	}
+}
+
+/* Ring (size 1 << log2) bytes from stream offset o into the iovecs at off. */
+static void ring_out(struct att *a, uint64_t o, const struct iovec *iov, int n, size_t off, size_t len)
+{
+	uint64_t mask = ((uint64_t)1 << a->log2) - 1;
+
+	while (len) {
+		size_t pos = (size_t)(o & mask), m = (size_t)(mask + 1 - pos);
+
+		if (m > len)
+			m = len;
+		iov_copy(iov, n, off, att_ring(a) + pos, m, 1);
+		o += m;
+		off += m;
+		len -= m;
+	}
+}
+
+/* The iovecs from off into the send buffer at stream offset o. */
+static void sbuf_in(struct att *a, uint64_t o, const struct iovec *iov, int n, size_t off, size_t len)
+{
+	while (len) {
+		size_t pos = (size_t)(o & (a->win - 1)), m = (size_t)(a->win - pos);
+
+		if (m > len)
+			m = len;
+		iov_copy(iov, n, off, att_sbuf(a) + pos, m, 0);
+		o += m;
+		off += m;
+		len -= m;
+	}
+}
+
+/*
+ * How long a blocked reader polls the CQ before it sleeps
+ * (RDMAPLUS_SOCKETS_SPIN_US, default 20 µs; 0: never): a reply that
+ * comes within it costs no wake-up.
+ */
+static long spin_ns(void)
+{
+	static _Atomic long v = -1;
+	long s = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (s < 0) {
+		const char *e = getenv("RDMAPLUS_SOCKETS_SPIN_US");
+
+		s = e ? strtol(e, NULL, 10) * 1000 : 20000;
+		if (s < 0 || s > 10000000)
+			s = 20000;
+		atomic_store_explicit(&v, s, memory_order_relaxed);
+	}
+	return s;
+}
+
+/* Poll the CQ until ring data, the end or a reset, for at most spin_ns. */
+static void spin_read(struct att *a)
+{
+	struct timespec t0, t;
+	long ns = spin_ns();
+
+	if (!ns)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		pthread_mutex_lock(&a->mu);
+		att_poll_cq(a);
+		int done = a->in != IN_RING || a->prod > a->rx || a->rx == a->fin_in || a->reset;
+
+		pthread_mutex_unlock(&a->mu);
+		if (done)
+			return;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > ns)
+			return;
+	}
+}
+
+static void drain(int evfd)
+{
+	uint64_t v;
+
+	if (REAL(read)(evfd, &v, sizeof(v)) < 0) {
+		/* nothing pending */
+	}
+}
+
+/*
+ * Sleep until this connection may have changed for a reader (rd) or a
+ * writer: its eventfd, its completion channel (the CQ armed first), or
+ * the anchor's events anchor_ev. Signals restart the wait. Returns the
+ * anchor's events seen.
+ */
+static short att_sleep(struct att *a, int rd, short anchor_ev)
+{
+	struct pollfd p[3] = { { rd ? a->rd_ev : a->wr_ev, POLLIN, 0 } };
+	int chanfd, n = 1, fired = 0, r = att_poll_enter(a, rd, !rd, &chanfd);
+	short ev = 0;
+
+	if (!(r & (ATT_POLLED | (rd ? POLLIN : POLLOUT)))) {
+		if (anchor_ev)
+			p[n++] = (struct pollfd){ a->anchor, anchor_ev, 0 };
+		if (chanfd >= 0)
+			p[n++] = (struct pollfd){ chanfd, POLLIN, 0 };
+		while (REAL(poll)(p, (nfds_t)n, -1) < 0 && errno == EINTR)
+			;
+		fired = chanfd >= 0 && p[n - 1].revents;
+		ev = anchor_ev ? p[1].revents : 0;
+	}
+	att_poll_leave(a, rd, !rd, fired);
+	drain(p[0].fd);
+	return ev;
+}
+
+/* The iovecs from off, at most lim bytes, as a short array for recvmsg. */
+static int iov_sub(const struct iovec *iov, int n, size_t off, size_t lim, struct iovec *out, int max)
+{
+	int k = 0;
+
+	for (int i = 0; i < n && lim && k < max; i++) {
+		size_t l = iov[i].iov_len;
+
+		if (off >= l) {
+			off -= l;
+			continue;
+		}
+		out[k].iov_base = (char *)iov[i].iov_base + off;
+		out[k].iov_len = l - off < lim ? l - off : lim;
+		lim -= out[k].iov_len;
+		off = 0;
+		k++;
+	}
+	return k;
+}
+
+ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iovcnt, int flags)
+{
+	int nb = (conn_flags(c) & CONN_NONBLOCK) || (flags & MSG_DONTWAIT);
+	int peek = flags & MSG_PEEK;
+	int waitall = (flags & MSG_WAITALL) && !peek;
+	size_t want = iov_total(iov, iovcnt), got = 0;
+	ssize_t ret;
+	int err = 0, spun = 0;
+
+	if (want == 0)
+		return 0;
+	pthread_mutex_lock(&a->rmu);
+	for (;;) {
+		drain(a->rd_ev);
+		pthread_mutex_lock(&a->mu);
+		if (a->in == IN_TCP || (a->in == IN_SWITCHING && a->rx < a->sw_in)) {
+			uint64_t lim = want - got;
+			struct iovec sub[64];
+			struct msghdr m = { .msg_iov = sub };
+			ssize_t r;
+
+			if (a->in == IN_SWITCHING && a->sw_in - a->rx < lim)
+				lim = a->sw_in - a->rx;
+			pthread_mutex_unlock(&a->mu);
+			m.msg_iovlen = (size_t)iov_sub(iov, iovcnt, got, (size_t)lim, sub, 64);
+			r = REAL(recvmsg)(a->anchor, &m, MSG_DONTWAIT | (flags & (MSG_PEEK | MSG_TRUNC)));
+			if (r > 0) {
+				pthread_mutex_lock(&a->mu);
+				if (!peek) {
+					a->rx += (uint64_t)r;
+					if (a->in == IN_SWITCHING && a->rx == a->sw_in)
+						a->in = IN_RING;
+				}
+				pthread_mutex_unlock(&a->mu);
+				got += (size_t)r;
+				if (!waitall || got == want)
+					break;
+				continue;
+			}
+			if (r == 0)
+				break;
+			if (errno != EAGAIN) {
+				err = errno;
+				break;
+			}
+			if (nb) {
+				err = EAGAIN;
+				break;
+			}
+			att_sleep(a, 1, POLLIN);
+			continue;
+		}
+		/* The ring. */
+		uint64_t avail = a->prod - a->rx;
+
+		if (!avail) {
+			att_poll_cq(a);
+			avail = a->prod - a->rx;
+		}
+		if (avail) {
+			size_t m = want - got < avail ? want - got : (size_t)avail;
+
+			ring_out(a, a->rx, iov, iovcnt, got, m);
+			if (!peek) {
+				stat_add(&shim_stats.ring_read, m);
+				a->rx += m;
+				att_credit_check(a);
+			}
+			pthread_mutex_unlock(&a->mu);
+			got += m;
+			if (peek || !waitall || got == want)
+				break;
+			continue;
+		}
+		if (a->reset) {
+			err = a->reset;
+			pthread_mutex_unlock(&a->mu);
+			break;
+		}
+		if (a->rx == a->fin_in || a->anchor_eof) {
+			pthread_mutex_unlock(&a->mu);
+			break;
+		}
+		pthread_mutex_unlock(&a->mu);
+		if (nb) {
+			err = EAGAIN;
+			break;
+		}
+		if (!spun) {
+			spun = 1;
+			spin_read(a);
+			continue;
+		}
+		spun = 0;
+		if (att_sleep(a, 1, POLLIN)) {
+			char b;
+			ssize_t r = REAL(recv)(a->anchor, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+			pthread_mutex_lock(&a->mu);
+			att_poll_cq(a);
+			if (r == 0 || (r < 0 && errno != EAGAIN))
+				a->anchor_eof = 1;
+			else if (r > 0 && a->in != IN_TCP && a->prod == a->rx)
+				att_demote(a, SOCKPROTO_R_TCP_AFTER_SWITCH);
+			pthread_mutex_unlock(&a->mu);
+		}
+	}
+	pthread_mutex_unlock(&a->rmu);
+	if (got > 0) {
+		if (!peek)
+			stat_add(&c->rbytes, got);
+		return (ssize_t)got;
+	}
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	ret = 0;
+	return ret;
+}
+
+/* Room in the peer's ring for more of my stream (under mu). */
+static uint64_t send_space(struct att *a)
+{
+	uint64_t base = a->out == AOUT_FLUSH ? a->flushed :
+		(a->credit > a->sw_out ? a->credit : a->sw_out);
+
+	return a->out == AOUT_TCP ? 0 : a->win - (a->tx - base);
+}
+
+ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iovcnt, int flags)
+{
+	int nb = (conn_flags(c) & CONN_NONBLOCK) || (flags & MSG_DONTWAIT);
+	size_t total = iov_total(iov, iovcnt), done = 0;
+	int err = 0, ring_err = 0;
+
+	pthread_mutex_lock(&a->wmu);
+	pthread_mutex_lock(&a->mu);
+	if (a->want_switch)
+		att_switch(a);
+	for (;;) {
+		if (a->out == AOUT_TCP) {
+			struct msghdr m = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+			struct iovec sub[64];
+			ssize_t r;
+
+			pthread_mutex_unlock(&a->mu);
+			if (done) {
+				m.msg_iov = sub;
+				m.msg_iovlen = (size_t)iov_sub(iov, iovcnt, done, total - done, sub, 64);
+			}
+			r = REAL(sendmsg)(a->anchor, &m, flags);
+			pthread_mutex_lock(&a->mu);
+			if (r > 0) {
+				a->tx += (uint64_t)r;
+				done += (size_t)r;
+			} else if (r < 0 && !done) {
+				err = errno;
+			}
+			if (a->want_switch)
+				att_switch(a);
+			break;
+		}
+		if (a->reset || a->shut_wr) {
+			err = a->reset ? a->reset : EPIPE;
+			ring_err = 1;
+			break;
+		}
+		uint64_t space = send_space(a);
+
+		if (!space) {
+			att_poll_cq(a);
+			space = send_space(a);
+			if (a->out == AOUT_TCP)
+				continue;
+		}
+		if (space) {
+			size_t m = total - done < space ? total - done : (size_t)space;
+
+			sbuf_in(a, a->tx, iov, iovcnt, done, m);
+			if (a->out == AOUT_RING) {
+				if (att_post_data(a, a->tx, m) < 0)
+					att_demote(a, SOCKPROTO_R_QP_ERROR);
+				else
+					stat_add(&shim_stats.ring_written, m);
+			}
+			a->tx += m;
+			done += m;
+			if (a->out == AOUT_FLUSH)
+				att_flush(a);
+			if (done == total)
+				break;
+			continue;
+		}
+		if (a->out == AOUT_RING)
+			att_blocked(a);
+		if (nb) {
+			if (!done)
+				err = EAGAIN;
+			break;
+		}
+		pthread_mutex_unlock(&a->mu);
+		att_sleep(a, 0, 0);
+		pthread_mutex_lock(&a->mu);
+	}
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&a->wmu);
+	if (done) {
+		stat_add(&c->wbytes, done);
+		return (ssize_t)done;
+	}
+	if (ring_err && err == EPIPE && !(flags & MSG_NOSIGNAL))
+		raise(SIGPIPE);
+	errno = err;
+	return err ? -1 : 0;
+}
+
+/* Ring bytes, the end, or a reset ready (no system call). */
+int att_readable(struct att *a)
+{
+	int r;
+
+	pthread_mutex_lock(&a->mu);
+	if (a->in == IN_RING && a->prod == a->rx)
+		att_poll_cq(a);
+	r = a->in == IN_RING &&
+	    (a->prod > a->rx || a->rx == a->fin_in || a->reset || a->anchor_eof);
+	pthread_mutex_unlock(&a->mu);
+	return r;
+}
+
+/* Room in the peer's ring (or the send buffer), or a reset. */
+int att_writable(struct att *a)
+{
+	int r;
+
+	pthread_mutex_lock(&a->mu);
+	if (a->out != AOUT_TCP && !send_space(a))
+		att_poll_cq(a);
+	r = a->out != AOUT_TCP && (send_space(a) > 0 || a->reset);
+	pthread_mutex_unlock(&a->mu);
+	return r;
+}

@@ -1,0 +1,102 @@
+#!/bin/bash
+# lab: guests=2 timeout=600 make=sockpreload gobuild=./cmd/rvmad
+#
+# Sockets over RDMA, attached: both guests run rvmad with its sockets
+# broker, and an unmodified TCP program (bulk, built from
+# cmd/sockpreload/test/bulk.c) runs under the shim on both: 16 MiB each way
+# with every byte checked, then 1000 ping-pongs of 64 B. The bytes must go
+# by RDMA, not TCP: rxe's packet counters must move by at least the
+# transfer's packets, the guest's TCP segments by far fewer than TCP would
+# need, and the shim's summaries must show the bytes read from and written
+# into rings. The same program without the shim runs first, as the
+# baseline of both counters. Then the conformance program (every
+# scenario of cmd/sockpreload/test/conformance.c, bytes checked) runs
+# between the guests under the shim with the broker on, so that its
+# connections attach: each scenario must pass as over TCP.
+set -euo pipefail
+source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
+trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
+dir=$LAB_DIR/build/sockpreload
+so=$dir/librdmaplus-sockets.so
+bulk=$dir/bulk
+[ -x "$bulk" ] && [ -f "$so" ] || lab_fail "$dir: the shim or bulk is missing (make sockpreload)"
+dev=$LAB_DEVICE
+bytes=$((16 << 20))
+
+rxe_pkts() {
+	local d=/sys/class/infiniband/$dev/ports/1/hw_counters
+	echo $(( $(cat $d/sent_pkts) + $(cat $d/rcvd_pkts) ))
+}
+tcp_segs() {
+	awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["InSegs"] + $c["OutSegs"] }' /proc/net/snmp
+}
+
+rvmad_sockets_start /tmp/rvmad.log
+under_shim() {
+	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=2 "$@"
+}
+
+if [ "$LAB_ROLE" = server ]; then
+	"$bulk" server -p 7481 >/tmp/plain.srv 2>&1 &
+	under_shim "$bulk" server -p 7482 >/tmp/shim.srv 2>&1 &
+	lab_wait_listen 7481
+	lab_wait_listen 7482
+	lab_signal bulk-ready
+	lab_wait bulk-done 360
+	sleep 1
+	cat /tmp/shim.srv
+	echo "--- rvmad"
+	tail -20 /tmp/rvmad.log
+	lab_signal server-checked
+
+	rc=0
+	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$dir/conformance" server -p 7471 "$LAB_ADDR" \
+		>/tmp/conf.server 2>&1 &
+	srv=$!
+	lab_wait_listen 7471
+	lab_signal conformance-ready
+	wait $srv || rc=$?
+	sed "s/^/guest 1 server: /" /tmp/conf.server
+	[ $rc -eq 0 ] || lab_fail "the conformance server failed (status $rc)"
+	grep -q '^ok server/handlers' /tmp/conf.server || lab_fail "the server's handlers did not all pass"
+else
+	lab_wait bulk-ready 120
+	peer=$(lab_peer 1)
+	p0=$(rxe_pkts) t0=$(tcp_segs)
+	timeout 120 "$bulk" client -p 7481 -n $bytes -w 1500 "$peer" || lab_fail "bulk over plain TCP failed"
+	p1=$(rxe_pkts) t1=$(tcp_segs)
+	echo "plain TCP: rxe packets +$((p1 - p0)), TCP segments +$((t1 - t0))"
+	rc=0
+	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
+		>/tmp/shim.cli 2>&1 || rc=$?
+	p2=$(rxe_pkts) t2=$(tcp_segs)
+	lab_signal bulk-done
+	cat /tmp/shim.cli
+	echo "--- rvmad"
+	tail -20 /tmp/rvmad.log
+	[ $rc -eq 0 ] || lab_fail "bulk under the shim failed (status $rc)"
+	rp=$((p2 - p1)) ts=$((t2 - t1))
+	echo "under the shim: rxe packets +$rp, TCP segments +$ts"
+	# 32 MiB in packets of at most 4 KiB is at least 8192 packets; TCP
+	# (whose segments the virtual NIC coalesces) must move less than a
+	# twentieth of what it moved for the same transfer without the shim.
+	[ $rp -ge 8192 ] || lab_fail "rxe moved only $rp packets: the bytes did not go by RDMA"
+	[ $((ts * 20)) -le $((t1 - t0)) ] || lab_fail "TCP moved $ts segments under the shim (plain: $((t1 - t0))): the bytes went by TCP"
+	rr=$(sed -n 's/.* ring_read=\([0-9]*\).*/\1/p' /tmp/shim.cli | sort -n | tail -1)
+	rw=$(sed -n 's/.* ring_written=\([0-9]*\).*/\1/p' /tmp/shim.cli | sort -n | tail -1)
+	[ "${rr:-0}" -ge $bytes ] && [ "${rw:-0}" -ge $bytes ] ||
+		lab_fail "the shim read ${rr:-0} and wrote ${rw:-0} bytes by rings, want $bytes each"
+	lab_wait server-checked 60
+
+	lab_wait conformance-ready 120
+	rc=0
+	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
+		>/tmp/conf.client 2>&1 || rc=$?
+	sed "s/^/guest 2 client: /" /tmp/conf.client
+	[ $rc -eq 0 ] || lab_fail "the conformance client failed (status $rc)"
+	grep -q '^[0-9]* scenarios, 0 failed$' /tmp/conf.client || lab_fail "the client's scenarios did not all pass"
+	n=$(sed -n 's/.* attached=\([0-9]*\).*/\1/p' /tmp/conf.client | sort -n | tail -1)
+	echo "guest 2: $n connections of the conformance client attached"
+	[ "${n:-0}" -ge 10 ] || lab_fail "only ${n:-0} of the conformance client's connections attached"
+fi
+echo "PASS sockets-rdma (guest $LAB_INDEX)"
