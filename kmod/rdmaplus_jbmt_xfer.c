@@ -32,11 +32,15 @@
  * FOLL_LONGTERM, no RLIMIT_MEMLOCK): the pages move only for as long as
  * the section is in flight.
  *
- * Contexts: an operation runs in its caller's ioctl; requests from peers
- * run in work items on jbmt_xfer_wq; responses are handled in the CQ's
- * completion work and only wake operations. A section awaiting a response
- * is in its peer's xids array: whoever erases it there (the response, a
- * dead connection, a cancelling operation) owns its completion. A grant
+ * Contexts: an operation runs in its caller's ioctl (or an asynchronous
+ * one's work item); requests from peers are served in the CQ's completion
+ * work when their pages are resident, else in work items on jbmt_xfer_wq;
+ * responses are handled in the completion work and only wake operations,
+ * but for a direct asynchronous operation (one section, started in the
+ * submitting call), which its response ends there. A section awaiting a
+ * response is in its peer's xids array: whoever erases it there (the
+ * response, a dead connection, a cancelling operation or a direct one's
+ * watch) owns its completion. A grant
  * is in its peer's grants array: whoever erases it (FIN, the lease, a
  * dead connection) releases it.
  */
