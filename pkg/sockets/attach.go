@@ -18,16 +18,17 @@ import (
 
 // The data plane's constants (docs/sockets.md, "Data plane").
 const (
-	recvSlots  = 64 // receives kept posted, each of recvSlot bytes
-	recvSlot   = 64
-	ctrlOff    = 0                            // the control block in the small region
-	recvOff    = 64                           // the receive buffers
-	scratchOff = recvOff + recvSlots*recvSlot // inline sources (records, credits)
-	smallSize  = 8192
-	sqDepth    = 128
-	chunkMax   = 64 << 10 // the largest ring write
-	port       = 1
-	recvBase   = 1 << 32 // receive work request IDs; sends have small ones
+	recvSlots   = 64 // receives kept posted, each of recvSlot bytes
+	recvSlot    = 64
+	ctrlOff     = 0                            // the control block in the small region
+	recvOff     = 64                           // the receive buffers
+	scratchOff  = recvOff + recvSlots*recvSlot // inline sources (records, credits)
+	smallSize   = 8192
+	sqDepth     = 128
+	chunkMax    = 64 << 10 // the largest ring write
+	port        = 1
+	recvBase    = 1 << 32 // receive work request IDs; a send's is the posts it completes
+	signalEvery = 16
 )
 
 // device is one RDMA device opened for the process, kept open once used.
@@ -158,7 +159,8 @@ type attachment struct {
 	lastCredit uint64 // the last credit written to the peer
 
 	ops         []op
-	outstanding int
+	outstanding int // posts not yet completed, up to the last signaled one
+	unsignaled  int // posts since the last signaled one
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -184,7 +186,7 @@ func newAttachment(d *device, gidIndex, ringSize int, gid verbs.GID) (a *attachm
 	if a.cq, err = d.ctx.NewCQ(2*sqDepth+2*recvSlots, &verbs.CQOptions{Channel: d.ch}); err != nil {
 		return nil, err
 	}
-	if a.qp, err = d.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq, SignalAll: true,
+	if a.qp, err = d.pd.NewQP(&verbs.QPInitAttr{Type: verbs.QPTypeRC, SendCQ: a.cq, RecvCQ: a.cq,
 		Cap: verbs.QPCap{MaxSendWR: sqDepth, MaxRecvWR: recvSlots, MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: 64}}); err != nil {
 		return nil, err
 	}
@@ -324,30 +326,42 @@ func (a *attachment) pump() (writes int, err error) {
 			size := uint64(a.stage.Len())
 			pos := o.off & (size - 1)
 			n := min(o.n, size-pos, chunkMax)
-			wr = verbs.SendWR{ID: 1, Op: verbs.OpWriteImm, SGL: []verbs.SGE{a.stage.SGE(int(pos), int(n))},
+			wr = verbs.SendWR{Op: verbs.OpWriteImm, SGL: []verbs.SGE{a.stage.SGE(int(pos), int(n))},
 				RemoteAddr: a.peer.RingAddr + pos, RKey: a.peer.RingRKey, Imm: sockwire.Imm(sockwire.ImmData, uint32(n))}
 			o.off += n
 			o.n -= n
 			writes++
 		case opSend:
 			copy(scratch, o.rec[:o.recN])
-			wr = verbs.SendWR{ID: 2, Op: verbs.OpSend, Flags: verbs.SendInline,
+			wr = verbs.SendWR{Op: verbs.OpSend, Flags: verbs.SendInline,
 				SGL: []verbs.SGE{a.small.SGE(scratchOff, o.recN)}}
 			o.n = 0
 		case opCtrl:
 			binary.LittleEndian.PutUint64(scratch, o.value)
-			wr = verbs.SendWR{ID: 3, Op: verbs.OpWriteImm, Flags: verbs.SendInline,
+			wr = verbs.SendWR{Op: verbs.OpWriteImm, Flags: verbs.SendInline,
 				SGL:        []verbs.SGE{a.small.SGE(scratchOff, 8)},
 				RemoteAddr: a.peer.CtrlAddr + o.off, RKey: a.peer.CtrlRKey, Imm: sockwire.Imm(sockwire.ImmCtrl, 8)}
 			o.n = 0
+		}
+		if o.n == 0 {
+			a.ops = a.ops[1:]
+		}
+		// Every signalEvery-th post, and the last one queued, asks
+		// for a completion that accounts for all posts since the
+		// previous one: the queue never fills with unsignaled posts,
+		// and the last post of a burst always completes visibly.
+		a.unsignaled++
+		if a.unsignaled >= signalEvery || len(a.ops) == 0 || a.outstanding+a.unsignaled >= sqDepth {
+			wr.Flags |= verbs.SendSignaled
+			wr.ID = uint64(a.unsignaled)
 		}
 		if err := a.qp.PostSend(wr); err != nil {
 			a.dead = true
 			return writes, err
 		}
-		a.outstanding++
-		if o.n == 0 {
-			a.ops = a.ops[1:]
+		if wr.Flags&verbs.SendSignaled != 0 {
+			a.outstanding += a.unsignaled
+			a.unsignaled = 0
 		}
 	}
 	return writes, nil
@@ -362,16 +376,15 @@ func (a *attachment) readCtrl() (credit, blocked uint64) {
 	return credit, blocked
 }
 
-// ringBytes copies n ring bytes from stream offset off.
-func (a *attachment) ringBytes(off uint64, n int) []byte {
+// ringView is the n ring bytes from stream offset off, as one or two
+// slices of the ring's memory (split at the wrap).
+func (a *attachment) ringView(off uint64, n int) [][]byte {
 	r := a.ring.Bytes()
-	size := uint64(len(r))
-	p := make([]byte, n)
-	for done := 0; done < n; {
-		pos := (off + uint64(done)) & (size - 1)
-		done += copy(p[done:], r[pos:])
+	pos := int(off & uint64(len(r)-1))
+	if pos+n <= len(r) {
+		return [][]byte{r[pos : pos+n]}
 	}
-	return p
+	return [][]byte{r[pos:], r[:n-(len(r)-pos)]}
 }
 
 // recvRecord is the record received in slot i.

@@ -77,7 +77,8 @@ type Conn struct {
 	tuple      sockwire.Tuple
 	b          *broker.Client
 	tcpQ       []proto.Output // anchor writes and shutdown, in order
-	changed    chan struct{}  // closed at every change
+	changed    chan struct{}  // closed at every change, when someone waits on it
+	chUsed     bool           // someone took changed to wait on it
 	seq        uint64
 	parked     bool // a reader waits in the netpoller on the anchor
 	poked      bool // its read deadline was moved to wake it
@@ -271,7 +272,7 @@ func (c *Conn) progress(ctx context.Context, a *attachment) {
 // completion handles one work completion.
 func (c *Conn) completion(a *attachment, wc verbs.WC) {
 	if wc.ID < recvBase {
-		a.outstanding--
+		a.outstanding -= int(max(wc.ID, 1))
 	}
 	if wc.Status != verbs.WCSuccess {
 		if !a.dead {
@@ -313,10 +314,14 @@ func (c *Conn) completion(a *attachment, wc verbs.WC) {
 				c.protocolError(fmt.Errorf("a ring write of %d bytes", n))
 				return
 			}
-			p := a.ringBytes(a.prod, int(n))
-			off := a.prod
-			a.prod += uint64(n)
-			c.m.FromQP(proto.Msg{Kind: proto.MsgData, Epoch: epoch, Off: off, Data: p})
+			// The machine copies what it takes: hand it the ring's
+			// own bytes (the peer writes there again only once they
+			// are credited), in two pieces across the wrap.
+			for _, p := range a.ringView(a.prod, int(n)) {
+				off := a.prod
+				a.prod += uint64(len(p))
+				c.m.FromQP(proto.Msg{Kind: proto.MsgData, Epoch: epoch, Off: off, Data: p})
+			}
 		case sockwire.ImmCtrl:
 			credit, blocked := a.readCtrl()
 			if credit > a.credit {
@@ -662,13 +667,22 @@ func (c *Conn) armDemoteTimer() {
 	})
 }
 
+// waitCh is the channel closed at the next change. The caller holds c.mu.
+func (c *Conn) waitCh() chan struct{} {
+	c.chUsed = true
+	return c.changed
+}
+
 // notify wakes every waiter: writers and readers waiting on changed, and
 // a reader parked in the netpoller, whose read deadline is moved into
 // the past.
 func (c *Conn) notify() {
 	c.seq++
-	close(c.changed)
-	c.changed = make(chan struct{})
+	if c.chUsed {
+		close(c.changed)
+		c.changed = make(chan struct{})
+		c.chUsed = false
+	}
 	if c.parked && !c.poked && !c.finished {
 		c.poked = true
 		_ = c.tc.SetReadDeadline(time.Unix(1, 0))
@@ -776,7 +790,9 @@ func (c *Conn) read(p []byte, closing bool, until time.Time) (int, error) {
 				return false
 			default:
 				// The ring is next: watch the anchor for the peer's
-				// end, or bytes after the switch.
+				// end, or bytes after the switch. (Look each time:
+				// the netpoller forgets a readiness it reported
+				// before this RawRead began.)
 				var one [1]byte
 				k, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 				switch {
@@ -807,7 +823,7 @@ func (c *Conn) read(p []byte, closing bool, until time.Time) (int, error) {
 		})
 		c.mu.Lock()
 		c.parked = false
-		ch, goneAt := c.changed, c.goneAt
+		ch, goneAt := c.waitCh(), c.goneAt
 		rdl := c.rdl
 		if closing {
 			rdl = until
@@ -924,7 +940,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return total, c.opErr("write", err)
 		}
 		c.drain()
-		ch, wdl := c.changed, c.wdl
+		ch, wdl := c.waitCh(), c.wdl
 		total += n
 		p = p[n:]
 		ferr := c.flushLocked()
@@ -1077,7 +1093,7 @@ func (c *Conn) linger() {
 	clean := false
 	for time.Now().Before(until) {
 		c.mu.Lock()
-		ch := c.changed
+		ch := c.waitCh()
 		pending := len(c.tcpQ) > 0
 		over := c.err != nil || c.finished
 		out, _ := c.m.Modes()
@@ -1240,7 +1256,7 @@ func (c *Conn) Demote(ctx context.Context) error {
 func (c *Conn) waitPlain(ctx context.Context) error {
 	for {
 		c.mu.Lock()
-		err, ph, ch, pend := c.err, c.m.Phase(), c.changed, len(c.tcpQ) > 0
+		err, ph, ch, pend := c.err, c.m.Phase(), c.waitCh(), len(c.tcpQ) > 0
 		c.mu.Unlock()
 		if err != nil {
 			return err

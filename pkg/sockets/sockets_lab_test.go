@@ -267,13 +267,14 @@ func TestLabRDMATransfer(t *testing.T) {
 	const size = 16 * mib
 	mtu := activeMTU(t)
 	var c *sockets.Conn
+	ring, _ := strconv.Atoi(os.Getenv("SOCKETS_RING")) // 0: the default
 	if server {
-		l := listen(t, 7481, nil)
+		l := listen(t, 7481, &sockets.Options{RingSize: ring})
 		signal(t, "xfer-listen")
 		c = accept(t, l)
 	} else {
 		wait(t, "xfer-listen")
-		c = dial(t, 7481, &sockets.Options{WaitAttach: true})
+		c = dial(t, 7481, &sockets.Options{WaitAttach: true, RingSize: ring})
 	}
 	// Both directions on RDMA before the clock starts: the client's
 	// SWITCH comes first on the QP, then the server's.
@@ -285,12 +286,31 @@ func TestLabRDMATransfer(t *testing.T) {
 		signal(t, "xfer-attached-client")
 		wait(t, "xfer-attached-server")
 	}
-	before := readCounters(t)
-	t0 := time.Now()
 	mine, theirs := pattern(11, size), pattern(12, size)
 	if server {
 		mine, theirs = theirs, mine
 	}
+	if os.Getenv("SOCKETS_CPUPROFILE") != "" {
+		f, err := os.Create(filepath.Join(os.Getenv(labenv.EnvOut), "cpu-"+labenv.Role()+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	// Both take their "before" first: the transfer starts after.
+	before := readCounters(t)
+	if server {
+		signal(t, "xfer-counted-server")
+		wait(t, "xfer-counted-client")
+	} else {
+		signal(t, "xfer-counted-client")
+		wait(t, "xfer-counted-server")
+	}
+	t0 := time.Now()
 	sendRecv(t, c, mine, theirs, true, 0, nil)
 	el := time.Since(t0)
 	after := readCounters(t)
