@@ -60,27 +60,27 @@ func (p *Peer) transfer(ctx context.Context, op uint32, buf []byte, t Token, off
 
 	// The call blocks in the module; a cancelled ctx interrupts it with
 	// a signal to this thread (the runtime's own SIGURG, which it
-	// ignores), repeated until the call returns.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	tid := unix.Gettid()
-	returned := make(chan struct{})
-	defer close(returned)
-	go func() {
-		select {
-		case <-returned:
-			return
-		case <-ctx.Done():
-		}
-		for {
-			_ = unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
-			select {
-			case <-returned:
-				return
-			case <-time.After(10 * time.Millisecond):
+	// ignores), repeated until the call returns. A context that cannot
+	// be cancelled costs nothing: no thread locked, no goroutine (a
+	// small transfer's round trip is a few of their wake-ups long).
+	if ctx.Done() != nil {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid := unix.Gettid()
+		returned := make(chan struct{})
+		defer close(returned) // after stop: ends a signalling loop
+		stop := context.AfterFunc(ctx, func() {
+			for {
+				_ = unix.Tgkill(unix.Getpid(), tid, unix.SIGURG)
+				select {
+				case <-returned:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
-		}
-	}()
+		})
+		defer stop()
+	}
 
 	defer runtime.KeepAlive(buf) // the module reads or writes it until then
 	tok := kmod.JBMTToken{ID: t.ID, Gen: t.Gen, Key: t.Key}
