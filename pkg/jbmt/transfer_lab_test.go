@@ -394,9 +394,11 @@ func TestTwoGuestsTransfer(t *testing.T) {
 }
 
 // TestTwoGuestsTransferPeerGone (suite jbmt-2guests): guest 1 deletes
-// its RDMA device while guest 2 gets from its region in a loop. Guest 2's
-// Get fails with ErrPeerGone (never hangs), and neither host keeps a page
-// pinned. The region does not depend on a device: once guest 1 adds the
+// its RDMA device while guest 2 gets from its region in a loop, blocking
+// and asynchronous (gets of 4 KiB and 64 KiB, which start in the
+// submitting call and end in the completion handler, or with the
+// connection). Guest 2's gets fail with ErrPeerGone (never hang), and
+// neither host keeps a page pinned. The region does not depend on a device: once guest 1 adds the
 // device again, a new connection gets from the same token, every byte
 // right. The lab fails the run on any kernel report, and on a module
 // that does not unload.
@@ -437,6 +439,8 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	p := dialGuest1(t, ctx, s)
 	server := p.Addr()
 	got := make([]byte, n)
+	asyncErr := make(chan error, 1)
+	go func() { asyncErr <- asyncGetsUntilError(ctx, s, p, tok) }()
 	signal(t, "gone2-started")
 	t0 := time.Now()
 	var err error
@@ -447,6 +451,10 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	if !errors.Is(err, jbmt.ErrPeerGone) {
 		t.Fatalf("Get while the peer's device went: %v, want ErrPeerGone", err)
 	}
+	if err := <-asyncErr; !errors.Is(err, jbmt.ErrPeerGone) {
+		t.Errorf("asynchronous gets while the peer's device went: %v, want ErrPeerGone", err)
+	}
+	t.Logf("asynchronous gets started in the submitting call since load: %d", sysfsJBMT(t, "async_direct"))
 	if _, err := p.Get(ctx, got[:10], tok, 0); !errors.Is(err, jbmt.ErrPeerGone) {
 		t.Errorf("Get on the lost connection: %v, want ErrPeerGone", err)
 	}
@@ -472,6 +480,35 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	checkUnpinned(t)
 	signal(t, "gone2-done")
 	await(t, ctx, "gone2-checked")
+}
+
+// asyncGetsUntilError starts gets of 4 KiB and 64 KiB from offset 0 of
+// tok's region, two at a time, again and again, until one fails: its
+// error, once every get started has ended.
+func asyncGetsUntilError(ctx context.Context, s *jbmt.Service, p *jbmt.Peer, tok jbmt.Token) error {
+	bufs := [][]byte{make([]byte, 4096), make([]byte, 64<<10)}
+	cs := make([]jbmt.Completion, 2)
+	var first error
+	for first == nil {
+		for i, b := range bufs {
+			if err := p.StartGet(b, tok, 0, uint64(i)); err != nil {
+				return err
+			}
+		}
+		for k := 0; k < len(bufs); {
+			if err := s.Wait(ctx); err != nil {
+				return err
+			}
+			m := s.Poll(cs)
+			for _, c := range cs[:m] {
+				if c.Err != nil && first == nil {
+					first = c.Err
+				}
+			}
+			k += m
+		}
+	}
+	return first
 }
 
 // TestLabTransferUnmapDuring (suite jbmt): the buffer a 64 MiB get writes
