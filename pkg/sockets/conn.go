@@ -22,6 +22,12 @@ import (
 	"github.com/rdmaplus/rdmaplus/pkg/verbs"
 )
 
+// tcpItem is an output for the anchor, numbered.
+type tcpItem struct {
+	proto.Output
+	id uint64
+}
+
 // Transport is what carries one direction of a connection's bytes.
 type Transport string
 
@@ -76,9 +82,12 @@ type Conn struct {
 	att        *attachment
 	tuple      sockwire.Tuple
 	b          *broker.Client
-	tcpQ       []proto.Output // anchor writes and shutdown, in order
-	changed    chan struct{}  // closed at every change, when someone waits on it
-	chUsed     bool           // someone took changed to wait on it
+	tcpQ       []tcpItem // anchor writes and shutdown, in order
+	tcpSeq     uint64    // the id of the next tcpQ item
+	wFrom      uint64    // the items of the Write under way: [wFrom, tcpSeq) while writing
+	writing    bool
+	changed    chan struct{} // closed at every change, when someone waits on it
+	chUsed     bool          // someone took changed to wait on it
 	seq        uint64
 	parked     bool // a reader waits in the netpoller on the anchor
 	poked      bool // its read deadline was moved to wake it
@@ -561,7 +570,8 @@ func (c *Conn) output(o proto.Output) {
 	switch o.Via {
 	case proto.ViaTCP:
 		if c.err == nil {
-			c.tcpQ = append(c.tcpQ, o)
+			c.tcpQ = append(c.tcpQ, tcpItem{Output: o, id: c.tcpSeq})
+			c.tcpSeq++
 			c.st.WrittenTCP += uint64(len(o.Data))
 		}
 	case proto.ViaQP:
@@ -928,8 +938,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 			return total, c.opErr("write", err)
 		}
 		if len(p) == 0 {
+			err := c.flushLocked()
 			c.mu.Unlock()
-			return total, c.opErr("write", c.flushLocked())
+			return total, c.opErr("write", err)
+		}
+		if !c.writing {
+			c.writing, c.wFrom = true, c.tcpSeq
+			defer c.endWrite()
 		}
 		n, err := c.m.Write(p[:min(len(p), chunkMax)])
 		if err != nil {
@@ -956,6 +971,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 	}
 }
 
+// endWrite marks the end of a Write: what it queued is now owed.
+func (c *Conn) endWrite() {
+	c.mu.Lock()
+	c.writing = false
+	c.mu.Unlock()
+}
+
 // flushLocked writes the queued anchor outputs, in order, releasing
 // c.mu while it writes. The caller holds c.wmu and c.mu. A write that
 // times out leaves its remainder queued; another error is kept in werr.
@@ -974,6 +996,10 @@ func (c *Conn) flushLocked() error {
 		c.mu.Lock()
 		if c.err != nil {
 			return c.err
+		}
+		if len(c.tcpQ) == 0 || c.tcpQ[0].id != o.id {
+			// Close dropped the queue (nothing in it was owed).
+			return net.ErrClosed
 		}
 		if err == nil && o.Shut {
 			c.anchorShut = true
@@ -1048,12 +1074,13 @@ func (c *Conn) Close() error {
 	c.m.ShutdownWrite()
 	c.drain()
 	out, _ := c.m.Modes()
-	data := false
+	owed := false // bytes a Write already reported as written
 	for _, o := range c.tcpQ {
-		data = data || len(o.Data) > 0
+		owed = owed || len(o.Data) > 0 && !(c.writing && o.id >= c.wFrom)
 	}
-	if out == proto.OutTCP && !data {
-		// Nothing is owed on the ring: close as TCP does.
+	if out == proto.OutTCP && !owed {
+		// Nothing is owed on the ring or the anchor: close as TCP
+		// does (a Write blocked on the anchor returns).
 		c.tcpQ = nil
 		c.finishLocked()
 		c.mu.Unlock()

@@ -339,3 +339,34 @@ func TestBrokerWithoutDevice(t *testing.T) {
 		t.Fatal("no UNREGISTER after Close")
 	}
 }
+
+// TestCloseUnblocksWrite: Close of a TCP connection whose Write is
+// blocked on a peer that does not read returns the Write at once.
+func TestCloseUnblocksWrite(t *testing.T) {
+	cli, _ := pair(t, noBroker(t), noBroker(t))
+	done := make(chan error, 1)
+	go func() {
+		big := make([]byte, 1<<20)
+		var err error
+		for err == nil {
+			_, err = cli.Write(big)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	t0 := time.Now()
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("no error")
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("Write returned %v after Close", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close left a Write blocked")
+	}
+}
