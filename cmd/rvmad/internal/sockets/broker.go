@@ -267,7 +267,7 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 			if typ == sockwire.TypeAttachReq || typ == sockwire.TypeReattach {
 				r.pending = epoch
 			}
-			r.owner.send(routedMsg(t, m.rec))
+			r.owner.send(routedMsg(r.tuple, m.rec)) // the owner's own view
 			return nil
 		}
 		b.tab.remove(r) // the socket is gone or another now

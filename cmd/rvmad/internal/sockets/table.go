@@ -41,7 +41,7 @@ func newTable(maxPerUID int) *table {
 // connection c already has refreshes its inode. It fails with errLimit
 // when c's user has maxPerUID registrations and this would add one.
 func (tb *table) register(c *client, t sockwire.Tuple, inode uint64) error {
-	if r := tb.byTuple[t]; r != nil {
+	if r := tb.byTuple[key(t)]; r != nil {
 		if r.owner == c {
 			if r.inode != inode {
 				r.inode, r.pending = inode, 0
@@ -56,21 +56,21 @@ func (tb *table) register(c *client, t sockwire.Tuple, inode uint64) error {
 		return errLimit
 	}
 	r := &reg{tuple: t, owner: c, inode: inode}
-	tb.byTuple[t] = r
+	tb.byTuple[key(t)] = r
 	if tb.byClient[c] == nil {
 		tb.byClient[c] = map[sockwire.Tuple]*reg{}
 	}
-	tb.byClient[c][t] = r
+	tb.byClient[c][key(t)] = r
 	tb.perUID[c.uid]++
 	return nil
 }
 
 // lookup returns the registration of t, or nil.
-func (tb *table) lookup(t sockwire.Tuple) *reg { return tb.byTuple[t] }
+func (tb *table) lookup(t sockwire.Tuple) *reg { return tb.byTuple[key(t)] }
 
 // owned returns c's registration of t, or nil when t is not c's.
 func (tb *table) owned(c *client, t sockwire.Tuple) *reg {
-	if r := tb.byTuple[t]; r != nil && r.owner == c {
+	if r := tb.byTuple[key(t)]; r != nil && r.owner == c {
 		return r
 	}
 	return nil
@@ -78,12 +78,13 @@ func (tb *table) owned(c *client, t sockwire.Tuple) *reg {
 
 // remove forgets r.
 func (tb *table) remove(r *reg) {
-	if tb.byTuple[r.tuple] != r {
+	k := key(r.tuple)
+	if tb.byTuple[k] != r {
 		return
 	}
-	delete(tb.byTuple, r.tuple)
+	delete(tb.byTuple, k)
 	if m := tb.byClient[r.owner]; m != nil {
-		delete(m, r.tuple)
+		delete(m, k)
 		if len(m) == 0 {
 			delete(tb.byClient, r.owner)
 		}

@@ -56,3 +56,34 @@ func TestTable(t *testing.T) {
 		t.Fatalf("not empty: %d %v %v", tb.len(), tb.perUID, tb.byClient)
 	}
 }
+
+// A dual-stack listener's connection (an AF_INET6 socket talking IPv4)
+// is found by the tuple its IPv4 peer sends, and keeps its owner's view.
+func TestTableDualStack(t *testing.T) {
+	tb := newTable(4)
+	c := &client{uid: 1000}
+	v6 := sockwire.Tuple{Family: sockwire.AFInet6, LocalPort: 5201, RemotePort: 40000,
+		Local:  [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 77, 15: 1},
+		Remote: [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 77, 15: 2}}
+	v4 := v6
+	v4.Family = sockwire.AFInet
+	if err := tb.register(c, v6, 7); err != nil {
+		t.Fatal(err)
+	}
+	r := tb.lookup(v4)
+	if r == nil || r.tuple != v6 || tb.owned(c, v4) != r {
+		t.Fatalf("lookup of the IPv4 view: %+v", r)
+	}
+	if l, rem := addrs(v6); !l.Is4() || !rem.Is4() {
+		t.Fatalf("addrs of a mapped AF_INET6 tuple: %v %v, want IPv4", l, rem)
+	}
+	tb.remove(r)
+	if tb.len() != 0 || tb.lookup(v6) != nil {
+		t.Fatal("remove")
+	}
+	// A real IPv6 connection keeps its family.
+	six := tup(1)
+	if key(six) != six {
+		t.Fatal("key changed an IPv6 tuple")
+	}
+}

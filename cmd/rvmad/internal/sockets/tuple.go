@@ -12,13 +12,21 @@ import (
 var errTuple = errors.New("not the tuple of a TCP connection")
 
 // addrs returns the tuple's local and remote addresses, IPv4 ones
-// unmapped (as the kernel's AF_INET sockets have them).
+// unmapped (as the kernel's AF_INET sockets have them; an AF_INET6
+// socket talking IPv4 has them as ::ffff:a.b.c.d).
 func addrs(t sockwire.Tuple) (local, remote netip.Addr) {
-	local, remote = netip.AddrFrom16(t.Local), netip.AddrFrom16(t.Remote)
-	if t.Family == sockwire.AFInet {
-		local, remote = local.Unmap(), remote.Unmap()
+	return netip.AddrFrom16(t.Local).Unmap(), netip.AddrFrom16(t.Remote).Unmap()
+}
+
+// key is the connection t names, whichever end's socket family: an
+// AF_INET6 socket (a dual-stack listener's) talking IPv4 and the AF_INET
+// socket at the other end name the same connection.
+func key(t sockwire.Tuple) sockwire.Tuple {
+	if t.Family == sockwire.AFInet6 && netip.AddrFrom16(t.Local).Is4In6() &&
+		netip.AddrFrom16(t.Remote).Is4In6() {
+		t.Family = sockwire.AFInet
 	}
-	return local, remote
+	return t
 }
 
 // checkTuple reports whether t can name a TCP connection.
