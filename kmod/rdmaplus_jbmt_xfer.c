@@ -241,7 +241,6 @@ static void jbmt_pages_dirty(struct jbmt_pages *m)
 /* Release what m holds; the device is done with it. */
 static void jbmt_pages_release(struct jbmt_peer *p, struct jbmt_pages *m)
 {
-
 	if (m->mr) {
 		if (m->mr_invalidated)
 			ib_mr_pool_put(p->cm->qp, &p->mrs, m->mr);
