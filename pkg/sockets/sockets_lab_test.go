@@ -814,3 +814,75 @@ func TestLabDualStack(t *testing.T) {
 		wait(t, "ds-done-server")
 	}
 }
+
+// TestLabMany attaches eight connections at once (one broker
+// connection per process, one completion channel per device, a CQ and QP
+// each) and moves 2 MiB each way on each, every byte checked.
+func TestLabMany(t *testing.T) {
+	server := role(t)
+	const n, size = 8, 2 * mib
+	conns := make([]*sockets.Conn, n)
+	if server {
+		l := listen(t, 7493, nil)
+		signal(t, "many-listen")
+		for i := range conns {
+			conns[i] = accept(t, l)
+		}
+	} else {
+		wait(t, "many-listen")
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				defer cancel()
+				c, err := sockets.Dial(ctx, "tcp4", serverAddr(t, 7493), &sockets.Options{WaitAttach: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				conns[i] = c
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		for _, c := range conns {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each connection's content tells which it is: the
+			// accepted order need not be the dialed one.
+			port := c.LocalAddr().(*net.TCPAddr).Port
+			if server {
+				port = c.RemoteAddr().(*net.TCPAddr).Port
+			}
+			a, b := pattern(uint64(port)*2, size), pattern(uint64(port)*2+1, size)
+			if server {
+				a, b = b, a
+			}
+			waitPath(t, c, sockets.RDMA, sockets.RDMA, 60*time.Second)
+			sendRecv(t, c, a, b, true, 0, nil)
+			if st := c.Stats(); st.ReadRDMA != size {
+				t.Errorf("connection %d: stats %+v", i, st)
+			}
+		}()
+	}
+	wg.Wait()
+	fmt.Printf("guest %s: %d attached connections moved %d MiB each way each\n", labenv.Role(), n, size/mib)
+	signal(t, "many-done-"+labenv.Role())
+	if server {
+		wait(t, "many-done-client")
+	} else {
+		wait(t, "many-done-server")
+	}
+}
