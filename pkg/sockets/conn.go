@@ -169,7 +169,7 @@ func (c *Conn) start() {
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.AttachTimeout)
 	defer cancel()
-	_, err = b.Register(ctx, c.rc, c)
+	_, err = b.Register(ctx, c.rc, (*handler)(c))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
@@ -397,9 +397,19 @@ func (c *Conn) releaseAtt() {
 	}
 }
 
-// FromBroker implements broker.Handler: a record from the peer through
-// rvmad, or rvmad's RESULT about one of ours.
-func (c *Conn) FromBroker(rec sockwire.Record) {
+// handler is a Conn as the broker client's Handler (kept out of Conn's
+// exported methods).
+type handler Conn
+
+// FromBroker implements broker.Handler.
+func (h *handler) FromBroker(rec sockwire.Record) { (*Conn)(h).fromBroker(rec) }
+
+// BrokerGone implements broker.Handler.
+func (h *handler) BrokerGone() { (*Conn)(h).brokerGone() }
+
+// fromBroker takes a record from the peer through rvmad, or rvmad's
+// RESULT about one of ours.
+func (c *Conn) fromBroker(rec sockwire.Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.err != nil || c.finished {
@@ -507,9 +517,9 @@ func (c *Conn) attachRequest(r sockwire.Attach) {
 	}
 }
 
-// BrokerGone implements broker.Handler: rvmad went away. An attachment
-// under way ends; a live one stays (but can no longer demote).
-func (c *Conn) BrokerGone() {
+// brokerGone: rvmad went away. An attachment under way ends; a live one
+// stays (but can no longer demote).
+func (c *Conn) brokerGone() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.b = nil
@@ -1166,7 +1176,7 @@ func (c *Conn) finishLocked() {
 	c.finished = true
 	c.releaseAtt()
 	if c.b != nil {
-		c.b.Unregister(c.tuple, c)
+		c.b.Unregister(c.tuple, (*handler)(c))
 	}
 	for _, t := range []*time.Timer{c.attachT, c.demoteT} {
 		if t != nil {
