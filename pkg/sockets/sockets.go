@@ -31,6 +31,29 @@
 // (which also reports the peer's FIN or RST), and the attachment's
 // completion queue wakes it; no goroutine spins.
 //
+// # Limits
+//
+//   - rvmad pairs a connection by its addresses as each host's socket
+//     sees them, address family included: a dual-stack listener's
+//     IPv4 connections (AF_INET6 sockets with ::ffff: addresses) do not
+//     pair with an IPv4 dialer's (AF_INET) and stay on TCP. Listen on an
+//     IPv4 address, or on "tcp4", for IPv4 peers.
+//   - The acceptor registers a connection with rvmad once Accept
+//     returned it; a dialer whose ATTACH_REQ arrives before that is told
+//     there is no owner and asks again (after 100 ms, 400 ms, 1.6 s).
+//   - A peer that dies while attached shows as the anchor's end: a Read
+//     waiting for the ring returns io.ErrUnexpectedEOF (or ErrReset) after
+//     Options.PeerGoneWait; a Write whose bytes are held after the QP
+//     failed returns ErrReset when the peer's DEMOTE has not come within
+//     Options.DemoteTimeout.
+//   - Close of a connection whose outgoing direction is on RDMA returns
+//     at once, but the connection lives on in the background until the
+//     peer consumed what was written (Options.Linger at most). Unread
+//     bytes are discarded, not answered with a reset.
+//   - Without rvmad (stopped after the attachment), a connection whose
+//     outgoing direction is on RDMA cannot demote: Demote, or a QP
+//     failure, resets it (ErrReset).
+//
 // # Conventions
 //
 // A nil *Options means the defaults each field documents. Close is safe
