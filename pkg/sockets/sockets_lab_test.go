@@ -886,3 +886,54 @@ func TestLabMany(t *testing.T) {
 		wait(t, "many-done-server")
 	}
 }
+
+// TestLabQPError fails the server's QP (as a failing link would) while
+// 8 MiB move each way: the connection demotes through rvmad (reason
+// qp_error) and every byte arrives, the rest by TCP.
+func TestLabQPError(t *testing.T) {
+	server := role(t)
+	const size = 8 * mib
+	a, b := pattern(81, size), pattern(82, size)
+	var c *sockets.Conn
+	if server {
+		l := listen(t, 7494, nil)
+		signal(t, "qperr-listen")
+		c = accept(t, l)
+		a, b = b, a
+	} else {
+		wait(t, "qperr-listen")
+		c = dial(t, 7494, &sockets.Options{WaitAttach: true})
+	}
+	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	var hook func()
+	if server {
+		hook = func() {
+			if err := sockets.FailQP(c); err != nil {
+				t.Errorf("FailQP: %v", err)
+			}
+		}
+	}
+	sendRecv(t, c, a, b, true, 2*mib, hook)
+	// The demote completes on its own; wait for the plain phase.
+	end := time.Now().Add(30 * time.Second)
+	for c.Path().Phase != "plain" && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st, p := c.Stats(), c.Path()
+	fmt.Printf("QP failed on the server, guest %s: path %+v, stats %+v\n", labenv.Role(), p, st)
+	if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
+		t.Errorf("path %+v after the QP failed", p)
+	}
+	if server && st.Demotes["qp_error"] != 1 || !server && st.Demotes["qp_error"]+st.Demotes["peer"] != 1 {
+		t.Errorf("demotes %v", st.Demotes)
+	}
+	if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != size {
+		t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, size)
+	}
+	signal(t, "qperr-done-"+labenv.Role())
+	if server {
+		wait(t, "qperr-done-client")
+	} else {
+		wait(t, "qperr-done-server")
+	}
+}
