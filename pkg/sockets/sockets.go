@@ -33,11 +33,6 @@
 //
 // # Limits
 //
-//   - rvmad pairs a connection by its addresses as each host's socket
-//     sees them, address family included: a dual-stack listener's
-//     IPv4 connections (AF_INET6 sockets with ::ffff: addresses) do not
-//     pair with an IPv4 dialer's (AF_INET) and stay on TCP. Listen on an
-//     IPv4 address, or on "tcp4", for IPv4 peers.
 //   - The acceptor registers a connection with rvmad once Accept
 //     returned it; a dialer whose ATTACH_REQ arrives before that is told
 //     there is no owner and asks again (after 100 ms, 400 ms, 1.6 s).
@@ -228,11 +223,10 @@ type Listener struct {
 }
 
 // Listen listens on addr on network ("tcp", "tcp4" or "tcp6"), as
-// net.Listen does. It fails as net.Listen does, or with ErrOptions.
-//
-// rvmad pairs a connection by its addresses as each host's socket sees
-// them: listen on an IPv4 address (or "tcp4") for IPv4 peers, so that the
-// accepted sockets are IPv4 ones like the dialer's.
+// net.Listen does. It fails as net.Listen does, or with ErrOptions. A
+// dual-stack listener's IPv4 connections (AF_INET6 sockets with ::ffff:
+// addresses) attach with IPv4 dialers: rvmad pairs the two views (since
+// its commit 903d7d0).
 func Listen(network, addr string, opts *Options) (*Listener, error) {
 	o, err := opts.withDefaults()
 	if err != nil {

@@ -787,16 +787,13 @@ func TestLabUpgrade(t *testing.T) {
 	}
 }
 
-// TestLabDualStack reports what happens to a dialer of IPv4 whose server
-// listens on a dual-stack socket (its accepted sockets are AF_INET6 with
-// ::ffff: addresses, the dialer's AF_INET): it only logs, and runs only
-// with SOCKETS_DUALSTACK=1 (a question to rvmad's broker, which pairs by
-// the exact tuple, family included).
+// TestLabDualStack: a server listening on a dual-stack socket (its
+// accepted IPv4 connections are AF_INET6 sockets with ::ffff:
+// addresses) attaches with an IPv4 dialer (AF_INET): rvmad pairs the two
+// views of the connection.
 func TestLabDualStack(t *testing.T) {
-	if os.Getenv("SOCKETS_DUALSTACK") != "1" {
-		t.Skip("SOCKETS_DUALSTACK=1 runs it")
-	}
 	server := role(t)
+	a, b := pattern(91, mib), pattern(92, mib)
 	var c *sockets.Conn
 	if server {
 		l, err := sockets.Listen("tcp", ":7491", nil)
@@ -806,12 +803,18 @@ func TestLabDualStack(t *testing.T) {
 		defer l.Close()
 		signal(t, "ds-listen")
 		c = accept(t, l)
+		a, b = b, a
 	} else {
 		wait(t, "ds-listen")
 		c = dial(t, 7491, &sockets.Options{WaitAttach: true})
 	}
-	time.Sleep(3 * time.Second)
-	fmt.Printf("dual-stack listener, %s: path %+v, stats %+v\n", labenv.Role(), c.Path(), c.Stats())
+	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	sendRecv(t, c, a, b, true, 0, nil)
+	st := c.Stats()
+	fmt.Printf("dual-stack listener, %s (local %v): path %+v, stats %+v\n", labenv.Role(), c.LocalAddr(), c.Path(), st)
+	if st.ReadRDMA != mib || st.Upgrades != 1 {
+		t.Errorf("stats %+v: want the MiB by RDMA", st)
+	}
 	signal(t, "ds-done-"+labenv.Role())
 	if server {
 		wait(t, "ds-done-client")

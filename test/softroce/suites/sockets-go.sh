@@ -19,7 +19,7 @@ trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 
 rvmad_sockets_start /tmp/rvmad-sockets.log
 SOCKETS_PHASE=a lab_gotest sockets -test.v -test.count=1 -test.timeout 600s \
-	-test.run '^TestLab(RDMATransfer|PlainPeer|NoRvmad|Demote|PeerKilled|Deadlines|PeerCloses|Upgrade|Many|QPError)$' ||
+	-test.run '^TestLab(RDMATransfer|PlainPeer|NoRvmad|Demote|PeerKilled|Deadlines|PeerCloses|Upgrade|Many|QPError|DualStack)$' ||
 	{ echo "--- rvmad's log:"; cat /tmp/rvmad-sockets.log; lab_fail "pkg/sockets lab tests failed"; }
 lab_signal "rvmad-stop-$LAB_INDEX"
 lab_wait rvmad-stop-1 120
