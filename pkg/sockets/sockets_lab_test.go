@@ -28,7 +28,9 @@ import (
 // The suite test/softroce/suites/sockets-go.sh runs these between two
 // guests, each with rvmad's sockets broker (guest 1 serves, guest 2
 // dials). SOCKETS_PHASE names the run (barriers are per boot), and
-// SOCKETS_RVMAD=stopped says rvmad was stopped on both guests.
+// SOCKETS_RVMAD=stopped says rvmad was stopped on both guests. For
+// measurements: SOCKETS_RING sets the ring size of TestLabRDMATransfer,
+// SOCKETS_CPUPROFILE=1 writes its CPU profile into $LAB_OUT.
 
 const mib = 1 << 20
 
