@@ -33,6 +33,15 @@ static struct att *reg_head;
 static int broker_fd = -1;
 static int epfd = -1, kickfd = -1;
 static int started;
+static _Atomic int retries_pending;	/* clients waiting to ask again */
+
+static int64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 static time_t broker_retry;
 
 #define TAG_BROKER	((uint64_t)1)
@@ -320,7 +329,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			else if (att_connect(a, &req.ep) < 0)
 				reason = SOCKPROTO_R_NO_DEVICE;
 		}
-		TRACE("ATTACH_REQ epoch %u: %s", epoch, reason ? "refused" : "attached");
+		TRACE("ATTACH_REQ epoch %u: %s (reason %d)", epoch, reason ? "refused" : "attached", reason);
 		if (reason) {
 			sockproto_init(&nack, SOCKPROTO_ATTACH_NACK, epoch);
 			sockproto_put16(&nack.reason, (uint16_t)reason);
@@ -355,10 +364,23 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		att_try_switch(a);
 		break;
 	}
-	case SOCKPROTO_ATTACH_NACK:
-		TRACE("ATTACH_NACK epoch %u", epoch);
+	case SOCKPROTO_ATTACH_NACK: {
+		int why = sockproto_get16(rec + offsetof(struct sockproto_reason_rec, reason));
+
+		TRACE("ATTACH_NACK epoch %u, reason %d", epoch, why);
 		if (epoch != a->epoch)
 			break;
+		/*
+		 * No owner yet: the acceptor has not called accept (or not
+		 * registered) when the request came. Ask again, 100 ms, 400 ms
+		 * and 1.6 s later.
+		 */
+		if (a->phase == PHASE_ATTACHING && why == SOCKPROTO_R_NO_OWNER && a->retries < 3 &&
+		    !a->closing && !a->disabled) {
+			a->retry_at = now_ms() + (100 << (2 * a->retries));
+			a->retries++;
+			atomic_fetch_add(&retries_pending, 1);
+		}
 		if (a->phase == PHASE_ATTACHING || a->phase == PHASE_DEMOTING) {
 			a->phase = PHASE_PLAIN;
 			a->in = IN_TCP;
@@ -368,6 +390,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 				att_release(a);
 		}
 		break;
+	}
 	case SOCKPROTO_DEMOTE: {
 		struct sockproto_demote d;
 
@@ -463,26 +486,35 @@ static void on_att(struct att *a)
 static void on_kick(void)
 {
 	uint64_t v;
-	struct att *a, *todo[64];
+	struct att *a, *todo[256];
 	int n = 0;
 
 	if (REAL(read)(kickfd, &v, sizeof(v)) < 0) {
 		/* nothing */
 	}
 	pthread_mutex_lock(&reg_mu);
-	for (a = reg_head; a && n < 64; a = a->next) {
+	for (a = reg_head; a && n < 256; a = a->next) {
 		atomic_fetch_add(&a->refs, 1);
 		todo[n++] = a;
 	}
 	pthread_mutex_unlock(&reg_mu);
 	for (int i = 0; i < n; i++) {
+		int64_t t = now_ms();
+
 		a = todo[i];
 		pthread_mutex_lock(&a->mu);
-		if (a->client && a->phase == PHASE_PLAIN && a->epoch == 0 && a->pid == getpid() &&
-		    !a->closing && !a->shut_wr && !a->disabled) {
+		int due = 0;
+
+		if (a->retry_at > 0 && (t >= a->retry_at || a->closing || a->disabled)) {
+			atomic_fetch_sub(&retries_pending, 1);
+			due = t >= a->retry_at;
+			a->retry_at = 0;
+		}
+		if (a->client && a->phase == PHASE_PLAIN && a->pid == getpid() &&
+		    (a->epoch == 0 || due) && !a->closing && !a->shut_wr && !a->disabled) {
 			struct sockproto_attach req;
 
-			a->epoch = 1;
+			a->epoch++;
 			TRACE("attaching");
 			if (att_setup(a) == 0) {
 				sockproto_init(&req, SOCKPROTO_ATTACH_REQ, a->epoch);
@@ -518,7 +550,7 @@ static void *progress_main(void *arg)
 	sigaddset(&sync, SIGABRT);
 	pthread_sigmask(SIG_UNBLOCK, &sync, NULL);
 	for (;;) {
-		int n = REAL(epoll_wait)(epfd, evs, 16, -1);
+		int n = REAL(epoll_wait)(epfd, evs, 16, atomic_load(&retries_pending) ? 50 : -1);
 
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
@@ -532,6 +564,8 @@ static void *progress_main(void *arg)
 		}
 		if (n > 0)
 			reg_sweep();
+		else if (n == 0)
+			on_kick();	/* a client's time to ask again */
 	}
 	return NULL;
 }

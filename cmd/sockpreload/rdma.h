@@ -98,6 +98,8 @@ struct att {
 	int disabled;			/* never attach (a call the ring does not serve yet) */
 	int forked;			/* a child inherited the socket: it may use it */
 	int handoff;			/* closed here, maybe used elsewhere: demote, then let go */
+	int retries;			/* client: attachments asked for again */
+	int64_t retry_at;		/* client: ask again then (ms, monotonic); 0: no */
 
 	uint64_t tx;			/* bytes the program wrote, whole stream */
 	uint64_t rx;			/* bytes the program consumed, whole stream */

@@ -13,11 +13,13 @@ import (
 
 // hostPackages are the Debian packages the lab needs on the host: qemu, the
 // userspace that goes into the guests, the tools to build the initramfs and
-// the compiler for modules and cgo.
+// the compiler for modules and cgo, and the unmodified programs that sockets
+// over RDMA carries in its suites.
 var hostPackages = []string{
 	"qemu-system-x86", "rdma-core", "ibverbs-utils", "rdmacm-utils",
 	"ibverbs-providers", "libibverbs-dev", "librdmacm-dev", "perftest",
 	"busybox-static", "cpio", "kmod", "xz-utils", "iproute2", "bash", "gcc", "make",
+	"iperf3", "sockperf",
 }
 
 // aptLists is refreshed at most once per process and only when it is older
