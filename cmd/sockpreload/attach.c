@@ -293,7 +293,7 @@ int att_connect(struct att *a, const struct sockproto_endpoint *p)
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_state = IBV_QPS_RTS;
 	qa.timeout = 14;
-	qa.retry_cnt = 7;
+	qa.retry_cnt = 6;	/* rxe retries 7 forever: a dead peer must fail the QP */
 	qa.rnr_retry = 7;
 	qa.sq_psn = a->psn;
 	qa.max_rd_atomic = 1;

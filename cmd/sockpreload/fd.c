@@ -7,7 +7,7 @@
  * A removed fd's slot is cleared before libc closes it, so another thread
  * that gets the number back from socket() or accept() records it after.
  */
-#include "shim.h"
+#include "rdma.h"
 
 #include <fcntl.h>
 #include <linux/close_range.h>
@@ -225,6 +225,10 @@ SHIM_EXPORT int ioctl(int fd, unsigned long req, ...)
 		break;
 	case FIONCLEX:
 		conn_set_cloexec(fd, 0);
+		break;
+	case FIONREAD:
+		if (arg && conn_att(c))
+			*(int *)arg = att_readable_bytes(conn_att(c), *(int *)arg);
 		break;
 	}
 	errno = err;

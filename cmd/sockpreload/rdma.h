@@ -195,6 +195,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iovcnt, int flags);
 int att_readable(struct att *a);	/* ring bytes or end ready, without a system call */
 int att_writable(struct att *a);
+int att_readable_bytes(struct att *a, int anchor);
 
 /* ---- progress.c: rvmad and the progress thread ---- */
 

@@ -426,3 +426,25 @@ int att_writable(struct att *a)
 	pthread_mutex_unlock(&a->mu);
 	return r;
 }
+
+/*
+ * FIONREAD on an attachable connection: what a read would get now. The
+ * kernel's count (anchor) is capped at the switch offset while switching;
+ * on the ring, the ring's bytes.
+ */
+int att_readable_bytes(struct att *a, int anchor)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&a->mu);
+	if (a->in == IN_TCP) {
+		n = (uint64_t)anchor;
+	} else if (a->in == IN_SWITCHING && a->rx < a->sw_in) {
+		n = a->sw_in - a->rx < (uint64_t)anchor ? a->sw_in - a->rx : (uint64_t)anchor;
+	} else {
+		att_poll_cq(a);
+		n = a->prod - a->rx;
+	}
+	pthread_mutex_unlock(&a->mu);
+	return n > INT32_MAX ? INT32_MAX : (int)n;
+}
