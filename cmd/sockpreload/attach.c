@@ -235,6 +235,10 @@ int att_setup(struct att *a)
 	}
 	a->sq_posted = a->sq_done = a->sq_signaled = 0;
 	a->qp_dead = 0;
+	if (a->ep_regs > 0) {
+		ibv_req_notify_cq(a->cq, 0);
+		progress_watch(a);
+	}
 	a->credit = a->credited = a->peer_blocked = a->blocked_sent = 0;
 	a->fin_in = SOCKPROTO_NO_FIN;
 	a->fin_sent = 0;
@@ -579,8 +583,17 @@ int att_poll_cq(struct att *a)
 	if (a->in == IN_SWITCHING && a->rx == a->sw_in)
 		a->in = IN_RING;
 	att_credit_check(a);
-	if ((a->chg_rd && a->rd_sleepers) || (a->chg_wr && a->wr_sleepers))
-		att_signal(a, a->chg_rd && a->rd_sleepers, a->chg_wr && a->wr_sleepers);
+	{
+		/*
+		 * A sleeping thread wakes for any change, and looks; an epoll
+		 * registration's eventfd says only what is there to report.
+		 */
+		int rd = a->chg_rd && (a->rd_sleepers || (a->ep_rd && att_rd_ready(a)));
+		int wr = a->chg_wr && (a->wr_sleepers || (a->ep_wr && att_wr_ready(a)));
+
+		if (rd || wr)
+			att_signal(a, rd, wr);
+	}
 	a->chg_rd = a->chg_wr = 0;
 	if (a->shut_wr && a->out == AOUT_RING && a->fin_sent && a->credit >= a->tx &&
 	    !a->anchor_shut && a->anchor >= 0) {
@@ -791,6 +804,43 @@ void att_linger_step(struct att *a)
 	progress_watch(a);
 }
 
+/* Ring bytes, the end or a reset for a reader (under mu). */
+int att_rd_ready(struct att *a)
+{
+	return a->in == IN_RING &&
+	       (a->prod > a->rx || a->rx == a->fin_in || a->reset || a->anchor_eof);
+}
+
+/* Room in the peer's ring (or the send buffer), or a reset (under mu). */
+int att_wr_ready(struct att *a)
+{
+	uint64_t base = a->out == AOUT_FLUSH ? a->flushed :
+		(a->credit > a->sw_out ? a->credit : a->sw_out);
+
+	return a->out != AOUT_TCP && (a->win - (a->tx - base) > 0 || a->reset);
+}
+
+/* An epoll registration's eventfds made to say exactly what is there. */
+void att_ep_sync(struct att *a)
+{
+	uint64_t v;
+
+	if (a->ep_rd) {
+		if (att_rd_ready(a))
+			att_signal(a, 1, 0);
+		else if (REAL(read)(a->rd_ev, &v, sizeof(v)) < 0) {
+			/* not signalled */
+		}
+	}
+	if (a->ep_wr) {
+		if (att_wr_ready(a))
+			att_signal(a, 0, 1);
+		else if (REAL(read)(a->wr_ev, &v, sizeof(v)) < 0) {
+			/* not signalled */
+		}
+	}
+}
+
 /* Events of the attachment's channel: taken and acknowledged. */
 void att_take_events(struct att *a)
 {
@@ -874,8 +924,11 @@ void att_closed(struct att *a)
 /* The RDMA resources go (the QP first: nothing lands after). */
 void att_release(struct att *a)
 {
-	if (a->watched)
+	if (a->watched) {
+		a->releasing = 1;
 		progress_watch(a);	/* leaves the epoll: nothing to watch */
+		a->releasing = 0;
+	}
 	if (a->qp)
 		ibv.destroy_qp(a->qp);
 	if (a->cq) {

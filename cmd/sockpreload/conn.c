@@ -44,6 +44,7 @@ static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
 	c->in = IN_TCP;
 	c->epoch = 0;
 	atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
+	c->ep_sets = 0;
 	atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
 	c->prev = NULL;
@@ -349,6 +350,7 @@ void conn_close_prepare(struct conn *c)
 
 	if (!a || c->refs > 1)
 		return;
+	epoll_conn_closing(a);
 	pthread_mutex_lock(&a->mu);
 	if (a->out == AOUT_RING && a->qp) {
 		att_post_fin(a);
@@ -370,7 +372,7 @@ void conn_established(struct conn *c, int fd)
 	struct att *a;
 	int client = atomic_load(&c->role) == ROLE_CLIENT;
 
-	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c))
+	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c) || c->ep_sets > 1)
 		return;
 	a = att_new(c, fd, client);
 	if (!a)
@@ -381,6 +383,8 @@ void conn_established(struct conn *c, int fd)
 	}
 	atomic_store_explicit(&c->att, a, memory_order_release);
 	stat_add(&shim_stats.attachable, 1);
+	if (c->ep_sets)
+		epoll_conn_established(c, a);
 	if (client)
 		progress_kick();
 }

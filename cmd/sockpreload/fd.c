@@ -24,8 +24,10 @@ SHIM_EXPORT int close(int fd)
 {
 	struct conn *c = slot_conn(fdt_load(fd));
 
-	if (likely(!c))
+	if (likely(!c)) {
+		epoll_set_closing(fd);
 		return REAL(close)(fd);
+	}
 	conn_close_prepare(c);
 	conn_untrack(fd);
 	return REAL(close)(fd);

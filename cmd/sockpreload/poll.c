@@ -1,7 +1,6 @@
 /*
  * poll.c: readiness: select, pselect, poll, ppoll (and their fortified
- * __poll_chk, __ppoll_chk), epoll_create, epoll_create1, epoll_ctl,
- * epoll_wait, epoll_pwait, epoll_pwait2.
+ * __poll_chk, __ppoll_chk); epoll is in epoll.c.
  *
  * In pass-through mode the anchor is where the bytes are, so the
  * kernel's answer is the right one and every call is libc's. Once
@@ -310,65 +309,4 @@ SHIM_EXPORT int __ppoll_chk(struct pollfd *fds, nfds_t n, const struct timespec 
 	if (unlikely(any_att(fds, n)) && n <= fdslen / sizeof(*fds))
 		return poll_att_set(fds, n, 0, ts, ss, 1);
 	return REAL(__ppoll_chk)(fds, n, ts, ss, fdslen);
-}
-
-/*
- * epoll_create, epoll_create1: the kernel's set. A stale slot of the new
- * fd is cleared. Attached: the set gets its shadow set lazily, when the
- * first attached socket joins it.
- */
-static int created(int fd)
-{
-	if (fd >= 0 && fdt_load(fd) > SLOT_NONE) {
-		int err = errno;
-
-		conn_forget(fd);
-		errno = err;
-	}
-	return fd;
-}
-
-SHIM_EXPORT int epoll_create(int size)
-{
-	return created(REAL(epoll_create)(size));
-}
-
-SHIM_EXPORT int epoll_create1(int flags)
-{
-	return created(REAL(epoll_create1)(flags));
-}
-
-/*
- * epoll_ctl: the kernel's. Attached: adding or changing a tracked socket
- * also puts its proxies (with the same events and flags) into the set's
- * shadow set; deleting removes them.
- */
-SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
-{
-	struct conn *c;
-
-	if (op != EPOLL_CTL_DEL && (c = slot_conn(fdt_load(fd))) && conn_att(c))
-		conn_demote(c, SOCKPROTO_R_DISABLED);
-	return REAL(epoll_ctl)(epfd, op, fd, ev);
-}
-
-/*
- * epoll_wait, epoll_pwait, epoll_pwait2: the kernel's. Attached: events
- * of the shadow set are mapped back to the program's fds and data.
- */
-SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
-{
-	return REAL(epoll_wait)(epfd, ev, max, timeout);
-}
-
-SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
-			    const sigset_t *ss)
-{
-	return REAL(epoll_pwait)(epfd, ev, max, timeout, ss);
-}
-
-SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max,
-			     const struct timespec *ts, const sigset_t *ss)
-{
-	return REAL(epoll_pwait2)(epfd, ev, max, ts, ss);
 }

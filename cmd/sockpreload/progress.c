@@ -139,7 +139,7 @@ void progress_watch(struct att *a)
 
 	if (epfd < 0)
 		return;
-	if (a->closing == 1 && a->chan && a->anchor >= 0)
+	if ((a->closing == 1 || a->ep_regs > 0) && a->chan && a->anchor >= 0 && !a->releasing)
 		want |= 1;
 	if (a->anchor >= 0) {
 		if (a->closing == 1 && !a->anchor_eof)
@@ -473,6 +473,11 @@ static void on_att(struct att *a)
 {
 	pthread_mutex_lock(&a->mu);
 	att_take_events(a);
+	if (a->ep_regs > 0 && a->cq) {
+		/* epoll waits on this connection: armed again, and what came */
+		ibv_req_notify_cq(a->cq, 0);
+		att_poll_cq(a);
+	}
 	if (a->out == AOUT_FLUSH)
 		att_flush(a);
 	if (a->closing == 1)
@@ -608,6 +613,7 @@ void progress_fork_child(void)
 	started = 0;
 	pthread_mutex_init(&reg_mu, NULL);
 	ibv_fork_child();
+	epoll_fork_child();
 }
 
 /*

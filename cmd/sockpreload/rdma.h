@@ -116,6 +116,8 @@ struct att {
 	uint64_t sq_done;		/* send WRs completed (in order) */
 	uint64_t sq_signaled;		/* the last signaled one */
 	int rd_sleepers, wr_sleepers;	/* program threads asleep on this connection */
+	int ep_regs, ep_rd, ep_wr;	/* epoll registrations (epoll.c): all, EPOLLIN, EPOLLOUT */
+	int releasing;
 	int chg_rd, chg_wr;		/* completions changed what they wait for */
 	uint32_t watched;		/* in the progress thread's epoll: 1 chan, 2 anchor */
 	int watched_chan_fd;
@@ -196,6 +198,9 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 int att_readable(struct att *a);	/* ring bytes or end ready, without a system call */
 int att_writable(struct att *a);
 int att_readable_bytes(struct att *a, int anchor);
+int att_rd_ready(struct att *a);	/* under mu */
+int att_wr_ready(struct att *a);	/* under mu */
+void att_ep_sync(struct att *a);	/* under mu */
 
 /* ---- progress.c: rvmad and the progress thread ---- */
 
@@ -207,5 +212,11 @@ void progress_add(struct att *a);	/* registry; the thread learns of it */
 void progress_watch(struct att *a);	/* under mu */
 void progress_fork_child(void);
 void progress_fork_parent(void);
+
+/* ---- epoll.c ---- */
+
+void epoll_conn_closing(struct att *a);
+void epoll_set_closing(int epfd);
+void epoll_fork_child(void);
 
 #endif /* RDMA_H */

@@ -291,6 +291,11 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		}
 	}
 	pthread_mutex_unlock(&a->rmu);
+	if (a->ep_rd > 0) {
+		pthread_mutex_lock(&a->mu);
+		att_ep_sync(a);	/* epoll: still readable, or not */
+		pthread_mutex_unlock(&a->mu);
+	}
 	if (got > 0) {
 		if (!peek)
 			stat_add(&c->rbytes, got);
@@ -390,6 +395,11 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	}
 	pthread_mutex_unlock(&a->mu);
 	pthread_mutex_unlock(&a->wmu);
+	if (a->ep_wr > 0) {
+		pthread_mutex_lock(&a->mu);
+		att_ep_sync(a);	/* epoll: still writable, or not */
+		pthread_mutex_unlock(&a->mu);
+	}
 	if (done) {
 		stat_add(&c->wbytes, done);
 		return (ssize_t)done;

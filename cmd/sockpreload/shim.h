@@ -217,6 +217,13 @@ struct conn {
 	enum conn_in in;
 	uint32_t epoch;			/* of the current attachment; 0: none yet */
 	_Atomic(struct att *) att;	/* registered with rvmad: attachable (rdma.h) */
+	/*
+	 * An epoll registration made before the connection was established
+	 * (epoll.c moves it to the attachment then); ep_sets counts the sets
+	 * holding it: more than one, and it never attaches.
+	 */
+	int ep_sets, ep_epfd, ep_fd;
+	struct epoll_event ep_ev;
 
 	/* Statistics of this process. */
 	_Atomic uint64_t rbytes;	/* read by the program */
@@ -283,6 +290,7 @@ void conn_demote(struct conn *c, int reason);
 int conn_shut_wr(struct conn *c);
 
 void conn_fork_child(void);
+void epoll_conn_established(struct conn *c, struct att *a);
 void conn_foreach_live(void (*fn)(struct conn *c, void *arg), void *arg);
 
 /* ---- io.c ---- */

@@ -3,7 +3,8 @@
 #
 # Unmodified Debian programs under the sockets shim between two guests,
 # with rvmad's broker on both: iperf3 (4 s one way, then reversed with
-# -R, then four streams with -P 4) and sockperf's ping-pong (poll mode).
+# -R, then four streams with -P 4) and sockperf's ping-pong (with poll,
+# then with epoll, its default).
 # Each run must go by RDMA: rxe's packet counters move by at least the
 # bytes' packets, and the shim's summaries show the bytes read from rings.
 set -euo pipefail
@@ -23,8 +24,10 @@ if [ "$LAB_ROLE" = server ]; then
 	shim iperf3 -s -p 5201 >/tmp/iperf3.srv 2>&1 &
 	echo "T:$LAB_ADDR:11111" >/tmp/feed	# -F (poll) needs a feed file
 	shim sockperf server -f /tmp/feed -F poll >/tmp/sockperf.srv 2>&1 &
+	shim sockperf server --tcp -i "$LAB_ADDR" -p 11112 >/tmp/sockperf-epoll.srv 2>&1 &
 	lab_wait_listen 5201
 	lab_wait_listen 11111
+	lab_wait_listen 11112
 	lab_signal servers-ready
 	lab_wait clients-done 500
 	grep "ring_read" /tmp/iperf3.srv | tail -1 || true
@@ -50,6 +53,14 @@ else
 	[ $rc -eq 0 ] || { cat /tmp/sockperf.cli; lab_fail "sockperf failed (status $rc)"; }
 	echo "sockperf: rxe packets +$((p1 - p0))"
 	[ $((p1 - p0)) -ge 1000 ] || lab_fail "sockperf: rxe moved only $((p1 - p0)) packets: not by RDMA"
+	p0=$(rxe_pkts)
+	rc=0
+	shim timeout 120 sockperf ping-pong --tcp -i "$peer" -p 11112 -t 5 -m 64 >/tmp/sockperf-epoll.cli 2>&1 || rc=$?
+	p1=$(rxe_pkts)
+	grep -E "Summary|percentile 50.000|percentile 99.000|ring_read" /tmp/sockperf-epoll.cli || true
+	[ $rc -eq 0 ] || { cat /tmp/sockperf-epoll.cli; lab_fail "sockperf (epoll) failed (status $rc)"; }
+	echo "sockperf (epoll): rxe packets +$((p1 - p0))"
+	[ $((p1 - p0)) -ge 1000 ] || lab_fail "sockperf (epoll): rxe moved only $((p1 - p0)) packets: not by RDMA"
 	lab_signal clients-done
 fi
 echo "PASS sockets-iperf3 (guest $LAB_INDEX)"

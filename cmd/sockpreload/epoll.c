@@ -1,0 +1,628 @@
+/*
+ * epoll.c: epoll_create, epoll_create1, epoll_ctl, epoll_wait,
+ * epoll_pwait, epoll_pwait2 (docs/sockets.md, "Readiness").
+ *
+ * A set without attachable connections is the kernel's alone. The first
+ * attachable connection added to a program's set E gives E a shadow set S
+ * (added to E under a random 64-bit cookie), and the connection a
+ * registration (struct ereg):
+ *
+ * - its anchor stays in E, with the program's events but our ereg as the
+ *   data, so that epoll_wait knows whose event it is (the program's data
+ *   is given back in its place). While the outgoing direction is on the
+ *   ring, the anchor's EPOLLOUT (always there) is dropped: room in the
+ *   peer's ring decides.
+ * - its eventfds (readers', writers') go into S, level or edge triggered
+ *   as the program asked. The registration counts as a sleeper of the
+ *   attachment, so completions that change what it waits for signal them;
+ *   the progress thread watches the attachment's completion channel and
+ *   keeps the CQ armed while a registration exists.
+ *
+ * epoll_wait on E turns S's events into events of the connection (ring
+ * data, FIN, a reset: EPOLLIN; room: EPOLLOUT), merged with its anchor's.
+ * Level triggered: an eventfd is drained only once the ring has nothing
+ * more for it, so E keeps reporting while data is there; edge triggered:
+ * drained as reported. EPOLLONESHOT holds a registration's events until
+ * EPOLL_CTL_MOD re-arms it.
+ *
+ * Limits: a set shared across fork is the parent's (the child's view of
+ * an attachable connection in it is its anchor's alone); the same
+ * connection under two fds of one set is registered once (the second one
+ * demotes).
+ */
+#include "rdma.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+struct ereg {
+	struct ereg *next;		/* the set's registrations */
+	struct eset *set;
+	struct att *a;			/* a reference */
+	int fd;				/* the program's fd registered */
+	uint32_t events;		/* what the program asked for */
+	uint64_t data;			/* the program's data */
+	int fired;			/* EPOLLONESHOT: reported, until MOD */
+	uint32_t kernel;		/* the anchor's events in E now */
+};
+
+struct eset {
+	int epfd, shadow;
+	uint64_t cookie;
+	struct ereg *regs;
+	pthread_mutex_t mu;
+};
+
+static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct eset **sets;	/* by epfd */
+static size_t nsets;
+static _Atomic int any_set;
+
+static struct eset *set_of(int epfd)
+{
+	struct eset *s = NULL;
+
+	if (!atomic_load_explicit(&any_set, memory_order_relaxed) || epfd < 0)
+		return NULL;
+	pthread_mutex_lock(&sets_mu);
+	if ((size_t)epfd < nsets)
+		s = sets[epfd];
+	pthread_mutex_unlock(&sets_mu);
+	return s;
+}
+
+/* E's shadow set, made on first use. */
+static struct eset *set_get(int epfd)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct eset *s;
+
+	pthread_mutex_lock(&sets_mu);
+	if ((size_t)epfd >= nsets) {
+		size_t n = nsets ? nsets : 64;
+		struct eset **t;
+
+		while (n <= (size_t)epfd)
+			n *= 2;
+		t = realloc(sets, n * sizeof(*t));
+		if (!t)
+			goto fail;
+		memset(t + nsets, 0, (n - nsets) * sizeof(*t));
+		sets = t;
+		nsets = n;
+	}
+	if ((s = sets[epfd]))
+		goto out;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		goto fail;
+	s->epfd = epfd;
+	s->shadow = REAL(epoll_create1)(EPOLL_CLOEXEC);
+	if (s->shadow < 0 || getrandom(&s->cookie, sizeof(s->cookie), GRND_NONBLOCK) != sizeof(s->cookie))
+		goto fail_free;
+	ev.data.u64 = s->cookie;
+	if (REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, s->shadow, &ev) < 0)
+		goto fail_free;
+	pthread_mutex_init(&s->mu, NULL);
+	sets[epfd] = s;
+	atomic_store(&any_set, 1);
+out:
+	pthread_mutex_unlock(&sets_mu);
+	return s;
+fail_free:
+	if (s->shadow >= 0)
+		REAL(close)(s->shadow);
+	free(s);
+fail:
+	pthread_mutex_unlock(&sets_mu);
+	return NULL;
+}
+
+/*
+ * The attachment's side of a registration (reg: +1 added, -1 removed, 0
+ * changed): it counts as a sleeper for reading (rd) and writing (wr); the
+ * progress thread watches its completion channel and keeps the CQ armed.
+ */
+static void att_ep(struct att *a, int rd, int wr, int reg)
+{
+	pthread_mutex_lock(&a->mu);
+	a->ep_rd += rd;
+	a->ep_wr += wr;
+	a->ep_regs += reg;
+	if (a->cq && a->ep_regs > 0) {
+		ibv_req_notify_cq(a->cq, 0);
+		att_poll_cq(a);
+	}
+	att_ep_sync(a);
+	progress_watch(a);
+	pthread_mutex_unlock(&a->mu);
+}
+
+static uint32_t kernel_events(struct ereg *r)
+{
+	uint32_t ev = r->events;
+
+	if (r->a->out != AOUT_TCP)
+		ev &= ~(uint32_t)EPOLLOUT;
+	return ev;
+}
+
+/*
+ * The shadow registrations of r's eventfds, as the program asked (the
+ * readers' for EPOLLIN, the writers' for EPOLLOUT). op: EPOLL_CTL_ADD,
+ * or EPOLL_CTL_DEL of both.
+ */
+static int shadow_ctl(struct ereg *r, int op)
+{
+	struct epoll_event e = { .events = EPOLLIN | (r->events & EPOLLET) };
+	int rc = 0;
+
+	if (op == EPOLL_CTL_DEL) {
+		REAL(epoll_ctl)(r->set->shadow, op, r->a->rd_ev, NULL);
+		REAL(epoll_ctl)(r->set->shadow, op, r->a->wr_ev, NULL);
+		return 0;
+	}
+	e.data.u64 = (uintptr_t)r;
+	if ((r->events & EPOLLIN) && REAL(epoll_ctl)(r->set->shadow, op, r->a->rd_ev, &e) < 0)
+		rc = -1;
+	e.data.u64 = (uintptr_t)r + 1;
+	if ((r->events & EPOLLOUT) && REAL(epoll_ctl)(r->set->shadow, op, r->a->wr_ev, &e) < 0)
+		rc = -1;
+	return rc;
+}
+
+static void reg_free(struct ereg *r)
+{
+	shadow_ctl(r, EPOLL_CTL_DEL);
+	att_ep(r->a, -!!(r->events & EPOLLIN), -!!(r->events & EPOLLOUT), -1);
+	att_put(r->a);
+	free(r);
+}
+
+static struct ereg *reg_find(struct eset *s, int fd)
+{
+	struct ereg *r;
+
+	for (r = s->regs; r && r->fd != fd; r = r->next)
+		;
+	return r;
+}
+
+/*
+ * epoll_ctl on an attachable connection: see the file comment. -1 with
+ * errno as the kernel's; 1: not handled here (the caller demotes and
+ * calls the kernel).
+ */
+static int ctl_att(int epfd, int op, int fd, struct epoll_event *ev, struct att *a)
+{
+	struct eset *s = op == EPOLL_CTL_ADD ? set_get(epfd) : set_of(epfd);
+	struct epoll_event k;
+	struct ereg *r, **pp;
+	int rc;
+
+	if (!s)
+		return 1;
+	pthread_mutex_lock(&s->mu);
+	r = reg_find(s, fd);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (r) {
+			rc = -1;
+			errno = EEXIST;
+			break;
+		}
+		for (struct ereg *o = s->regs; o; o = o->next)
+			if (o->a == a) {
+				rc = 1;	/* the same connection twice in one set */
+				goto out;
+			}
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			rc = 1;
+			break;
+		}
+		r->set = s;
+		r->a = a;
+		atomic_fetch_add(&a->refs, 1);
+		r->fd = fd;
+		r->events = ev->events;
+		r->data = ev->data.u64;
+		k.events = r->kernel = kernel_events(r);
+		k.data.u64 = (uintptr_t)r;
+		if ((rc = REAL(epoll_ctl)(epfd, EPOLL_CTL_ADD, fd, &k)) < 0) {
+			att_put(a);
+			free(r);
+			break;
+		}
+		if (shadow_ctl(r, EPOLL_CTL_ADD) < 0) {
+			int err = errno;
+
+			REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, NULL);
+			shadow_ctl(r, EPOLL_CTL_DEL);
+			att_put(a);
+			free(r);
+			errno = err;
+			rc = 1;
+			break;
+		}
+		att_ep(a, !!(r->events & EPOLLIN), !!(r->events & EPOLLOUT), 1);
+		r->next = s->regs;
+		s->regs = r;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!r) {
+			rc = 1;	/* not ours: the kernel's answer */
+			break;
+		}
+		att_ep(a, !!(ev->events & EPOLLIN) - !!(r->events & EPOLLIN),
+		       !!(ev->events & EPOLLOUT) - !!(r->events & EPOLLOUT), 0);
+		r->events = ev->events;
+		r->data = ev->data.u64;
+		r->fired = 0;
+		k.events = r->kernel = kernel_events(r);
+		k.data.u64 = (uintptr_t)r;
+		rc = REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, fd, &k);
+		shadow_ctl(r, EPOLL_CTL_DEL);
+		shadow_ctl(r, EPOLL_CTL_ADD);
+		pthread_mutex_lock(&a->mu);
+		att_ep_sync(a);	/* re-armed: what is there is reported */
+		pthread_mutex_unlock(&a->mu);
+		break;
+	default:	/* EPOLL_CTL_DEL */
+		if (!r) {
+			rc = 1;
+			break;
+		}
+		rc = REAL(epoll_ctl)(epfd, EPOLL_CTL_DEL, fd, ev);
+		for (pp = &s->regs; *pp != r; pp = &(*pp)->next)
+			;
+		*pp = r->next;
+		reg_free(r);
+	}
+out:
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+/*
+ * The last fd of a connection closes (before the kernel's close): its
+ * registrations go, as the kernel's would with the socket's last fd (the
+ * shim's private duplicate would keep them alive).
+ */
+void epoll_conn_closing(struct att *a)
+{
+	if (!atomic_load_explicit(&any_set, memory_order_relaxed))
+		return;
+	pthread_mutex_lock(&sets_mu);
+	for (size_t i = 0; i < nsets; i++) {
+		struct eset *s = sets[i];
+		struct ereg **pp, *r;
+
+		if (!s)
+			continue;
+		pthread_mutex_lock(&s->mu);
+		for (pp = &s->regs; (r = *pp);) {
+			if (r->a != a) {
+				pp = &r->next;
+				continue;
+			}
+			*pp = r->next;
+			REAL(epoll_ctl)(s->epfd, EPOLL_CTL_DEL, r->fd, NULL);
+			reg_free(r);
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_unlock(&sets_mu);
+}
+
+/* close(epfd): its shadow set and registrations go. */
+void epoll_set_closing(int epfd)
+{
+	struct eset *s;
+
+	if (!atomic_load_explicit(&any_set, memory_order_relaxed) || epfd < 0)
+		return;
+	pthread_mutex_lock(&sets_mu);
+	s = (size_t)epfd < nsets ? sets[epfd] : NULL;
+	if (s)
+		sets[epfd] = NULL;
+	pthread_mutex_unlock(&sets_mu);
+	if (!s)
+		return;
+	while (s->regs) {
+		struct ereg *r = s->regs;
+
+		s->regs = r->next;
+		reg_free(r);
+	}
+	REAL(close)(s->shadow);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+/* In a forked child: the sets are the parent's view; forgotten. */
+void epoll_fork_child(void)
+{
+	sets = NULL;
+	nsets = 0;
+	atomic_store(&any_set, 0);
+	pthread_mutex_init(&sets_mu, NULL);
+}
+
+/* Add or merge an event for the program's data d into out[0..*n). */
+static void emit(struct epoll_event *out, int *n, int max, uint64_t d, uint32_t ev)
+{
+	for (int i = 0; i < *n; i++)
+		if (out[i].data.u64 == d) {
+			out[i].events |= ev;
+			return;
+		}
+	if (*n < max) {
+		out[*n].events = ev;
+		out[*n].data.u64 = d;
+		(*n)++;
+	}
+}
+
+static int is_reg(struct eset *s, uint64_t d, struct ereg **out)
+{
+	for (struct ereg *r = s->regs; r; r = r->next)
+		if ((uintptr_t)r == (d & ~(uint64_t)1)) {
+			*out = r;
+			return 1;
+		}
+	return 0;
+}
+
+/* Readiness of r's connection for the program (EPOLLIN, EPOLLOUT). */
+static uint32_t ring_ready(struct ereg *r, uint32_t which)
+{
+	uint32_t ev = 0;
+
+	if ((which & EPOLLIN) && (r->events & EPOLLIN) && att_readable(r->a))
+		ev |= EPOLLIN;
+	if ((which & EPOLLOUT) && (r->events & EPOLLOUT) && att_writable(r->a))
+		ev |= EPOLLOUT;
+	return ev;
+}
+
+/*
+ * Turn E's raw events into the program's: see the file comment. Returns
+ * how many events are in out.
+ */
+static int translate(struct eset *s, struct epoll_event *raw, int n, struct epoll_event *out, int max)
+{
+	int m = 0;
+
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < n; i++) {
+		uint64_t d = raw[i].data.u64;
+		struct ereg *r;
+
+		if (d == s->cookie) {
+			struct epoll_event sev[64];
+			int k = REAL(epoll_wait)(s->shadow, sev, 64, 0);
+
+			for (int j = 0; j < k; j++) {
+				uint32_t which = (sev[j].data.u64 & 1) ? EPOLLOUT : EPOLLIN, ev;
+				uint64_t v;
+
+				if (!is_reg(s, sev[j].data.u64, &r))
+					continue;
+				ev = r->fired ? 0 : ring_ready(r, which);
+				/* level: drained only when nothing is left to report */
+				if (!ev || (r->events & EPOLLET))
+					if (REAL(read)(which == EPOLLIN ? r->a->rd_ev : r->a->wr_ev, &v,
+						       sizeof(v)) < 0) {
+						/* drained already */
+					}
+				if (!ev)
+					continue;
+				emit(out, &m, max, r->data, ev);
+				if (r->events & EPOLLONESHOT)
+					r->fired = 1;
+			}
+			continue;
+		}
+		if (is_reg(s, d, &r) && !(d & 1)) {
+			uint32_t ev = raw[i].events;
+
+			if (r->a->out != AOUT_TCP)
+				ev &= ~(uint32_t)EPOLLOUT;
+			if (kernel_events(r) != r->kernel) {
+				struct epoll_event k = { .events = kernel_events(r) };
+
+				k.data.u64 = (uintptr_t)r;
+				if (REAL(epoll_ctl)(s->epfd, EPOLL_CTL_MOD, r->fd, &k) == 0)
+					r->kernel = k.events;
+				if (r->kernel & EPOLLOUT)
+					ev |= raw[i].events & EPOLLOUT;
+			}
+			if (r->fired)
+				continue;
+			if (r->events & EPOLLONESHOT)
+				r->fired = 1;
+			if (ev)
+				emit(out, &m, max, r->data, ev);
+			continue;
+		}
+		emit(out, &m, max, d, raw[i].events);
+	}
+	/* An anchor whose EPOLLOUT came back (demoted to TCP): ask the kernel. */
+	for (struct ereg *r = s->regs; r; r = r->next)
+		if (kernel_events(r) != r->kernel) {
+			struct epoll_event k = { .events = kernel_events(r) };
+
+			k.data.u64 = (uintptr_t)r;
+			if (REAL(epoll_ctl)(s->epfd, EPOLL_CTL_MOD, r->fd, &k) == 0)
+				r->kernel = k.events;
+		}
+	pthread_mutex_unlock(&s->mu);
+	return m;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* epoll_wait and friends on a set with a shadow: see the file comment. */
+static int wait_set(struct eset *s, struct epoll_event *ev, int max, int timeout,
+		    const sigset_t *ss, int pwait)
+{
+	struct epoll_event raw[64];
+	int64_t end = timeout > 0 ? mono_ms() + timeout : 0;
+
+	if (max <= 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		int n, m, t = timeout <= 0 ? timeout : (int)(end - mono_ms());
+
+		if (timeout > 0 && t < 0)
+			t = 0;
+		n = pwait ? REAL(epoll_pwait)(s->epfd, raw, max < 64 ? max : 64, t, ss)
+			  : REAL(epoll_wait)(s->epfd, raw, max < 64 ? max : 64, t);
+		if (n <= 0)
+			return n;
+		m = translate(s, raw, n, ev, max);
+		if (m > 0 || timeout == 0 || (timeout > 0 && mono_ms() >= end))
+			return m;
+	}
+}
+
+static int created(int fd)
+{
+	if (fd >= 0 && fdt_load(fd) > SLOT_NONE) {
+		int err = errno;
+
+		conn_forget(fd);
+		errno = err;
+	}
+	if (fd >= 0)
+		epoll_set_closing(fd);	/* a stale shadow of a number reused */
+	return fd;
+}
+
+/* A registration of a connection not established yet (under no lock: the
+ * program's own calls on one socket; a race only keeps it from attaching). */
+static void pending(struct conn *c, int epfd, int op, int fd, struct epoll_event *ev)
+{
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (c->ep_sets++ == 0) {
+			c->ep_epfd = epfd;
+			c->ep_fd = fd;
+			c->ep_ev = *ev;
+		}
+		break;
+	case EPOLL_CTL_MOD:
+		if (c->ep_sets == 1 && c->ep_epfd == epfd && c->ep_fd == fd)
+			c->ep_ev = *ev;
+		break;
+	default:
+		if (c->ep_sets == 1 && c->ep_epfd == epfd && c->ep_fd == fd)
+			c->ep_sets = 0;
+		else
+			c->ep_sets = 2;	/* lost track: never attach */
+	}
+}
+
+/* epoll_create, epoll_create1: the kernel's set; its shadow comes later. */
+SHIM_EXPORT int epoll_create(int size)
+{
+	return created(REAL(epoll_create)(size));
+}
+
+SHIM_EXPORT int epoll_create1(int flags)
+{
+	return created(REAL(epoll_create1)(flags));
+}
+
+/*
+ * epoll_ctl: the kernel's, except for attachable connections (see the
+ * file comment); one that cannot be registered so is demoted and left to
+ * the kernel.
+ */
+SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	struct conn *c = slot_conn(fdt_load(fd));
+	struct att *a = c ? conn_att(c) : NULL;
+	int rc;
+
+	if (c && !a) {
+		/* not established yet: kept, moved to the attachment then */
+		rc = REAL(epoll_ctl)(epfd, op, fd, ev);
+		if (rc == 0)
+			pending(c, epfd, op, fd, ev);
+		return rc;
+	}
+	if (!a && !set_of(epfd))
+		return REAL(epoll_ctl)(epfd, op, fd, ev);
+	if (a && (op == EPOLL_CTL_DEL || ev)) {
+		rc = ctl_att(epfd, op, fd, ev, a);
+		if (rc <= 0)
+			return rc;
+		if (op != EPOLL_CTL_DEL)
+			conn_demote(c, SOCKPROTO_R_DISABLED);
+	}
+	return REAL(epoll_ctl)(epfd, op, fd, ev);
+}
+
+/*
+ * The connection just became attachable while in one epoll set: its plain
+ * registration becomes an attachable one (the same events and data).
+ */
+void epoll_conn_established(struct conn *c, struct att *a)
+{
+	int err = errno;
+
+	if (c->ep_sets == 1 && REAL(epoll_ctl)(c->ep_epfd, EPOLL_CTL_DEL, c->ep_fd, NULL) == 0) {
+		if (ctl_att(c->ep_epfd, EPOLL_CTL_ADD, c->ep_fd, &c->ep_ev, a) != 0) {
+			REAL(epoll_ctl)(c->ep_epfd, EPOLL_CTL_ADD, c->ep_fd, &c->ep_ev);
+			pthread_mutex_lock(&a->mu);
+			a->disabled = 1;
+			pthread_mutex_unlock(&a->mu);
+		}
+	}
+	c->ep_sets = 0;
+	errno = err;
+}
+
+SHIM_EXPORT int epoll_wait(int epfd, struct epoll_event *ev, int max, int timeout)
+{
+	struct eset *s = set_of(epfd);
+
+	if (likely(!s))
+		return REAL(epoll_wait)(epfd, ev, max, timeout);
+	return wait_set(s, ev, max, timeout, NULL, 0);
+}
+
+SHIM_EXPORT int epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+			    const sigset_t *ss)
+{
+	struct eset *s = set_of(epfd);
+
+	if (likely(!s))
+		return REAL(epoll_pwait)(epfd, ev, max, timeout, ss);
+	return wait_set(s, ev, max, timeout, ss, 1);
+}
+
+SHIM_EXPORT int epoll_pwait2(int epfd, struct epoll_event *ev, int max,
+			     const struct timespec *ts, const sigset_t *ss)
+{
+	struct eset *s = set_of(epfd);
+	int timeout;
+
+	if (likely(!s))
+		return REAL(epoll_pwait2)(epfd, ev, max, ts, ss);
+	timeout = ts ? (int)(ts->tv_sec * 1000 + (ts->tv_nsec + 999999) / 1000000) : -1;
+	return wait_set(s, ev, max, timeout, ss, 1);
+}
