@@ -19,7 +19,8 @@ var hostPackages = []string{
 	"qemu-system-x86", "rdma-core", "ibverbs-utils", "rdmacm-utils",
 	"ibverbs-providers", "libibverbs-dev", "librdmacm-dev", "perftest",
 	"busybox-static", "cpio", "kmod", "xz-utils", "iproute2", "bash", "gcc", "make",
-	"iperf3", "sockperf",
+	"iperf3", "sockperf", "redis-server", "redis-tools", "nginx-light", "wrk", "curl",
+	"memcached", "libmemcached-tools",
 }
 
 // aptLists is refreshed at most once per process and only when it is older
