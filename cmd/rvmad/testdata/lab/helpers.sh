@@ -17,7 +17,7 @@
 #                                name or labels contain S (default: device=" series)
 #
 # For `make demo` (test/softroce/demo/demo.sh, with gobuild=./cmd/rvmad in its header):
-#   rvmad_demo_begin             start rvmad on 127.0.0.1:9470 and take the "before" scrape
+#   rvmad_demo_begin             start rvmad on 127.0.0.1:9470 (sockets broker on) and take the "before" scrape
 #   rvmad_demo_end               take the "after" scrape, show what moved, stop rvmad (exit 0)
 #
 # busybox wget -T (timeout) segfaults in Debian 12's busybox-static: never use it.
@@ -114,7 +114,9 @@ show_changes() {
 rvmad_demo_begin() {
 	RVMAD_DEMO_DIR=${LAB_OUT:-/tmp}/rvmad-demo
 	mkdir -p "$RVMAD_DEMO_DIR"
-	rvmad_start "$RVMAD_DEMO_DIR/rvmad.log" --listen 127.0.0.1:9470 --device "$LAB_DEVICE"
+	mkdir -p /run/rvmad
+	echo '{"sockets": {"enabled": true}}' >"$RVMAD_DEMO_DIR/rvmad.json"
+	rvmad_start "$RVMAD_DEMO_DIR/rvmad.log" -config "$RVMAD_DEMO_DIR/rvmad.json" --listen 127.0.0.1:9470 --device "$LAB_DEVICE"
 	wait_http http://127.0.0.1:9470/readyz
 	scrape http://127.0.0.1:9470/metrics "$RVMAD_DEMO_DIR/before.prom"
 	printf '\n== guest %s: rvmad is up (http://127.0.0.1:9470/metrics); counters of %s before the traffic:\n' "$LAB_INDEX" "$LAB_DEVICE"
@@ -127,5 +129,7 @@ rvmad_demo_end() {
 	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom"
 	printf '\n== guest %s: the module'"'"'s JBMT counters in rvmad, where they moved:\n' "$LAB_INDEX"
 	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom" rdmaplus_jbmt_
+	printf '\n== guest %s: rvmad'"'"'s sockets broker, where its counters moved:\n' "$LAB_INDEX"
+	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom" rdmaplus_sockets_
 	rvmad_stop
 }
