@@ -129,10 +129,12 @@ static void spin_read(struct att *a)
 static void drain(int evfd)
 {
 	uint64_t v;
+	int err = errno;
 
 	if (REAL(read)(evfd, &v, sizeof(v)) < 0) {
 		/* nothing pending */
 	}
+	errno = err;
 }
 
 /*
@@ -189,8 +191,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	int peek = flags & MSG_PEEK;
 	int waitall = (flags & MSG_WAITALL) && !peek;
 	size_t want = iov_total(iov, iovcnt), got = 0;
-	ssize_t ret;
-	int err = 0, spun = 0;
+	int err = 0, spun = 0, saved = errno;
 
 	if (want == 0)
 		return 0;
@@ -299,14 +300,11 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	if (got > 0) {
 		if (!peek)
 			stat_add(&c->rbytes, got);
+		errno = saved;
 		return (ssize_t)got;
 	}
-	if (err) {
-		errno = err;
-		return -1;
-	}
-	ret = 0;
-	return ret;
+	errno = err ? err : saved;
+	return err ? -1 : 0;
 }
 
 /* Room in the peer's ring for more of my stream (under mu). */
@@ -322,7 +320,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 {
 	int nb = (conn_flags(c) & CONN_NONBLOCK) || (flags & MSG_DONTWAIT);
 	size_t total = iov_total(iov, iovcnt), done = 0;
-	int err = 0, ring_err = 0;
+	int err = 0, ring_err = 0, saved = errno;
 
 	pthread_mutex_lock(&a->wmu);
 	pthread_mutex_lock(&a->mu);
@@ -402,11 +400,12 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	}
 	if (done) {
 		stat_add(&c->wbytes, done);
+		errno = saved;
 		return (ssize_t)done;
 	}
 	if (ring_err && err == EPIPE && !(flags & MSG_NOSIGNAL))
 		raise(SIGPIPE);
-	errno = err;
+	errno = err ? err : saved;
 	return err ? -1 : 0;
 }
 
