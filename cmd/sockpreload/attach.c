@@ -200,6 +200,7 @@ int att_setup(struct att *a)
 		goto fail;
 	fcntl(a->chan->fd, F_SETFL, fcntl(a->chan->fd, F_GETFL) | O_NONBLOCK);
 	fcntl(a->chan->fd, F_SETFD, FD_CLOEXEC);
+	a->chan_gen++;
 	a->cq = ibv.create_cq(a->dev->ctx, ATT_RQ + ATT_SQ + 16, a, a->chan, 0);
 	if (!a->rmr || !a->lmr || !a->cq)
 		goto fail;
@@ -296,7 +297,7 @@ int att_connect(struct att *a, const struct sockproto_endpoint *p)
 		return -1;
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_state = IBV_QPS_RTS;
-	qa.timeout = 14;
+	qa.timeout = 17;	/* 0.54 s a try: a busy host is not a dead one */
 	qa.retry_cnt = 6;	/* rxe retries 7 forever: a dead peer must fail the QP */
 	qa.rnr_retry = 7;
 	qa.sq_psn = a->psn;
@@ -847,8 +848,17 @@ void att_take_events(struct att *a)
 	struct ibv_cq *cq;
 	void *ctx;
 
-	while (a->chan && ibv.get_cq_event(a->chan, &cq, &ctx) == 0)
+	int n = 0;
+
+	while (a->chan && ibv.get_cq_event(a->chan, &cq, &ctx) == 0) {
 		ibv.ack_cq_events(cq, 1);
+		n++;
+	}
+	if (n && a->ep_regs > 0 && a->cq && !a->releasing) {
+		/* an epoll set waits on the channel: armed again, and what came */
+		ibv_req_notify_cq(a->cq, 0);
+		att_poll_cq(a);
+	}
 }
 
 /*
@@ -932,7 +942,9 @@ void att_release(struct att *a)
 	if (a->qp)
 		ibv.destroy_qp(a->qp);
 	if (a->cq) {
+		a->releasing = 1;
 		att_take_events(a);
+		a->releasing = 0;
 		ibv.destroy_cq(a->cq);
 	}
 	if (a->chan)

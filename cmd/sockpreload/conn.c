@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
+#include <time.h>
 
 static struct conn *live_head;
 static struct conn *free_head;
@@ -45,6 +46,11 @@ static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
 	c->epoch = 0;
 	atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
 	c->ep_sets = 0;
+	atomic_store_explicit(&c->eligible, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->tx, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->rx, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->inflight, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->attaching, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
 	c->prev = NULL;
@@ -337,11 +343,11 @@ out:
 }
 
 /*
- * conn_close_prepare: an fd of c is about to close. If it is the last one
- * and the connection's outgoing direction is on the ring, FIN goes now and
- * the close waits (at most 2 s) until every write posted has completed,
- * so that a program that closes and exits loses nothing. The rest of the
- * close (linger, release) is the progress thread's (att_closed).
+ * conn_close_prepare: an fd of c is about to close. If it is the last
+ * one, its epoll registrations go, and if the outgoing direction is on the
+ * ring, FIN goes now. The rest of the close (linger, release) is the
+ * progress thread's (att_closed); at exit the shim waits a moment for
+ * writes still in flight (progress.c).
  */
 void conn_close_prepare(struct conn *c)
 {
@@ -352,41 +358,101 @@ void conn_close_prepare(struct conn *c)
 		return;
 	epoll_conn_closing(a);
 	pthread_mutex_lock(&a->mu);
-	if (a->out == AOUT_RING && a->qp) {
+	if (a->out == AOUT_RING && a->qp)
 		att_post_fin(a);
-		att_drain_sends(a, 2000);
-	}
 	pthread_mutex_unlock(&a->mu);
 	errno = err;
 }
 
+static int64_t mono_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* How long a connection lives on TCP before it may attach (ms). */
+static int64_t attach_delay(void)
+{
+	static _Atomic long v = -1;
+	long d = atomic_load_explicit(&v, memory_order_relaxed);
+
+	if (d < 0) {
+		const char *e = getenv("RDMAPLUS_SOCKETS_ATTACH_MS");
+
+		d = e ? strtol(e, NULL, 10) : 50;
+		if (d < 0 || d > 3600000)
+			d = 50;
+		atomic_store_explicit(&v, d, memory_order_relaxed);
+	}
+	return d;
+}
+
 /*
  * conn_established: a connection is up (connect completed, or accepted)
- * in the process that made it. With rvmad's broker present it becomes
- * attachable: registered (its socket passed as proof), and the client
- * asks for an attachment from the progress thread, never delaying the
- * program.
+ * in the process that made it. It may become attachable later
+ * (conn_maybe_attach), never on the program's critical path and never
+ * for a connection shorter than the attach delay.
  */
 void conn_established(struct conn *c, int fd)
 {
-	struct att *a;
-	int client = atomic_load(&c->role) == ROLE_CLIENT;
+	(void)fd;
+	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c))
+		return;
+	c->t_est = mono_ms();
+	atomic_store_explicit(&c->eligible, 1, memory_order_release);
+}
 
-	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c) || c->ep_sets > 1)
-		return;
-	a = att_new(c, fd, client);
-	if (!a)
-		return;
-	if (broker_register(a, fd) < 0) {
-		att_put(a);
-		return;
+/*
+ * At a read or write of an eligible connection: once it lived the attach
+ * delay or moved 64 KiB, it becomes attachable (once): registered with
+ * rvmad (its socket passed as proof), and the client asks for an
+ * attachment from the progress thread. NULL: not (yet, or ever).
+ */
+struct att *conn_maybe_attach(struct conn *c, int fd)
+{
+	struct att *a;
+	int client = atomic_load(&c->role) == ROLE_CLIENT, one = 1;
+
+	if (mono_ms() - c->t_est < attach_delay() &&
+	    atomic_load_explicit(&c->tx, memory_order_relaxed) +
+	    atomic_load_explicit(&c->rx, memory_order_relaxed) < (64 << 10))
+		return NULL;
+	if (!atomic_compare_exchange_strong(&c->eligible, &one, 0))
+		return conn_att(c);
+	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || c->ep_sets > 1)
+		return NULL;
+	/*
+	 * Plain I/O of another thread under way: its bytes are not counted
+	 * yet. Try again at a later call (io_begin's other half).
+	 */
+	atomic_store(&c->attaching, 1);
+	if (atomic_load(&c->inflight)) {
+		atomic_store(&c->attaching, 0);
+		atomic_store(&c->eligible, 1);
+		return NULL;
 	}
-	atomic_store_explicit(&c->att, a, memory_order_release);
+	a = att_new(c, fd, client);
+	if (a) {
+		a->tx = atomic_load(&c->tx);
+		a->rx = atomic_load(&c->rx);
+		if (broker_register(a, fd) < 0) {
+			att_put(a);
+			a = NULL;
+		} else {
+			atomic_store_explicit(&c->att, a, memory_order_release);
+		}
+	}
+	atomic_store(&c->attaching, 0);
+	if (!a)
+		return NULL;
 	stat_add(&shim_stats.attachable, 1);
 	if (c->ep_sets)
 		epoll_conn_established(c, a);
 	if (client)
 		progress_kick();
+	return a;
 }
 
 /*
@@ -401,6 +467,7 @@ void conn_demote(struct conn *c, int reason)
 	struct att *a = conn_att(c);
 	int err = errno;
 
+	atomic_store(&c->eligible, 0);	/* the kernel or another moves bytes now */
 	if (!a)
 		return;
 	pthread_mutex_lock(&a->mu);

@@ -46,6 +46,7 @@ struct ereg {
 	uint32_t events;		/* what the program asked for */
 	uint64_t data;			/* the program's data */
 	int fired;			/* EPOLLONESHOT: reported, until MOD */
+	uint32_t chan_gen;		/* the attachment's channel in the shadow set */
 	uint32_t kernel;		/* the anchor's events in E now */
 };
 
@@ -163,6 +164,11 @@ static int shadow_ctl(struct ereg *r, int op)
 	if (op == EPOLL_CTL_DEL) {
 		REAL(epoll_ctl)(r->set->shadow, op, r->a->rd_ev, NULL);
 		REAL(epoll_ctl)(r->set->shadow, op, r->a->wr_ev, NULL);
+		pthread_mutex_lock(&r->a->mu);
+		if (r->chan_gen && r->a->chan && r->chan_gen == r->a->chan_gen)
+			REAL(epoll_ctl)(r->set->shadow, op, r->a->chan->fd, NULL);
+		pthread_mutex_unlock(&r->a->mu);
+		r->chan_gen = 0;
 		return 0;
 	}
 	e.data.u64 = (uintptr_t)r;
@@ -172,6 +178,31 @@ static int shadow_ctl(struct ereg *r, int op)
 	if ((r->events & EPOLLOUT) && REAL(epoll_ctl)(r->set->shadow, op, r->a->wr_ev, &e) < 0)
 		rc = -1;
 	return rc;
+}
+
+/*
+ * The attachment's completion channel in the shadow set (data r + 2), so
+ * that a completion wakes the program's epoll_wait directly; a new
+ * attachment brings a new channel (the old one left the set when it was
+ * closed). Under the set's mutex.
+ */
+static void chan_sync(struct ereg *r)
+{
+	struct att *a = r->a;
+	struct epoll_event e = { .events = EPOLLIN };
+	int fd = -1;
+	uint32_t gen;
+
+	pthread_mutex_lock(&a->mu);
+	gen = a->chan_gen;
+	if (a->chan)
+		fd = a->chan->fd;
+	pthread_mutex_unlock(&a->mu);
+	if (fd < 0 || gen == r->chan_gen)
+		return;
+	e.data.u64 = (uintptr_t)r + 2;
+	if (REAL(epoll_ctl)(r->set->shadow, EPOLL_CTL_ADD, fd, &e) == 0 || errno == EEXIST)
+		r->chan_gen = gen;
 }
 
 static void reg_free(struct ereg *r)
@@ -249,6 +280,7 @@ static int ctl_att(int epfd, int op, int fd, struct epoll_event *ev, struct att 
 			break;
 		}
 		att_ep(a, !!(r->events & EPOLLIN), !!(r->events & EPOLLOUT), 1);
+		chan_sync(r);
 		r->next = s->regs;
 		s->regs = r;
 		break;
@@ -267,6 +299,7 @@ static int ctl_att(int epfd, int op, int fd, struct epoll_event *ev, struct att 
 		rc = REAL(epoll_ctl)(epfd, EPOLL_CTL_MOD, fd, &k);
 		shadow_ctl(r, EPOLL_CTL_DEL);
 		shadow_ctl(r, EPOLL_CTL_ADD);
+		chan_sync(r);
 		pthread_mutex_lock(&a->mu);
 		att_ep_sync(a);	/* re-armed: what is there is reported */
 		pthread_mutex_unlock(&a->mu);
@@ -370,7 +403,7 @@ static void emit(struct epoll_event *out, int *n, int max, uint64_t d, uint32_t 
 static int is_reg(struct eset *s, uint64_t d, struct ereg **out)
 {
 	for (struct ereg *r = s->regs; r; r = r->next)
-		if ((uintptr_t)r == (d & ~(uint64_t)1)) {
+		if ((uintptr_t)r == (d & ~(uint64_t)3)) {
 			*out = r;
 			return 1;
 		}
@@ -412,6 +445,19 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 
 				if (!is_reg(s, sev[j].data.u64, &r))
 					continue;
+				if (sev[j].data.u64 & 2) {
+					/* completions: taken; the eventfds now say what is there */
+					pthread_mutex_lock(&r->a->mu);
+					att_take_events(r->a);
+					pthread_mutex_unlock(&r->a->mu);
+					ev = r->fired ? 0 : ring_ready(r, EPOLLIN | EPOLLOUT);
+					if (ev) {
+						emit(out, &m, max, r->data, ev);
+						if (r->events & EPOLLONESHOT)
+							r->fired = 1;
+					}
+					continue;
+				}
 				ev = r->fired ? 0 : ring_ready(r, which);
 				/* level: drained only when nothing is left to report */
 				if (!ev || (r->events & EPOLLET))
@@ -451,8 +497,12 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 		}
 		emit(out, &m, max, d, raw[i].events);
 	}
-	/* An anchor whose EPOLLOUT came back (demoted to TCP): ask the kernel. */
-	for (struct ereg *r = s->regs; r; r = r->next)
+	/*
+	 * A new attachment's channel joins the shadow set; an anchor whose
+	 * EPOLLOUT came back (demoted to TCP) asks the kernel again.
+	 */
+	for (struct ereg *r = s->regs; r; r = r->next) {
+		chan_sync(r);
 		if (kernel_events(r) != r->kernel) {
 			struct epoll_event k = { .events = kernel_events(r) };
 
@@ -460,6 +510,7 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 			if (REAL(epoll_ctl)(s->epfd, EPOLL_CTL_MOD, r->fd, &k) == 0)
 				r->kernel = k.events;
 		}
+	}
 	pthread_mutex_unlock(&s->mu);
 	return m;
 }
@@ -522,10 +573,18 @@ static void pending(struct conn *c, int epfd, int op, int fd, struct epoll_event
 			c->ep_fd = fd;
 			c->ep_ev = *ev;
 		}
+		/*
+		 * A one-shot registration may have fired already: moving it
+		 * would arm it again. Such a connection never attaches.
+		 */
+		if (ev->events & EPOLLONESHOT)
+			c->ep_sets = 2;
 		break;
 	case EPOLL_CTL_MOD:
 		if (c->ep_sets == 1 && c->ep_epfd == epfd && c->ep_fd == fd)
 			c->ep_ev = *ev;
+		if (ev->events & EPOLLONESHOT)
+			c->ep_sets = 2;
 		break;
 	default:
 		if (c->ep_sets == 1 && c->ep_epfd == epfd && c->ep_fd == fd)

@@ -139,7 +139,7 @@ void progress_watch(struct att *a)
 
 	if (epfd < 0)
 		return;
-	if ((a->closing == 1 || a->ep_regs > 0) && a->chan && a->anchor >= 0 && !a->releasing)
+	if (a->closing == 1 && a->chan && a->anchor >= 0 && !a->releasing)
 		want |= 1;
 	if (a->anchor >= 0) {
 		if (a->closing == 1 && !a->anchor_eof)
@@ -170,7 +170,12 @@ void progress_watch(struct att *a)
 	}
 }
 
-static int send_msg(const void *buf, size_t len, int passfd)
+/*
+ * One message to rvmad. Never blocks the caller for long: a full socket
+ * (rvmad behind) fails at once, unless wait_ms allows waiting (a DEMOTE,
+ * which must get through).
+ */
+static int send_msg(const void *buf, size_t len, int passfd, int wait_ms)
 {
 	struct iovec iov = { (void *)buf, len };
 	union {
@@ -192,9 +197,22 @@ static int send_msg(const void *buf, size_t len, int passfd)
 		cm->cmsg_len = CMSG_LEN(sizeof(int));
 		memcpy(CMSG_DATA(cm), &passfd, sizeof(int));
 	}
-	do
-		r = REAL(sendmsg)(broker_fd, &m, MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
+	for (;;) {
+		r = REAL(sendmsg)(broker_fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (r >= 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN && wait_ms > 0) {
+			struct pollfd p = { broker_fd, POLLOUT, 0 };
+
+			if (REAL(poll)(&p, 1, wait_ms) <= 0)
+				break;
+			wait_ms = 0;	/* once */
+			continue;
+		}
+		break;
+	}
 	return r == (ssize_t)len ? 0 : -1;
 }
 
@@ -213,7 +231,7 @@ int broker_register(struct att *a, int fd)
 		sockproto_init(&r, SOCKPROTO_REGISTER, 1);
 		r.tuple = a->tuple;
 		sockproto_put32(&r.fd, (uint32_t)fd);
-		if (send_msg(&r, sizeof(r), fd) == 0) {
+		if (send_msg(&r, sizeof(r), fd, 0) == 0) {
 			atomic_fetch_add(&a->refs, 1);
 			a->next = reg_head;
 			reg_head = a;
@@ -238,7 +256,8 @@ int broker_send_routed(struct att *a, const void *rec, size_t len)
 	rt.tuple = a->tuple;
 	memcpy(buf, &rt, sizeof(rt));
 	memcpy(buf + sizeof(rt), rec, len);
-	rc = send_msg(buf, sizeof(rt) + len, -1);
+	rc = send_msg(buf, sizeof(rt) + len, -1,
+		      ((const struct sockproto_hdr *)rec)->type == SOCKPROTO_DEMOTE ? 2000 : 0);
 	errno = err;
 	return rc;
 }
@@ -253,7 +272,7 @@ void broker_unregister(struct att *a)
 		return;
 	sockproto_init(&u, SOCKPROTO_UNREGISTER, a->epoch ? a->epoch : 1);
 	u.tuple = a->tuple;
-	send_msg(&u, sizeof(u), -1);
+	send_msg(&u, sizeof(u), -1, 0);
 	errno = err;
 }
 
@@ -619,18 +638,27 @@ void progress_fork_child(void)
 /*
  * At exit: writes posted on the rings complete before the QPs die with
  * the process (at most 1 s in all), as the kernel would still deliver
- * what a TCP socket had accepted.
+ * what a TCP socket had accepted. A peer that ended its side already, or
+ * a QP that failed, is not waited for.
  */
 __attribute__((destructor)) static void progress_exit(void)
 {
+	int64_t end;
+
 	if (!started)
 		return;
+	end = now_ms() + 1000;
 	pthread_mutex_lock(&reg_mu);
 	for (struct att *a = reg_head; a; a = a->next) {
+		int64_t left = end - now_ms();
+
+		if (left <= 0)
+			break;
 		if (a->pid != getpid() || pthread_mutex_trylock(&a->mu))
 			continue;
-		if (a->out == AOUT_RING && a->qp)
-			att_drain_sends(a, 1000);
+		if (a->out == AOUT_RING && a->qp && !a->qp_dead && !a->anchor_eof &&
+		    a->fin_in == SOCKPROTO_NO_FIN && !a->reset)
+			att_drain_sends(a, (int)left);
 		pthread_mutex_unlock(&a->mu);
 	}
 	pthread_mutex_unlock(&reg_mu);

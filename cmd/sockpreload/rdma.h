@@ -117,6 +117,7 @@ struct att {
 	uint64_t sq_signaled;		/* the last signaled one */
 	int rd_sleepers, wr_sleepers;	/* program threads asleep on this connection */
 	int ep_regs, ep_rd, ep_wr;	/* epoll registrations (epoll.c): all, EPOLLIN, EPOLLOUT */
+	uint32_t chan_gen;		/* a new completion channel: one more */
 	int releasing;
 	int chg_rd, chg_wr;		/* completions changed what they wait for */
 	uint32_t watched;		/* in the progress thread's epoll: 1 chan, 2 anchor */

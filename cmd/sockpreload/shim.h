@@ -224,6 +224,16 @@ struct conn {
 	 */
 	int ep_sets, ep_epfd, ep_fd;
 	struct epoll_event ep_ev;
+	/*
+	 * Established in this process: may become attachable once it lived
+	 * RDMAPLUS_SOCKETS_ATTACH_MS or moved 64 KiB (short connections never
+	 * cost rvmad anything); tx and rx count its stream until then.
+	 */
+	_Atomic int eligible;
+	int64_t t_est;
+	_Atomic uint64_t tx, rx;
+	_Atomic int inflight;		/* plain reads and writes under way */
+	_Atomic int attaching;		/* conn_maybe_attach at work */
 
 	/* Statistics of this process. */
 	_Atomic uint64_t rbytes;	/* read by the program */
@@ -261,6 +271,8 @@ void conn_check_connected(struct conn *c, int fd);
  * says it is connected (a program that writes without asking SO_ERROR),
  * the connect completed. Tracked path only.
  */
+struct att *conn_maybe_attach(struct conn *c, int fd);
+
 static inline void conn_moved(struct conn *c, int fd)
 {
 	if (unlikely(atomic_load_explicit(&c->role, memory_order_relaxed) == ROLE_CONNECTING))
