@@ -123,6 +123,10 @@ func expectEOF(t *testing.T, c *sockets.Conn, what string) {
 // proveRDMA checks the transfer of p went by RDMA: rxe's counters moved
 // by at least its packets each way, TCP by (almost) nothing, and the
 // connection's counters say the bytes went through rings.
+//
+// The header may go over TCP: the shim's bulk client writes it right
+// after connecting, before its attachment is up (it waits afterwards);
+// every byte of the timed transfer must go through rings.
 func proveRDMA(t *testing.T, who string, c *sockets.Conn, p bulkParams, before, after counters, el time.Duration, wantWritten, wantRead uint64) {
 	t.Helper()
 	st := c.Stats()
@@ -145,9 +149,9 @@ func proveRDMA(t *testing.T, who string, c *sockets.Conn, p bulkParams, before, 
 	if out+in > 400 {
 		t.Errorf("TCP moved %d segments out and %d in during the transfer: TCP carried bytes", out, in)
 	}
-	if st.ReadRDMA < wantRead || st.WrittenRDMA < wantWritten || st.ReadRDMA+st.ReadTCP != wantRead ||
+	if st.ReadTCP > 24 || st.WrittenTCP > 24 || st.ReadRDMA+st.ReadTCP != wantRead ||
 		st.WrittenRDMA+st.WrittenTCP != wantWritten || st.Upgrades != 1 || len(st.Demotes) != 0 {
-		t.Errorf("stats %+v: want %d bytes read and %d written, all by RDMA, one upgrade, no demote", st, wantRead, wantWritten)
+		t.Errorf("stats %+v: want %d bytes read and %d written, all by RDMA but the header, one upgrade, no demote", st, wantRead, wantWritten)
 	}
 }
 

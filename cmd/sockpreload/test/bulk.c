@@ -8,8 +8,10 @@
  * The client sends BYTES (a seeded pattern), the server checks them and
  * sends BYTES back, which the client checks; then ROUNDS ping-pongs of
  * SIZE bytes each way (each checked); then both close. The client waits
- * MS milliseconds (default 200) after connecting, before the timed part:
- * the shim attaches a connection asynchronously. The client prints
+ * MS milliseconds (default 200) after sending the header, before the
+ * timed part: the shim attaches a connection asynchronously (run it with
+ * RDMAPLUS_SOCKETS_ATTACH_MS=0, so that the header's write starts it). The
+ * client prints
  * "ok bulk BYTES" with its times. Exit status non-zero on any failure.
  */
 #define _GNU_SOURCE
@@ -174,9 +176,9 @@ int main(int argc, char **argv)
 		if (connect(c, (struct sockaddr *)&a, sizeof(a)) < 0)
 			die("connect");
 		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		usleep((useconds_t)(wait_ms * 1000));	/* the attachment, if any, is up */
 		if (write(c, &h, sizeof(h)) != sizeof(h))
 			die("write header");
+		usleep((useconds_t)(wait_ms * 1000));	/* the attachment, if any, is up */
 		t0 = now();
 		send_all(c, bytes, 1);
 		recv_all(c, bytes, 2);

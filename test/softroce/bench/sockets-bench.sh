@@ -43,7 +43,7 @@ else
 				set -- $t
 				name=$1
 				shift
-				out=$(LD_PRELOAD=$(pre $m) timeout 300 "$bulk" client -p "$(port $m)" -w 1500 "$@" "$peer") ||
+				out=$(LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 timeout 300 "$bulk" client -p "$(port $m)" -w 1500 "$@" "$peer") ||
 					lab_fail "$m $name round $round failed: $out"
 				case $name in
 				bw) v=$(echo "$out" | sed -n 's/.*(\([0-9.]*\) MB\/s).*/\1/p') ;;

@@ -123,7 +123,7 @@ c_client_go_server() {
 		peer=$(lab_peer 1)
 		s0=$(rxe sent_pkts) r0=$(rxe rcvd_pkts)
 		rc=0
-		timeout 240 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p "$port" \
+		timeout 240 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p "$port" \
 			-n $bytes -r $rounds -s 64 -w 1500 "$peer" >/tmp/c-cli-$name.log 2>&1 || rc=$?
 		echo "--- guest 2, $name: bulk client under the shim (status $rc)"
 		cat /tmp/c-cli-$name.log

@@ -67,7 +67,7 @@ else
 	p1=$(rxe_pkts) t1=$(tcp_segs)
 	echo "plain TCP: rxe packets +$((p1 - p0)), TCP segments +$((t1 - t0))"
 	rc=0
-	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
+	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
 		>/tmp/shim.cli 2>&1 || rc=$?
 	p2=$(rxe_pkts) t2=$(tcp_segs)
 	lab_signal bulk-done
@@ -90,7 +90,7 @@ else
 
 	lab_wait conformance-ready 120
 	rc=0
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=${CONF_DEBUG:-1} timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
+	LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=${CONF_DEBUG:-1} timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
 		>/tmp/conf.client 2>&1 || rc=$?
 	sed "s/^/guest 2 client: /" /tmp/conf.client
 	[ $rc -eq 0 ] || lab_fail "the conformance client failed (status $rc)"
