@@ -24,7 +24,7 @@ pre() { case $1 in tcp) echo "";; rsocket) echo "$rs";; ours) echo "$ours";; esa
 
 if [ "$LAB_ROLE" = server ]; then
 	for m in $modes; do
-		LD_PRELOAD=$(pre $m) "$bulk" server -p "$(port $m)" >/tmp/srv.$m 2>&1 &
+		LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 "$bulk" server -p "$(port $m)" >/tmp/srv.$m 2>&1 &
 	done
 	lab_wait_listen "$(port tcp)"
 	lab_wait_listen "$(port ours)"

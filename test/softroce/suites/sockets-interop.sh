@@ -58,7 +58,7 @@ go_client_c_server() {
 	local name=$1 port=$2 bytes=$3 rounds=$4 log2=$5 ring=$6 s0 r0 srv n rc peer
 	if [ "$LAB_ROLE" = server ]; then
 		s0=$(rxe sent_pkts) r0=$(rxe rcvd_pkts)
-		LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=2 RDMAPLUS_SOCKETS_RING_LOG2=$log2 \
+		LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 RDMAPLUS_SOCKETS_RING_LOG2=$log2 \
 			"$bulk" server -p "$port" >/tmp/c-srv-$name.log 2>&1 &
 		srv=$!
 		lab_wait_listen "$port"
