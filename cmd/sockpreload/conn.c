@@ -72,7 +72,7 @@ static void conn_put(struct conn *c)
 	if (--c->refs > 0)
 		return;
 	if ((a = atomic_exchange(&c->att, NULL)))
-		att_closed(a);
+		progress_closed(a);	/* the progress thread closes it: not under this lock */
 	stats_conn_released(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -381,9 +381,9 @@ static int64_t attach_delay(void)
 	if (d < 0) {
 		const char *e = getenv("RDMAPLUS_SOCKETS_ATTACH_MS");
 
-		d = e ? strtol(e, NULL, 10) : 50;
+		d = e ? strtol(e, NULL, 10) : 200;
 		if (d < 0 || d > 3600000)
-			d = 50;
+			d = 200;
 		atomic_store_explicit(&v, d, memory_order_relaxed);
 	}
 	return d;
@@ -467,11 +467,17 @@ struct att *conn_maybe_attach(struct conn *c, int fd)
 void conn_demote(struct conn *c, int reason)
 {
 	struct att *a = conn_att(c);
-	int err = errno;
 
 	atomic_store(&c->eligible, 0);	/* the kernel or another moves bytes now */
-	if (!a)
-		return;
+	if (a)
+		att_demote_wait(a, reason);
+}
+
+/* Demote a and wait (at most 5 s) until its outgoing direction is on TCP. */
+void att_demote_wait(struct att *a, int reason)
+{
+	int err = errno;
+
 	pthread_mutex_lock(&a->mu);
 	a->disabled = 1;
 	if (a->phase == PHASE_ATTACHED || a->phase == PHASE_ATTACHING)

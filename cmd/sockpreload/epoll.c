@@ -58,9 +58,19 @@ struct eset {
 };
 
 static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct eset **sets;	/* by epfd */
+static struct eset **sets;	/* by epfd; an old array is never freed */
 static size_t nsets;
 static _Atomic int any_set;
+
+/* Whether epfd may have a shadow set, without the lock. */
+static int set_peek(int epfd)
+{
+	struct eset **t = __atomic_load_n(&sets, __ATOMIC_ACQUIRE);
+	size_t n = __atomic_load_n(&nsets, __ATOMIC_ACQUIRE);
+
+	/* nsets grows after sets: n never exceeds t's length */
+	return t && (size_t)epfd < n && __atomic_load_n(&t[epfd], __ATOMIC_RELAXED) != NULL;
+}
 
 static struct eset *set_of(int epfd)
 {
@@ -88,12 +98,13 @@ static struct eset *set_get(int epfd)
 
 		while (n <= (size_t)epfd)
 			n *= 2;
-		t = realloc(sets, n * sizeof(*t));
+		t = calloc(n, sizeof(*t));
 		if (!t)
 			goto fail;
-		memset(t + nsets, 0, (n - nsets) * sizeof(*t));
-		sets = t;
-		nsets = n;
+		for (size_t i = 0; i < nsets; i++)
+			t[i] = sets[i];
+		__atomic_store_n(&sets, t, __ATOMIC_RELEASE);	/* the old array stays */
+		__atomic_store_n(&nsets, n, __ATOMIC_RELEASE);
 	}
 	if ((s = sets[epfd]))
 		goto out;
@@ -357,6 +368,13 @@ void epoll_set_closing(int epfd)
 	struct eset *s;
 
 	if (!atomic_load_explicit(&any_set, memory_order_relaxed) || epfd < 0)
+		return;
+	/*
+	 * A look without the lock first: libibverbs closes its own fds under
+	 * an attachment's lock, which must not wait for sets_mu (taken before
+	 * attachments' locks elsewhere). A stale answer is checked below.
+	 */
+	if (!set_peek(epfd))
 		return;
 	pthread_mutex_lock(&sets_mu);
 	s = (size_t)epfd < nsets ? sets[epfd] : NULL;

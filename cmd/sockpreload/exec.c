@@ -24,11 +24,22 @@
 #include <stdlib.h>
 
 
-static void demote_inherited(struct conn *c, void *arg)
+struct atts {
+	struct att *a[256];
+	int n;
+};
+
+/* Under shim_lock: the attachable connections, each with a reference. */
+static void gather(struct conn *c, void *arg)
 {
-	(void)arg;
-	if (conn_att(c))
-		conn_demote(c, SOCKPROTO_R_EXEC);
+	struct atts *v = arg;
+	struct att *a = conn_att(c);
+
+	atomic_store(&c->eligible, 0);
+	if (a && v->n < 256) {
+		atomic_fetch_add(&a->refs, 1);
+		v->a[v->n++] = a;
+	}
 }
 
 void exec_prepare(int spawn)
@@ -36,8 +47,17 @@ void exec_prepare(int spawn)
 	if (!shim_owner())
 		return;
 	stat_add(spawn ? &shim_stats.spawns : &shim_stats.execs, 1);
-	if (atomic_load_explicit(&shim_stats.attachable, memory_order_relaxed))
-		conn_foreach_live(demote_inherited, NULL);
+	if (atomic_load_explicit(&shim_stats.attachable, memory_order_relaxed)) {
+		static struct atts v;	/* exec is one thread's moment */
+
+		v.n = 0;
+		conn_foreach_live(gather, &v);
+		/* outside the table's lock: a demote takes the attachment's */
+		for (int i = 0; i < v.n; i++) {
+			att_demote_wait(v.a[i], SOCKPROTO_R_EXEC);
+			att_put(v.a[i]);
+		}
+	}
 }
 
 SHIM_EXPORT int execve(const char *path, char *const argv[], char *const envp[])

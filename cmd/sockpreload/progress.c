@@ -117,6 +117,36 @@ fail:
 	return -1;
 }
 
+/*
+ * Attachments whose connection the program closed (pushed under the fd
+ * table's lock, where taking an attachment's lock could deadlock against
+ * a thread that holds it and reaches the table through libibverbs'
+ * writes): closed by the progress thread.
+ */
+static _Atomic(struct att *) closed_head;
+
+void progress_closed(struct att *a)
+{
+	struct att *h = atomic_load(&closed_head);
+
+	do
+		a->close_next = h;
+	while (!atomic_compare_exchange_weak(&closed_head, &h, a));
+	progress_kick();
+}
+
+static void closed_run(void)
+{
+	struct att *a = atomic_exchange(&closed_head, NULL);
+
+	while (a) {
+		struct att *next = a->close_next;
+
+		att_closed(a);
+		a = next;
+	}
+}
+
 void progress_kick(void)
 {
 	uint64_t one = 1;
@@ -516,6 +546,7 @@ static void on_kick(void)
 	if (REAL(read)(kickfd, &v, sizeof(v)) < 0) {
 		/* nothing */
 	}
+	closed_run();
 	pthread_mutex_lock(&reg_mu);
 	for (a = reg_head; a && n < 256; a = a->next) {
 		atomic_fetch_add(&a->refs, 1);

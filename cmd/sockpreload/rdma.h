@@ -75,6 +75,7 @@ struct att {
 	pthread_mutex_t mu;
 	pthread_mutex_t rmu, wmu;
 	struct att *next;		/* registry list (progress.c) */
+	struct att *close_next;		/* closed, for the progress thread */
 
 	struct sockproto_tuple tuple;	/* as this host sees it */
 	int anchor;			/* private dup of the socket (CLOEXEC) */
@@ -185,6 +186,7 @@ void att_release(struct att *a);			/* under mu */
 void att_post_fin(struct att *a);			/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
+void att_demote_wait(struct att *a, int reason);
 void att_take_events(struct att *a);			/* under mu */
 #define ATT_POLLED	0x4000	/* att_poll_enter found completions: look again */
 int att_poll_enter(struct att *a, int rd, int wr, int *chanfd);
@@ -209,6 +211,7 @@ int broker_register(struct att *a, int fd);
 int broker_send_routed(struct att *a, const void *rec, size_t len);
 void broker_unregister(struct att *a);
 void progress_kick(void);
+void progress_closed(struct att *a);	/* under shim_lock: queued for the thread */
 void progress_add(struct att *a);	/* registry; the thread learns of it */
 void progress_watch(struct att *a);	/* under mu */
 void progress_fork_child(void);
