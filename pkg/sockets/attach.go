@@ -230,10 +230,11 @@ func (a *attachment) connect(peer sockwire.Endpoint) error {
 		AH: verbs.AHAttr{Port: port, IsGlobal: true, DGID: verbs.GID(peer.GID), SGIDIndex: a.gidIndex, HopLimit: 64}}); err != nil {
 		return err
 	}
-	// retry_cnt 6, not the 7 of docs/sockets.md: rxe resends forever
-	// with 7 (it never counts a retry count of 7 down), so a QP whose
-	// peer was killed would never fail and never demote.
-	if err := a.qp.ToRTS(&verbs.RTSAttr{SQPSN: a.psn, Timeout: 14, RetryCount: 6, RNRRetry: 7}); err != nil {
+	// timeout 17 (0.54 s a try, about 4 s in all: a busy host is not a
+	// dead one) and retry_cnt 6, as docs/sockets.md says: rxe resends
+	// forever with 7 (it never counts a retry count of 7 down), so a QP
+	// whose peer was killed would never fail and never demote.
+	if err := a.qp.ToRTS(&verbs.RTSAttr{SQPSN: a.psn, Timeout: 17, RetryCount: 6, RNRRetry: 7}); err != nil {
 		return err
 	}
 	stage, err := a.dev.pd.AllocMR(int(peer.RingSize()), verbs.AccessLocalWrite)
