@@ -40,10 +40,6 @@ static struct conn *conn_alloc(enum conn_role role, int family, unsigned flags)
 	if (family == AF_INET6)
 		flags |= CONN_V6;
 	atomic_store_explicit(&c->flags, flags, memory_order_relaxed);
-	c->phase = PHASE_PLAIN;
-	c->out = OUT_TCP;
-	c->in = IN_TCP;
-	c->epoch = 0;
 	atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
 	c->ep_sets = 0;
 	atomic_store_explicit(&c->eligible, 0, memory_order_relaxed);

@@ -3,7 +3,7 @@
  * cannot follow: the kernel moving them itself (sendfile, splice; tee and
  * vmsplice take only pipes) or stdio (fdopen).
  *
- * Pass-through mode counts them and calls libc. Attached, each demotes
+ * Each is counted and goes to libc; on an attachable connection it demotes
  * the connection first (SOCKPROTO_R_SPLICE, SOCKPROTO_R_FDOPEN): after a
  * demote the anchor holds exactly the bytes the program has not read, in
  * order, so the kernel or stdio can carry on with it.

@@ -4,10 +4,10 @@
  * __read_chk, __recv_chk, __recvfrom_chk.
  *
  * An fd the shim does not follow goes straight to libc after one table
- * lookup. On a tracked socket, pass-through mode calls libc too and adds
- * the bytes moved to the connection's counters (a MSG_PEEK consumes
- * nothing, so it counts nothing). errno is libc's: counting makes no
- * system call.
+ * lookup. On a tracked socket not (yet) attachable, libc is called too
+ * and the bytes moved are added to the connection's counters (a MSG_PEEK
+ * consumes nothing, so it counts nothing); io_begin may make it
+ * attachable first. errno is libc's: counting makes no system call.
  *
  * Attached, reads follow the connection's incoming direction: the anchor
  * up to the peer's switch offset (never beyond: at most switch - consumed

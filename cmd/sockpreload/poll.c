@@ -2,21 +2,13 @@
  * poll.c: readiness: select, pselect, poll, ppoll (and their fortified
  * __poll_chk, __ppoll_chk); epoll is in epoll.c.
  *
- * In pass-through mode the anchor is where the bytes are, so the
- * kernel's answer is the right one and every call is libc's. Once
- * attaching exists, each wait starts with one load of
- * shim_stats.attached: while no connection of the process is attached,
- * it stays libc's.
- *
- * Attached (docs/sockets.md, "Readiness"): each attached socket gets two
- * eventfd proxies (readable; writable, kept unsignalled by a count of
- * max-1 until it is) in a shadow epoll set nested in each of the
- * program's epoll sets next to the anchor, so the kernel keeps every
- * epoll semantic (level and edge triggered, EPOLLONESHOT, EPOLLEXCLUSIVE,
- * nesting, sets shared across fork); epoll_wait maps the proxies' events
- * back to the program's fd. poll and select check the rings inline, spin
- * briefly, then call the kernel's with the proxies in place of the
- * attached fds.
+ * A wait over fds none of which is attachable is libc's (one load of
+ * shim_stats.attachable, then one table lookup per fd). Otherwise
+ * (docs/sockets.md, "Readiness"): each attachable connection's ring is
+ * checked inline, the CQ armed, and the kernel waits on the anchor (its
+ * POLLOUT dropped while the outgoing direction is on the ring), the
+ * attachment's completion channel and its eventfds; what they report is
+ * checked again against the ring before it is returned.
  */
 #include "rdma.h"
 

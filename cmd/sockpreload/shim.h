@@ -18,10 +18,11 @@
  * a close (a bug of the program) may count a byte on the wrong object,
  * never touch freed memory.
  *
- * Pass-through mode: no connection is ever attached, every byte goes
- * through the kernel socket (the anchor). The state machine's fields are
- * kept (phase plain, both directions tcp) so that attaching RDMA fills
- * them in without changing the structure.
+ * A connection established in this process may become attachable
+ * (conn_maybe_attach): its attachment (struct att, rdma.h) then holds the
+ * state machine, the stream's offsets and the RDMA resources; until then,
+ * and without rvmad, every byte goes through the kernel socket (the
+ * anchor) and the connection object counts them.
  */
 #ifndef SHIM_H
 #define SHIM_H
@@ -186,8 +187,6 @@ enum conn_role {
 
 /* The state machine's phase (pkg/sockets/internal/proto.Phase). */
 enum conn_phase { PHASE_PLAIN, PHASE_ATTACHING, PHASE_ATTACHED, PHASE_DEMOTING };
-/* The outgoing direction: the anchor, the peer's ring, held by a demote. */
-enum conn_out { OUT_TCP, OUT_RING, OUT_HELD };
 /* The incoming direction: the anchor, the anchor then the ring, the ring. */
 enum conn_in { IN_TCP, IN_SWITCHING, IN_RING };
 
@@ -211,11 +210,6 @@ struct conn {
 	_Atomic int role;		/* enum conn_role */
 	_Atomic unsigned flags;		/* CONN_* */
 
-	/* The attachment (docs/sockets.md, the state machine). */
-	enum conn_phase phase;
-	enum conn_out out;
-	enum conn_in in;
-	uint32_t epoch;			/* of the current attachment; 0: none yet */
 	_Atomic(struct att *) att;	/* registered with rvmad: attachable (rdma.h) */
 	/*
 	 * An epoll registration made before the connection was established
@@ -279,7 +273,7 @@ static inline void conn_moved(struct conn *c, int fd)
 		conn_check_connected(c, fd);
 }
 
-/* The connection's attachable state, or NULL (plain: pass-through). */
+/* The connection's attachable state, or NULL (plain: the kernel's socket alone). */
 static inline struct att *conn_att(struct conn *c)
 {
 	return atomic_load_explicit(&c->att, memory_order_acquire);
@@ -295,7 +289,7 @@ void conn_forget(int fd);
 void conn_set_cloexec(int fd, int on);
 void conn_set_cloexec_range(unsigned first, unsigned last);
 
-/* Hooks for the attachment (no-ops in pass-through mode). */
+/* Where the attachment acts (conn.c). */
 void conn_close_prepare(struct conn *c);
 void conn_established(struct conn *c, int fd);
 void conn_demote(struct conn *c, int reason);
