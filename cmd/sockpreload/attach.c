@@ -812,13 +812,23 @@ int att_rd_ready(struct att *a)
 	       (a->prod > a->rx || a->rx == a->fin_in || a->reset || a->anchor_eof);
 }
 
-/* Room in the peer's ring (or the send buffer), or a reset (under mu). */
-int att_wr_ready(struct att *a)
+/*
+ * Room for more of my stream (under mu): in the peer's ring, from the
+ * larger of its credit and my switch offset; while flushing, in the send
+ * buffer, from what reached the anchor. 0 on TCP.
+ */
+uint64_t att_send_space(struct att *a)
 {
 	uint64_t base = a->out == AOUT_FLUSH ? a->flushed :
 		(a->credit > a->sw_out ? a->credit : a->sw_out);
 
-	return a->out != AOUT_TCP && (a->win - (a->tx - base) > 0 || a->reset);
+	return a->out == AOUT_TCP ? 0 : a->win - (a->tx - base);
+}
+
+/* Room in the peer's ring (or the send buffer), or a reset (under mu). */
+int att_wr_ready(struct att *a)
+{
+	return a->out != AOUT_TCP && (att_send_space(a) > 0 || a->reset);
 }
 
 /* An epoll registration's eventfds made to say exactly what is there. */
@@ -870,7 +880,6 @@ void att_take_events(struct att *a)
 int att_poll_enter(struct att *a, int rd, int wr, int *chanfd)
 {
 	int ready = 0;
-	uint64_t base;
 
 	pthread_mutex_lock(&a->mu);
 	*chanfd = -1;
@@ -880,11 +889,9 @@ int att_poll_enter(struct att *a, int rd, int wr, int *chanfd)
 			ready |= ATT_POLLED;
 		*chanfd = a->chan->fd;
 	}
-	if (rd && a->in == IN_RING &&
-	    (a->prod > a->rx || a->rx == a->fin_in || a->reset || a->anchor_eof))
+	if (rd && att_rd_ready(a))
 		ready |= POLLIN;
-	base = a->out == AOUT_FLUSH ? a->flushed : (a->credit > a->sw_out ? a->credit : a->sw_out);
-	if (wr && a->out != AOUT_TCP && (a->win - (a->tx - base) > 0 || a->reset))
+	if (wr && att_wr_ready(a))
 		ready |= POLLOUT;
 	a->rd_sleepers += rd;
 	a->wr_sleepers += wr;

@@ -203,6 +203,7 @@ int att_writable(struct att *a);
 int att_readable_bytes(struct att *a, int anchor);
 int att_rd_ready(struct att *a);	/* under mu */
 int att_wr_ready(struct att *a);	/* under mu */
+uint64_t att_send_space(struct att *a);	/* under mu */
 void att_ep_sync(struct att *a);	/* under mu */
 
 /* ---- progress.c: rvmad and the progress thread ---- */

@@ -307,15 +307,6 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	return err ? -1 : 0;
 }
 
-/* Room in the peer's ring for more of my stream (under mu). */
-static uint64_t send_space(struct att *a)
-{
-	uint64_t base = a->out == AOUT_FLUSH ? a->flushed :
-		(a->credit > a->sw_out ? a->credit : a->sw_out);
-
-	return a->out == AOUT_TCP ? 0 : a->win - (a->tx - base);
-}
-
 ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iovcnt, int flags)
 {
 	int nb = (conn_flags(c) & CONN_NONBLOCK) || (flags & MSG_DONTWAIT);
@@ -354,11 +345,11 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			ring_err = 1;
 			break;
 		}
-		uint64_t space = send_space(a);
+		uint64_t space = att_send_space(a);
 
 		if (!space) {
 			att_poll_cq(a);
-			space = send_space(a);
+			space = att_send_space(a);
 			if (a->out == AOUT_TCP)
 				continue;
 		}
@@ -417,8 +408,7 @@ int att_readable(struct att *a)
 	pthread_mutex_lock(&a->mu);
 	if (a->in == IN_RING && a->prod == a->rx)
 		att_poll_cq(a);
-	r = a->in == IN_RING &&
-	    (a->prod > a->rx || a->rx == a->fin_in || a->reset || a->anchor_eof);
+	r = att_rd_ready(a);
 	pthread_mutex_unlock(&a->mu);
 	return r;
 }
@@ -429,9 +419,9 @@ int att_writable(struct att *a)
 	int r;
 
 	pthread_mutex_lock(&a->mu);
-	if (a->out != AOUT_TCP && !send_space(a))
+	if (a->out != AOUT_TCP && !att_send_space(a))
 		att_poll_cq(a);
-	r = a->out != AOUT_TCP && (send_space(a) > 0 || a->reset);
+	r = att_wr_ready(a);
 	pthread_mutex_unlock(&a->mu);
 	return r;
 }
