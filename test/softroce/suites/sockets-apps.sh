@@ -13,11 +13,6 @@ source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 so=$LAB_DIR/build/sockpreload/librdmaplus-sockets.so
 [ -f "$so" ] || lab_fail "the shim is missing (make sockpreload)"
-dev=$LAB_DEVICE
-rxe_pkts() {
-	local d=/sys/class/infiniband/$dev/ports/1/hw_counters
-	echo $(( $(cat $d/sent_pkts) + $(cat $d/rcvd_pkts) ))
-}
 rvmad_sockets_start /tmp/rvmad.log
 shim() { LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 "$@"; }
 
@@ -25,9 +20,9 @@ shim() { LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 "$@"; }
 by_rdma() {
 	local name=$1 min=$2 p0 p1 rc=0
 	shift 2
-	p0=$(rxe_pkts)
+	p0=$(rxe_packets)
 	"$@" >/tmp/out.$name 2>&1 || rc=$?
-	p1=$(rxe_pkts)
+	p1=$(rxe_packets)
 	grep -v "^$" /tmp/out.$name | tail -8
 	[ $rc -eq 0 ] || lab_fail "$name failed (status $rc)"
 	echo "$name: rxe packets +$((p1 - p0))"

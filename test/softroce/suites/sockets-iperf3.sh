@@ -12,11 +12,6 @@ source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 so=$LAB_DIR/build/sockpreload/librdmaplus-sockets.so
 [ -f "$so" ] || lab_fail "the shim is missing (make sockpreload)"
-dev=$LAB_DEVICE
-rxe_pkts() {
-	local d=/sys/class/infiniband/$dev/ports/1/hw_counters
-	echo $(( $(cat $d/sent_pkts) + $(cat $d/rcvd_pkts) ))
-}
 rvmad_sockets_start /tmp/rvmad.log
 shim() { LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 "$@"; }
 
@@ -35,28 +30,28 @@ else
 	lab_wait servers-ready 120
 	peer=$(lab_peer 1)
 	for args in "-t 4" "-t 4 -R" "-t 4 -P 4"; do
-		p0=$(rxe_pkts)
+		p0=$(rxe_packets)
 		rc=0
 		shim timeout 200 iperf3 -c "$peer" -p 5201 $args >/tmp/iperf3.cli 2>&1 || rc=$?
-		p1=$(rxe_pkts)
+		p1=$(rxe_packets)
 		grep -E "sender|receiver|ring_read|error" /tmp/iperf3.cli || true
 		[ $rc -eq 0 ] || { cat /tmp/iperf3.cli; lab_fail "iperf3 $args failed (status $rc)"; }
 		echo "iperf3 $args: rxe packets +$((p1 - p0))"
 		[ $((p1 - p0)) -ge 4096 ] || lab_fail "iperf3 $args: rxe moved only $((p1 - p0)) packets: not by RDMA"
 	done
-	p0=$(rxe_pkts)
+	p0=$(rxe_packets)
 	rc=0
 	echo "T:$peer:11111" >/tmp/feed
 	shim timeout 120 sockperf ping-pong -f /tmp/feed -F poll -t 5 -m 64 >/tmp/sockperf.cli 2>&1 || rc=$?
-	p1=$(rxe_pkts)
+	p1=$(rxe_packets)
 	grep -E "Summary|percentile 50.000|percentile 99.000|ring_read" /tmp/sockperf.cli || true
 	[ $rc -eq 0 ] || { cat /tmp/sockperf.cli; lab_fail "sockperf failed (status $rc)"; }
 	echo "sockperf: rxe packets +$((p1 - p0))"
 	[ $((p1 - p0)) -ge 1000 ] || lab_fail "sockperf: rxe moved only $((p1 - p0)) packets: not by RDMA"
-	p0=$(rxe_pkts)
+	p0=$(rxe_packets)
 	rc=0
 	shim timeout 120 sockperf ping-pong --tcp -i "$peer" -p 11112 -t 5 -m 64 >/tmp/sockperf-epoll.cli 2>&1 || rc=$?
-	p1=$(rxe_pkts)
+	p1=$(rxe_packets)
 	grep -E "Summary|percentile 50.000|percentile 99.000|ring_read" /tmp/sockperf-epoll.cli || true
 	[ $rc -eq 0 ] || { cat /tmp/sockperf-epoll.cli; lab_fail "sockperf (epoll) failed (status $rc)"; }
 	echo "sockperf (epoll): rxe packets +$((p1 - p0))"

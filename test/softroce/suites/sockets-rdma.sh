@@ -20,13 +20,8 @@ dir=$LAB_DIR/build/sockpreload
 so=$dir/librdmaplus-sockets.so
 bulk=$dir/bulk
 [ -x "$bulk" ] && [ -f "$so" ] || lab_fail "$dir: the shim or bulk is missing (make sockpreload)"
-dev=$LAB_DEVICE
 bytes=$((16 << 20))
 
-rxe_pkts() {
-	local d=/sys/class/infiniband/$dev/ports/1/hw_counters
-	echo $(( $(cat $d/sent_pkts) + $(cat $d/rcvd_pkts) ))
-}
 tcp_segs() {
 	awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["InSegs"] + $c["OutSegs"] }' /proc/net/snmp
 }
@@ -62,14 +57,14 @@ if [ "$LAB_ROLE" = server ]; then
 else
 	lab_wait bulk-ready 120
 	peer=$(lab_peer 1)
-	p0=$(rxe_pkts) t0=$(tcp_segs)
+	p0=$(rxe_packets) t0=$(tcp_segs)
 	timeout 120 "$bulk" client -p 7481 -n $bytes -w 1500 "$peer" || lab_fail "bulk over plain TCP failed"
-	p1=$(rxe_pkts) t1=$(tcp_segs)
+	p1=$(rxe_packets) t1=$(tcp_segs)
 	echo "plain TCP: rxe packets +$((p1 - p0)), TCP segments +$((t1 - t0))"
 	rc=0
 	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
 		>/tmp/shim.cli 2>&1 || rc=$?
-	p2=$(rxe_pkts) t2=$(tcp_segs)
+	p2=$(rxe_packets) t2=$(tcp_segs)
 	lab_signal bulk-done
 	cat /tmp/shim.cli
 	echo "--- rvmad"

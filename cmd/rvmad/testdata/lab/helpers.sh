@@ -6,6 +6,7 @@
 #   rvmad_sockets_start LOG      start rvmad with its sockets broker (/run/rvmad/sockets.sock,
 #                                pairing port 7473, metrics on 127.0.0.1:9470) and wait until
 #                                the broker's socket exists; sets RVMAD_PID
+#   rxe_packets                  packets $LAB_DEVICE sent and received so far (its hw_counters)
 #   http_ok URL                  true when URL answers 200
 #   wait_http URL [SECS]         wait until URL answers 200 (default 60 s)
 #   scrape URL FILE              save the metrics at URL in FILE
@@ -60,6 +61,11 @@ rvmad_sockets_start() {
 		kill -0 "$RVMAD_PID" 2>/dev/null || { cat "$log"; lab_fail "rvmad exited at start"; }
 		sleep 0.1
 	done
+}
+
+rxe_packets() {
+	local d=/sys/class/infiniband/$LAB_DEVICE/ports/1/hw_counters
+	echo $(( $(cat "$d/sent_pkts") + $(cat "$d/rcvd_pkts") ))
 }
 
 http_ok() {
