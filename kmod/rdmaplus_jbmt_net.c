@@ -32,6 +32,7 @@
 #include <rdma/ib_verbs.h>
 #include <rdma/mr_pool.h>
 #include <rdma/rdma_cm.h>
+#include <rdma/rw.h>
 
 #include "uapi/rdmaplus.h"
 #include "rdmaplus.h"
@@ -202,6 +203,39 @@ int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey)
 	return 0;
 }
 
+/*
+ * Every post goes with bottom halves off. A kernel QP's post only
+ * schedules the device's send task; on rxe of 6.1 that is a tasklet,
+ * which from process context wakes ksoftirqd to run the requester (and,
+ * over loopback, the receiving side) after a context switch. With bottom
+ * halves off the tasklet runs when they come back on, in this thread, and
+ * the completion work it queues for the peer's answer finds this CPU's
+ * worker pool already busy (the answer to a small request is handled by
+ * the worker that sent it, without a wake-up). A 4 KiB get takes about
+ * half the time. Other devices (rxe of 6.12 on: a work item; hardware)
+ * post the same. Process context only, interrupts on.
+ */
+int jbmt_post_send(struct ib_qp *qp, const struct ib_send_wr *wr)
+{
+	int ret;
+
+	local_bh_disable();
+	ret = ib_post_send(qp, wr, NULL);
+	local_bh_enable();
+	return ret;
+}
+
+int jbmt_rw_post(struct rdma_rw_ctx *ctx, struct jbmt_peer *p,
+		 struct ib_send_wr *next)
+{
+	int ret;
+
+	local_bh_disable();
+	ret = rdma_rw_ctx_post(ctx, p->cm->qp, p->cm->port_num, NULL, next);
+	local_bh_enable();
+	return ret;
+}
+
 int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey)
 {
 	struct jbmt_tx *tx = jbmt_tx_alloc(p, GFP_KERNEL);
@@ -212,7 +246,7 @@ int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey)
 	tx->msg = *m;
 	ret = jbmt_tx_prepare(tx, inv_rkey);
 	if (!ret)
-		ret = ib_post_send(p->cm->qp, &tx->wr, NULL);
+		ret = jbmt_post_send(p->cm->qp, &tx->wr);
 	if (ret)
 		jbmt_tx_free(tx);
 	return ret;
@@ -635,7 +669,7 @@ static void jbmt_reg_done(struct ib_cq *cq, struct ib_wc *wc)
 	struct jbmt_peer *p = tx->p;
 
 	if (wc->status == IB_WC_SUCCESS && !READ_ONCE(p->dead) &&
-	    !ib_post_send(p->cm->qp, &tx->wr, NULL))
+	    !jbmt_post_send(p->cm->qp, &tx->wr))
 		return;
 	if (wc->status != IB_WC_SUCCESS)
 		jbmt_wc_error(p, wc, "a registration");
@@ -653,7 +687,7 @@ int jbmt_post_reg_then(struct jbmt_peer *p, struct ib_reg_wr *reg,
 	reg->wr.wr_cqe = &tx->reg_cqe;
 	reg->wr.send_flags = IB_SEND_SIGNALED;
 	reg->wr.next = NULL;
-	return ib_post_send(p->regqp, &reg->wr, NULL);
+	return jbmt_post_send(p->regqp, &reg->wr);
 }
 
 static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)

@@ -487,7 +487,7 @@ static int jbmt_isect_request(struct jbmt_isect *s)
 	}
 	/* a get's request goes once its sink is registered */
 	ret = get && !s->inl ? jbmt_post_reg_then(p, &reg, tx) :
-			       ib_post_send(p->cm->qp, &tx->wr, NULL);
+			       jbmt_post_send(p->cm->qp, &tx->wr);
 	if (ret)
 		goto err_xid;
 	return 0;
@@ -644,8 +644,7 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 		s->mem.rw_ready = ret > 0;
 	}
 	if (ret >= 0)
-		ret = rdma_rw_ctx_post(&s->mem.rw, p->cm->qp, p->cm->port_num,
-				       NULL, &fin->wr);
+		ret = jbmt_rw_post(&s->mem.rw, p, &fin->wr);
 	if (ret) {
 		jbmt_tx_free(fin);
 		s->status = ret;
@@ -1313,7 +1312,7 @@ static u8 jbmt_serve_get_inline(struct jbmt_peer *p, const struct jbmt_msg *m,
 	tx->msg.len = cpu_to_be32(len);
 	tx->msg.budget = cpu_to_be32(jbmt_pin_budget());
 	st = JBMT_NOMEM;
-	if (jbmt_tx_prepare(tx, 0) || ib_post_send(p->cm->qp, &tx->wr, NULL))
+	if (jbmt_tx_prepare(tx, 0) || jbmt_post_send(p->cm->qp, &tx->wr))
 		goto out;
 	return JBMT_OK;
 
@@ -1363,8 +1362,7 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
 	t->mem.rw_ready = true;
 	if (!jbmt_peer_enter(p))	/* the section's own, till sent */
 		goto err;
-	if (rdma_rw_ctx_post(&t->mem.rw, p->cm->qp, p->cm->port_num, NULL,
-			     &tx->wr)) {
+	if (jbmt_rw_post(&t->mem.rw, p, &tx->wr)) {
 		jbmt_peer_leave(p);
 		goto err;
 	}
