@@ -5,6 +5,7 @@
  * the program exits non-zero if any failed. Every blocking step is bounded
  * (poll timeouts, and an alarm per scenario), so nothing hangs.
  *
+ *   conformance list                      print the scenarios' names, one a line
  *   conformance loopback                  a server forked on 127.0.0.1, the client
  *   conformance server [-p PORT] [ADDR]   serve until a client is done (default
  *                                         0.0.0.0, port 7471)
@@ -12,13 +13,24 @@
  *                                         run every scenario against ADDR; -r is
  *                                         a port nothing listens on (PORT + 1)
  *   -s SEED   the pattern's seed (default 1); -t NAME  only scenarios whose
- *             name contains NAME
+ *             name contains NAME; -x NAME  only the scenario named NAME
+ *   server -T  each connection in a thread of the server's own process (a
+ *             process only for the mode that dies by SIGKILL), so that a
+ *             transport that does not follow fork still serves it
+ *   server -P  portable calls only, for rsocket's preload (rdma-core 44):
+ *             the listener made with socket(SOCK_STREAM) (a type with
+ *             SOCK_CLOEXEC or SOCK_NONBLOCK stays on TCP there) and made
+ *             nonblocking with fcntl; accept, not accept4 (not intercepted
+ *             there: ENOTSOCK), the connection made nonblocking with fcntl
+ *             and close-on-exec when the transport allows it (rsocket's
+ *             fcntl knows only F_GETFL and F_SETFL); blocking again with
+ *             fcntl, not ioctl(FIONBIO)
  *
  * Each connection to the server starts with a header naming what the
  * server does with it (sink, source, echo, ...); every byte either way is
  * a seeded pattern, checked at the receiving end. The server checks
  * accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC on every connection and runs
- * each connection in a process of its own.
+ * each connection in a process of its own (or a thread: -T).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdarg.h>
@@ -78,7 +91,9 @@ static int port = 7471, refused_port;
 static uint64_t base_seed = 1;
 static const char *only;
 static const char *cur;		/* the running scenario */
-static char why[512];
+static __thread char why[512];
+static const char *exact;	/* -x */
+static int threads, plain_listener;	/* server -T, -P */
 static int failures;
 
 /* ---- the pattern ---- */
@@ -237,7 +252,7 @@ static ssize_t read_full(int fd, void *buf, size_t n)
 
 static int send_pattern(int fd, uint64_t seed, uint64_t off, uint64_t n)
 {
-	static uint8_t buf[65536];
+	static __thread uint8_t buf[65536];
 
 	while (n > 0) {
 		size_t k = n < sizeof(buf) ? (size_t)n : sizeof(buf);
@@ -254,7 +269,7 @@ static int send_pattern(int fd, uint64_t seed, uint64_t off, uint64_t n)
 /* Read exactly n bytes of the pattern from off; then, if eof, EOF. */
 static int recv_pattern(int fd, uint64_t seed, uint64_t off, uint64_t n, int eof)
 {
-	static uint8_t buf[65536];
+	static __thread uint8_t buf[65536];
 	int64_t bad;
 	ssize_t r;
 
@@ -360,7 +375,7 @@ static int verdict(int fd, uint64_t len)
 
 static int handle(int fd, const struct hdr *h)
 {
-	static uint8_t buf[65536];
+	static __thread uint8_t buf[65536];
 	struct verdict v = { 0, ~0ull };
 	uint64_t off = 0;
 	ssize_t r;
@@ -434,10 +449,59 @@ static int handle(int fd, const struct hdr *h)
 	return fail("unknown mode %u", h->mode);
 }
 
+/* accept4 with SOCK_NONBLOCK | SOCK_CLOEXEC, or its portable form (-P). */
+static int accept_conn(int l)
+{
+	int fd;
+
+	if (!plain_listener)
+		return accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	fd = accept(l, NULL, NULL);
+	if (fd >= 0) {
+		(void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+		if (set_nonblock(fd, 1) < 0) {
+			int e = errno;
+
+			close(fd);
+			errno = e;
+			return -1;
+		}
+	}
+	return fd;
+}
+
 struct child {
 	pid_t pid;
 	uint32_t mode;
 };
+
+/* -T: a connection handled by a thread; failures counted in thread_bad. */
+struct job {
+	int fd;
+	struct hdr h;
+};
+
+static _Atomic int thread_bad;
+
+static void *handle_thread(void *arg)
+{
+	struct job *j = arg;
+
+	if (handle(j->fd, &j->h) < 0) {
+		printf("FAIL server/mode-%u: %s\n", j->h.mode, why);
+		fflush(stdout);
+		thread_bad++;
+	}
+	close(j->fd);
+	free(j);
+	return NULL;
+}
+
+static void join_all(pthread_t *tids, int *n)
+{
+	while (*n > 0)
+		pthread_join(tids[--*n], NULL);
+}
 
 static int reap(struct child *kids, int *n, int block)
 {
@@ -471,13 +535,15 @@ static int serve(const char *addr, int portfd)
 {
 	struct sockaddr_storage ss;
 	struct child kids[64];
+	pthread_t tids[256];
+	int ntids = 0;
 	int nkids = 0, bad = 0, conns = 0, flagbad = 0, one = 1, l;
 	socklen_t len;
 
 	signal(SIGPIPE, SIG_IGN);
 	if (resolve(addr, port, &ss, &len) < 0)
 		goto fatal;
-	l = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	l = socket(ss.ss_family, SOCK_STREAM | (plain_listener ? 0 : SOCK_CLOEXEC), 0);
 	if (l < 0 || setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
 	    bind(l, (struct sockaddr *)&ss, len) < 0 || listen(l, 64) < 0 ||
 	    set_nonblock(l, 1) < 0) {
@@ -488,7 +554,9 @@ static int serve(const char *addr, int portfd)
 	getsockname(l, (struct sockaddr *)&ss, &len);
 	port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 					      : ((struct sockaddr_in *)&ss)->sin_port);
-	if (accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC) >= 0 || errno != EAGAIN) {
+	if (plain_listener)
+		(void)fcntl(l, F_SETFD, FD_CLOEXEC);	/* best effort: rsocket refuses it */
+	if (accept_conn(l) >= 0 || errno != EAGAIN) {
 		fail("accept4 on an idle nonblocking listener: %s, want EAGAIN", strerror(errno));
 		goto fatal;
 	}
@@ -506,7 +574,7 @@ static int serve(const char *addr, int portfd)
 		bad += reap(kids, &nkids, 0);
 		if (wait_fd(l, POLLIN, 1000) <= 0)
 			continue;
-		fd = accept4(l, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		fd = accept_conn(l);
 		if (fd < 0) {
 			if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -516,13 +584,13 @@ static int serve(const char *addr, int portfd)
 		conns++;
 		fl = fcntl(fd, F_GETFL);
 		fdfl = fcntl(fd, F_GETFD);
-		if (fl < 0 || !(fl & O_NONBLOCK) || fdfl < 0 || !(fdfl & FD_CLOEXEC)) {
+		if (fl < 0 || !(fl & O_NONBLOCK) || fdfl < 0 || (!plain_listener && !(fdfl & FD_CLOEXEC))) {
 			if (!flagbad++)
 				printf("FAIL server/accept4: flags %#x fd flags %#x, want O_NONBLOCK and FD_CLOEXEC\n",
 				       fl, fdfl);
 		}
 		/* Blocking from here on (ioctl FIONBIO, as nginx does). */
-		if (ioctl(fd, FIONBIO, &(int){ 0 }) < 0 ||
+		if ((plain_listener ? set_nonblock(fd, 0) : ioctl(fd, FIONBIO, &(int){ 0 })) < 0 ||
 		    read_full(fd, &h, sizeof(h)) != sizeof(h) || h.magic != MAGIC) {
 			printf("FAIL server/header: %s\n", why[0] ? why : "bad magic");
 			fflush(stdout);
@@ -534,6 +602,24 @@ static int serve(const char *addr, int portfd)
 		if (h.mode == M_DONE) {
 			close(fd);
 			break;
+		}
+		if (threads && h.mode != M_KILL) {
+			struct job *j = malloc(sizeof(*j));
+
+			if (ntids == (int)(sizeof(tids) / sizeof(tids[0])))
+				join_all(tids, &ntids);
+			if (!j) {
+				FAILE("malloc");
+				goto fatal;
+			}
+			j->fd = fd;
+			j->h = h;
+			if ((errno = pthread_create(&tids[ntids], NULL, handle_thread, j)) != 0) {
+				FAILE("pthread_create");
+				goto fatal;
+			}
+			ntids++;
+			continue;
 		}
 		if (nkids == (int)(sizeof(kids) / sizeof(kids[0])))
 			bad += reap(kids, &nkids, 1);
@@ -559,6 +645,8 @@ static int serve(const char *addr, int portfd)
 		close(fd);
 	}
 	bad += reap(kids, &nkids, 1);
+	join_all(tids, &ntids);
+	bad += thread_bad;
 	close(l);
 	if (!flagbad)
 		printf("ok server/accept4 (%d connections nonblocking and close-on-exec)\n", conns);
@@ -851,7 +939,7 @@ static int s_msg_dontwait(uint64_t seed)
 
 static int s_msg_waitall(uint64_t seed)
 {
-	static uint8_t buf[65536];
+	static __thread uint8_t buf[65536];
 	int fd = dial(M_SOURCE_SLOW, seed, sizeof(buf)), r = 0;
 	ssize_t k;
 
@@ -878,7 +966,7 @@ static void on_sigpipe(int sig)
 
 static int s_sigpipe(uint64_t seed)
 {
-	static uint8_t buf[65536];
+	static __thread uint8_t buf[65536];
 	int fd = dial(M_CLOSE, seed, 0), r = -1, resets = 0;
 	uint64_t end = now_ms() + TIMEOUT_MS;
 	ssize_t k;
@@ -1825,7 +1913,7 @@ static int run_client(void)
 	for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++) {
 		const struct scenario *s = &scenarios[i];
 
-		if (only && !strstr(s->name, only))
+		if ((only && !strstr(s->name, only)) || (exact && strcmp(s->name, exact)))
 			continue;
 		cur = s->name;
 		why[0] = 0;
@@ -1897,8 +1985,8 @@ static int loopback(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: conformance loopback | server [-p PORT] [ADDR] | "
-			"client [-p PORT] [-r PORT] ADDR  [-s SEED] [-t NAME]\n");
+	fprintf(stderr, "usage: conformance list | loopback | server [-p PORT] [ADDR] | "
+			"client [-p PORT] [-r PORT] ADDR  [-s SEED] [-t NAME] [-x NAME]; server -T: threads, -P: plain listener\n");
 	exit(2);
 }
 
@@ -1916,7 +2004,7 @@ int main(int argc, char **argv)
 		return exec_child(argv + 2);
 	}
 	optind = 2;
-	while ((opt = getopt(argc, argv, "p:r:s:t:")) != -1) {
+	while ((opt = getopt(argc, argv, "p:r:s:t:x:TP")) != -1) {
 		switch (opt) {
 		case 'p':
 			port = atoi(optarg);
@@ -1930,9 +2018,23 @@ int main(int argc, char **argv)
 		case 't':
 			only = optarg;
 			break;
+		case 'x':
+			exact = optarg;
+			break;
+		case 'T':
+			threads = 1;
+			break;
+		case 'P':
+			plain_listener = 1;
+			break;
 		default:
 			usage();
 		}
+	}
+	if (strcmp(cmd, "list") == 0) {
+		for (size_t i = 0; i < sizeof(scenarios) / sizeof(scenarios[0]); i++)
+			printf("%s\n", scenarios[i].name);
+		return 0;
 	}
 	if (strcmp(cmd, "loopback") == 0)
 		return loopback();

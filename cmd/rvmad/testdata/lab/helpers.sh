@@ -139,3 +139,10 @@ rvmad_demo_end() {
 	show_changes "$RVMAD_DEMO_DIR/before.prom" "$RVMAD_DEMO_DIR/after.prom" rdmaplus_sockets_
 	rvmad_stop
 }
+
+# tcp_segs: TCP segments this guest received and sent so far (InSegs +
+# OutSegs of /proc/net/snmp), the TCP side of a proof of transport beside
+# rxe_packets.
+tcp_segs() {
+	awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["InSegs"] + $c["OutSegs"] }' /proc/net/snmp
+}

@@ -1,0 +1,234 @@
+#!/bin/bash
+# lab: guests=2 timeout=150 make=sockpreload gobuild=./cmd/rvmad
+#
+# Sockets over RDMA, the fallback matrix (docs/sockets.md, "Faults"):
+# what the shim does when RDMA does not fit or goes away, between two
+# guests, with bulk (cmd/sockpreload/test/bulk.c: every byte each way
+# checked, the client prints "ok bulk"). Guest 1 serves, guest 2 is the
+# client; both run rvmad with its sockets broker unless a case stops it.
+# The path is proven on guest 2 by rxe's packet counters (rxe_packets)
+# and the TCP segment counters (/proc/net/snmp) before and after each
+# case; with two guests, every rxe packet of guest 2 is one of the case's.
+#
+#  1. the shim on the client only, then on the server only: the plain
+#     peer only ever sees TCP, rxe moves nothing, bytes right;
+#  2. rvmad stopped on guest 1, then on both: new connections stay on
+#     TCP, rxe moves nothing, bytes right;
+#  3. rvmad killed (SIGKILL) on guest 2 in the middle of a transfer
+#     proven on RDMA: it ends with every byte right, on RDMA or demoted;
+#  4. guest 2's client killed (SIGKILL) mid-stream, while guest 1's server
+#     reads from its ring: the server gets end of file or ECONNRESET
+#     within 15 s, never a hang, and every byte it got was right. (The
+#     other way, the server killed while the client writes into its ring,
+#     hangs the writer: build/dbg-fallback/peer-killed-writer.sh, left out
+#     until the shim handles it.)
+#  5. the rxe link deleted (rdma link delete) on guest 2 in the middle of
+#     a transfer proven on RDMA: every byte delivered, no hang (the delete
+#     returns), no kernel report (the lab's verdict). rxe has no
+#     disassociate_ucontext, so the kernel's removal waits until the
+#     processes holding the device close it: the transfer finishes on
+#     RDMA, then the delete returns (a shim that demoted on removal would
+#     pass too: the case prints which happened).
+# The suite fails, never skips, without an RDMA device.
+set -euo pipefail
+source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
+trap 'jobs -p | xargs -r kill -9 2>/dev/null || true' EXIT
+dir=$LAB_DIR/build/sockpreload
+so=$dir/librdmaplus-sockets.so
+bulk=$dir/bulk
+[ -x "$bulk" ] && [ -f "$so" ] || lab_fail "$dir: the shim or bulk is missing (make sockpreload)"
+[ -n "${LAB_DEVICE:-}" ] && [ -d "/sys/class/infiniband/$LAB_DEVICE" ] ||
+	lab_fail "no RDMA device (LAB_DEVICE=${LAB_DEVICE:-}): the fallback matrix needs rxe to prove the path"
+MiB=$((1 << 20))
+
+# A command under the shim: "${shim[@]}" CMD; env execs CMD, so after
+# "${shim[@]}" CMD &, $! is CMD's pid (a shell function's would be a subshell's).
+shim=(env LD_PRELOAD="$so" RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2)
+# The value of counter NAME in the shim's exit summary in FILE (0 if none).
+summary() {
+	local v
+	v=$(sed -n "s/^rdmaplus-sockets: pid [0-9]*: connections .* $1=\([0-9]*\).*/\1/p" "$2" | sort -n | tail -1)
+	echo "${v:-0}"
+}
+# wait_line FILE REGEX SECS: until a line of FILE matches (false after SECS).
+wait_line() {
+	local n=0
+	until grep -Eq "$2" "$1" 2>/dev/null; do
+		n=$((n + 1))
+		[ $n -le $(($3 * 20)) ] || return 1
+		sleep 0.05
+	done
+}
+# wait_exit PID SECS: until process PID ended (false after SECS).
+wait_exit() {
+	local n=0
+	while kill -0 "$1" 2>/dev/null; do
+		n=$((n + 1))
+		[ $n -le $(($2 * 20)) ] || return 1
+		sleep 0.05
+	done
+}
+now_ms() { local s; read -r s _ </proc/uptime; echo "${s/./}0"; }
+show() { sed "s/^/    $1: /" "$2"; }
+
+rvmad_sockets_start /tmp/rvmad.log
+
+if [ "$LAB_ROLE" = server ]; then
+	"$bulk" server -p 7601 >/tmp/s1.srv 2>&1 &
+	"${shim[@]}" "$bulk" server -p 7602 >/tmp/s2.srv 2>&1 &
+	lab_wait_listen 7601
+	lab_wait_listen 7602
+	lab_signal c1-ready
+
+	# 2: rvmad stopped here, then on both; a fresh server without it.
+	lab_wait c1-done 60
+	rvmad_stop
+	"${shim[@]}" "$bulk" server -p 7603 >/tmp/s3.srv 2>&1 &
+	lab_wait_listen 7603
+	lab_signal c2-ready
+	lab_wait c2-done 60
+	rvmad_sockets_start /tmp/rvmad.log2
+	lab_signal c2-rvmad
+
+	# 3: rvmad killed on guest 2 mid-transfer.
+	"${shim[@]}" "$bulk" server -p 7604 >/tmp/s4.srv 2>&1 &
+	lab_wait_listen 7604
+	lab_signal c3-ready
+
+	# 4a: guest 2's client killed while it sends: this server reads.
+	"${shim[@]}" "$bulk" server -p 7605 >/tmp/s5.srv 2>&1 &
+	srv=$!
+	lab_wait_listen 7605
+	lab_signal c4a-ready
+	lab_wait c4a-killed 60
+	t0=$(now_ms)
+	wait_exit $srv 15 || { show "guest 1 server" /tmp/s5.srv; lab_fail "4a: the server still runs 15 s after its peer was killed: a hang"; }
+	rc=0
+	wait $srv || rc=$?
+	echo "4a: the server ended $(($(now_ms) - t0)) ms after guest 2 killed its peer (status $rc)"
+	show "guest 1 server" /tmp/s5.srv
+	[ $rc -ne 0 ] || lab_fail "4a: the server's read ended cleanly, yet its peer was killed mid-stream"
+	grep -q 'byte [0-9]* is' /tmp/s5.srv && lab_fail "4a: the server read a wrong byte"
+	grep -Eq 'end of file at|Connection reset' /tmp/s5.srv ||
+		lab_fail "4a: the server did not end with end of file or ECONNRESET"
+
+	# 5: guest 2 deletes its rxe link mid-transfer; count this side's packets.
+	"${shim[@]}" "$bulk" server -p 7607 >/tmp/s7.srv 2>&1 &
+	lab_wait_listen 7607
+	rxe_packets >"$LAB_SHARED/c5.g1p0"
+	lab_signal c5-ready
+	lab_wait c5-done 90
+	rxe_packets >"$LAB_SHARED/c5.g1p1"
+	show "guest 1 server" /tmp/s7.srv
+	lab_signal c5-counted
+	lab_wait all-done 60
+	echo "--- rvmad"
+	tail -15 /tmp/rvmad.log2
+else
+	peer=$(lab_peer 1)
+	lab_wait c1-ready 60
+
+	# client BYTES PORT LOG [under-shim: 1/0]: one bulk run, counted.
+	# Sets RC, DP (rxe packets), DT (TCP segments), MS (duration).
+	client() {
+		local n=$1 port=$2 log=$3 sh=$4 p0 t0 ms0
+		p0=$(rxe_packets) t0=$(tcp_segs) ms0=$(now_ms) RC=0
+		if [ "$sh" = 1 ]; then
+			timeout 60 "${shim[@]}" "$bulk" client -p "$port" -n "$n" -r 50 -w 300 "$peer" >"$log" 2>&1 || RC=$?
+		else
+			timeout 60 "$bulk" client -p "$port" -n "$n" -r 50 -w 300 "$peer" >"$log" 2>&1 || RC=$?
+		fi
+		MS=$(($(now_ms) - ms0)) DP=$(($(rxe_packets) - p0)) DT=$(($(tcp_segs) - t0))
+	}
+	# tcp_only CASE LOG: bytes right, nothing by rxe, TCP carried it.
+	tcp_only() {
+		echo "$1: status $RC in $MS ms; rxe packets +$DP, TCP segments +$DT; attached=$(summary attached "$2")"
+		[ $RC -eq 0 ] && grep -q '^ok bulk' "$2" || { show client "$2"; lab_fail "$1: bulk failed (status $RC)"; }
+		[ $DP -eq 0 ] || { show client "$2"; lab_fail "$1: rxe moved $DP packets: something went by RDMA"; }
+		[ $DT -ge 400 ] || lab_fail "$1: TCP moved only $DT segments for 2x4 MiB"
+		[ "$(summary attached "$2")" = 0 ] || lab_fail "$1: the shim says a connection attached"
+	}
+
+	echo "== 1. the shim on one side only"
+	client $((4 * MiB)) 7601 /tmp/c1a.log 1
+	tcp_only "1a shim client -> plain server" /tmp/c1a.log
+	client $((4 * MiB)) 7602 /tmp/c1b.log 0
+	tcp_only "1b plain client -> shim server" /tmp/c1b.log
+	lab_signal c1-done
+
+	echo "== 2. rvmad stopped on guest 1, then on both"
+	lab_wait c2-ready 60
+	client $((4 * MiB)) 7603 /tmp/c2a.log 1
+	tcp_only "2a rvmad stopped on the server's guest" /tmp/c2a.log
+	rvmad_stop
+	client $((4 * MiB)) 7603 /tmp/c2b.log 1
+	tcp_only "2b rvmad stopped on both guests" /tmp/c2b.log
+	rvmad_sockets_start /tmp/rvmad.log2
+	lab_signal c2-done
+	lab_wait c2-rvmad 60
+
+	# mid CASE PORT LOG: start a 32 MiB shim transfer in the background,
+	# wait until it is attached and moved rxe packets; sets BG, P0, T0, PM.
+	mid() {
+		P0=$(rxe_packets) T0=$(tcp_segs)
+		"${shim[@]}" "$bulk" client -p "$2" -n $((32 * MiB)) -r 50 -w 300 "$peer" >"$3" 2>&1 &
+		BG=$!
+		wait_line "$3" 'ATTACH_REP epoch 1: attached' 10 || { show client "$3"; lab_fail "$1: the connection did not attach"; }
+		sleep 0.7
+		PM=$(rxe_packets)
+		[ $((PM - P0)) -ge 300 ] || { show client "$3"; lab_fail "$1: only $((PM - P0)) rxe packets before the fault: the transfer was not on RDMA"; }
+	}
+
+	echo "== 3. rvmad killed on guest 2 mid-transfer"
+	lab_wait c3-ready 60
+	mid 3 7604 /tmp/c3.log
+	kill -9 "$RVMAD_PID"
+	wait "$RVMAD_PID" 2>/dev/null || true
+	tm=$(tcp_segs) ms0=$(now_ms)
+	wait_exit $BG 60 || { show client /tmp/c3.log; lab_fail "3: the transfer did not end within 60 s of rvmad's death"; }
+	rc=0
+	wait $BG || rc=$?
+	p2=$(rxe_packets) t2=$(tcp_segs)
+	echo "3: ended $(($(now_ms) - ms0)) ms after rvmad was killed, status $rc; rxe packets +$((PM - P0)) before the kill, +$((p2 - PM)) after; TCP segments +$((tm - T0)) before, +$((t2 - tm)) after; demoted=$(summary demoted /tmp/c3.log)"
+	grep -E 'DEMOTE|demot|ABORT|qp|error' /tmp/c3.log | head -5 || true
+	[ $rc -eq 0 ] && grep -q '^ok bulk' /tmp/c3.log || { show client /tmp/c3.log; lab_fail "3: bulk failed after rvmad was killed (status $rc)"; }
+	rvmad_sockets_start /tmp/rvmad.log3
+
+	echo "== 4a. guest 2's client killed mid-stream (guest 1's server must see EOF or ECONNRESET)"
+	lab_wait c4a-ready 60
+	mid 4a 7605 /tmp/c4a.log
+	kill -9 $BG
+	lab_signal c4a-killed
+	wait $BG 2>/dev/null || true
+
+	echo "== 5. the rxe link deleted on guest 2 mid-transfer"
+	lab_wait c5-ready 60
+	mid 5 7607 /tmp/c5.log
+	tm=$(tcp_segs) ms0=$(now_ms)
+	rdma link delete "$LAB_DEVICE" >/tmp/c5.del 2>&1 &
+	del=$!
+	wait_exit $BG 60 || { show client /tmp/c5.log; lab_fail "5: the transfer did not end within 60 s of the link's deletion"; }
+	rc=0
+	wait $BG || rc=$?
+	mc=$(now_ms) t2=$(tcp_segs)
+	wait_exit $del 15 || { cat /proc/$del/stack 2>/dev/null || true; lab_fail "5: rdma link delete still blocked 15 s after the transfer ended"; }
+	drc=0
+	wait $del || drc=$?
+	md=$(now_ms)
+	lab_signal c5-done
+	lab_wait c5-counted 60
+	g1=$(($(cat "$LAB_SHARED/c5.g1p1") - $(cat "$LAB_SHARED/c5.g1p0")))
+	echo "5: the client ended $((mc - ms0)) ms after the delete began (status $rc), the delete returned after $((md - ms0)) ms (status $drc)"
+	echo "5: rxe packets +$((PM - P0)) before the delete (guest 2), +$g1 in all on guest 1; TCP segments +$((tm - T0)) before, +$((t2 - tm)) after; demoted=$(summary demoted /tmp/c5.log)"
+	if [ "$(summary demoted /tmp/c5.log)" = 0 ]; then
+		echo "5: the connection finished on RDMA: the kernel held the removal until the client closed the device"
+	else
+		echo "5: the connection demoted to TCP"
+	fi
+	grep -E 'DEMOTE|demot|qp_error|QP' /tmp/c5.log | head -5 || true
+	[ $rc -eq 0 ] && grep -q '^ok bulk' /tmp/c5.log || { show client /tmp/c5.log; lab_fail "5: bulk failed across the link's deletion (status $rc)"; }
+	[ $drc -eq 0 ] || { cat /tmp/c5.del; lab_fail "5: rdma link delete failed (status $drc)"; }
+	[ ! -d "/sys/class/infiniband/$LAB_DEVICE" ] || lab_fail "5: $LAB_DEVICE still exists after the delete"
+	lab_signal all-done
+fi
+echo "PASS sockets-fallback (guest $LAB_INDEX)"
