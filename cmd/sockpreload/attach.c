@@ -410,6 +410,19 @@ void att_switch(struct att *a)
 	a->want_switch = 0;
 	if (a->out != AOUT_TCP || a->phase != PHASE_ATTACHED || a->shut_wr || a->closing)
 		return;
+	if (a->forked || a->shared) {
+		uint64_t w = 0, rd;
+
+		/* another process may have written: the switch offset must be the kernel's */
+		if (kcount_offsets(a->anchor, &w, &rd) < 0 && errno == EAGAIN) {
+			a->want_switch = 1;	/* the counts were moving: at the next write */
+			return;
+		}
+		if (w != a->tx) {
+			att_demote(a, SOCKPROTO_R_TCP_AFTER_SWITCH);
+			return;
+		}
+	}
 	offset_record(&r, SOCKPROTO_SWITCH, a->epoch, a->tx);
 	if (post_record(a, &r, sizeof(r)) < 0) {
 		att_demote(a, SOCKPROTO_R_QP_ERROR);
@@ -440,6 +453,28 @@ void att_post_fin(struct att *a)
 	offset_record(&r, SOCKPROTO_FIN, a->epoch, a->tx);
 	if (post_record(a, &r, sizeof(r)) == 0)
 		a->fin_sent = 1;
+}
+
+/*
+ * The program closed with bytes it never read, or with SO_LINGER {1, 0}:
+ * TCP would reset the connection. ABORT(reason) on the QP (the peer's
+ * reads and writes then fail with ECONNRESET), nothing more goes out,
+ * and the anchor is closed with SO_LINGER {1, 0}, so that it resets too.
+ * Under mu.
+ */
+void att_abort(struct att *a, int reason)
+{
+	struct sockproto_reason_rec r;
+	struct linger lg = { 1, 0 };
+
+	sockproto_init(&r, SOCKPROTO_ABORT, a->epoch);
+	sockproto_put16(&r.reason, (uint16_t)reason);
+	if (a->qp && !a->qp_dead && post_record(a, &r, sizeof(r)) == 0)
+		TRACE("ABORT sent, reason %d", reason);
+	a->fin_sent = 1;
+	a->reset = ECONNRESET;
+	if (a->anchor >= 0)
+		REAL(setsockopt)(a->anchor, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
 }
 
 /* Credit the peer for what the program consumed of the ring, when due. */
@@ -925,7 +960,7 @@ void att_closed(struct att *a)
 			REAL(close)(a->anchor);
 		a->anchor = -1;
 	} else {
-		if (a->forked && a->phase != PHASE_PLAIN) {
+		if ((a->forked || a->shared) && a->phase != PHASE_PLAIN) {
 			a->handoff = 1;
 			att_demote(a, SOCKPROTO_R_SHUTDOWN);
 		} else if (a->phase == PHASE_ATTACHING) {

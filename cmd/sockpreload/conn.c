@@ -290,6 +290,8 @@ struct conn *conn_probe(int fd)
 	struct conn *c = NULL;
 	struct shim_held h;
 
+	if (shim_sandbox())
+		return NULL;	/* no system call the sandbox did not expect */
 	if (REAL(getsockopt)(fd, SOL_SOCKET, SO_TYPE, &type, &l) < 0) {
 		if (errno == EBADF)
 			goto out;
@@ -320,10 +322,16 @@ struct conn *conn_probe(int fd)
 	if (!shim_lock(&h))
 		goto out;
 	if (fdt_load(fd) == SLOT_UNKNOWN &&
-	    (c = conn_alloc(role, dom, (fl & O_NONBLOCK) ? CONN_NONBLOCK : 0)))
+	    (c = conn_alloc(role, dom, (fl & O_NONBLOCK) ? CONN_NONBLOCK : 0))) {
 		fdt_store(fd, slot_of(c, fdfl & FD_CLOEXEC));
-	else
+		if (role == ROLE_ADOPTED) {
+			/* bytes moved before us: the kernel counts them */
+			conn_set_flag(c, CONN_KOFF, 1);
+			conn_established(c, fd);
+		}
+	} else {
 		c = slot_conn(fdt_load(fd));
+	}
 	shim_unlock(&h);
 	goto out;
 record:
@@ -340,10 +348,13 @@ out:
 
 /*
  * conn_close_prepare: an fd of c is about to close. If it is the last
- * one, its epoll registrations go, and if the outgoing direction is on the
- * ring, FIN goes now. The rest of the close (linger, release) is the
- * progress thread's (att_closed); at exit the shim waits a moment for
- * writes still in flight (progress.c).
+ * one, its epoll registrations go; with bytes of the ring the program
+ * never read, or SO_LINGER {1, 0}, the connection is reset as TCP would
+ * (ABORT), else if the outgoing direction is on the ring, FIN goes now.
+ * A connection other processes may hold is neither (att_closed demotes
+ * it). The rest of the close (linger, release) is the progress thread's
+ * (att_closed); at exit the shim waits a moment for writes still in
+ * flight (progress.c).
  */
 void conn_close_prepare(struct conn *c)
 {
@@ -354,7 +365,11 @@ void conn_close_prepare(struct conn *c)
 		return;
 	epoll_conn_closing(a);
 	pthread_mutex_lock(&a->mu);
-	if (a->out == AOUT_RING && a->qp)
+	if (a->qp && a->phase == PHASE_ATTACHED && !a->forked && !a->shared &&
+	    ((conn_flags(c) & CONN_LINGER0) || (a->in == IN_RING && a->prod > a->rx)))
+		att_abort(a, (conn_flags(c) & CONN_LINGER0) ? SOCKPROTO_R_LINGER0 :
+			     SOCKPROTO_R_CLOSE_UNREAD);
+	else if (a->out == AOUT_RING && a->qp)
 		att_post_fin(a);
 	pthread_mutex_unlock(&a->mu);
 	errno = err;
@@ -411,7 +426,9 @@ void conn_established(struct conn *c, int fd)
 struct att *conn_maybe_attach(struct conn *c, int fd)
 {
 	struct att *a;
-	int client = atomic_load(&c->role) == ROLE_CLIENT, one = 1;
+	int koff = conn_flags(c) & CONN_KOFF, one = 1;
+	int client = atomic_load(&c->role) == ROLE_CLIENT && !koff;
+	uint64_t tx, rx;
 
 	if (mono_ms() - c->t_est < attach_delay() &&
 	    atomic_load_explicit(&c->tx, memory_order_relaxed) +
@@ -419,7 +436,7 @@ struct att *conn_maybe_attach(struct conn *c, int fd)
 		return NULL;
 	if (!atomic_compare_exchange_strong(&c->eligible, &one, 0))
 		return conn_att(c);
-	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || c->ep_sets > 1)
+	if (!shim_owner() || shim_sandbox() || (conn_flags(c) & CONN_FOREIGN) || c->ep_sets > 1)
 		return NULL;
 	/*
 	 * Plain I/O of another thread under way: its bytes are not counted
@@ -431,10 +448,23 @@ struct att *conn_maybe_attach(struct conn *c, int fd)
 		atomic_store(&c->eligible, 1);
 		return NULL;
 	}
+	if (koff) {
+		if (kcount_offsets(fd, &tx, &rx) < 0) {
+			/* moving right now: at a later call; closing: never */
+			atomic_store(&c->attaching, 0);
+			if (errno == EAGAIN)
+				atomic_store(&c->eligible, 1);
+			return NULL;
+		}
+	} else {
+		tx = atomic_load(&c->tx);
+		rx = atomic_load(&c->rx);
+	}
 	a = att_new(c, fd, client);
 	if (a) {
-		a->tx = atomic_load(&c->tx);
-		a->rx = atomic_load(&c->rx);
+		a->tx = tx;
+		a->rx = rx;
+		a->shared = !!koff;
 		if (broker_register(a, fd) < 0) {
 			att_put(a);
 			a = NULL;
@@ -465,12 +495,13 @@ void conn_demote(struct conn *c, int reason)
 	struct att *a = conn_att(c);
 
 	atomic_store(&c->eligible, 0);	/* the kernel or another moves bytes now */
+	conn_set_flag(c, CONN_NEVER, 1);
 	if (a)
-		att_demote_wait(a, reason);
+		att_demote_wait(a, reason, 5000);
 }
 
-/* Demote a and wait (at most 5 s) until its outgoing direction is on TCP. */
-void att_demote_wait(struct att *a, int reason)
+/* Demote a and wait (at most ms) until its outgoing direction is on TCP. */
+void att_demote_wait(struct att *a, int reason, int ms)
 {
 	int err = errno;
 
@@ -478,7 +509,7 @@ void att_demote_wait(struct att *a, int reason)
 	a->disabled = 1;
 	if (a->phase == PHASE_ATTACHED || a->phase == PHASE_ATTACHING)
 		att_demote(a, reason);
-	for (int i = 0; i < 500 && (a->phase != PHASE_PLAIN || a->out != AOUT_TCP) && !a->reset; i++) {
+	for (int i = 0; i < ms / 10 && (a->phase != PHASE_PLAIN || a->out != AOUT_TCP) && !a->reset; i++) {
 		pthread_mutex_unlock(&a->mu);
 		{
 			struct pollfd p = { a->wr_ev, POLLIN, 0 };
@@ -522,24 +553,53 @@ int conn_shut_wr(struct conn *c)
 }
 
 /*
+ * After fork, in the parent (the fork handler, with the table's mutex
+ * still held): the child may read and write every connection now, so the
+ * counts of one not yet registered no longer say where its streams stand;
+ * it may still attach, by the kernel's counts (CONN_KOFF). Registered
+ * ones are the progress thread's (progress_fork_parent).
+ */
+void conn_fork_parent(void)
+{
+	for (struct conn *c = live_head; c; c = c->next)
+		if (!conn_att(c))
+			conn_set_flag(c, CONN_KOFF, 1);
+}
+
+/*
  * After fork, in the child (the fork handler, with the table's mutex held
  * by the forking thread's copy): every live connection is the parent's
- * too. Marked foreign; once attached, the child must not use the
- * parent's QP and rings, and REATTACHes on first use instead.
+ * too. One the parent registered with rvmad stays the parent's (foreign:
+ * the child passes its calls to the kernel, and never registers it, which
+ * would take the parent's records); any other may attach here, answering
+ * its peer's request with the kernel's counts (CONN_KOFF), so that the
+ * child of an accept-then-fork server (sshd) carries its connection on
+ * RDMA.
  */
 void conn_fork_child(void)
 {
 	uint64_t n = 0;
 
 	stats_fork_child();
-	progress_fork_child();
 	for (struct conn *c = live_head; c; c = c->next) {
-		conn_set_flag(c, CONN_FOREIGN, 1);
+		int role = atomic_load_explicit(&c->role, memory_order_relaxed);
+
+		if (conn_att(c)) {
+			conn_set_flag(c, CONN_FOREIGN, 1);
+		} else {
+			conn_set_flag(c, CONN_KOFF, 1);
+			if ((role == ROLE_CLIENT || role == ROLE_SERVER || role == ROLE_ADOPTED) &&
+			    !(conn_flags(c) & CONN_NEVER)) {
+				c->t_est = mono_ms();
+				atomic_store_explicit(&c->eligible, 1, memory_order_relaxed);
+			}
+		}
 		atomic_store_explicit(&c->att, NULL, memory_order_relaxed);
 		atomic_store_explicit(&c->rbytes, 0, memory_order_relaxed);
 		atomic_store_explicit(&c->wbytes, 0, memory_order_relaxed);
 		n++;
 	}
+	progress_fork_child();
 	atomic_store_explicit(&shim_stats.live, n, memory_order_relaxed);
 	atomic_store_explicit(&shim_stats.inherited, n, memory_order_relaxed);
 }

@@ -25,6 +25,14 @@
  * drained as reported. EPOLLONESHOT holds a registration's events until
  * EPOLL_CTL_MOD re-arms it.
  *
+ * A set nested in another (added to a set of the program's) keeps no
+ * completion channel in its shadow: a completion that changes nothing for
+ * the program (a send done, a credit) would make the set readable to its
+ * outer set. The progress thread, which watches the channels, signals the
+ * eventfds instead. The eventfds are drained before a look at the ring,
+ * so that a signal after the look is news, and by a read that leaves the
+ * ring empty, so that an outer set sees no stale readiness.
+ *
  * Limits: a set shared across fork is the parent's (the child's view of
  * an attachable connection in it is its anchor's alone); the same
  * connection under two fds of one set is registered once (the second one
@@ -52,6 +60,7 @@ struct ereg {
 
 struct eset {
 	int epfd, shadow;
+	int nested;			/* in another set: no channels in the shadow */
 	uint64_t cookie;
 	struct ereg *regs;
 	pthread_mutex_t mu;
@@ -61,6 +70,41 @@ static pthread_mutex_t sets_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct eset **sets;	/* by epfd; an old array is never freed */
 static size_t nsets;
 static _Atomic int any_set;
+/* The program's epoll sets, by fd (set at creation): which fds may nest. */
+static unsigned char *epmark;	/* an old array is never freed */
+static size_t nepmark;
+
+static void epmark_set(int fd, unsigned char v)
+{
+	if (fd < 0)
+		return;
+	pthread_mutex_lock(&sets_mu);
+	if ((size_t)fd >= nepmark && v) {
+		size_t n = nepmark ? nepmark : 64;
+		unsigned char *t;
+
+		while (n <= (size_t)fd)
+			n *= 2;
+		t = calloc(n, 1);
+		if (t) {
+			for (size_t i = 0; i < nepmark; i++)
+				t[i] = epmark[i];
+			__atomic_store_n(&epmark, t, __ATOMIC_RELEASE);
+			__atomic_store_n(&nepmark, n, __ATOMIC_RELEASE);
+		}
+	}
+	if ((size_t)fd < nepmark)
+		__atomic_store_n(&epmark[fd], v, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&sets_mu);
+}
+
+static int epmark_get(int fd)
+{
+	unsigned char *t = __atomic_load_n(&epmark, __ATOMIC_ACQUIRE);
+	size_t n = __atomic_load_n(&nepmark, __ATOMIC_ACQUIRE);
+
+	return t && fd >= 0 && (size_t)fd < n && __atomic_load_n(&t[fd], __ATOMIC_RELAXED);
+}
 
 /* Whether epfd may have a shadow set, without the lock. */
 static int set_peek(int epfd)
@@ -204,6 +248,8 @@ static void chan_sync(struct ereg *r)
 	int fd = -1;
 	uint32_t gen;
 
+	if (r->set->nested)
+		return;
 	pthread_mutex_lock(&a->mu);
 	gen = a->chan_gen;
 	if (a->chan)
@@ -367,6 +413,8 @@ void epoll_set_closing(int epfd)
 {
 	struct eset *s;
 
+	if (epmark_get(epfd))
+		epmark_set(epfd, 0);
 	if (!atomic_load_explicit(&any_set, memory_order_relaxed) || epfd < 0)
 		return;
 	/*
@@ -397,10 +445,21 @@ void epoll_set_closing(int epfd)
 /* In a forked child: the sets are the parent's view; forgotten. */
 void epoll_fork_child(void)
 {
+	epmark = NULL;
+	nepmark = 0;
 	sets = NULL;
 	nsets = 0;
 	atomic_store(&any_set, 0);
 	pthread_mutex_init(&sets_mu, NULL);
+}
+
+static void eventfd_signal(int efd)
+{
+	uint64_t one = 1;
+
+	if (REAL(write)(efd, &one, sizeof(one)) < 0) {
+		/* full: signalled anyway */
+	}
 }
 
 /* Add or merge an event for the program's data d into out[0..*n). */
@@ -460,6 +519,7 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 			for (int j = 0; j < k; j++) {
 				uint32_t which = (sev[j].data.u64 & 1) ? EPOLLOUT : EPOLLIN, ev;
 				uint64_t v;
+				int efd;
 
 				if (!is_reg(s, sev[j].data.u64, &r))
 					continue;
@@ -476,15 +536,17 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 					}
 					continue;
 				}
+				efd = which == EPOLLIN ? r->a->rd_ev : r->a->wr_ev;
+				/* drained first: a signal after the look below is news */
+				if (REAL(read)(efd, &v, sizeof(v)) < 0) {
+					/* drained already */
+				}
 				ev = r->fired ? 0 : ring_ready(r, which);
-				/* level: drained only when nothing is left to report */
-				if (!ev || (r->events & EPOLLET))
-					if (REAL(read)(which == EPOLLIN ? r->a->rd_ev : r->a->wr_ev, &v,
-						       sizeof(v)) < 0) {
-						/* drained already */
-					}
 				if (!ev)
 					continue;
+				/* level: signalled again, reported while there */
+				if (!(r->events & EPOLLET))
+					eventfd_signal(efd);
 				emit(out, &m, max, r->data, ev);
 				if (r->events & EPOLLONESHOT)
 					r->fired = 1;
@@ -615,12 +677,42 @@ static void pending(struct conn *c, int epfd, int op, int fd, struct epoll_event
 /* epoll_create, epoll_create1: the kernel's set; its shadow comes later. */
 SHIM_EXPORT int epoll_create(int size)
 {
-	return created(REAL(epoll_create)(size));
+	int fd = created(REAL(epoll_create)(size));
+
+	epmark_set(fd, 1);
+	return fd;
 }
 
 SHIM_EXPORT int epoll_create1(int flags)
 {
-	return created(REAL(epoll_create1)(flags));
+	int fd = created(REAL(epoll_create1)(flags));
+
+	epmark_set(fd, 1);
+	return fd;
+}
+
+/*
+ * A set of the program's added to another: nested from now on (see the
+ * file comment); the channels leave its shadow.
+ */
+static void set_nested(int fd)
+{
+	struct eset *s = set_get(fd);
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (!s->nested) {
+		s->nested = 1;
+		for (struct ereg *r = s->regs; r; r = r->next) {
+			pthread_mutex_lock(&r->a->mu);
+			if (r->chan_gen && r->a->chan && r->chan_gen == r->a->chan_gen)
+				REAL(epoll_ctl)(s->shadow, EPOLL_CTL_DEL, r->a->chan->fd, NULL);
+			pthread_mutex_unlock(&r->a->mu);
+			r->chan_gen = 0;
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
 }
 
 /*
@@ -641,6 +733,8 @@ SHIM_EXPORT int epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 			pending(c, epfd, op, fd, ev);
 		return rc;
 	}
+	if (!c && op == EPOLL_CTL_ADD && epmark_get(fd))
+		set_nested(fd);
 	if (!a && !set_of(epfd))
 		return REAL(epoll_ctl)(epfd, op, fd, ev);
 	if (a && (op == EPOLL_CTL_DEL || ev)) {

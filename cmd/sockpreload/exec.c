@@ -54,7 +54,7 @@ void exec_prepare(int spawn)
 		conn_foreach_live(gather, &v);
 		/* outside the table's lock: a demote takes the attachment's */
 		for (int i = 0; i < v.n; i++) {
-			att_demote_wait(v.a[i], SOCKPROTO_R_EXEC);
+			att_demote_wait(v.a[i], SOCKPROTO_R_EXEC, 5000);
 			att_put(v.a[i]);
 		}
 	}

@@ -20,14 +20,22 @@
  * that runs no atfork handler; the wrapper starts it through a trampoline
  * that does what the fork child handler does, before the program's
  * function runs.
+ *
+ * prctl: a process that installs a seccomp filter is a sandbox whose
+ * filter kills it for a system call it did not expect (sshd's
+ * pre-authentication child, after fork, chroot and setuid): from then on
+ * the shim probes, registers and attaches nothing, and passes everything
+ * through.
  */
 #include "rdma.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 
 _Atomic pid_t shim_pid;
+_Atomic int shim_sandboxed;
 
 static void fork_prepare(void)
 {
@@ -36,6 +44,7 @@ static void fork_prepare(void)
 
 static void fork_parent(void)
 {
+	conn_fork_parent();
 	shim_lock_fork_parent();
 	progress_fork_parent();
 }
@@ -92,7 +101,37 @@ SHIM_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 	tls = va_arg(ap, void *);
 	ctid = va_arg(ap, pid_t *);
 	va_end(ap);
-	if (!(flags & CLONE_VM) && fn)
-		return REAL(clone)(clone_child, stack, flags, &s, ptid, tls, ctid);
+	if (!(flags & CLONE_VM) && fn) {
+		int r = REAL(clone)(clone_child, stack, flags, &s, ptid, tls, ctid);
+
+		if (r > 0) {
+			struct shim_held h;
+
+			if (shim_lock(&h)) {
+				conn_fork_parent();
+				shim_unlock(&h);
+			}
+		}
+		return r;
+	}
 	return REAL(clone)(fn, stack, flags, arg, ptid, tls, ctid);
+}
+
+/*
+ * prctl: pass-through; PR_SET_SECCOMP marks the process a sandbox first
+ * (a mark costs no system call, and the filter may forbid the next one).
+ * prctl takes up to four more arguments, each an unsigned long.
+ */
+SHIM_EXPORT int prctl(int option, ...)
+{
+	unsigned long a[4];
+	va_list ap;
+
+	va_start(ap, option);
+	for (int i = 0; i < 4; i++)
+		a[i] = va_arg(ap, unsigned long);
+	va_end(ap);
+	if (option == PR_SET_SECCOMP)
+		atomic_store_explicit(&shim_sandboxed, 1, memory_order_relaxed);
+	return REAL(prctl)(option, a[0], a[1], a[2], a[3]);
 }

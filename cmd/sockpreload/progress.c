@@ -343,6 +343,23 @@ static void reg_sweep(void)
 	}
 }
 
+/*
+ * Another process may hold a's socket (a's process forked, or a was found
+ * open): a's counts are its streams' offsets only while the kernel's say
+ * the same, that is nobody else moved a byte. Reads are never left
+ * uncounted for long (the ring's reads do not block in the kernel), so
+ * the consumed count must be equal; a write of ours may be blocked in the
+ * kernel half done, so the written count may be ahead here, and
+ * att_switch checks it exactly once no write of ours is under way.
+ * Under a->mu.
+ */
+static int att_counts_agree(struct att *a)
+{
+	uint64_t w, r;
+
+	return kcount_offsets(a->anchor, &w, &r) == 0 && w >= a->tx && r == a->rx;
+}
+
 static void on_record(struct att *a, const unsigned char *rec, size_t len)
 {
 	struct sockproto_hdr h;
@@ -366,8 +383,10 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			reason = SOCKPROTO_R_DENIED;
 		else if (a->closing || a->shut_wr)
 			reason = SOCKPROTO_R_SHUTDOWN;
-		else if (a->phase != PHASE_PLAIN || epoch <= a->epoch || a->forked)
+		else if (a->phase != PHASE_PLAIN || epoch <= a->epoch)
 			reason = SOCKPROTO_R_BUSY;
+		else if ((a->forked || a->shared) && !att_counts_agree(a))
+			reason = SOCKPROTO_R_BUSY;	/* moving, or moved by another: later */
 		else if (a->disabled)
 			reason = SOCKPROTO_R_DISABLED;
 		if (!reason) {
@@ -421,12 +440,15 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			break;
 		/*
 		 * No owner yet: the acceptor has not called accept (or not
-		 * registered) when the request came. Ask again, 100 ms, 400 ms
-		 * and 1.6 s later.
+		 * registered) when the request came, or hands the connection
+		 * to a child that has not started (sshd's after
+		 * authentication); or busy: its bytes were moving. Ask again,
+		 * 100 ms, 400 ms, 1.6 s, then three times 3.2 s later.
 		 */
-		if (a->phase == PHASE_ATTACHING && why == SOCKPROTO_R_NO_OWNER && a->retries < 3 &&
-		    !a->closing && !a->disabled) {
-			a->retry_at = now_ms() + (100 << (2 * a->retries));
+		if (a->phase == PHASE_ATTACHING &&
+		    (why == SOCKPROTO_R_NO_OWNER || why == SOCKPROTO_R_BUSY) &&
+		    a->retries < ATT_RETRIES && !a->closing && !a->disabled) {
+			a->retry_at = now_ms() + (a->retries < 3 ? 100 << (2 * a->retries) : 3200);
 			a->retries++;
 			atomic_fetch_add(&retries_pending, 1);
 		}
@@ -565,7 +587,7 @@ static void on_kick(void)
 			due = t >= a->retry_at;
 			a->retry_at = 0;
 		}
-		if (a->client && a->phase == PHASE_PLAIN && a->pid == getpid() &&
+		if (a->client && a->phase == PHASE_PLAIN && a->pid == getpid() && !a->forked &&
 		    (a->epoch == 0 || due) && !a->closing && !a->shut_wr && !a->disabled) {
 			struct sockproto_attach req;
 
@@ -628,9 +650,10 @@ static void *progress_main(void *arg)
 /*
  * In the parent after fork: the child holds every socket too, and may
  * read or write it (accept-then-fork servers do, and the parent closes
- * its copy): such a connection never attaches here, and an attached one
- * is demoted when the parent closes it, so that the child finds its
- * bytes on the anchor.
+ * its copy): a registered connection stays this process's (the child
+ * leaves it alone), no longer asks for an attachment as a client, and is
+ * demoted when this process closes it or exits, so that the child finds
+ * its bytes on the anchor.
  */
 void progress_fork_parent(void)
 {
@@ -667,20 +690,42 @@ void progress_fork_child(void)
 }
 
 /*
- * At exit: writes posted on the rings complete before the QPs die with
- * the process (at most 1 s in all), as the kernel would still deliver
- * what a TCP socket had accepted. A peer that ended its side already, or
- * a QP that failed, is not waited for.
+ * At exit: a connection other processes may hold (a child's inherited
+ * one, whose parent keeps the socket) is demoted, so that whoever uses
+ * it next finds every byte on the anchor (at most 2 s in all; the
+ * progress thread still runs and takes the peer's DEMOTE). Then writes
+ * posted on the rings complete before the QPs die with the process (at
+ * most 1 s in all), as the kernel would still deliver what a TCP socket
+ * had accepted. A peer that ended its side already, or a QP that failed,
+ * is not waited for.
  */
 __attribute__((destructor)) static void progress_exit(void)
 {
+	struct att *a, *shared[64];
 	int64_t end;
+	int n = 0;
 
 	if (!started)
 		return;
+	pthread_mutex_lock(&reg_mu);
+	for (a = reg_head; a && n < 64; a = a->next)
+		if (a->pid == getpid() && (a->shared || a->forked) && !a->closing &&
+		    (a->phase == PHASE_ATTACHED || a->phase == PHASE_ATTACHING)) {
+			atomic_fetch_add(&a->refs, 1);
+			shared[n++] = a;
+		}
+	pthread_mutex_unlock(&reg_mu);
+	end = now_ms() + 2000;
+	for (int i = 0; i < n; i++) {
+		int64_t left = end - now_ms();
+
+		if (left > 0)
+			att_demote_wait(shared[i], SOCKPROTO_R_SHUTDOWN, (int)left);
+		att_put(shared[i]);
+	}
 	end = now_ms() + 1000;
 	pthread_mutex_lock(&reg_mu);
-	for (struct att *a = reg_head; a; a = a->next) {
+	for (a = reg_head; a; a = a->next) {
 		int64_t left = end - now_ms();
 
 		if (left <= 0)

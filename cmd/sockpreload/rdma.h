@@ -57,6 +57,7 @@ void ibv_fork_child(void);
 
 /* ---- attach.c: one connection's attachment ---- */
 
+#define ATT_RETRIES	6	/* a client asks again after no_owner (progress.c) */
 #define ATT_RQ		128	/* receives posted, 64 bytes each */
 #define ATT_SQ		128	/* send queue depth */
 #define ATT_RECV_SZ	64
@@ -99,6 +100,7 @@ struct att {
 	int disabled;			/* never attach (a call the ring does not serve yet) */
 	int forked;			/* a child inherited the socket: it may use it */
 	int handoff;			/* closed here, maybe used elsewhere: demote, then let go */
+	int shared;			/* others may hold the socket (CONN_KOFF): close and exit demote */
 	int retries;			/* client: attachments asked for again */
 	int64_t retry_at;		/* client: ask again then (ms, monotonic); 0: no */
 
@@ -184,9 +186,10 @@ int att_flush(struct att *a);				/* under mu */
 void att_linger_step(struct att *a);			/* under mu */
 void att_release(struct att *a);			/* under mu */
 void att_post_fin(struct att *a);			/* under mu */
+void att_abort(struct att *a, int reason);		/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
-void att_demote_wait(struct att *a, int reason);
+void att_demote_wait(struct att *a, int reason, int ms);
 void att_take_events(struct att *a);			/* under mu */
 #define ATT_POLLED	0x4000	/* att_poll_enter found completions: look again */
 int att_poll_enter(struct att *a, int rd, int wr, int *chanfd);

@@ -83,7 +83,7 @@ int __ppoll_chk(struct pollfd *fds, nfds_t nfds, const struct timespec *ts,
 	X(select) X(pselect) X(poll) X(ppoll) X(__poll_chk) X(__ppoll_chk) \
 	X(epoll_create) X(epoll_create1) X(epoll_ctl) X(epoll_wait)	\
 	X(epoll_pwait) X(epoll_pwait2)					\
-	X(clone)							\
+	X(clone) X(prctl)						\
 	X(execve) X(execv) X(execvp) X(execvpe) X(fexecve) X(execveat)	\
 	X(posix_spawn) X(posix_spawnp)
 
@@ -122,6 +122,18 @@ static inline int shim_owner(void)
 }
 
 void process_init(void);
+
+/*
+ * The process installed a seccomp filter (prctl PR_SET_SECCOMP): any
+ * system call the shim adds may kill it (sshd's pre-authentication
+ * child), so from then on it probes, registers and attaches nothing.
+ */
+extern _Atomic int shim_sandboxed;
+
+static inline int shim_sandbox(void)
+{
+	return atomic_load_explicit(&shim_sandboxed, memory_order_relaxed);
+}
 
 /* ---- fdtable.c: the table indexed by fd ---- */
 
@@ -197,6 +209,8 @@ enum conn_in { IN_TCP, IN_SWITCHING, IN_RING };
 #define CONN_FOREIGN	0x08u	/* inherited by fork: the parent created it */
 #define CONN_LINGER0	0x10u	/* SO_LINGER {1, 0}: close resets */
 #define CONN_V6		0x20u	/* AF_INET6 (else AF_INET) */
+#define CONN_KOFF	0x40u	/* not followed from its start: offsets from the kernel, answers only */
+#define CONN_NEVER	0x80u	/* handed to the kernel or stdio (conn_demote): never attaches */
 
 /*
  * A connection: one kernel socket (open file description), shared by the
@@ -295,9 +309,14 @@ void conn_established(struct conn *c, int fd);
 void conn_demote(struct conn *c, int reason);
 int conn_shut_wr(struct conn *c);
 
+void conn_fork_parent(void);
 void conn_fork_child(void);
 void epoll_conn_established(struct conn *c, struct att *a);
 void conn_foreach_live(void (*fn)(struct conn *c, void *arg), void *arg);
+
+/* ---- kcount.c: the kernel's byte counts ---- */
+
+int kcount_offsets(int fd, uint64_t *written, uint64_t *read);
 
 /* ---- io.c ---- */
 

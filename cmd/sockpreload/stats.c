@@ -76,6 +76,20 @@ void stats_arm(void)
 
 int shim_debug;
 
+/*
+ * A debugging line to stderr; none in a sandbox, which may have set
+ * RLIMIT_FSIZE to 0 (sshd's pre-authentication child), so that writing
+ * to a log file would kill it with SIGXFSZ.
+ */
+static void debug_write(const char *line, size_t n)
+{
+	if (shim_sandbox())
+		return;
+	if (REAL(write)(2, line, n) < 0) {
+		/* nowhere to say it */
+	}
+}
+
 /* RDMAPLUS_SOCKETS_DEBUG=2: one line per attachment event on stderr. */
 void shim_trace(const char *fmt, ...)
 {
@@ -92,9 +106,7 @@ void shim_trace(const char *fmt, ...)
 	va_end(ap);
 	n = m < 0 ? n : n + m < (int)sizeof(line) - 1 ? n + m : (int)sizeof(line) - 2;
 	line[n++] = '\n';
-	if (REAL(write)(2, line, (size_t)n) < 0) {
-		/* nowhere to say it */
-	}
+	debug_write(line, (size_t)n);
 	errno = err;
 }
 
@@ -150,6 +162,6 @@ static void stats_print(void)
 		get(&s->attachable), get(&s->attached), get(&s->demoted), get(&s->fd_passed),
 		get(&s->fdopen), get(&s->splice), get(&s->execs), get(&s->spawns));
 	if (n > 0)
-		REAL(write)(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		debug_write(line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
 	errno = err;
 }

@@ -28,6 +28,10 @@ type tcpItem struct {
 	id uint64
 }
 
+// attachRetries is how many times a dialer asks again for an attachment
+// the acceptor could not take yet (no_owner, busy).
+const attachRetries = 6
+
 // Transport is what carries one direction of a connection's bytes.
 type Transport string
 
@@ -443,11 +447,16 @@ func (c *Conn) fromBroker(rec sockwire.Record) {
 		c.m.FromBroker(proto.Msg{Kind: proto.MsgAttachNack, Epoch: r.Epoch, Reason: r.Reason})
 		if was == proto.Attaching && c.m.Phase() == proto.Plain {
 			// A server that accepted but has not registered yet
-			// answers no_owner: ask again a few times.
-			if r.Reason == sockwire.ReasonNoOwner && c.retries < 3 && !c.closed {
+			// answers no_owner, one whose bytes were moving busy:
+			// ask again a few times, as the shim does.
+			if (r.Reason == sockwire.ReasonNoOwner || r.Reason == sockwire.ReasonBusy) &&
+				c.retries < attachRetries && !c.closed {
 				c.retries++
 				c.retrying = true
-				delay := time.Duration(25<<(2*c.retries)) * time.Millisecond // 100 ms, 400 ms, 1.6 s
+				delay := 3200 * time.Millisecond // 100 ms, 400 ms, 1.6 s, then 3.2 s
+				if c.retries <= 3 {
+					delay = time.Duration(25<<(2*c.retries)) * time.Millisecond
+				}
 				time.AfterFunc(delay, func() {
 					c.mu.Lock()
 					defer c.mu.Unlock()

@@ -35,7 +35,8 @@
 //
 //   - The acceptor registers a connection with rvmad once Accept
 //     returned it; a dialer whose ATTACH_REQ arrives before that is told
-//     there is no owner and asks again (after 100 ms, 400 ms, 1.6 s).
+//     there is no owner (or busy) and asks again (after 100 ms, 400 ms,
+//     1.6 s, then three times 3.2 s later).
 //   - A peer that dies while attached shows as the anchor's end: a Read
 //     waiting for the ring returns io.ErrUnexpectedEOF (or ErrReset) after
 //     Options.PeerGoneWait; a Write whose bytes are held after the QP

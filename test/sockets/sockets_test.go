@@ -183,7 +183,7 @@ func TestExports(t *testing.T) {
 		close_range closefrom connect dup dup2 dup3 epoll_create epoll_create1 epoll_ctl
 		epoll_pwait epoll_pwait2 epoll_wait execl execle execlp execv execve execveat execvp
 		execvpe fcntl fcntl64 fdopen fexecve getpeername getsockname getsockopt ioctl listen
-		poll posix_spawn posix_spawnp ppoll pselect read readv recv recvfrom recvmmsg recvmsg
+		poll posix_spawn posix_spawnp ppoll prctl pselect read readv recv recvfrom recvmmsg recvmsg
 		select send sendfile sendfile64 sendmmsg sendmsg sendto setsockopt shutdown socket
 		splice tee vmsplice write writev`)
 	sort.Strings(want)

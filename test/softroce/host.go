@@ -20,7 +20,8 @@ var hostPackages = []string{
 	"ibverbs-providers", "libibverbs-dev", "librdmacm-dev", "perftest",
 	"busybox-static", "cpio", "kmod", "xz-utils", "iproute2", "bash", "gcc", "make",
 	"iperf3", "sockperf", "redis-server", "redis-tools", "nginx-light", "wrk", "curl",
-	"memcached", "libmemcached-tools",
+	"memcached", "libmemcached-tools", "openssh-server", "openssh-client",
+	"strace", "time",
 }
 
 // aptLists is refreshed at most once per process and only when it is older

@@ -75,6 +75,8 @@ enum mode {
 	M_CLOSE,	/* close at once */
 	M_KILL,		/* write len bytes, then die by SIGKILL */
 	M_DONE,		/* the client is done: the server exits */
+	M_UNREAD,	/* echo len bytes, then close with more unread (a reset) */
+	M_LINGER0,	/* echo len bytes, then close with SO_LINGER {1, 0} (a reset) */
 };
 
 struct hdr {
@@ -440,6 +442,22 @@ static int handle(int fd, const struct hdr *h)
 		return 0;
 	case M_CLOSE:
 		return 0;
+	case M_UNREAD:
+	case M_LINGER0:
+		if (h->len > sizeof(buf))
+			return fail("unread: %" PRIu64 " bytes to echo, at most %zu", h->len, sizeof(buf));
+		if (read_full(fd, buf, (size_t)h->len) != (ssize_t)h->len ||
+		    write_all(fd, buf, (size_t)h->len) < 0)
+			return fail("unread: the echo failed");
+		if (h->mode == M_LINGER0) {
+			struct linger lg = { 1, 0 };
+
+			if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) < 0)
+				return FAILE("setsockopt SO_LINGER");
+		} else if (wait_fd(fd, POLLIN, TIMEOUT_MS) <= 0) {
+			return fail("unread: nothing more came");
+		}
+		return 0;	/* the caller closes: TCP resets */
 	case M_KILL:
 		send_pattern(fd, h->seed, 0, h->len);
 		usleep(200000);
@@ -954,6 +972,64 @@ static int s_msg_waitall(uint64_t seed)
 		r = recv_pattern(fd, seed, sizeof(buf), 0, 1);
 	close(fd);
 	return r;
+}
+
+/*
+ * A server closing with bytes it never read (close_unread), or with
+ * SO_LINGER {1, 0} (linger0), resets the connection: after an echo (and a
+ * pause in which the connection may attach), the client's read fails with
+ * ECONNRESET, never an end of file.
+ */
+static int reset_after(enum mode m, uint64_t seed)
+{
+	uint8_t buf[4096], more[1024];
+	int fd = dial(m, seed, sizeof(buf)), r = -1;
+	ssize_t k;
+
+	if (fd < 0)
+		return -1;
+	fill(buf, seed, 0, sizeof(buf));
+	if (write_all(fd, buf, sizeof(buf)) < 0 || read_full(fd, buf, sizeof(buf)) != sizeof(buf))
+		goto out;
+	if (mismatch(buf, seed, 0, sizeof(buf)) >= 0) {
+		fail("echoed bytes differ");
+		goto out;
+	}
+	usleep(300000);
+	fill(more, seed, sizeof(buf), sizeof(more));
+	if (m == M_UNREAD && write_all(fd, more, sizeof(more)) < 0)
+		goto out;
+	for (;;) {
+		k = read(fd, more, sizeof(more));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno == EAGAIN) {
+			if (wait_fd(fd, POLLIN, TIMEOUT_MS) <= 0) {
+				fail("no reset within %d s", TIMEOUT_MS / 1000);
+				goto out;
+			}
+			continue;
+		}
+		break;
+	}
+	if (k == -1 && errno == ECONNRESET)
+		r = 0;
+	else
+		fail("read after the peer's reset: %zd %s, want ECONNRESET", k,
+		     k < 0 ? strerror(errno) : "(bytes or end of file)");
+out:
+	close(fd);
+	return r;
+}
+
+static int s_close_unread(uint64_t seed)
+{
+	return reset_after(M_UNREAD, seed);
+}
+
+static int s_linger0(uint64_t seed)
+{
+	return reset_after(M_LINGER0, seed);
 }
 
 static volatile sig_atomic_t sigpipes;
@@ -1879,6 +1955,8 @@ static const struct scenario scenarios[] = {
 	{ "msg_waitall", s_msg_waitall },
 	{ "sigpipe", s_sigpipe },
 	{ "half_close", s_half_close },
+	{ "close_unread", s_close_unread },
+	{ "linger0", s_linger0 },
 	{ "read_write", s_rw },
 	{ "send_recv", s_send_recv },
 	{ "sendto_recvfrom", s_sendto_recvfrom },
