@@ -234,14 +234,8 @@ int jbmt_tx_prepare(struct jbmt_tx *tx, u32 inv_rkey);
  */
 int jbmt_post_reg_then(struct jbmt_peer *p, struct ib_reg_wr *reg,
 		       struct jbmt_tx *tx);
-/*
- * ib_post_send() and rdma_rw_ctx_post() with bottom halves off; process
- * context (see rdmaplus_jbmt_net.c).
- */
-struct rdma_rw_ctx;
+/* ib_post_send() with bottom halves off; process context (rdmaplus_jbmt_net.c). */
 int jbmt_post_send(struct ib_qp *qp, const struct ib_send_wr *wr);
-int jbmt_rw_post(struct rdma_rw_ctx *ctx, struct jbmt_peer *p,
-		 struct ib_send_wr *next);
 /* Send a message and forget it; p entered. */
 int jbmt_send(struct jbmt_peer *p, const struct jbmt_msg *m, u32 inv_rkey);
 /* A WR of p failed: say why (unless flushed) and take p down. */

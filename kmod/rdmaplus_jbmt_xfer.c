@@ -644,7 +644,8 @@ static void jbmt_isect_respond(struct jbmt_isect *s)
 		s->mem.rw_ready = ret > 0;
 	}
 	if (ret >= 0)
-		ret = jbmt_rw_post(&s->mem.rw, p, &fin->wr);
+		ret = rdma_rw_ctx_post(&s->mem.rw, p->cm->qp, p->cm->port_num,
+				       NULL, &fin->wr);
 	if (ret) {
 		jbmt_tx_free(fin);
 		s->status = ret;
@@ -1362,7 +1363,8 @@ static u8 jbmt_serve_get(struct jbmt_peer *p, const struct jbmt_msg *m,
 	t->mem.rw_ready = true;
 	if (!jbmt_peer_enter(p))	/* the section's own, till sent */
 		goto err;
-	if (jbmt_rw_post(&t->mem.rw, p, &tx->wr)) {
+	if (rdma_rw_ctx_post(&t->mem.rw, p->cm->qp, p->cm->port_num, NULL,
+			     &tx->wr)) {
 		jbmt_peer_leave(p);
 		goto err;
 	}
