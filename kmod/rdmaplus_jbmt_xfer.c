@@ -305,6 +305,29 @@ struct jbmt_isect {
 };
 
 /*
+ * Complete c, an event of s, and wake s's operation. Both under the
+ * operation's wait queue lock: the operation may see c done and return
+ * at once, and its wait queue lives on its stack, so it takes that lock
+ * once before it returns (jbmt_op_run), which waits for a waker still
+ * inside. Without an operation waiting (an asynchronous one), only the
+ * completion.
+ */
+static void jbmt_isect_signal(struct jbmt_isect *s, struct completion *c)
+{
+	wait_queue_head_t *wq = s->opwq;
+	unsigned long flags;
+
+	if (!wq) {
+		complete(c);
+		return;
+	}
+	spin_lock_irqsave(&wq->lock, flags);
+	complete(c);
+	wake_up_locked(wq);
+	spin_unlock_irqrestore(&wq->lock, flags);
+}
+
+/*
  * The data an answer to s carries, checked against what s asked for and
  * copied into its pages: false if the peer broke the protocol.
  */
@@ -349,8 +372,7 @@ answered:
 		jbmt_direct_answered(s->direct);
 		return;
 	}
-	complete(&s->done);
-	wake_up(s->opwq);
+	jbmt_isect_signal(s, &s->done);
 }
 
 void jbmt_xfer_fail_peer(struct jbmt_peer *p)
@@ -366,8 +388,7 @@ void jbmt_xfer_fail_peer(struct jbmt_peer *p)
 			jbmt_direct_answered(s->direct);
 			continue;
 		}
-		complete(&s->done);
-		wake_up(s->opwq);
+		jbmt_isect_signal(s, &s->done);
 	}
 }
 
@@ -417,8 +438,7 @@ static void jbmt_fin_sent(struct jbmt_tx *tx, struct ib_wc *wc)
 
 	if (wc->status != IB_WC_SUCCESS)
 		s->status = -ECONNRESET;
-	complete(&s->sent);
-	wake_up(s->opwq);
+	jbmt_isect_signal(s, &s->sent);
 }
 
 /*
@@ -935,6 +955,9 @@ static long jbmt_op_run(struct jbmt_peer *p, struct rdmaplus_jbmt_ctx *ctx,
 		head = (head + 1) % JBMT_WINDOW;
 		n--;
 	}
+	/* a waker that completed our last event may still be inside opwq's lock */
+	spin_lock_irq(&opwq.lock);
+	spin_unlock_irq(&opwq.lock);
 	kvfree(win);
 	return err;
 }
