@@ -139,6 +139,11 @@ void att_signal(struct att *a, int rd, int wr)
 	if (wr && REAL(write)(a->wr_ev, &one, sizeof(one)) < 0) {
 		/* likewise */
 	}
+	/* after the write: a drain that sees the mark finds the signal */
+	if (rd)
+		atomic_store_explicit(&a->rd_sig, 1, memory_order_release);
+	if (wr)
+		atomic_store_explicit(&a->wr_sig, 1, memory_order_release);
 	errno = err;
 }
 
@@ -624,7 +629,8 @@ int att_poll_cq(struct att *a)
 		 * A sleeping thread wakes for any change, and looks; an epoll
 		 * registration's eventfd says only what is there to report.
 		 */
-		int rd = a->chg_rd && (a->rd_sleepers || (a->ep_rd && att_rd_ready(a)));
+		int rd = a->chg_rd && (a->rd_sleepers ||
+				       (a->ep_rd && (att_rd_ready(a) || att_rd_behind(a))));
 		int wr = a->chg_wr && (a->wr_sleepers || (a->ep_wr && att_wr_ready(a)));
 
 		if (rd || wr)
@@ -664,7 +670,23 @@ void att_demote(struct att *a, int reason)
 	if (broker_send_routed(a, &d, sizeof(d)) < 0)
 		a->reset = ECONNRESET;
 	stat_add(&shim_stats.demoted, 1);
-	att_signal(a, 1, 1);
+	att_wake(a);
+}
+
+/*
+ * The attachment's state changed (under mu): every sleeping thread looks
+ * again; an epoll registration hears only of what it would report, or,
+ * for writers, that the anchor takes their bytes again (the set then
+ * asks the kernel for the anchor's EPOLLOUT), so that a set nested in
+ * another never looks readable with nothing to read.
+ */
+void att_wake(struct att *a)
+{
+	int rd = a->rd_sleepers || (a->ep_rd && (att_rd_ready(a) || att_rd_behind(a)));
+	int wr = a->wr_sleepers || (a->ep_wr && (att_wr_ready(a) || a->out == AOUT_TCP));
+
+	if (rd || wr)
+		att_signal(a, rd, wr);
 }
 
 /*
@@ -807,6 +829,13 @@ void att_linger_step(struct att *a)
 		REAL(shutdown)(a->anchor, SHUT_WR);
 		a->anchor_shut = 1;
 	}
+	/*
+	 * Bytes that come after the program closed: TCP answers them with a
+	 * reset, and so does the shim (the peer's writes then fail, as they
+	 * would with TCP); the bytes are dropped either way.
+	 */
+	if (a->in == IN_RING && a->prod > a->rx && !a->reset && a->phase == PHASE_ATTACHED)
+		att_abort(a, SOCKPROTO_R_CLOSE_UNREAD);
 	if (a->in == IN_RING || a->in == IN_SWITCHING) {
 		if (a->in == IN_SWITCHING)
 			a->rx = a->sw_in;
@@ -817,8 +846,11 @@ void att_linger_step(struct att *a)
 	for (;;) {
 		ssize_t r = REAL(recv)(a->anchor, junk, sizeof(junk), MSG_DONTWAIT);
 
-		if (r > 0)
+		if (r > 0) {
+			if (!a->reset && a->phase == PHASE_ATTACHED)
+				att_abort(a, SOCKPROTO_R_CLOSE_UNREAD);
 			continue;
+		}
 		if (r == 0 || (errno != EAGAIN && errno != EINTR))
 			a->anchor_eof = 1;
 		break;
@@ -848,6 +880,17 @@ int att_rd_ready(struct att *a)
 }
 
 /*
+ * Ring bytes behind the anchor's last ones (under mu): news for an epoll
+ * registration (an edge-triggered one reports every arrival, as the
+ * kernel does for each segment), though a reader takes the anchor's
+ * bytes first.
+ */
+int att_rd_behind(struct att *a)
+{
+	return a->in == IN_SWITCHING && a->prod > a->sw_in;
+}
+
+/*
  * Room for more of my stream (under mu): in the peer's ring, from the
  * larger of its credit and my switch offset; while flushing, in the send
  * buffer, from what reached the anchor. 0 on TCP.
@@ -872,7 +915,7 @@ void att_ep_sync(struct att *a)
 	uint64_t v;
 
 	if (a->ep_rd) {
-		if (att_rd_ready(a))
+		if (att_rd_ready(a) || att_rd_behind(a))
 			att_signal(a, 1, 0);
 		else if (REAL(read)(a->rd_ev, &v, sizeof(v)) < 0) {
 			/* not signalled */

@@ -453,15 +453,6 @@ void epoll_fork_child(void)
 	pthread_mutex_init(&sets_mu, NULL);
 }
 
-static void eventfd_signal(int efd)
-{
-	uint64_t one = 1;
-
-	if (REAL(write)(efd, &one, sizeof(one)) < 0) {
-		/* full: signalled anyway */
-	}
-}
-
 /* Add or merge an event for the program's data d into out[0..*n). */
 static void emit(struct epoll_event *out, int *n, int max, uint64_t d, uint32_t ev)
 {
@@ -494,6 +485,12 @@ static uint32_t ring_ready(struct ereg *r, uint32_t which)
 
 	if ((which & EPOLLIN) && (r->events & EPOLLIN) && att_readable(r->a))
 		ev |= EPOLLIN;
+	if ((which & EPOLLIN) && (r->events & EPOLLIN) && !ev) {
+		pthread_mutex_lock(&r->a->mu);
+		if (att_rd_behind(r->a))
+			ev |= EPOLLIN;	/* the anchor's bytes first, then these */
+		pthread_mutex_unlock(&r->a->mu);
+	}
 	if ((which & EPOLLOUT) && (r->events & EPOLLOUT) && att_writable(r->a))
 		ev |= EPOLLOUT;
 	return ev;
@@ -546,7 +543,7 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 					continue;
 				/* level: signalled again, reported while there */
 				if (!(r->events & EPOLLET))
-					eventfd_signal(efd);
+					att_signal(r->a, which == EPOLLIN, which == EPOLLOUT);
 				emit(out, &m, max, r->data, ev);
 				if (r->events & EPOLLONESHOT)
 					r->fired = 1;

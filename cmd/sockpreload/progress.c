@@ -487,8 +487,8 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 	(void)len;
 	if (a->closing)
 		att_linger_step(a);
+	att_wake(a);
 	pthread_mutex_unlock(&a->mu);
-	att_signal(a, 1, 1);
 }
 
 static void on_broker(void)

@@ -81,6 +81,7 @@ struct att {
 	struct sockproto_tuple tuple;	/* as this host sees it */
 	int anchor;			/* private dup of the socket (CLOEXEC) */
 	int rd_ev, wr_ev;		/* eventfds: something for readers, writers */
+	_Atomic int rd_sig, wr_sig;	/* set after a signal: the eventfd is worth a read */
 	int client;			/* connect()ed: the protocol's client */
 	pid_t pid;			/* owner process (fork: another's) */
 
@@ -94,6 +95,7 @@ struct att {
 	int shut_wr;			/* the program shut its writing */
 	int fin_sent, anchor_shut;
 	int reset;			/* errno for the program (ECONNRESET) once set */
+	int reset_told;			/* writes told of the reset (then EPIPE) */
 	int anchor_eof;			/* the anchor ended (peer gone) */
 	int qp_dead;
 	int released;
@@ -114,6 +116,7 @@ struct att {
 	uint64_t credit;		/* largest credit the peer wrote to me */
 	uint64_t peer_blocked;		/* largest blocked the peer wrote */
 	uint64_t blocked_sent;		/* last blocked I wrote, +1 (0: never) */
+	int probed;			/* a blocked writer saw the anchor end: QP probed */
 	uint64_t flushed;		/* AOUT_FLUSH: anchor has my stream up to here */
 	uint64_t sq_posted;		/* send WRs posted (each one's wr_id: its number) */
 	uint64_t sq_done;		/* send WRs completed (in order) */
@@ -187,6 +190,7 @@ void att_linger_step(struct att *a);			/* under mu */
 void att_release(struct att *a);			/* under mu */
 void att_post_fin(struct att *a);			/* under mu */
 void att_abort(struct att *a, int reason);		/* under mu */
+void att_wake(struct att *a);				/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
 void att_demote_wait(struct att *a, int reason, int ms);
@@ -205,6 +209,7 @@ int att_readable(struct att *a);	/* ring bytes or end ready, without a system ca
 int att_writable(struct att *a);
 int att_readable_bytes(struct att *a, int anchor);
 int att_rd_ready(struct att *a);	/* under mu */
+int att_rd_behind(struct att *a);			/* under mu */
 int att_wr_ready(struct att *a);	/* under mu */
 uint64_t att_send_space(struct att *a);	/* under mu */
 void att_ep_sync(struct att *a);	/* under mu */

@@ -126,12 +126,20 @@ static void spin_read(struct att *a)
 	}
 }
 
-static void drain(int evfd)
+/*
+ * Empty the readers' (rd) or writers' eventfd, if att_signal marked it
+ * since the last time: a round trip then costs no read of an empty
+ * eventfd. A signal whose mark comes after this look is read next time;
+ * a sleeper it wakes meanwhile just looks again.
+ */
+static void drain(struct att *a, int rd)
 {
 	uint64_t v;
 	int err = errno;
 
-	if (REAL(read)(evfd, &v, sizeof(v)) < 0) {
+	if (!atomic_exchange_explicit(rd ? &a->rd_sig : &a->wr_sig, 0, memory_order_acquire))
+		return;
+	if (REAL(read)(rd ? a->rd_ev : a->wr_ev, &v, sizeof(v)) < 0) {
 		/* nothing pending */
 	}
 	errno = err;
@@ -160,7 +168,7 @@ static short att_sleep(struct att *a, int rd, short anchor_ev)
 		ev = anchor_ev ? p[1].revents : 0;
 	}
 	att_poll_leave(a, rd, !rd, fired);
-	drain(p[0].fd);
+	drain(a, rd);
 	return ev;
 }
 
@@ -197,7 +205,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		return 0;
 	pthread_mutex_lock(&a->rmu);
 	for (;;) {
-		drain(a->rd_ev);
+		drain(a, 1);
 		pthread_mutex_lock(&a->mu);
 		if (a->in == IN_TCP || (a->in == IN_SWITCHING && a->rx < a->sw_in)) {
 			uint64_t lim = want - got;
@@ -312,6 +320,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	int nb = (conn_flags(c) & CONN_NONBLOCK) || (flags & MSG_DONTWAIT);
 	size_t total = iov_total(iov, iovcnt), done = 0;
 	int err = 0, ring_err = 0, saved = errno;
+	short aev;
 
 	pthread_mutex_lock(&a->wmu);
 	pthread_mutex_lock(&a->mu);
@@ -340,8 +349,17 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 				att_switch(a);
 			break;
 		}
+		if (!a->reset && a->probed) {
+			att_poll_cq(a);
+			/* the probe failed the QP: the peer's process is gone, nobody answers a demote */
+			if (a->qp_dead)
+				a->reset = ECONNRESET;
+		}
 		if (a->reset || a->shut_wr) {
 			err = a->reset ? a->reset : EPIPE;
+			/* as TCP: one write hears of the reset, the next ones get EPIPE */
+			if (err == ECONNRESET && a->reset_told++)
+				err = EPIPE;
 			ring_err = 1;
 			break;
 		}
@@ -378,9 +396,24 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 				err = EAGAIN;
 			break;
 		}
+		/*
+		 * The peer's stream comes by the ring, so its end would too
+		 * (FIN): an end of the anchor without one may mean the peer's
+		 * process is gone, and then no credit ever comes. The blocked
+		 * offset is written once more: a dead peer fails the QP
+		 * within its retries (the QP error demotes, and a demote
+		 * nobody answers resets), a live one (demoting meanwhile)
+		 * just reads it again.
+		 */
+		aev = a->in != IN_TCP && a->fin_in == SOCKPROTO_NO_FIN && !a->probed ? POLLRDHUP : 0;
 		pthread_mutex_unlock(&a->mu);
-		att_sleep(a, 0, 0);
+		aev = att_sleep(a, 0, aev);
 		pthread_mutex_lock(&a->mu);
+		if ((aev & (POLLRDHUP | POLLHUP | POLLERR)) && !a->probed && a->out == AOUT_RING) {
+			a->probed = 1;
+			a->blocked_sent = 0;
+			att_blocked(a);
+		}
 	}
 	pthread_mutex_unlock(&a->mu);
 	pthread_mutex_unlock(&a->wmu);
