@@ -8,6 +8,7 @@
 //	rvmad [serve] [flags]         run the daemon (the default)
 //	rvmad devices [--json]        print the RDMA inventory
 //	rvmad lint [--url URL]        lint the metrics with promlint
+//	rvmad sockets [--json]        list the connections under the sockets shim
 //	rvmad version                 print the version
 //
 // Exit status: 0 on success and after a clean shutdown, 1 when running
@@ -57,6 +58,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdDevices(args, stdout, stderr)
 	case "lint":
 		err = cmdLint(args, stdout, stderr)
+	case "sockets":
+		err = cmdSockets(args, stdout, stderr)
 	case "version":
 		err = cmdVersion(args, stdout, stderr)
 	case "help":
@@ -85,6 +88,7 @@ const usageText = `usage:
   rvmad [serve] [flags]    run the daemon (rvmad serve -h for the flags)
   rvmad devices [--json]   print the RDMA device inventory
   rvmad lint [--url URL]   check the metrics with the Prometheus linter
+  rvmad sockets [--json]   list the connections of processes under the sockets shim
   rvmad version            print the version
 `
 

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rdmaplus/rdmaplus/cmd/rvmad/internal/sockets"
 )
 
 func runArgs(args ...string) (int, string, string) {
@@ -141,5 +144,29 @@ func TestStrictConfigExits2(t *testing.T) {
 	code, _, stderr := runArgs("lint", "--sysfs-root", missing)
 	if code != exitUsage || !strings.Contains(stderr, "sysfs_root") {
 		t.Errorf("lint with a missing root: exit %d: %s", code, stderr)
+	}
+}
+
+func TestSocketsCommand(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "sockets.sock")
+	code, _, stderr := runArgs("sockets", "--socket", sock)
+	if code != exitFail || !strings.Contains(stderr, "sockets broker") {
+		t.Fatalf("no rvmad: exit %d, %s", code, stderr)
+	}
+	b := sockets.NewBroker(sockets.Options{MaxPerUID: 10}, nil)
+	if err := b.Listen(sock); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	code, out, stderr := runArgs("sockets", "--socket", sock)
+	if code != exitOK || !strings.Contains(out, "PID") || !strings.Contains(out, "RDMA_IN") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, stderr)
+	}
+	code, out, stderr = runArgs("sockets", "--json", "--socket", sock)
+	if code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("json: exit %d\n%s\n%s", code, out, stderr)
+	}
+	if code, _, _ := runArgs("sockets", "extra"); code != exitUsage {
+		t.Errorf("extra argument: exit %d", code)
 	}
 }

@@ -120,6 +120,7 @@ void att_put(struct att *a)
 	if (a->anchor >= 0)
 		REAL(close)(a->anchor);
 	pthread_mutex_unlock(&a->mu);
+	stats_slot_close(a);
 	REAL(close)(a->rd_ev);
 	REAL(close)(a->wr_ev);
 	pthread_mutex_destroy(&a->mu);
@@ -395,6 +396,7 @@ int att_post_data(struct att *a, uint64_t from, uint64_t len)
 			wr.send_flags = IBV_SEND_INLINE;
 		if (post(a, &wr) < 0)
 			return -1;
+		stats_rdma_write(a);
 		from += n;
 		len -= n;
 	}
@@ -435,6 +437,7 @@ void att_switch(struct att *a)
 	}
 	a->sw_out = a->tx;
 	a->out = AOUT_RING;
+	stats_slot_sync(a);
 	TRACE("SWITCH(%llu) sent", (unsigned long long)a->tx);
 }
 
@@ -669,7 +672,7 @@ void att_demote(struct att *a, int reason)
 	a->want_switch = 0;
 	if (broker_send_routed(a, &d, sizeof(d)) < 0)
 		a->reset = ECONNRESET;
-	stat_add(&shim_stats.demoted, 1);
+	stats_demote(a, reason);
 	att_wake(a);
 }
 
@@ -705,6 +708,7 @@ void att_on_peer_demote(struct att *a, uint64_t consumed)
 		a->in = IN_TCP;
 		if (broker_send_routed(a, &d, sizeof(d)) < 0)
 			a->reset = ECONNRESET;
+		stats_demote(a, SOCKPROTO_R_PEER);
 	}
 	a->phase = PHASE_PLAIN;
 	a->want_switch = 0;
@@ -1012,6 +1016,7 @@ void att_closed(struct att *a)
 		}
 		att_linger_step(a);
 	}
+	stats_slot_sync(a);
 	pthread_mutex_unlock(&a->mu);
 	att_put(a);
 }

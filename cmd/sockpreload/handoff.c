@@ -37,7 +37,7 @@ SHIM_EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t n)
 	ssize_t r = REAL(sendfile)(out, in, off, n);
 
 	if (c && r > 0)
-		stat_add(&c->wbytes, (uint64_t)r);
+		conn_count(c, 0, (uint64_t)r);
 	return r;
 }
 
@@ -47,7 +47,7 @@ SHIM_EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t n)
 	ssize_t r = REAL(sendfile64)(out, in, off, n);
 
 	if (c && r > 0)
-		stat_add(&c->wbytes, (uint64_t)r);
+		conn_count(c, 0, (uint64_t)r);
 	return r;
 }
 
@@ -64,9 +64,9 @@ SHIM_EXPORT ssize_t splice(int in, loff_t *inoff, int out, loff_t *outoff, size_
 
 	if (r > 0) {
 		if (ci)
-			stat_add(&ci->rbytes, (uint64_t)r);
+			conn_count(ci, 1, (uint64_t)r);
 		if (co)
-			stat_add(&co->wbytes, (uint64_t)r);
+			conn_count(co, 0, (uint64_t)r);
 	}
 	return r;
 }

@@ -35,7 +35,7 @@ void __chk_fail(void) __attribute__((noreturn));
 static ssize_t io_end(struct conn *c, int held, ssize_t r, int peek, int rd)
 {
 	if (r > 0 && !peek) {
-		stat_add(rd ? &c->rbytes : &c->wbytes, (uint64_t)r);
+		conn_count(c, rd, (uint64_t)r);
 		stat_add(rd ? &c->rx : &c->tx, (uint64_t)r);
 	}
 	if (held)

@@ -33,6 +33,7 @@ static struct att *reg_head;
 static int broker_fd = -1;
 static int epfd = -1, kickfd = -1;
 static int started;
+static int stats_sent;		/* the statistics segment went to rvmad */
 static _Atomic int retries_pending;	/* clients waiting to ask again */
 
 static int64_t now_ms(void)
@@ -246,9 +247,15 @@ static int send_msg(const void *buf, size_t len, int passfd, int wait_ms)
 	return r == (ssize_t)len ? 0 : -1;
 }
 
+static int send_passing(const void *buf, size_t len, int fd)
+{
+	return send_msg(buf, len, fd, 0);
+}
+
 /*
  * REGISTER the connection (its socket fd passed along) and add it to the
- * registry; starts the broker connection and the thread on first use. -1:
+ * registry; starts the broker connection and the thread on first use,
+ * and hands rvmad the statistics segment before the first REGISTER. -1:
  * no broker (the connection stays on TCP).
  */
 int broker_register(struct att *a, int fd)
@@ -258,15 +265,22 @@ int broker_register(struct att *a, int fd)
 
 	pthread_mutex_lock(&reg_mu);
 	if (progress_start() == 0) {
+		if (!stats_sent && stats_segment_send(send_passing) == 0)
+			stats_sent = 1;
 		sockproto_init(&r, SOCKPROTO_REGISTER, 1);
 		r.tuple = a->tuple;
 		sockproto_put32(&r.fd, (uint32_t)fd);
+		stats_slot_open(a, fd);	/* before anyone else sees the attachment */
 		if (send_msg(&r, sizeof(r), fd, 0) == 0) {
 			atomic_fetch_add(&a->refs, 1);
 			a->next = reg_head;
 			reg_head = a;
 			rc = 0;
+		} else {
+			stats_slot_close(a);
 		}
+	} else {
+		stats_fallback(NULL, SOCKPROTO_R_NO_DAEMON);
 	}
 	pthread_mutex_unlock(&reg_mu);
 	errno = err;
@@ -399,6 +413,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		}
 		TRACE("ATTACH_REQ epoch %u: %s (reason %d)", epoch, reason ? "refused" : "attached", reason);
 		if (reason) {
+			stats_fallback(a, reason);
 			sockproto_init(&nack, SOCKPROTO_ATTACH_NACK, epoch);
 			sockproto_put16(&nack.reason, (uint16_t)reason);
 			a->epoch = epoch > a->epoch ? epoch : a->epoch;
@@ -451,6 +466,8 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			a->retry_at = now_ms() + (a->retries < 3 ? 100 << (2 * a->retries) : 3200);
 			a->retries++;
 			atomic_fetch_add(&retries_pending, 1);
+		} else if (a->phase == PHASE_ATTACHING) {
+			stats_fallback(a, why);
 		}
 		if (a->phase == PHASE_ATTACHING || a->phase == PHASE_DEMOTING) {
 			a->phase = PHASE_PLAIN;
@@ -476,8 +493,10 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		struct sockproto_result r;
 
 		memcpy(&r, rec, sizeof(r));
-		if (r.request == SOCKPROTO_REGISTER && sockproto_get16(&r.reason))
+		if (r.request == SOCKPROTO_REGISTER && sockproto_get16(&r.reason)) {
 			a->pid = 0;	/* not ours to attach */
+			stats_fallback(a, sockproto_get16(&r.reason));
+		}
 		else if (r.request == SOCKPROTO_DEMOTE && sockproto_get16(&r.reason) &&
 			 a->phase == PHASE_DEMOTING)
 			a->reset = ECONNRESET;
@@ -488,6 +507,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 	if (a->closing)
 		att_linger_step(a);
 	att_wake(a);
+	stats_slot_sync(a);
 	pthread_mutex_unlock(&a->mu);
 }
 
@@ -603,8 +623,12 @@ static void on_kick(void)
 				if (broker_send_routed(a, &req, sizeof(req)) < 0) {
 					a->phase = PHASE_PLAIN;
 					att_release(a);
+					stats_fallback(a, SOCKPROTO_R_NO_DAEMON);
 				}
+			} else {
+				stats_fallback(a, errno == ENODEV ? SOCKPROTO_R_NO_DEVICE : SOCKPROTO_R_NO_MEMORY);
 			}
+			stats_slot_sync(a);
 		}
 		pthread_mutex_unlock(&a->mu);
 		att_put(a);
@@ -684,6 +708,7 @@ void progress_fork_child(void)
 		REAL(close)(kickfd);
 	broker_fd = epfd = kickfd = -1;
 	started = 0;
+	stats_sent = 0;
 	pthread_mutex_init(&reg_mu, NULL);
 	ibv_fork_child();
 	epoll_fork_child();

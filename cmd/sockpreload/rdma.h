@@ -148,6 +148,8 @@ struct att {
 	uint64_t peer_ring, peer_ctrl;	/* host values */
 	uint32_t peer_ring_rkey, peer_ctrl_rkey;
 	uint64_t win;			/* min(my ring, peer's ring): the send window */
+
+	struct sockproto_stats_slot *slot; /* in the statistics segment, or NULL (segment.c) */
 };
 
 /* Layout of rmem and lmem. */
@@ -225,6 +227,18 @@ void progress_add(struct att *a);	/* registry; the thread learns of it */
 void progress_watch(struct att *a);	/* under mu */
 void progress_fork_child(void);
 void progress_fork_parent(void);
+
+/* ---- segment.c: the statistics segment rvmad reads ---- */
+
+int stats_segment_send(int (*send)(const void *rec, size_t len, int fd));
+void stats_slot_open(struct att *a, int fd);	/* before the attachment is shared */
+void stats_slot_sync(struct att *a);		/* under mu: state, path, epoch, bytes */
+void stats_slot_rx(struct att *a);		/* under rmu: the bytes read */
+void stats_slot_close(struct att *a);		/* the attachment is going */
+void stats_ring(struct att *a, int rd, uint64_t n);
+void stats_rdma_write(struct att *a);
+void stats_demote(struct att *a, int reason);
+void stats_fallback(struct att *a, int reason);
 
 /* ---- epoll.c ---- */
 

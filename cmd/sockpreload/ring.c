@@ -256,7 +256,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 
 			ring_out(a, a->rx, iov, iovcnt, got, m);
 			if (!peek) {
-				stat_add(&shim_stats.ring_read, m);
+				stats_ring(a, 1, m);
 				a->rx += m;
 				att_credit_check(a);
 			}
@@ -299,6 +299,8 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			pthread_mutex_unlock(&a->mu);
 		}
 	}
+	if (got > 0 && !peek)
+		stats_slot_rx(a);
 	pthread_mutex_unlock(&a->rmu);
 	if (a->ep_rd > 0) {
 		pthread_mutex_lock(&a->mu);
@@ -307,7 +309,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 	}
 	if (got > 0) {
 		if (!peek)
-			stat_add(&c->rbytes, got);
+			conn_count(c, 1, got);
 		errno = saved;
 		return (ssize_t)got;
 	}
@@ -379,7 +381,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 				if (att_post_data(a, a->tx, m) < 0)
 					att_demote(a, SOCKPROTO_R_QP_ERROR);
 				else
-					stat_add(&shim_stats.ring_written, m);
+					stats_ring(a, 0, m);
 			}
 			a->tx += m;
 			done += m;
@@ -415,6 +417,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			att_blocked(a);
 		}
 	}
+	stats_slot_sync(a);
 	pthread_mutex_unlock(&a->mu);
 	pthread_mutex_unlock(&a->wmu);
 	if (a->ep_wr > 0) {
@@ -423,7 +426,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		pthread_mutex_unlock(&a->mu);
 	}
 	if (done) {
-		stat_add(&c->wbytes, done);
+		conn_count(c, 0, done);
 		errno = saved;
 		return (ssize_t)done;
 	}

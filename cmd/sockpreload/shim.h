@@ -326,32 +326,50 @@ void io_received_fds(struct msghdr *msg);
 
 void exec_prepare(int spawn);
 
-/* ---- stats.c: per-process counters ---- */
+/* ---- stats.c, segment.c: per-process counters ---- */
 
-struct shim_stats {
-	_Atomic uint64_t created[ROLE_NR];	/* connections by role */
+/*
+ * The process's counters: struct sockproto_stats_counters (sockproto.h)
+ * as atomics, field for field. They live in a private block until the
+ * process's first connection registers with rvmad, then in its
+ * statistics segment (segment.c), which rvmad reads: shim_stats names
+ * whichever is current.
+ */
+struct shim_counters {
+	_Atomic uint64_t created[8];		/* sockets by role (enum conn_role) */
 	_Atomic uint64_t connect_failed;
 	_Atomic uint64_t inherited;		/* live at fork, in the child */
 	_Atomic uint64_t live;
-	_Atomic uint64_t rbytes_done;		/* of released connections */
-	_Atomic uint64_t wbytes_done;
+	_Atomic uint64_t bytes_in;		/* read by the program, all paths */
+	_Atomic uint64_t bytes_out;		/* written by the program, all paths */
+	_Atomic uint64_t ring_read;		/* bytes read from rings */
+	_Atomic uint64_t ring_written;		/* bytes written into peers' rings */
+	_Atomic uint64_t rdma_writes;		/* RDMA WRITEs of data posted */
+	_Atomic uint64_t attachable;		/* registered with rvmad */
+	_Atomic uint64_t attached;		/* attachments made */
+	_Atomic uint64_t demoted;		/* demotes, this side's and answers */
 	_Atomic uint64_t fd_passed;		/* sent away with SCM_RIGHTS */
 	_Atomic uint64_t fdopen;
 	_Atomic uint64_t splice;		/* sendfile, splice */
 	_Atomic uint64_t execs;
 	_Atomic uint64_t spawns;
-	_Atomic uint64_t attachable;		/* registered with rvmad */
-	_Atomic uint64_t attached;		/* attachments made */
-	_Atomic uint64_t demoted;		/* demotes this process asked for */
-	_Atomic uint64_t ring_read;		/* bytes read from rings */
-	_Atomic uint64_t ring_written;		/* bytes written into peers' rings */
+	_Atomic uint64_t demotes[32];		/* by enum sockproto_reason */
+	_Atomic uint64_t fallbacks[32];		/* attachments refused or failed, by reason */
 };
 
-extern struct shim_stats shim_stats;
+extern struct shim_counters *_Atomic shim_statsp;
+#define shim_stats (*atomic_load_explicit(&shim_statsp, memory_order_relaxed))
 
 static inline void stat_add(_Atomic uint64_t *c, uint64_t n)
 {
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* n bytes read (rd) or written by the program on connection c. */
+static inline void conn_count(struct conn *c, int rd, uint64_t n)
+{
+	stat_add(rd ? &c->rbytes : &c->wbytes, n);
+	stat_add(rd ? &shim_stats.bytes_in : &shim_stats.bytes_out, n);
 }
 
 void stats_arm(void);				/* under shim_lock */

@@ -53,7 +53,9 @@ enum sockproto_type {
 	SOCKPROTO_REGISTER	= 10,	/* rvmad: I own this connection; hand me its records */
 	SOCKPROTO_UNREGISTER	= 11,	/* rvmad: forget this connection */
 	SOCKPROTO_RESULT	= 12,	/* rvmad: the broker's answer to a request */
-	SOCKPROTO_TYPE_MAX	= 12,
+	SOCKPROTO_STATS		= 13,	/* rvmad: my statistics segment (a memfd passed along) */
+	SOCKPROTO_LIST		= 14,	/* rvmad: list my connections (rvmad sockets) */
+	SOCKPROTO_TYPE_MAX	= 14,
 };
 
 /*
@@ -263,6 +265,17 @@ struct sockproto_reattach {
  * view into its process's view, so a process always finds its own.
  * REGISTER's and UNREGISTER's epoch is the caller's (any but 0) and
  * RESULT echoes the epoch of the record it answers.
+ *
+ * - STATS: the process's statistics segment (struct sockproto_stats
+ *   below), a sealed memfd passed as SCM_RIGHTS, exactly one descriptor;
+ *   sent once per broker connection, before the first REGISTER. rvmad maps
+ *   it read-only and never answers; a segment it refuses (not a sealed
+ *   memfd of @size bytes, a bad header, the user's cap) is ignored, and
+ *   the process's connections attach all the same.
+ * - LIST: asked by `rvmad sockets` on a connection of its own: rvmad
+ *   answers with the connections of the asking user's processes (every
+ *   process for root), as text (rvmad's own format, not a record) in one
+ *   or more messages, then closes the connection.
  */
 
 /**
@@ -308,6 +321,167 @@ struct sockproto_result {
 	uint16_t reason;
 	uint32_t pad2;
 };
+
+/**
+ * struct sockproto_stats_rec - STATS
+ * @size:	the segment's size in bytes (SOCKPROTO_STATS_MIN to
+ *		SOCKPROTO_STATS_MAX), which is the memfd's size
+ * @pad:	zero
+ */
+struct sockproto_stats_rec {
+	struct sockproto_hdr hdr;
+	uint32_t size;
+	uint32_t pad;
+};
+
+/**
+ * struct sockproto_list - LIST
+ * @reserved:	zero
+ */
+struct sockproto_list {
+	struct sockproto_hdr hdr;
+	uint64_t reserved;
+};
+
+/*
+ * The statistics segment: a process's counters and a table of its
+ * attachable connections, in a memfd the process writes and rvmad maps
+ * read-only (docs/sockets.md, "Statistics"). It never leaves the host:
+ * counters are host-order 64-bit words, written with relaxed atomics,
+ * that only grow (live is a gauge); a tuple is in wire order, as in the
+ * records. The memfd is sealed against shrinking and growing
+ * (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL), so a mapping of it never
+ * faults; rvmad still treats every byte as the process's to scribble on.
+ */
+#define SOCKPROTO_STATS_MAGIC	0x54535352u	/* "RSST" in memory, little-endian */
+#define SOCKPROTO_STATS_VERSION	1u
+#define SOCKPROTO_STATS_REASONS	32	/* entries of the by-reason arrays (> SOCKPROTO_R_MAX) */
+#define SOCKPROTO_STATS_SLOTS_MAX 65536
+
+/* Indices of struct sockproto_stats_counters.conns: how connections were established. */
+enum sockproto_stats_role {
+	SOCKPROTO_STATS_CLIENT	= 3,	/* connect() */
+	SOCKPROTO_STATS_SERVER	= 4,	/* accept() */
+	SOCKPROTO_STATS_ADOPTED	= 5,	/* found open (inherited across exec, received) */
+};
+
+/**
+ * struct sockproto_stats_counters - a process's totals
+ * @conns:	sockets followed, by role (the shim's enum conn_role: new,
+ *		listener, connecting, client, server, adopted)
+ * @connect_failed: failed connects
+ * @inherited:	connections inherited by fork (a child's)
+ * @live:	gauge: tracked sockets open now
+ * @bytes_in:	bytes the program read from its connections, all paths
+ * @bytes_out:	bytes the program wrote, all paths
+ * @rdma_in:	of @bytes_in, read from rings (RDMA)
+ * @rdma_out:	of @bytes_out, written into the peers' rings
+ * @rdma_writes: RDMA WRITEs of data posted
+ * @attachable:	connections registered with rvmad
+ * @attached:	attachments made (upgrades)
+ * @demoted:	demotes (this side's and answers to the peer's)
+ * @fd_passed:	tracked fds sent away with SCM_RIGHTS
+ * @fdopen:	fdopen() of tracked fds
+ * @splice:	sendfile, splice, tee, vmsplice of tracked fds
+ * @execs:	exec calls
+ * @spawns:	posix_spawn calls
+ * @demotes:	demotes by enum sockproto_reason (peer: the peer asked)
+ * @fallbacks:	attachable connections that stayed on TCP, by the reason
+ *		of the attachment's refusal or failure
+ */
+struct sockproto_stats_counters {
+	uint64_t conns[8];
+	uint64_t connect_failed;
+	uint64_t inherited;
+	uint64_t live;
+	uint64_t bytes_in;
+	uint64_t bytes_out;
+	uint64_t rdma_in;
+	uint64_t rdma_out;
+	uint64_t rdma_writes;
+	uint64_t attachable;
+	uint64_t attached;
+	uint64_t demoted;
+	uint64_t fd_passed;
+	uint64_t fdopen;
+	uint64_t splice;
+	uint64_t execs;
+	uint64_t spawns;
+	uint64_t demotes[SOCKPROTO_STATS_REASONS];
+	uint64_t fallbacks[SOCKPROTO_STATS_REASONS];
+};
+
+/**
+ * struct sockproto_stats - the segment's header, at its start
+ * @magic:	SOCKPROTO_STATS_MAGIC
+ * @version:	SOCKPROTO_STATS_VERSION
+ * @hdr_size:	sizeof(struct sockproto_stats): the first slot's offset
+ * @slot_size:	sizeof(struct sockproto_stats_slot)
+ * @nslots:	slots in the segment (1 to SOCKPROTO_STATS_SLOTS_MAX)
+ * @used:	slots [0, used) may be in use (a high-water mark)
+ * @pid:	the process, informative (rvmad trusts SO_PEERCRED)
+ * @reserved:	zero
+ * @c:		the process's counters
+ */
+struct sockproto_stats {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t hdr_size;
+	uint32_t slot_size;
+	uint32_t nslots;
+	uint32_t used;
+	uint32_t pid;
+	uint64_t reserved[5];
+	struct sockproto_stats_counters c;
+};
+
+/* Slot states: 0 is free; otherwise the attachment's phase, + closing. */
+enum sockproto_stats_state {
+	SOCKPROTO_SLOT_FREE	= 0,
+	SOCKPROTO_SLOT_TCP	= 1,	/* registered, no attachment (never, refused, demoted) */
+	SOCKPROTO_SLOT_ATTACHING = 2,
+	SOCKPROTO_SLOT_ATTACHED	= 3,
+	SOCKPROTO_SLOT_DEMOTING	= 4,
+	SOCKPROTO_SLOT_CLOSING	= 5,	/* the program closed it; the shim finishes it */
+	SOCKPROTO_SLOT_STATE_MAX = 5,
+};
+
+/**
+ * struct sockproto_stats_slot - one attachable connection
+ * @gen:	odd while the process fills the slot for a new connection;
+ *		a reader that sees it odd, or changed across its copy, skips it
+ * @state:	enum sockproto_stats_state
+ * @path:	0: both directions on TCP; 1: a direction is on RDMA
+ * @last_reason: the last demote's or fallback's enum sockproto_reason (0: none)
+ * @epoch:	the attachment's epoch (0: never asked)
+ * @fd:		the process's fd number when registered, informative
+ * @tuple:	the connection as the process sees it (wire order)
+ * @bytes_in:	bytes the program read, all paths, since the connection began
+ * @bytes_out:	bytes the program wrote, all paths
+ * @rdma_in:	of @bytes_in, read from the ring
+ * @rdma_out:	of @bytes_out, written into the peer's ring
+ * @rdma_writes: RDMA WRITEs of data posted
+ */
+struct sockproto_stats_slot {
+	uint32_t gen;
+	uint8_t state;
+	uint8_t path;
+	uint16_t last_reason;
+	uint32_t epoch;
+	uint32_t fd;
+	struct sockproto_tuple tuple;
+	uint64_t bytes_in;
+	uint64_t bytes_out;
+	uint64_t rdma_in;
+	uint64_t rdma_out;
+	uint64_t rdma_writes;
+};
+
+#define SOCKPROTO_STATS_HDR_SIZE	768
+#define SOCKPROTO_STATS_SLOT_SIZE	96
+#define SOCKPROTO_STATS_MIN		(SOCKPROTO_STATS_HDR_SIZE + SOCKPROTO_STATS_SLOT_SIZE)
+#define SOCKPROTO_STATS_MAX		(SOCKPROTO_STATS_HDR_SIZE + \
+					 SOCKPROTO_STATS_SLOTS_MAX * SOCKPROTO_STATS_SLOT_SIZE)
 
 /**
  * struct sockproto_ctrl - a side's control block, written by the peer
@@ -399,6 +573,8 @@ struct sockproto_ring {
 #define SOCKPROTO_ROUTE_SIZE	56	/* ROUTE, UNREGISTER */
 #define SOCKPROTO_REGISTER_SIZE	64
 #define SOCKPROTO_RESULT_SIZE	64
+#define SOCKPROTO_STATS_REC_SIZE 24
+#define SOCKPROTO_LIST_SIZE	24
 #define SOCKPROTO_RECORD_MAX	SOCKPROTO_REATTACH_SIZE
 
 _Static_assert(sizeof(struct sockproto_hdr) == SOCKPROTO_HDR_SIZE, "hdr");
@@ -412,6 +588,12 @@ _Static_assert(sizeof(struct sockproto_reattach) == SOCKPROTO_REATTACH_SIZE, "re
 _Static_assert(sizeof(struct sockproto_route) == SOCKPROTO_ROUTE_SIZE, "route");
 _Static_assert(sizeof(struct sockproto_register) == SOCKPROTO_REGISTER_SIZE, "register");
 _Static_assert(sizeof(struct sockproto_result) == SOCKPROTO_RESULT_SIZE, "result");
+_Static_assert(sizeof(struct sockproto_stats_rec) == SOCKPROTO_STATS_REC_SIZE, "stats rec");
+_Static_assert(sizeof(struct sockproto_list) == SOCKPROTO_LIST_SIZE, "list");
+_Static_assert(sizeof(struct sockproto_stats) == SOCKPROTO_STATS_HDR_SIZE, "stats");
+_Static_assert(sizeof(struct sockproto_stats_slot) == SOCKPROTO_STATS_SLOT_SIZE, "stats slot");
+_Static_assert(offsetof(struct sockproto_stats, c) == 64, "stats counters");
+_Static_assert(SOCKPROTO_STATS_REASONS > SOCKPROTO_R_MAX, "stats reasons");
 _Static_assert(sizeof(struct sockproto_ctrl) == 64, "ctrl");
 _Static_assert(sizeof(struct sockproto_ring) == 64, "ring");
 _Static_assert(offsetof(struct sockproto_attach, ep) == 64, "attach ep");
@@ -491,6 +673,10 @@ static inline size_t sockproto_size(unsigned int type)
 		return SOCKPROTO_REGISTER_SIZE;
 	case SOCKPROTO_RESULT:
 		return SOCKPROTO_RESULT_SIZE;
+	case SOCKPROTO_STATS:
+		return SOCKPROTO_STATS_REC_SIZE;
+	case SOCKPROTO_LIST:
+		return SOCKPROTO_LIST_SIZE;
 	}
 	return 0;
 }
@@ -668,6 +854,20 @@ static inline int sockproto_check(const void *buf, size_t len)
 			return -SOCKPROTO_E_FIELD;
 		return 0;
 	}
+	case SOCKPROTO_STATS: {
+		const struct sockproto_stats_rec *st = buf;
+		uint32_t size = sockproto_get32(&st->size);
+
+		if (!sockproto_zero(&st->pad, sizeof(st->pad)))
+			return -SOCKPROTO_E_RESERVED;
+		if (size < SOCKPROTO_STATS_MIN || size > SOCKPROTO_STATS_MAX)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	}
+	case SOCKPROTO_LIST:
+		if (!sockproto_zero(b + SOCKPROTO_HDR_SIZE, 8))
+			return -SOCKPROTO_E_RESERVED;
+		return 0;
 	}
 	return -SOCKPROTO_E_TYPE;
 }

@@ -1,15 +1,14 @@
 /*
  * stats.c: the process's counters.
  *
- * Connections are counted by the role they reached, bytes in each
- * connection object (folded into the process's totals when the object is
- * released), and the events that will demote an attached connection by
- * kind. These are this process's own: a forked child starts from zero
- * with its inherited connections counted as such. Later the same counters
- * live in a shared segment rvmad reads (docs/sockets.md, metrics); for now
- * RDMAPLUS_SOCKETS_DEBUG=1 prints them as one line on stderr at exit,
- * from an atexit handler registered when the first connection appears
- * (never at load).
+ * Connections are counted by the role they reached, bytes by path and
+ * direction, and the events that demote an attached connection by kind.
+ * These are this process's own: a forked child starts from zero with its
+ * inherited connections counted as such. They live in the statistics
+ * segment rvmad reads once the process registered a connection
+ * (segment.c); RDMAPLUS_SOCKETS_DEBUG=1 also prints them as one line on
+ * stderr at exit, from an atexit handler registered when the first
+ * connection appears (never at load).
  */
 #include "shim.h"
 
@@ -23,8 +22,6 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct shim_stats shim_stats;
 
 static int armed;
 
@@ -110,27 +107,10 @@ void shim_trace(const char *fmt, ...)
 	errno = err;
 }
 
+/* A connection object goes: its bytes are in the process's totals already. */
 void stats_conn_released(struct conn *c)
 {
-	stat_add(&shim_stats.rbytes_done, atomic_load(&c->rbytes));
-	stat_add(&shim_stats.wbytes_done, atomic_load(&c->wbytes));
-}
-
-void stats_fork_child(void)
-{
-	memset(&shim_stats, 0, sizeof(shim_stats));
-}
-
-struct bytes {
-	uint64_t r, w;
-};
-
-static void add_live(struct conn *c, void *arg)
-{
-	struct bytes *b = arg;
-
-	b->r += atomic_load(&c->rbytes);
-	b->w += atomic_load(&c->wbytes);
+	(void)c;
 }
 
 static uint64_t get(_Atomic uint64_t *c)
@@ -140,25 +120,21 @@ static uint64_t get(_Atomic uint64_t *c)
 
 static void stats_print(void)
 {
-	struct shim_stats *s = &shim_stats;
-	struct bytes b = { 0, 0 };
+	struct shim_counters *s = &shim_stats;
 	char line[512];
 	int err = errno, n;
 
-	conn_foreach_live(add_live, &b);
-	b.r += get(&s->rbytes_done);
-	b.w += get(&s->wbytes_done);
 	n = snprintf(line, sizeof(line),
 		"rdmaplus-sockets: pid %d: connections client=%" PRIu64 " server=%" PRIu64
 		" listener=%" PRIu64 " adopted=%" PRIu64 " new=%" PRIu64 " inherited=%" PRIu64
 		" live=%" PRIu64 " connect_failed=%" PRIu64 "; bytes read=%" PRIu64
-		" written=%" PRIu64 " ring_read=%" PRIu64 " ring_written=%" PRIu64
+		" written=%" PRIu64 " ring_read=%" PRIu64 " ring_written=%" PRIu64 " rdma_writes=%" PRIu64
 		"; attachable=%" PRIu64 " attached=%" PRIu64 " demoted=%" PRIu64 " fd_passed=%" PRIu64
 		" fdopen=%" PRIu64 " splice=%" PRIu64 " exec=%" PRIu64 " spawn=%" PRIu64 "\n",
 		(int)getpid(), get(&s->created[ROLE_CLIENT]), get(&s->created[ROLE_SERVER]),
 		get(&s->created[ROLE_LISTENER]), get(&s->created[ROLE_ADOPTED]),
 		get(&s->created[ROLE_NEW]), get(&s->inherited), get(&s->live),
-		get(&s->connect_failed), b.r, b.w, get(&s->ring_read), get(&s->ring_written),
+		get(&s->connect_failed), get(&s->bytes_in), get(&s->bytes_out), get(&s->ring_read), get(&s->ring_written), get(&s->rdma_writes),
 		get(&s->attachable), get(&s->attached), get(&s->demoted), get(&s->fd_passed),
 		get(&s->fdopen), get(&s->splice), get(&s->execs), get(&s->spawns));
 	if (n > 0)

@@ -49,6 +49,62 @@ type Result struct {
 	Reason  Reason // 0: done
 }
 
+// Stats is STATS: the sending process's statistics segment, a sealed
+// memfd of Size bytes passed with the message (SCM_RIGHTS, exactly one
+// descriptor). rvmad maps it read-only and does not answer.
+type Stats struct {
+	Epoch uint32
+	Size  uint32 // StatsMin to StatsMax
+}
+
+// List is LIST: `rvmad sockets` asks for the connections of its user's
+// processes. rvmad answers in text of its own, not in records, then
+// closes the connection.
+type List struct {
+	Epoch uint32
+}
+
+// Type implements Record.
+func (Stats) Type() Type { return TypeStats }
+
+// Type implements Record.
+func (List) Type() Type { return TypeList }
+
+// RecordEpoch implements Record.
+func (r Stats) RecordEpoch() uint32 { return r.Epoch }
+
+// RecordEpoch implements Record.
+func (r List) RecordEpoch() uint32 { return r.Epoch }
+
+func (r Stats) appendBody(dst []byte) ([]byte, error) {
+	if r.Size < StatsMin || r.Size > StatsMax {
+		return dst, errf(KindField, TypeStats, "segment of %d bytes", r.Size)
+	}
+	dst = le.AppendUint32(dst, r.Size)
+	return le.AppendUint32(dst, 0), nil
+}
+
+func (r List) appendBody(dst []byte) ([]byte, error) { return le.AppendUint64(dst, 0), nil }
+
+// decodeStats decodes the body of a STATS or LIST whose header Decode
+// checked: padding, then fields, as sockproto_check.
+func decodeStats(h Header, body []byte) (Record, error) {
+	if h.Type == TypeList {
+		if !zero(body[:8]) {
+			return nil, errf(KindReserved, h.Type, "reserved")
+		}
+		return List{Epoch: h.Epoch}, nil
+	}
+	if !zero(body[4:8]) {
+		return nil, errf(KindReserved, h.Type, "padding")
+	}
+	size := le.Uint32(body)
+	if size < StatsMin || size > StatsMax {
+		return nil, errf(KindField, h.Type, "segment of %d bytes", size)
+	}
+	return Stats{Epoch: h.Epoch, Size: size}, nil
+}
+
 // Type implements Record.
 func (Route) Type() Type { return TypeRoute }
 

@@ -121,3 +121,90 @@ func ImmType(imm uint32) uint32 { return imm >> 28 }
 
 // ImmLen is the length of an immediate.
 func ImmLen(imm uint32) uint32 { return imm & ImmLenMax }
+
+// The statistics segment (struct sockproto_stats and its slots): a
+// process's counters and a table of its attachable connections, in a
+// sealed memfd the process writes and rvmad maps read-only. Counters are
+// host-order 64-bit words that only grow (Live is a gauge); a slot's
+// tuple is in wire order. The parser is rvmad's
+// (cmd/rvmad/internal/sockets, segment.go); these are the offsets.
+const (
+	StatsMagic    = 0x54535352 // SOCKPROTO_STATS_MAGIC
+	StatsVersion  = 1          // SOCKPROTO_STATS_VERSION
+	StatsReasons  = 32         // entries of the by-reason arrays
+	StatsSlotsMax = 65536
+	StatsHdrSize  = 768 // sizeof(struct sockproto_stats): the first slot
+	StatsSlotSize = 96  // sizeof(struct sockproto_stats_slot)
+	StatsMin      = StatsHdrSize + StatsSlotSize
+	StatsMax      = StatsHdrSize + StatsSlotsMax*StatsSlotSize
+
+	// Header fields.
+	StatsMagicOff    = 0  // u32
+	StatsVersionOff  = 4  // u16
+	StatsHdrSizeOff  = 6  // u16
+	StatsSlotSizeOff = 8  // u32
+	StatsNSlotsOff   = 12 // u32
+	StatsUsedOff     = 16 // u32: slots [0, used) may be in use
+	StatsPIDOff      = 20 // u32, informative
+	StatsCountersOff = 64 // struct sockproto_stats_counters
+
+	// Counters, from StatsCountersOff (u64 each).
+	StatsConnsOff       = 0 // [8], by role; StatsClient, StatsServer, StatsAdopted
+	StatsConnectFailOff = 64
+	StatsInheritedOff   = 72
+	StatsLiveOff        = 80
+	StatsBytesInOff     = 88
+	StatsBytesOutOff    = 96
+	StatsRDMAInOff      = 104
+	StatsRDMAOutOff     = 112
+	StatsRDMAWritesOff  = 120
+	StatsAttachableOff  = 128
+	StatsAttachedOff    = 136
+	StatsDemotedOff     = 144
+	StatsFDPassedOff    = 152
+	StatsFdopenOff      = 160
+	StatsSpliceOff      = 168
+	StatsExecsOff       = 176
+	StatsSpawnsOff      = 184
+	StatsDemotesOff     = 192 // [StatsReasons], by Reason
+	StatsFallbacksOff   = 448 // [StatsReasons], by Reason
+	StatsCountersSize   = 704
+
+	// Roles, indices of the conns counters.
+	StatsClient  = 3
+	StatsServer  = 4
+	StatsAdopted = 5
+
+	// Slot fields.
+	SlotGenOff        = 0 // u32: odd while filled for a new connection
+	SlotStateOff      = 4 // u8: SlotFree ... SlotClosing
+	SlotPathOff       = 5 // u8: 0 tcp, 1 rdma
+	SlotReasonOff     = 6 // u16: the last demote's or fallback's Reason
+	SlotEpochOff      = 8 // u32
+	SlotFDOff         = 12
+	SlotTupleOff      = 16 // 40 bytes, as in records
+	SlotBytesInOff    = 56
+	SlotBytesOutOff   = 64
+	SlotRDMAInOff     = 72
+	SlotRDMAOutOff    = 80
+	SlotRDMAWritesOff = 88
+
+	// Slot states (enum sockproto_stats_state).
+	SlotFree      = 0
+	SlotTCP       = 1
+	SlotAttaching = 2
+	SlotAttached  = 3
+	SlotDemoting  = 4
+	SlotClosing   = 5
+	SlotStateMax  = 5
+)
+
+// DecodeTuple reads a tuple of 40 bytes in wire order (as in a record or
+// a statistics slot). It fails with an *Error of KindShort, KindReserved
+// (padding) or KindField (family).
+func DecodeTuple(b []byte) (Tuple, error) {
+	if len(b) < 40 {
+		return Tuple{}, errf(KindShort, 0, "tuple of %d bytes", len(b))
+	}
+	return decodeTuple(b, 0)
+}

@@ -1,9 +1,10 @@
 // Package sockwire is the Go mirror of cmd/sockpreload/sockproto.h, the
 // wire protocol of sockets over RDMA (docs/sockets.md): control records
 // (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, SWITCH, FIN, ABORT, DEMOTE,
-// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT), the control
-// block the peer writes credits into, the header of a receive ring, and
-// the immediate data of ring writes.
+// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT, STATS,
+// LIST), the control block the peer writes credits into, the header of a
+// receive ring, the immediate data of ring writes, and the layout of a
+// process's statistics segment.
 //
 // It is internal to the module: pkg/sockets and rvmad's broker
 // (cmd/rvmad/internal/sockets) speak it; it is no public API.
@@ -37,6 +38,8 @@ const (
 	RouteSize    = 56  // ROUTE, UNREGISTER
 	RegisterSize = 64  // REGISTER
 	ResultSize   = 64  // RESULT
+	StatsSize    = 24  // STATS
+	ListSize     = 24  // LIST
 	RecordMax    = ReattachSize
 
 	RingLog2Min = 12 // smallest ring: 4 KiB
@@ -67,11 +70,13 @@ const (
 	TypeRegister   Type = 10 // rvmad: I own this connection; hand me its records
 	TypeUnregister Type = 11 // rvmad: forget this connection
 	TypeResult     Type = 12 // rvmad: the broker's answer to a request
-	TypeMax             = TypeResult
+	TypeStats      Type = 13 // rvmad: my statistics segment (a memfd passed along)
+	TypeList       Type = 14 // rvmad: list my connections (rvmad sockets)
+	TypeMax             = TypeList
 )
 
 var typeNames = [...]string{"", "ATTACH_REQ", "ATTACH_REP", "ATTACH_NACK", "SWITCH", "FIN", "ABORT", "DEMOTE", "REATTACH",
-	"ROUTE", "REGISTER", "UNREGISTER", "RESULT"}
+	"ROUTE", "REGISTER", "UNREGISTER", "RESULT", "STATS", "LIST"}
 
 func (t Type) String() string {
 	if t >= 1 && t <= TypeMax {
@@ -99,6 +104,10 @@ func (t Type) Size() int {
 		return RegisterSize
 	case TypeResult:
 		return ResultSize
+	case TypeStats:
+		return StatsSize
+	case TypeList:
+		return ListSize
 	}
 	return 0
 }
@@ -649,6 +658,8 @@ func Decode(b []byte) (Record, error) {
 		return Switch{Epoch: h.Epoch, Offset: off}, nil
 	case TypeRoute, TypeUnregister, TypeRegister, TypeResult:
 		return decodeBroker(h, body)
+	case TypeStats, TypeList:
+		return decodeStats(h, body)
 	}
 	return nil, errf(KindType, t, "no decoder")
 }

@@ -67,6 +67,8 @@ func vectors() []vector {
 		{name: "result", rec: Result{Epoch: 3,
 			Tuple:   Tuple{Family: AFInet, LocalPort: 5201, RemotePort: 40001, Local: seq(0xb0), Remote: seq(0xc0)},
 			Request: TypeRegister, Reason: ReasonLimit}},
+		{name: "stats", rec: Stats{Epoch: 1, Size: StatsHdrSize + 4096*StatsSlotSize}},
+		{name: "list", rec: List{Epoch: 9}},
 	}
 	for i := range recs {
 		b, err := Marshal(recs[i].rec)
@@ -168,6 +170,9 @@ func malformedRecords() []malformed {
 	u64 := func(off int, v uint64) func([]byte) []byte {
 		return func(b []byte) []byte { le.PutUint64(b[off:], v); return b }
 	}
+	u32 := func(off int, v uint32) func([]byte) []byte {
+		return func(b []byte) []byte { le.PutUint32(b[off:], v); return b }
+	}
 	m := []malformed{
 		{"empty", nil, KindShort},
 		{"15 bytes", sw[:15], KindShort},
@@ -178,7 +183,7 @@ func malformedRecords() []malformed {
 		{"version 0", mutate(sw, set(2, 0)), KindVersion},
 		{"version 2", mutate(sw, set(2, 2)), KindVersion},
 		{"type 0", mutate(sw, set(3, 0)), KindType},
-		{"type 13", mutate(sw, set(3, 13)), KindType},
+		{"type 15", mutate(sw, set(3, 15)), KindType},
 		{"route with a switch's length", mutate(sw, set(3, 9)), KindLength},
 		{"type 255", mutate(sw, set(3, 255)), KindType},
 		{"length 0", mutate(sw, set(4, 0, 0)), KindLength},
@@ -223,7 +228,20 @@ func malformedRecords() []malformed {
 		{"result padding", mutate(rs, set(57, 1)), KindReserved},
 		{"result padding 2", mutate(rs, set(63, 1)), KindReserved},
 		{"result request 0", mutate(rs, set(56, 0)), KindField},
-		{"result request 13", mutate(rs, set(56, 13)), KindField},
+		{"result request 15", mutate(rs, set(56, 15)), KindField},
+		{"stats padding", mutate(vs["stats"], set(20, 1)), KindReserved},
+		{"stats size below", mutate(vs["stats"], u32(16, StatsMin-1)), KindField},
+		{"stats size above", mutate(vs["stats"], u32(16, StatsMax+1)), KindField},
+		{"stats size min", mutate(vs["stats"], u32(16, StatsMin)), 0},
+		{"stats size max", mutate(vs["stats"], u32(16, StatsMax)), 0},
+		{"stats padding before size", mutate(vs["stats"], func(b []byte) []byte {
+			le.PutUint32(b[16:], 0)
+			b[23] = 1
+			return b
+		}), KindReserved},
+		{"list reserved", mutate(vs["list"], set(23, 1)), KindReserved},
+		{"list minus one", vs["list"][:23], KindShort},
+		{"result request list", mutate(rs, set(56, byte(TypeList))), 0},
 		{"result reason max+1", mutate(rs, set(58, byte(ReasonMax+1), 0)), KindField},
 		{"result padding before request", mutate(rs, set(56, 0, 1)), KindReserved},
 		{"result reason 0", mutate(rs, set(58, 0, 0)), 0},
@@ -393,6 +411,31 @@ func TestHeaderAgrees(t *testing.T) {
 		"ring_magic": RingMagic, "imm_len_max": ImmLenMax, "imm_ctrl": ImmCtrl, "imm_data": ImmData, "sizeof.ctrl": CtrlSize,
 		"sizeof.ring": RingHeaderSize, "sockproto_ctrl.credit": CtrlCreditOff,
 		"sockproto_ctrl.blocked": CtrlBlockedOff, "sockproto_ctrl.epoch": CtrlEpochOff,
+
+		"stats_magic": StatsMagic, "stats_version": StatsVersion, "stats_reasons": StatsReasons,
+		"stats_slots_max": StatsSlotsMax, "stats_min": StatsMin, "stats_max": StatsMax,
+		"sizeof.stats": StatsHdrSize, "sizeof.stats_slot": StatsSlotSize, "sizeof.stats_counters": StatsCountersSize,
+		"stats_client": StatsClient, "stats_server": StatsServer, "stats_adopted": StatsAdopted,
+		"slot_state_max":          SlotStateMax,
+		"sockproto_stats.version": StatsVersionOff, "sockproto_stats.hdr_size": StatsHdrSizeOff,
+		"sockproto_stats.slot_size": StatsSlotSizeOff, "sockproto_stats.nslots": StatsNSlotsOff,
+		"sockproto_stats.used": StatsUsedOff, "sockproto_stats.pid": StatsPIDOff, "sockproto_stats.c": StatsCountersOff,
+		"sockproto_stats_counters.connect_failed": StatsConnectFailOff,
+		"sockproto_stats_counters.inherited":      StatsInheritedOff, "sockproto_stats_counters.live": StatsLiveOff,
+		"sockproto_stats_counters.bytes_in": StatsBytesInOff, "sockproto_stats_counters.bytes_out": StatsBytesOutOff,
+		"sockproto_stats_counters.rdma_in": StatsRDMAInOff, "sockproto_stats_counters.rdma_out": StatsRDMAOutOff,
+		"sockproto_stats_counters.rdma_writes": StatsRDMAWritesOff,
+		"sockproto_stats_counters.attachable":  StatsAttachableOff, "sockproto_stats_counters.attached": StatsAttachedOff,
+		"sockproto_stats_counters.demoted": StatsDemotedOff, "sockproto_stats_counters.fd_passed": StatsFDPassedOff,
+		"sockproto_stats_counters.fdopen": StatsFdopenOff, "sockproto_stats_counters.splice": StatsSpliceOff,
+		"sockproto_stats_counters.execs": StatsExecsOff, "sockproto_stats_counters.spawns": StatsSpawnsOff,
+		"sockproto_stats_counters.demotes": StatsDemotesOff, "sockproto_stats_counters.fallbacks": StatsFallbacksOff,
+		"sockproto_stats_slot.state": SlotStateOff, "sockproto_stats_slot.path": SlotPathOff,
+		"sockproto_stats_slot.last_reason": SlotReasonOff, "sockproto_stats_slot.epoch": SlotEpochOff,
+		"sockproto_stats_slot.fd": SlotFDOff, "sockproto_stats_slot.tuple": SlotTupleOff,
+		"sockproto_stats_slot.bytes_in": SlotBytesInOff, "sockproto_stats_slot.bytes_out": SlotBytesOutOff,
+		"sockproto_stats_slot.rdma_in": SlotRDMAInOff, "sockproto_stats_slot.rdma_out": SlotRDMAOutOff,
+		"sockproto_stats_slot.rdma_writes": SlotRDMAWritesOff,
 	}
 	for ty := Type(0); ty <= TypeMax+1; ty++ {
 		want[fmt.Sprintf("size.%d", ty)] = uint64(ty.Size())

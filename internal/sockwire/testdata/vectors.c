@@ -70,6 +70,8 @@ static void vectors(void)
 	struct sockproto_route rt;
 	struct sockproto_register g;
 	struct sockproto_result res;
+	struct sockproto_stats_rec st;
+	struct sockproto_list ls;
 	uint32_t imm;
 
 	sockproto_init(&a, SOCKPROTO_ATTACH_REQ, 1);
@@ -134,6 +136,13 @@ static void vectors(void)
 	sockproto_put16(&res.reason, SOCKPROTO_R_LIMIT);
 	hex("result", &res, sizeof(res));
 
+	sockproto_init(&st, SOCKPROTO_STATS, 1);
+	sockproto_put32(&st.size, SOCKPROTO_STATS_HDR_SIZE + 4096 * SOCKPROTO_STATS_SLOT_SIZE);
+	hex("stats", &st, sizeof(st));
+
+	sockproto_init(&ls, SOCKPROTO_LIST, 9);
+	hex("list", &ls, sizeof(ls));
+
 	memset(&c, 0, sizeof(c));
 	sockproto_put64(&c.credit, 0x1111222233334444ull);
 	sockproto_put64(&c.blocked, 0x5555666677778888ull);
@@ -182,6 +191,55 @@ static void layout(void)
 	OFF(sockproto_ctrl, credit);
 	OFF(sockproto_ctrl, blocked);
 	OFF(sockproto_ctrl, epoch);
+	SZ("stats_magic", SOCKPROTO_STATS_MAGIC);
+	SZ("stats_version", SOCKPROTO_STATS_VERSION);
+	SZ("stats_reasons", SOCKPROTO_STATS_REASONS);
+	SZ("stats_slots_max", SOCKPROTO_STATS_SLOTS_MAX);
+	SZ("stats_min", SOCKPROTO_STATS_MIN);
+	SZ("stats_max", SOCKPROTO_STATS_MAX);
+	SZ("sizeof.stats", sizeof(struct sockproto_stats));
+	SZ("sizeof.stats_slot", sizeof(struct sockproto_stats_slot));
+	SZ("sizeof.stats_counters", sizeof(struct sockproto_stats_counters));
+	SZ("stats_client", SOCKPROTO_STATS_CLIENT);
+	SZ("stats_server", SOCKPROTO_STATS_SERVER);
+	SZ("stats_adopted", SOCKPROTO_STATS_ADOPTED);
+	SZ("slot_state_max", SOCKPROTO_SLOT_STATE_MAX);
+	OFF(sockproto_stats, version);
+	OFF(sockproto_stats, hdr_size);
+	OFF(sockproto_stats, slot_size);
+	OFF(sockproto_stats, nslots);
+	OFF(sockproto_stats, used);
+	OFF(sockproto_stats, pid);
+	OFF(sockproto_stats, c);
+	OFF(sockproto_stats_counters, connect_failed);
+	OFF(sockproto_stats_counters, inherited);
+	OFF(sockproto_stats_counters, live);
+	OFF(sockproto_stats_counters, bytes_in);
+	OFF(sockproto_stats_counters, bytes_out);
+	OFF(sockproto_stats_counters, rdma_in);
+	OFF(sockproto_stats_counters, rdma_out);
+	OFF(sockproto_stats_counters, rdma_writes);
+	OFF(sockproto_stats_counters, attachable);
+	OFF(sockproto_stats_counters, attached);
+	OFF(sockproto_stats_counters, demoted);
+	OFF(sockproto_stats_counters, fd_passed);
+	OFF(sockproto_stats_counters, fdopen);
+	OFF(sockproto_stats_counters, splice);
+	OFF(sockproto_stats_counters, execs);
+	OFF(sockproto_stats_counters, spawns);
+	OFF(sockproto_stats_counters, demotes);
+	OFF(sockproto_stats_counters, fallbacks);
+	OFF(sockproto_stats_slot, state);
+	OFF(sockproto_stats_slot, path);
+	OFF(sockproto_stats_slot, last_reason);
+	OFF(sockproto_stats_slot, epoch);
+	OFF(sockproto_stats_slot, fd);
+	OFF(sockproto_stats_slot, tuple);
+	OFF(sockproto_stats_slot, bytes_in);
+	OFF(sockproto_stats_slot, bytes_out);
+	OFF(sockproto_stats_slot, rdma_in);
+	OFF(sockproto_stats_slot, rdma_out);
+	OFF(sockproto_stats_slot, rdma_writes);
 	for (unsigned int t = 0; t <= SOCKPROTO_TYPE_MAX + 1; t++)
 		printf("size.%u %lu\n", t, (unsigned long)sockproto_size(t));
 }

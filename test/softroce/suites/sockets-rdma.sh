@@ -9,7 +9,12 @@
 # transfer's packets, the guest's TCP segments by far fewer than TCP would
 # need, and the shim's summaries must show the bytes read from and written
 # into rings. The same program without the shim runs first, as the
-# baseline of both counters. Then the conformance program (every
+# baseline of both counters. rvmad reads the processes' statistics
+# segments: while the transfer runs, `rvmad sockets` must list the
+# client's connection on RDMA, and after it exited rvmad's Prometheus
+# aggregates must hold its bytes by RDMA (both ways, at least the
+# transfer) and almost none by TCP; the server's rvmad must show its
+# bytes by RDMA too. Then the conformance program (every
 # scenario of cmd/sockpreload/test/conformance.c, bytes checked) runs
 # between the guests under the shim with the broker on, so that its
 # connections attach: each scenario must pass as over TCP.
@@ -39,6 +44,12 @@ if [ "$LAB_ROLE" = server ]; then
 	lab_signal bulk-ready
 	lab_wait bulk-done 360
 	sleep 1
+	scrape http://127.0.0.1:9470/metrics /tmp/m.srv
+	grep '^rdmaplus_sockets_shim_' /tmp/m.srv | grep -v ' 0$' || true
+	for way in in out; do
+		v=$(metric /tmp/m.srv "rdmaplus_sockets_shim_bytes_total{direction=\"$way\",path=\"rdma\"}")
+		ge "$v" $bytes || lab_fail "rvmad shows $v bytes $way by RDMA on the server, want $bytes"
+	done
 	cat /tmp/shim.srv
 	echo "--- rvmad"
 	tail -20 /tmp/rvmad.log
@@ -48,7 +59,7 @@ if [ "$LAB_ROLE" = server ]; then
 	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$dir/conformance" server -p 7471 "$LAB_ADDR" \
 		>/tmp/conf.server 2>&1 &
 	srv=$!
-	lab_wait_listen 7471
+	( lab_wait_listen 7471 ) || { sed "s/^/guest 1 server: /" /tmp/conf.server; lab_fail "the conformance server does not listen"; }
 	lab_signal conformance-ready
 	wait $srv || rc=$?
 	sed "s/^/guest 1 server: /" /tmp/conf.server
@@ -62,9 +73,21 @@ else
 	p1=$(rxe_packets) t1=$(tcp_segs)
 	echo "plain TCP: rxe packets +$((p1 - p0)), TCP segments +$((t1 - t0))"
 	rc=0
+	scrape http://127.0.0.1:9470/metrics /tmp/m0
 	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
-		>/tmp/shim.cli 2>&1 || rc=$?
+		>/tmp/shim.cli 2>&1 &
+	cli=$!
+	# rvmad sockets while it runs: the last listing with the connection on RDMA
+	while kill -0 $cli 2>/dev/null; do
+		"$RVMAD" sockets --json >/tmp/ls.json 2>&1 || true
+		if grep -q '"path": "rdma"' /tmp/ls.json; then
+			cp /tmp/ls.json /tmp/ls.rdma
+		fi
+		sleep 0.3
+	done
+	wait $cli || rc=$?
 	p2=$(rxe_packets) t2=$(tcp_segs)
+	scrape http://127.0.0.1:9470/metrics /tmp/m1
 	lab_signal bulk-done
 	cat /tmp/shim.cli
 	echo "--- rvmad"
@@ -81,6 +104,25 @@ else
 	rw=$(sed -n 's/.* ring_written=\([0-9]*\).*/\1/p' /tmp/shim.cli | sort -n | tail -1)
 	[ "${rr:-0}" -ge $bytes ] && [ "${rw:-0}" -ge $bytes ] ||
 		lab_fail "the shim read ${rr:-0} and wrote ${rw:-0} bytes by rings, want $bytes each"
+
+	# What rvmad read from the client's statistics segment.
+	echo "--- rvmad sockets, the last listing with the connection on RDMA"
+	[ -f /tmp/ls.rdma ] || { cat /tmp/ls.json; lab_fail "rvmad sockets never listed the connection on RDMA"; }
+	cat /tmp/ls.rdma
+	grep -q '"comm": "bulk"' /tmp/ls.rdma && grep -q "\"remote\": \"$peer:7482\"" /tmp/ls.rdma &&
+		grep -q '"state": "attached"' /tmp/ls.rdma || lab_fail "rvmad sockets does not list bulk's connection to $peer:7482, attached"
+	grep -q '"rdma_out": [1-9]' /tmp/ls.rdma || lab_fail "rvmad sockets shows no byte written by RDMA"
+	echo "--- rvmad's aggregates, after the client exited"
+	show_changes /tmp/m0 /tmp/m1 rdmaplus_sockets_shim_
+	for way in in out; do
+		d=$(delta /tmp/m0 /tmp/m1 "rdmaplus_sockets_shim_bytes_total{direction=\"$way\",path=\"rdma\"}")
+		[ "$d" -ge $bytes ] || lab_fail "rvmad counted $d bytes $way by RDMA, want at least $bytes"
+		d=$(delta /tmp/m0 /tmp/m1 "rdmaplus_sockets_shim_bytes_total{direction=\"$way\",path=\"tcp\"}")
+		[ "$d" -lt 65536 ] || lab_fail "rvmad counted $d bytes $way by TCP under the shim"
+	done
+	[ "$(delta /tmp/m0 /tmp/m1 rdmaplus_sockets_shim_upgrades_total)" -ge 1 ] || lab_fail "no upgrade counted"
+	[ "$(delta /tmp/m0 /tmp/m1 rdmaplus_sockets_shim_rdma_writes_total)" -ge 1 ] || lab_fail "no RDMA write counted"
+	[ "$(metric /tmp/m1 rdmaplus_sockets_shim_processes)" = 0 ] || lab_fail "the client's segment is still read after it exited"
 	lab_wait server-checked 60
 
 	lab_wait conformance-ready 120

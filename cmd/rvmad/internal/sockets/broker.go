@@ -48,6 +48,7 @@ type Broker struct {
 	tab        *table
 	clients    map[*client]struct{}
 	uidClients map[uint32]int
+	segUID     map[uint32]segUsage // statistics segments mapped, per user
 	links      map[linkKey]*link
 	conns      map[net.Conn]struct{} // accepted pairing connections
 	listeners  []net.Listener
@@ -59,7 +60,8 @@ type Broker struct {
 // ListenPairing. m may be nil (a broker of its own).
 func NewBroker(opts Options, m *metrics) *Broker {
 	b := &Broker{opts: opts, log: opts.Log, verify: opts.Verifier, tab: newTable(opts.MaxPerUID),
-		clients: map[*client]struct{}{}, uidClients: map[uint32]int{}, links: map[linkKey]*link{},
+		clients: map[*client]struct{}{}, uidClients: map[uint32]int{}, segUID: map[uint32]segUsage{},
+		links: map[linkKey]*link{},
 		conns: map[net.Conn]struct{}{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -69,6 +71,7 @@ func NewBroker(opts Options, m *metrics) *Broker {
 	}
 	if m == nil {
 		m = newMetrics(b.counts)
+		m.shimFn = b.shimView
 	}
 	b.m = m
 	return b
@@ -137,14 +140,23 @@ func (b *Broker) addListener(l net.Listener) error {
 // connection's. An error disconnects the client (a message it must not
 // send, or descriptors passed with another record).
 func (b *Broker) fromClient(c *client, m message, p *passed) error {
-	if err := m.check(sockwire.TypeRegister, sockwire.TypeUnregister); err != nil {
+	if err := m.check(sockwire.TypeRegister, sockwire.TypeUnregister, sockwire.TypeStats, sockwire.TypeList); err != nil {
 		return err
 	}
 	t := m.tuple()
-	if _, ok := m.rec.(sockwire.Register); !ok && p.nonEmpty() {
-		return fmt.Errorf("%w: descriptors passed with %v", errMessage, m.rec.Type())
+	switch m.rec.(type) {
+	case sockwire.Register, sockwire.Stats:
+	default:
+		if p.nonEmpty() {
+			return fmt.Errorf("%w: descriptors passed with %v", errMessage, m.rec.Type())
+		}
 	}
 	switch rec := m.rec.(type) {
+	case sockwire.Stats:
+		b.addSegment(c, rec, p)
+		return nil
+	case sockwire.List:
+		return b.list(c)
 	case sockwire.Register:
 		reason := sockwire.Reason(0)
 		ino, err := b.verify.Owner(p.sock(), t)
@@ -300,6 +312,7 @@ func (b *Broker) clientGone(c *client) {
 	if b.uidClients[c.uid]--; b.uidClients[c.uid] <= 0 {
 		delete(b.uidClients, c.uid)
 	}
+	b.dropSegmentLocked(c)
 	for _, r := range b.tab.dropClient(c) {
 		if r.pending != 0 && !b.closed {
 			b.m.refused(sockwire.ReasonNoOwner)

@@ -31,6 +31,8 @@ type client struct {
 	out  chan []byte
 	done chan struct{}
 	once sync.Once
+
+	seg *segment // its statistics segment, under the broker's mutex; nil: none
 }
 
 // send queues m for the client without blocking; a client whose queue is
@@ -99,6 +101,9 @@ func (c *client) readLoop() {
 			err = c.b.fromClient(c, m, p)
 		}
 		p.close()
+		if errors.Is(err, errListed) {
+			return
+		}
 		if err != nil {
 			c.b.log.Info("sockets: a process sent a malformed message; disconnecting it", "pid", c.pid, "uid", c.uid, "err", err)
 			return

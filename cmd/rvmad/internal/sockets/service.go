@@ -40,6 +40,7 @@ type Service struct {
 func New(log *slog.Logger, cfg config.Config) *Service {
 	s := &Service{log: log, cfg: cfg.Sockets}
 	s.m = newMetrics(s.counts)
+	s.m.shimFn = s.shimView
 	return s
 }
 
@@ -54,6 +55,18 @@ func (s *Service) counts() (int, int) {
 		return 0, 0
 	}
 	return b.counts()
+}
+
+// shimView reads the running broker's segments; stopped, only the
+// values of the processes gone remain.
+func (s *Service) shimView() shimView {
+	s.mu.Lock()
+	b := s.b
+	s.mu.Unlock()
+	if b == nil {
+		return shimView{total: s.m.foldedTotals()}
+	}
+	return b.shimView()
 }
 
 // Start opens the Unix socket and the pairing port when enabled; either

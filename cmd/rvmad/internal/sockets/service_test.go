@@ -45,7 +45,10 @@ func gather(t *testing.T, s *Service) map[string]int {
 		out[mf.GetName()] = len(mf.GetMetric())
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() != "result" && l.GetName() != "reason" {
+				// Aggregates only: labels of fixed sets, never a process's or a connection's.
+				switch l.GetName() {
+				case "result", "reason", "path", "direction":
+				default:
 					t.Errorf("%s has label %s", mf.GetName(), l.GetName())
 				}
 			}
@@ -65,7 +68,11 @@ func TestServiceDisabled(t *testing.T) {
 	}
 	got := gather(t, s)
 	for _, name := range []string{"rdmaplus_sockets_clients", "rdmaplus_sockets_registrations", "rdmaplus_sockets_attach_total",
-		"rdmaplus_sockets_demote_total", "rdmaplus_sockets_pairing_errors_total"} {
+		"rdmaplus_sockets_demote_total", "rdmaplus_sockets_pairing_errors_total",
+		"rdmaplus_sockets_shim_processes", "rdmaplus_sockets_shim_connections", "rdmaplus_sockets_shim_connections_total",
+		"rdmaplus_sockets_shim_bytes_total", "rdmaplus_sockets_shim_demotes_total", "rdmaplus_sockets_shim_fallbacks_total",
+		"rdmaplus_sockets_shim_segments_refused_total", "rdmaplus_sockets_shim_upgrades_total",
+		"rdmaplus_sockets_shim_attachable_total", "rdmaplus_sockets_shim_rdma_writes_total"} {
 		if got[name] == 0 {
 			t.Errorf("%s not exported while disabled", name)
 		}
