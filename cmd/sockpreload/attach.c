@@ -677,6 +677,24 @@ void att_demote(struct att *a, int reason)
 }
 
 /*
+ * The attachment is up (under mu): an epoll set that holds the connection
+ * hears of its completions from now on. The CQ is armed; a set that keeps
+ * the completion channel in its shadow takes the new channel at its next
+ * look, which the eventfds cause; for a nested set the progress thread
+ * watches the channel.
+ */
+void att_ep_attached(struct att *a)
+{
+	if (!a->ep_regs || !a->cq)
+		return;
+	ibv_req_notify_cq(a->cq, 0);
+	if (a->ep_nested)
+		progress_watch(a);
+	else
+		att_signal(a, a->ep_rd > 0, a->ep_wr > 0);
+}
+
+/*
  * The attachment's state changed (under mu): every sleeping thread looks
  * again; an epoll registration hears only of what it would report, or,
  * for writers, that the anchor takes their bytes again (the set then

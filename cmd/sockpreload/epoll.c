@@ -14,9 +14,9 @@
  *   peer's ring decides.
  * - its eventfds (readers', writers') go into S, level or edge triggered
  *   as the program asked. The registration counts as a sleeper of the
- *   attachment, so completions that change what it waits for signal them;
- *   the progress thread watches the attachment's completion channel and
- *   keeps the CQ armed while a registration exists.
+ *   attachment, so completions that change what it waits for signal them.
+ *   Its completion channel goes into S too, and the CQ stays armed while
+ *   a registration exists: a completion wakes epoll_wait on E directly.
  *
  * epoll_wait on E turns S's events into events of the connection (ring
  * data, FIN, a reset: EPOLLIN; room: EPOLLOUT), merged with its anchor's.
@@ -28,8 +28,9 @@
  * A set nested in another (added to a set of the program's) keeps no
  * completion channel in its shadow: a completion that changes nothing for
  * the program (a send done, a credit) would make the set readable to its
- * outer set. The progress thread, which watches the channels, signals the
- * eventfds instead. The eventfds are drained before a look at the ring,
+ * outer set. The progress thread watches the channels of its connections
+ * instead (att->ep_nested) and signals the eventfds. When a connection
+ * attaches, its CQ is armed and its sets hear of it (att_ep_attached). The eventfds are drained before a look at the ring,
  * so that a signal after the look is news, and by a read that leaves the
  * ring empty, so that an outer set sees no stale readiness.
  *
@@ -179,8 +180,8 @@ fail:
 
 /*
  * The attachment's side of a registration (reg: +1 added, -1 removed, 0
- * changed): it counts as a sleeper for reading (rd) and writing (wr); the
- * progress thread watches its completion channel and keeps the CQ armed.
+ * changed): it counts as a sleeper for reading (rd) and writing (wr), and
+ * the CQ is kept armed.
  */
 static void att_ep(struct att *a, int rd, int wr, int reg)
 {
@@ -262,8 +263,21 @@ static void chan_sync(struct ereg *r)
 		r->chan_gen = gen;
 }
 
+/* a's registrations in nested sets change by delta: see the file comment. */
+static void att_ep_nest(struct att *a, int delta)
+{
+	pthread_mutex_lock(&a->mu);
+	a->ep_nested += delta;
+	if (a->cq && a->ep_regs > 0)
+		ibv_req_notify_cq(a->cq, 0);
+	progress_watch(a);
+	pthread_mutex_unlock(&a->mu);
+}
+
 static void reg_free(struct ereg *r)
 {
+	if (r->set->nested)
+		att_ep_nest(r->a, -1);
 	shadow_ctl(r, EPOLL_CTL_DEL);
 	att_ep(r->a, -!!(r->events & EPOLLIN), -!!(r->events & EPOLLOUT), -1);
 	att_put(r->a);
@@ -337,6 +351,8 @@ static int ctl_att(int epfd, int op, int fd, struct epoll_event *ev, struct att 
 			break;
 		}
 		att_ep(a, !!(r->events & EPOLLIN), !!(r->events & EPOLLOUT), 1);
+		if (s->nested)
+			att_ep_nest(a, 1);
 		chan_sync(r);
 		r->next = s->regs;
 		s->regs = r;
@@ -707,6 +723,7 @@ static void set_nested(int fd)
 				REAL(epoll_ctl)(s->shadow, EPOLL_CTL_DEL, r->a->chan->fd, NULL);
 			pthread_mutex_unlock(&r->a->mu);
 			r->chan_gen = 0;
+			att_ep_nest(r->a, 1);
 		}
 	}
 	pthread_mutex_unlock(&s->mu);

@@ -170,7 +170,8 @@ void progress_watch(struct att *a)
 
 	if (epfd < 0)
 		return;
-	if (a->closing == 1 && a->chan && a->anchor >= 0 && !a->releasing)
+	if ((a->closing == 1 || (a->ep_nested > 0 && !a->closing)) && a->chan && a->anchor >= 0 &&
+	    !a->releasing)
 		want |= 1;
 	if (a->anchor >= 0) {
 		if (a->closing == 1 && !a->anchor_eof)
@@ -423,6 +424,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			break;
 		}
 		a->phase = PHASE_ATTACHED;
+		att_ep_attached(a);
 		sockproto_init(&rep, SOCKPROTO_ATTACH_REP, epoch);
 		rep.tuple = a->tuple;
 		sockproto_put64(&rep.incarnation, (uint64_t)getpid());
@@ -442,6 +444,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 			break;
 		}
 		a->phase = PHASE_ATTACHED;
+		att_ep_attached(a);
 		stat_add(&shim_stats.attached, 1);
 		TRACE("ATTACH_REP epoch %u: attached at offset %llu", epoch, (unsigned long long)a->tx);
 		att_try_switch(a);

@@ -116,13 +116,14 @@ struct att {
 	uint64_t credit;		/* largest credit the peer wrote to me */
 	uint64_t peer_blocked;		/* largest blocked the peer wrote */
 	uint64_t blocked_sent;		/* last blocked I wrote, +1 (0: never) */
-	int probed;			/* a blocked writer saw the anchor end: QP probed */
+	int64_t probed;			/* a blocked writer saw the anchor end: QP probed then (ms) */
 	uint64_t flushed;		/* AOUT_FLUSH: anchor has my stream up to here */
 	uint64_t sq_posted;		/* send WRs posted (each one's wr_id: its number) */
 	uint64_t sq_done;		/* send WRs completed (in order) */
 	uint64_t sq_signaled;		/* the last signaled one */
 	int rd_sleepers, wr_sleepers;	/* program threads asleep on this connection */
 	int ep_regs, ep_rd, ep_wr;	/* epoll registrations (epoll.c): all, EPOLLIN, EPOLLOUT */
+	int ep_nested;			/* of them in nested sets: the progress thread watches the CQ */
 	uint32_t chan_gen;		/* a new completion channel: one more */
 	int releasing;
 	int chg_rd, chg_wr;		/* completions changed what they wait for */
@@ -193,6 +194,7 @@ void att_release(struct att *a);			/* under mu */
 void att_post_fin(struct att *a);			/* under mu */
 void att_abort(struct att *a, int reason);		/* under mu */
 void att_wake(struct att *a);				/* under mu */
+void att_ep_attached(struct att *a);			/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
 void att_demote_wait(struct att *a, int reason, int ms);

@@ -82,6 +82,14 @@ static void sbuf_in(struct att *a, uint64_t o, const struct iovec *iov, int n, s
 	}
 }
 
+static int64_t mono_ms_ring(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 /*
  * How long a blocked reader polls the CQ before it sleeps
  * (RDMAPLUS_SOCKETS_SPIN_US, default 20 µs; 0: never): a reply that
@@ -151,7 +159,7 @@ static void drain(struct att *a, int rd)
  * the anchor's events anchor_ev. Signals restart the wait. Returns the
  * anchor's events seen.
  */
-static short att_sleep(struct att *a, int rd, short anchor_ev)
+static short att_sleep(struct att *a, int rd, short anchor_ev, int ms)
 {
 	struct pollfd p[3] = { { rd ? a->rd_ev : a->wr_ev, POLLIN, 0 } };
 	int chanfd, n = 1, fired = 0, r = att_poll_enter(a, rd, !rd, &chanfd);
@@ -162,7 +170,7 @@ static short att_sleep(struct att *a, int rd, short anchor_ev)
 			p[n++] = (struct pollfd){ a->anchor, anchor_ev, 0 };
 		if (chanfd >= 0)
 			p[n++] = (struct pollfd){ chanfd, POLLIN, 0 };
-		while (REAL(poll)(p, (nfds_t)n, -1) < 0 && errno == EINTR)
+		while (REAL(poll)(p, (nfds_t)n, ms) < 0 && errno == EINTR)
 			;
 		fired = chanfd >= 0 && p[n - 1].revents;
 		ev = anchor_ev ? p[1].revents : 0;
@@ -241,7 +249,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 				err = EAGAIN;
 				break;
 			}
-			att_sleep(a, 1, POLLIN);
+			att_sleep(a, 1, POLLIN, -1);
 			continue;
 		}
 		/* The ring. */
@@ -286,7 +294,7 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			continue;
 		}
 		spun = 0;
-		if (att_sleep(a, 1, POLLIN)) {
+		if (att_sleep(a, 1, POLLIN, -1)) {
 			char b;
 			ssize_t r = REAL(recv)(a->anchor, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
@@ -353,9 +361,15 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		}
 		if (!a->reset && a->probed) {
 			att_poll_cq(a);
-			/* the probe failed the QP: the peer's process is gone, nobody answers a demote */
-			if (a->qp_dead)
+			/*
+			 * The probe failed the QP, or no credit came within 10 s
+			 * of it: the peer's process is gone, and nobody answers
+			 * a demote.
+			 */
+			if (a->qp_dead || mono_ms_ring() - a->probed > 10000) {
+				TRACE("blocked writer: the peer is gone (QP %s)", a->qp_dead ? "failed" : "silent");
 				a->reset = ECONNRESET;
+			}
 		}
 		if (a->reset || a->shut_wr) {
 			err = a->reset ? a->reset : EPIPE;
@@ -375,6 +389,8 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		}
 		if (space) {
 			size_t m = total - done < space ? total - done : (size_t)space;
+
+			a->probed = 0;	/* credits came: the peer lives */
 
 			sbuf_in(a, a->tx, iov, iovcnt, done, m);
 			if (a->out == AOUT_RING) {
@@ -409,10 +425,11 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		 */
 		aev = a->in != IN_TCP && a->fin_in == SOCKPROTO_NO_FIN && !a->probed ? POLLRDHUP : 0;
 		pthread_mutex_unlock(&a->mu);
-		aev = att_sleep(a, 0, aev);
+		aev = att_sleep(a, 0, aev, a->probed ? 1000 : -1);
 		pthread_mutex_lock(&a->mu);
 		if ((aev & (POLLRDHUP | POLLHUP | POLLERR)) && !a->probed && a->out == AOUT_RING) {
-			a->probed = 1;
+			TRACE("blocked writer: the anchor ended without a FIN, probing the QP");
+			a->probed = mono_ms_ring();
 			a->blocked_sent = 0;
 			att_blocked(a);
 		}
