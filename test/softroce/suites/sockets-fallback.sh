@@ -18,10 +18,11 @@
 #     proven on RDMA: it ends with every byte right, on RDMA or demoted;
 #  4. guest 2's client killed (SIGKILL) mid-stream, while guest 1's server
 #     reads from its ring: the server gets end of file or ECONNRESET
-#     within 15 s, never a hang, and every byte it got was right. (The
-#     other way, the server killed while the client writes into its ring,
-#     hangs the writer: build/dbg-fallback/peer-killed-writer.sh, left out
-#     until the shim handles it.)
+#     within 15 s, never a hang, and every byte it got was right; then
+#     the other way, guest 1's server killed while the client writes into
+#     its ring: the writer fails with ECONNRESET or EPIPE within 20 s (the
+#     anchor ends without a FIN on the ring, the shim probes the QP, which
+#     fails), never a hang;
 #  5. the rxe link deleted (rdma link delete) on guest 2 in the middle of
 #     a transfer proven on RDMA: every byte delivered, no hang (the delete
 #     returns), no kernel report (the lab's verdict). rxe has no
@@ -112,6 +113,16 @@ if [ "$LAB_ROLE" = server ]; then
 	grep -Eq 'end of file at|Connection reset' /tmp/s5.srv ||
 		lab_fail "4a: the server did not end with end of file or ECONNRESET"
 
+	# 4b: this server killed while guest 2's client writes into its ring.
+	"${shim[@]}" "$bulk" server -p 7606 >/tmp/s6.srv 2>&1 &
+	srv=$!
+	lab_wait_listen 7606
+	lab_signal c4b-ready
+	lab_wait c4b-mid 60
+	kill -9 $srv
+	wait $srv 2>/dev/null || true
+	lab_signal c4b-killed
+
 	# 5: guest 2 deletes its rxe link mid-transfer; count this side's packets.
 	"${shim[@]}" "$bulk" server -p 7607 >/tmp/s7.srv 2>&1 &
 	lab_wait_listen 7607
@@ -200,6 +211,21 @@ else
 	kill -9 $BG
 	lab_signal c4a-killed
 	wait $BG 2>/dev/null || true
+
+	echo "== 4b. guest 1's server killed while guest 2's client writes into its ring (the writer must fail, never hang)"
+	lab_wait c4b-ready 60
+	mid 4b 7606 /tmp/c4b.log
+	lab_signal c4b-mid
+	lab_wait c4b-killed 60
+	t0=$(now_ms)
+	wait_exit $BG 20 || { show client /tmp/c4b.log; lab_fail "4b: the writer still runs 20 s after its peer was killed: a hang"; }
+	rc=0
+	wait $BG || rc=$?
+	echo "4b: the client ended $(($(now_ms) - t0)) ms after its peer was killed (status $rc)"
+	grep -E 'probing|peer is gone|FAIL' /tmp/c4b.log || true
+	[ $rc -ne 0 ] || { show client /tmp/c4b.log; lab_fail "4b: the transfer ended cleanly, yet its peer was killed mid-stream"; }
+	grep -Eq 'Connection reset|Broken pipe' /tmp/c4b.log ||
+		{ show client /tmp/c4b.log; lab_fail "4b: the writer did not fail with ECONNRESET or EPIPE"; }
 
 	echo "== 5. the rxe link deleted on guest 2 mid-transfer"
 	lab_wait c5-ready 60
