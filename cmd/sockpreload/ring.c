@@ -298,9 +298,13 @@ ssize_t att_recv(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			char b;
 			ssize_t r = REAL(recv)(a->anchor, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
+			int e = errno;
+
 			pthread_mutex_lock(&a->mu);
 			att_poll_cq(a);
-			if (r == 0 || (r < 0 && errno != EAGAIN))
+			if (r < 0 && e == ECONNRESET && !a->reset)
+				a->reset = ECONNRESET;	/* the peer reset: as TCP's read says */
+			if (r == 0 || (r < 0 && e != EAGAIN))
 				a->anchor_eof = 1;
 			else if (r > 0 && a->in != IN_TCP && a->prod == a->rx)
 				att_demote(a, SOCKPROTO_R_TCP_AFTER_SWITCH);
