@@ -846,7 +846,8 @@ void att_linger_step(struct att *a)
 		att_post_fin(a);
 	if (a->out == AOUT_FLUSH)
 		att_flush(a);
-	if (!a->anchor_shut && (a->out == AOUT_TCP || a->reset ||
+	/* a reset closes without FIN: the anchor's RST says it all */
+	if (!a->anchor_shut && !a->linger0 && !a->reset && (a->out == AOUT_TCP ||
 				(a->out == AOUT_RING && a->credit >= a->tx))) {
 		REAL(shutdown)(a->anchor, SHUT_WR);
 		a->anchor_shut = 1;

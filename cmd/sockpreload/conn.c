@@ -365,6 +365,8 @@ void conn_close_prepare(struct conn *c)
 		return;
 	epoll_conn_closing(a);
 	pthread_mutex_lock(&a->mu);
+	if (conn_flags(c) & CONN_LINGER0)
+		a->linger0 = 1;
 	if (a->qp && a->phase == PHASE_ATTACHED && !a->forked && !a->shared &&
 	    ((conn_flags(c) & CONN_LINGER0) || (a->in == IN_RING && a->prod > a->rx)))
 		att_abort(a, (conn_flags(c) & CONN_LINGER0) ? SOCKPROTO_R_LINGER0 :

@@ -96,6 +96,7 @@ struct att {
 	int fin_sent, anchor_shut;
 	int reset;			/* errno for the program (ECONNRESET) once set */
 	int reset_told;			/* writes told of the reset (then EPIPE) */
+	int linger0;			/* closed with SO_LINGER {1, 0}: no FIN, a reset */
 	int anchor_eof;			/* the anchor ended (peer gone) */
 	int qp_dead;
 	int released;
