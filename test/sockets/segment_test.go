@@ -102,7 +102,8 @@ func TestStatisticsSegment(t *testing.T) {
 	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { d.Process.Kill(); d.Wait() }()
+	stop := func() { d.Process.Kill(); d.Wait() } // then log is whole and still
+	defer stop()
 	for end := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if _, err := http.Get("http://" + listen + "/readyz"); err == nil {
 			if _, err := os.Stat(sock); err == nil {
@@ -110,6 +111,7 @@ func TestStatisticsSegment(t *testing.T) {
 			}
 		}
 		if time.Now().After(end) {
+			stop()
 			t.Skipf("rvmad did not start on this host:\n%s", log.String())
 		}
 	}
@@ -144,9 +146,10 @@ func TestStatisticsSegment(t *testing.T) {
 	}
 
 	// While the client waits before its transfer, its connection is
-	// registered (it wrote its header) and listed.
+	// registered (it wrote its header) and listed; the listing may come
+	// between the registration and the header's count.
 	var found *listed
-	for end := time.Now().Add(1200 * time.Millisecond); found == nil && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(1200 * time.Millisecond); (found == nil || found.TCPOut < 24) && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		out, err := exec.Command(rvmad, "sockets", "--json", "--socket", sock).Output()
 		if err != nil {
 			t.Fatalf("rvmad sockets: %v", err)
@@ -195,6 +198,7 @@ func TestStatisticsSegment(t *testing.T) {
 		t.Errorf("attachable_total +%v", d)
 	}
 	if t.Failed() {
+		stop()
 		t.Logf("rvmad:\n%s", log.String())
 	}
 }
