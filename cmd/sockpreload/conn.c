@@ -377,13 +377,6 @@ void conn_close_prepare(struct conn *c)
 	errno = err;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* How long a connection lives on TCP before it may attach (ms). */
 static int64_t attach_delay(void)
@@ -415,7 +408,7 @@ void conn_established(struct conn *c, int fd)
 	(void)fd;
 	if (!shim_owner() || (conn_flags(c) & CONN_FOREIGN) || conn_att(c))
 		return;
-	c->t_est = mono_ms();
+	c->t_est = shim_now_ms();
 	atomic_store_explicit(&c->eligible, 1, memory_order_release);
 }
 
@@ -432,7 +425,7 @@ struct att *conn_maybe_attach(struct conn *c, int fd)
 	int client = atomic_load(&c->role) == ROLE_CLIENT && !koff;
 	uint64_t tx, rx;
 
-	if (mono_ms() - c->t_est < attach_delay() &&
+	if (shim_now_ms() - c->t_est < attach_delay() &&
 	    atomic_load_explicit(&c->tx, memory_order_relaxed) +
 	    atomic_load_explicit(&c->rx, memory_order_relaxed) < (64 << 10))
 		return NULL;
@@ -592,7 +585,7 @@ void conn_fork_child(void)
 			conn_set_flag(c, CONN_KOFF, 1);
 			if ((role == ROLE_CLIENT || role == ROLE_SERVER || role == ROLE_ADOPTED) &&
 			    !(conn_flags(c) & CONN_NEVER)) {
-				c->t_est = mono_ms();
+				c->t_est = shim_now_ms();
 				atomic_store_explicit(&c->eligible, 1, memory_order_relaxed);
 			}
 		}

@@ -608,27 +608,20 @@ static int translate(struct eset *s, struct epoll_event *raw, int n, struct epol
 	return m;
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* epoll_wait and friends on a set with a shadow: see the file comment. */
 static int wait_set(struct eset *s, struct epoll_event *ev, int max, int timeout,
 		    const sigset_t *ss, int pwait)
 {
 	struct epoll_event raw[64];
-	int64_t end = timeout > 0 ? mono_ms() + timeout : 0;
+	int64_t end = timeout > 0 ? shim_now_ms() + timeout : 0;
 
 	if (max <= 0) {
 		errno = EINVAL;
 		return -1;
 	}
 	for (;;) {
-		int n, m, t = timeout <= 0 ? timeout : (int)(end - mono_ms());
+		int n, m, t = timeout <= 0 ? timeout : (int)(end - shim_now_ms());
 
 		if (timeout > 0 && t < 0)
 			t = 0;
@@ -637,7 +630,7 @@ static int wait_set(struct eset *s, struct epoll_event *ev, int max, int timeout
 		if (n <= 0)
 			return n;
 		m = translate(s, raw, n, ev, max);
-		if (m > 0 || timeout == 0 || (timeout > 0 && mono_ms() >= end))
+		if (m > 0 || timeout == 0 || (timeout > 0 && shim_now_ms() >= end))
 			return m;
 	}
 }

@@ -36,13 +36,6 @@ static int started;
 static int stats_sent;		/* the statistics segment went to rvmad */
 static _Atomic int retries_pending;	/* clients waiting to ask again */
 
-static int64_t now_ms(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 static time_t broker_retry;
 
 #define TAG_BROKER	((uint64_t)1)
@@ -466,7 +459,7 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		if (a->phase == PHASE_ATTACHING &&
 		    (why == SOCKPROTO_R_NO_OWNER || why == SOCKPROTO_R_BUSY) &&
 		    a->retries < ATT_RETRIES && !a->closing && !a->disabled) {
-			a->retry_at = now_ms() + (a->retries < 3 ? 100 << (2 * a->retries) : 3200);
+			a->retry_at = shim_now_ms() + (a->retries < 3 ? 100 << (2 * a->retries) : 3200);
 			a->retries++;
 			atomic_fetch_add(&retries_pending, 1);
 		} else if (a->phase == PHASE_ATTACHING) {
@@ -599,7 +592,7 @@ static void on_kick(void)
 	}
 	pthread_mutex_unlock(&reg_mu);
 	for (int i = 0; i < n; i++) {
-		int64_t t = now_ms();
+		int64_t t = shim_now_ms();
 
 		a = todo[i];
 		pthread_mutex_lock(&a->mu);
@@ -743,18 +736,18 @@ __attribute__((destructor)) static void progress_exit(void)
 			shared[n++] = a;
 		}
 	pthread_mutex_unlock(&reg_mu);
-	end = now_ms() + 2000;
+	end = shim_now_ms() + 2000;
 	for (int i = 0; i < n; i++) {
-		int64_t left = end - now_ms();
+		int64_t left = end - shim_now_ms();
 
 		if (left > 0)
 			att_demote_wait(shared[i], SOCKPROTO_R_SHUTDOWN, (int)left);
 		att_put(shared[i]);
 	}
-	end = now_ms() + 1000;
+	end = shim_now_ms() + 1000;
 	pthread_mutex_lock(&reg_mu);
 	for (a = reg_head; a; a = a->next) {
-		int64_t left = end - now_ms();
+		int64_t left = end - shim_now_ms();
 
 		if (left <= 0)
 			break;

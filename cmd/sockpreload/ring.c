@@ -82,13 +82,6 @@ static void sbuf_in(struct att *a, uint64_t o, const struct iovec *iov, int n, s
 	}
 }
 
-static int64_t mono_ms_ring(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /*
  * How long a blocked reader polls the CQ before it sleeps
@@ -370,7 +363,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 			 * of it: the peer's process is gone, and nobody answers
 			 * a demote.
 			 */
-			if (a->qp_dead || mono_ms_ring() - a->probed > 10000) {
+			if (a->qp_dead || shim_now_ms() - a->probed > 10000) {
 				TRACE("blocked writer: the peer is gone (QP %s)", a->qp_dead ? "failed" : "silent");
 				a->reset = ECONNRESET;
 			}
@@ -433,7 +426,7 @@ ssize_t att_send(struct conn *c, struct att *a, const struct iovec *iov, int iov
 		pthread_mutex_lock(&a->mu);
 		if ((aev & (POLLRDHUP | POLLHUP | POLLERR)) && !a->probed && a->out == AOUT_RING) {
 			TRACE("blocked writer: the anchor ended without a FIN, probing the QP");
-			a->probed = mono_ms_ring();
+			a->probed = shim_now_ms();
 			a->blocked_sent = 0;
 			att_blocked(a);
 		}

@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 struct conn;
@@ -106,6 +107,15 @@ static inline void *shim_real(enum shim_sym sym)
 
 /* REAL(read)(fd, buf, n): libc's read, typed as our declaration of it. */
 #define REAL(name)	((__typeof__(&name))shim_real(SYM_##name))
+
+/* The monotonic clock in milliseconds (attach delays, retries, waits). */
+static inline int64_t shim_now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
 
 /* ---- process.c: the owner of the table, fork and clone ---- */
 
