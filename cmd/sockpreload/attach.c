@@ -182,7 +182,7 @@ int att_setup(struct att *a)
 	size_t ring;
 	int acc = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
-	if (ibv_find_gid(a->tuple.local_addr, &a->dev, &a->gidx) < 0) {
+	if (ibv_dev_get(a->tuple.local_addr, &a->dev, &a->gidx) < 0) {
 		errno = ENODEV;
 		return -1;
 	}
@@ -1040,7 +1040,7 @@ void att_closed(struct att *a)
 	att_put(a);
 }
 
-/* The RDMA resources go (the QP first: nothing lands after). */
+/* The RDMA resources go (the QP first: nothing lands after), then the device's reference. */
 void att_release(struct att *a)
 {
 	if (a->watched) {
@@ -1071,5 +1071,8 @@ void att_release(struct att *a)
 	a->chan = NULL;
 	a->rmr = a->lmr = NULL;
 	a->rmem = a->lmem = NULL;
+	if (a->dev)
+		ibv_dev_put(a->dev);
+	a->dev = NULL;
 	a->released = 1;
 }

@@ -6,14 +6,13 @@
  * their arguments and go through the vector forms (glibc's own execl
  * calls execve internally, out of the shim's reach, so each is wrapped).
  *
- * exec_prepare is where, once attachments exist, the connections a new
- * image inherits (tracked fds without close-on-exec) are demoted before
- * the exec (SOCKPROTO_R_EXEC), unless the new image will run the shim
- * too and can REATTACH from the memfd it inherits (docs/sockets.md,
- * "fork and exec"): an exec fails rarely, and an image without the shim
- * (setuid, static, no preload) must find a plain TCP socket. posix_spawn
- * always demotes: its file actions are out of the shim's sight. Pass-
- * through mode has nothing to demote; it counts.
+ * exec_prepare is where, once attachments exist, every attached
+ * connection is demoted before the exec (SOCKPROTO_R_EXEC): an image
+ * without the shim (setuid, static, no preload) must find a plain TCP
+ * socket, and one with the shim attaches the connections it inherited
+ * again from the kernel's byte counts (docs/sockets.md, "fork and
+ * exec"). posix_spawn demotes the same way: its file actions are out of
+ * the shim's sight. Pass-through mode has nothing to demote; it counts.
  *
  * In a vfork child the table is the parent's: nothing is counted there.
  */
@@ -24,39 +23,21 @@
 #include <stdlib.h>
 
 
-struct atts {
-	struct att *a[256];
-	int n;
-};
-
-/* Under shim_lock: the attachable connections, each with a reference. */
-static void gather(struct conn *c, void *arg)
-{
-	struct atts *v = arg;
-	struct att *a = conn_att(c);
-
-	atomic_store(&c->eligible, 0);
-	if (a && v->n < 256) {
-		atomic_fetch_add(&a->refs, 1);
-		v->a[v->n++] = a;
-	}
-}
-
 void exec_prepare(int spawn)
 {
 	if (!shim_owner())
 		return;
 	stat_add(spawn ? &shim_stats.spawns : &shim_stats.execs, 1);
 	if (atomic_load_explicit(&shim_stats.attachable, memory_order_relaxed)) {
-		static struct atts v;	/* exec is one thread's moment */
+		int n;
+		struct att **v = conn_atts(&n, 1);
 
-		v.n = 0;
-		conn_foreach_live(gather, &v);
 		/* outside the table's lock: a demote takes the attachment's */
-		for (int i = 0; i < v.n; i++) {
-			att_demote_wait(v.a[i], SOCKPROTO_R_EXEC, 5000);
-			att_put(v.a[i]);
+		for (int i = 0; i < n; i++) {
+			att_demote_wait(v[i], SOCKPROTO_R_EXEC, 5000);
+			att_put(v[i]);
 		}
+		free(v);
 	}
 }
 

@@ -13,8 +13,13 @@
  * thread waiting for one connection wakes for that connection only.
  *
  * The device: the one whose GID table holds the connection's local
- * address as a RoCE v2 GID (::ffff:a.b.c.d for IPv4), found per
- * attachment among the devices opened once per process.
+ * address as a RoCE v2 GID (::ffff:a.b.c.d for IPv4). A device is opened
+ * (with a PD) by the first attachment that needs it and closed when the
+ * last one is released, so that a process with no attachment holds no
+ * device: rxe cannot take a device away from a process that has it open,
+ * and its removal (`rdma link delete`) waits until every process closed
+ * it. When rvmad says a device is being removed (DEVICE), it takes no new
+ * attachment and the progress thread demotes those it has (progress.c).
  */
 #include "rdma.h"
 
@@ -30,14 +35,12 @@ static pthread_once_t ibv_once = PTHREAD_ONCE_INIT;
 static int ibv_loaded;
 
 #define MAXDEV 8
-static struct rdev devs[MAXDEV];
-static int ndevs;
+static pthread_mutex_t dev_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct rdev devs[MAXDEV];	/* under dev_mu; a slot is free when ctx is NULL */
 
 static void ibv_load(void)
 {
 	void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
-	struct ibv_device **list;
-	int n = 0;
 
 	if (!h)
 		return;
@@ -46,7 +49,9 @@ static void ibv_load(void)
 	L(free_device_list, "ibv_free_device_list")
 	L(get_device_name, "ibv_get_device_name")
 	L(open_device, "ibv_open_device")
+	L(close_device, "ibv_close_device")
 	L(alloc_pd, "ibv_alloc_pd")
+	L(dealloc_pd, "ibv_dealloc_pd")
 	L(reg_mr, "ibv_reg_mr")
 	L(dereg_mr, "ibv_dereg_mr")
 	L(create_comp_channel, "ibv_create_comp_channel")
@@ -61,29 +66,10 @@ static void ibv_load(void)
 	L(query_gid, "ibv_query_gid")
 	L(query_port, "ibv_query_port")
 #undef L
-	list = ibv.get_device_list(&n);
-	if (!list)
-		return;
-	for (int i = 0; i < n && ndevs < MAXDEV; i++) {
-		struct rdev *d = &devs[ndevs];
-		struct ibv_port_attr pa;
-
-		d->ctx = ibv.open_device(list[i]);
-		if (!d->ctx)
-			continue;
-		snprintf(d->name, sizeof(d->name), "%s", ibv.get_device_name(list[i]));
-		memset(&pa, 0, sizeof(pa));
-		if (ibv.query_port(d->ctx, 1, &pa) || !(d->pd = ibv.alloc_pd(d->ctx)))
-			continue;	/* leaks a context on a broken device: once */
-		d->mtu = pa.active_mtu;
-		d->gid_tbl_len = pa.gid_tbl_len;
-		ndevs++;
-	}
-	ibv.free_device_list(list);
-	ibv_loaded = ndevs > 0;
+	ibv_loaded = 1;
 }
 
-int ibv_ready(void)
+static int ibv_ready(void)
 {
 	int err = errno;
 
@@ -94,24 +80,67 @@ int ibv_ready(void)
 
 /*
  * In a forked child: the devices are the parent's (its CQ events go to
- * the parent's channels); the child opens its own on first use.
+ * the parent's channels, and the parent's attachments hold them); the
+ * child opens its own on first use and never closes the parent's.
  */
 void ibv_fork_child(void)
 {
-	ibv_once = (pthread_once_t)PTHREAD_ONCE_INIT;
-	ibv_loaded = 0;
-	ndevs = 0;
+	pthread_mutex_init(&dev_mu, NULL);
 	memset(devs, 0, sizeof(devs));
 }
 
-int ibv_ndevs(void)
+/* Under dev_mu: closes d, whose last attachment went. */
+static void dev_close(struct rdev *d)
 {
-	return ibv_ready() ? ndevs : 0;
+	if (d->pd)
+		ibv.dealloc_pd(d->pd);
+	ibv.close_device(d->ctx);
+	memset(d, 0, sizeof(*d));
 }
 
-struct rdev *ibv_dev(int i)
+/* Under dev_mu: the open device named name, or NULL. */
+static struct rdev *dev_named(const char *name)
 {
-	return &devs[i];
+	for (int k = 0; k < MAXDEV; k++)
+		if (devs[k].ctx && !strcmp(devs[k].name, name))
+			return &devs[k];
+	return NULL;
+}
+
+/* Under dev_mu: opens every listed device not open yet, into free slots. */
+static void dev_open_all(void)
+{
+	struct ibv_device **list;
+	int n = 0;
+
+	list = ibv.get_device_list(&n);
+	if (!list)
+		return;
+	for (int i = 0; i < n; i++) {
+		const char *name = ibv.get_device_name(list[i]);
+		struct ibv_port_attr pa;
+		struct rdev *d = NULL;
+
+		if (!name || strlen(name) >= sizeof(d->name) || dev_named(name))
+			continue;
+		for (int k = 0; k < MAXDEV && !d; k++)
+			if (!devs[k].ctx)
+				d = &devs[k];
+		if (!d)
+			break;
+		d->ctx = ibv.open_device(list[i]);	/* a device being removed: fails */
+		if (!d->ctx)
+			continue;
+		snprintf(d->name, sizeof(d->name), "%s", name);
+		memset(&pa, 0, sizeof(pa));
+		if (ibv.query_port(d->ctx, 1, &pa) || !(d->pd = ibv.alloc_pd(d->ctx))) {
+			dev_close(d);
+			continue;
+		}
+		d->mtu = pa.active_mtu;
+		d->gid_tbl_len = pa.gid_tbl_len;
+	}
+	ibv.free_device_list(list);
 }
 
 /* Is GID index i of d's port 1 RoCE v2? (sysfs; an absent file: no.) */
@@ -130,32 +159,90 @@ static int gid_v2(struct rdev *d, int i)
 	return n > 0 && strstr(buf, "v2") != NULL;
 }
 
+/* Under dev_mu: the RoCE v2 GID index of addr on open device d, or -1. */
+static int dev_gid(struct rdev *d, const uint8_t addr[16])
+{
+	for (int i = 0; i < d->gid_tbl_len && i < 256; i++) {
+		union ibv_gid g;
+
+		if (ibv.query_gid(d->ctx, 1, i, &g) == 0 && !memcmp(g.raw, addr, 16) && gid_v2(d, i))
+			return i;
+	}
+	return -1;
+}
+
+/* Under dev_mu: the open device, not being removed, with addr's GID. */
+static struct rdev *dev_find(const uint8_t addr[16], int *gidx)
+{
+	for (int k = 0; k < MAXDEV; k++) {
+		struct rdev *d = &devs[k];
+
+		if (d->ctx && !d->gone && (*gidx = dev_gid(d, addr)) >= 0)
+			return d;
+	}
+	return NULL;
+}
+
 /*
  * The device and RoCE v2 GID index of the local address addr (16 bytes,
- * IPv4 mapped): 0 and *dev, *gidx set; -1 when no device has it.
+ * IPv4 mapped), with a reference the attachment gives back with
+ * ibv_dev_put: 0 and *dev, *gidx set; -1 when no device has it. The
+ * devices already open are searched first; only when none has it are
+ * the others opened, and those no attachment holds are closed again.
  */
-int ibv_find_gid(const uint8_t addr[16], struct rdev **dev, int *gidx)
+int ibv_dev_get(const uint8_t addr[16], struct rdev **dev, int *gidx)
 {
 	int err = errno;
+	struct rdev *d;
 
 	if (!ibv_ready())
 		return -1;
-	for (int k = 0; k < ndevs; k++) {
-		struct rdev *d = &devs[k];
-
-		for (int i = 0; i < d->gid_tbl_len && i < 256; i++) {
-			union ibv_gid g;
-
-			if (ibv.query_gid(d->ctx, 1, i, &g) || memcmp(g.raw, addr, 16))
-				continue;
-			if (!gid_v2(d, i))
-				continue;
-			*dev = d;
-			*gidx = i;
-			errno = err;
-			return 0;
-		}
+	pthread_mutex_lock(&dev_mu);
+	d = dev_find(addr, gidx);
+	if (!d) {
+		dev_open_all();
+		d = dev_find(addr, gidx);
 	}
+	if (d)
+		d->refs++;
+	for (int k = 0; k < MAXDEV; k++)
+		if (devs[k].ctx && !devs[k].refs)
+			dev_close(&devs[k]);
+	pthread_mutex_unlock(&dev_mu);
 	errno = err;
-	return -1;
+	if (!d)
+		return -1;
+	*dev = d;
+	return 0;
+}
+
+/* An attachment's reference to d goes; the last closes the device. */
+void ibv_dev_put(struct rdev *d)
+{
+	int err = errno;
+
+	pthread_mutex_lock(&dev_mu);
+	if (d->ctx && d->refs > 0 && --d->refs == 0)
+		dev_close(d);
+	pthread_mutex_unlock(&dev_mu);
+	errno = err;
+}
+
+/*
+ * rvmad's DEVICE: the device name is being removed; no attachment takes
+ * it from now on. 1 when the process holds it (its attachments through it
+ * are to be demoted), else 0.
+ */
+int ibv_dev_gone(const char *name)
+{
+	struct rdev *d;
+
+	if (!ibv_loaded)
+		return 0;
+	pthread_mutex_lock(&dev_mu);
+	d = dev_named(name);
+	if (d)
+		d->gone = 1;
+	pthread_mutex_unlock(&dev_mu);
+	return d != NULL;
 }

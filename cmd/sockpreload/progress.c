@@ -507,6 +507,37 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 	pthread_mutex_unlock(&a->mu);
 }
 
+/*
+ * rvmad's DEVICE: the device is being removed, and the kernel waits for
+ * this process to close it. Every attachment through it demotes; the
+ * device closes when the last is released (ibv.c).
+ */
+static void on_device(const unsigned char *rec)
+{
+	struct sockproto_device d;
+	struct att **v;
+	int n;
+
+	memcpy(&d, rec, sizeof(d));	/* checked: the name ends in a NUL */
+	if (!ibv_dev_gone(d.name))
+		return;
+	TRACE("DEVICE %s is being removed: demoting its attachments", d.name);
+	v = conn_atts(&n, 0);
+	for (int i = 0; i < n; i++) {
+		struct att *a = v[i];
+
+		pthread_mutex_lock(&a->mu);
+		if (a->dev && a->dev->gone && a->pid == getpid()) {
+			att_demote(a, SOCKPROTO_R_DEVICE);
+			if (a->closing)
+				att_linger_step(a);
+		}
+		pthread_mutex_unlock(&a->mu);
+		att_put(a);
+	}
+	free(v);
+}
+
 static void on_broker(void)
 {
 	unsigned char buf[SOCKPROTO_ROUTE_SIZE + SOCKPROTO_RECORD_MAX + 8];
@@ -537,6 +568,10 @@ static void on_broker(void)
 			memcpy(&res, buf, sizeof(res));
 			t = res.tuple;
 			rec = buf;
+		} else if (len == SOCKPROTO_DEVICE_SIZE && buf[3] == SOCKPROTO_DEVICE) {
+			if (sockproto_check(buf, len) == 0)
+				on_device(buf);
+			continue;
 		} else {
 			continue;
 		}

@@ -21,7 +21,9 @@ struct ibv_fns {
 	void (*free_device_list)(struct ibv_device **list);
 	const char *(*get_device_name)(struct ibv_device *dev);
 	struct ibv_context *(*open_device)(struct ibv_device *dev);
+	int (*close_device)(struct ibv_context *ctx);
 	struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+	int (*dealloc_pd)(struct ibv_pd *pd);
 	struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
 	int (*dereg_mr)(struct ibv_mr *mr);
 	struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
@@ -40,19 +42,23 @@ struct ibv_fns {
 
 extern struct ibv_fns ibv;
 
-/* An RDMA device opened once per process, with its PD. */
+/*
+ * An RDMA device the process holds open, with its PD, while attachments
+ * use it: opened by the first, closed after the last (ibv.c).
+ */
 struct rdev {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
-	char name[64];
+	char name[SOCKPROTO_DEVICE_NAME_MAX];
 	int mtu;		/* active MTU of port 1, enum ibv_mtu */
 	int gid_tbl_len;
+	int refs;		/* attachments holding it */
+	int gone;		/* being removed (rvmad's DEVICE): no new ones */
 };
 
-int ibv_ready(void);
-int ibv_ndevs(void);
-struct rdev *ibv_dev(int i);
-int ibv_find_gid(const uint8_t addr[16], struct rdev **dev, int *gidx);
+int ibv_dev_get(const uint8_t addr[16], struct rdev **dev, int *gidx);
+void ibv_dev_put(struct rdev *d);
+int ibv_dev_gone(const char *name);
 void ibv_fork_child(void);
 
 /* ---- attach.c: one connection's attachment ---- */
@@ -199,6 +205,7 @@ void att_ep_attached(struct att *a);			/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
 void att_demote_wait(struct att *a, int reason, int ms);
+struct att **conn_atts(int *n, int no_more);
 void att_take_events(struct att *a);			/* under mu */
 #define ATT_POLLED	0x4000	/* att_poll_enter found completions: look again */
 int att_poll_enter(struct att *a, int rd, int wr, int *chanfd);

@@ -11,8 +11,7 @@
  * record's whole length and the connection's attachment epoch. Records
  * travel as inline SENDs on the connection's QP (SWITCH, FIN, ABORT) or
  * through rvmad, in order per connection (ATTACH_REQ, ATTACH_REP,
- * ATTACH_NACK, DEMOTE, REATTACH): a DEMOTE must arrive when the QP is
- * gone. Between a process and rvmad, and between the rvmads of two hosts,
+ * ATTACH_NACK, DEMOTE): a DEMOTE must arrive when the QP is gone. Between a process and rvmad, and between the rvmads of two hosts,
  * each of those records follows a ROUTE naming its connection; a process
  * announces the connections it owns with REGISTER and UNREGISTER, and
  * rvmad answers with RESULT (see "The broker's records" below). Every
@@ -48,14 +47,15 @@ enum sockproto_type {
 	SOCKPROTO_FIN		= 5,	/* QP: my stream ends at offset */
 	SOCKPROTO_ABORT		= 6,	/* QP: connection reset, with a reason */
 	SOCKPROTO_DEMOTE	= 7,	/* rvmad: back to TCP; I consumed this much */
-	SOCKPROTO_REATTACH	= 8,	/* rvmad: a new incarnation takes the connection over */
+	/* 8 is reserved: never used again (it named a record no one sent) */
 	SOCKPROTO_ROUTE		= 9,	/* rvmad: the next record is about this connection */
 	SOCKPROTO_REGISTER	= 10,	/* rvmad: I own this connection; hand me its records */
 	SOCKPROTO_UNREGISTER	= 11,	/* rvmad: forget this connection */
 	SOCKPROTO_RESULT	= 12,	/* rvmad: the broker's answer to a request */
 	SOCKPROTO_STATS		= 13,	/* rvmad: my statistics segment (a memfd passed along) */
 	SOCKPROTO_LIST		= 14,	/* rvmad: list my connections (rvmad sockets) */
-	SOCKPROTO_TYPE_MAX	= 14,
+	SOCKPROTO_DEVICE	= 15,	/* rvmad: this RDMA device is going away */
+	SOCKPROTO_TYPE_MAX	= 15,
 };
 
 /*
@@ -84,7 +84,8 @@ enum sockproto_reason {
 	SOCKPROTO_R_TIMEOUT		= 20,	/* the attachment took too long */
 	SOCKPROTO_R_APP			= 21,	/* asked for by the program (pkg/sockets) */
 	SOCKPROTO_R_LIMIT		= 22,	/* a per-user cap of rvmad's was reached */
-	SOCKPROTO_R_MAX			= 22,
+	SOCKPROTO_R_DEVICE		= 23,	/* the RDMA device is being removed */
+	SOCKPROTO_R_MAX			= 23,
 };
 
 /* Limits of the endpoint fields. */
@@ -217,23 +218,6 @@ struct sockproto_attach {
 	struct sockproto_endpoint ep;
 };
 
-/**
- * struct sockproto_reattach - REATTACH (planned: fork and exec hand-off)
- * @tuple:	the connection as the new incarnation sees it
- * @incarnation: the new incarnation
- * @consumed:	bytes of the peer's stream consumed (from the shared ring)
- * @sent:	bytes of its own stream sent (from the shared control block)
- * @ep:		the new incarnation's endpoint (new QP; same ring memory)
- */
-struct sockproto_reattach {
-	struct sockproto_hdr hdr;
-	struct sockproto_tuple tuple;
-	uint64_t incarnation;
-	uint64_t consumed;
-	uint64_t sent;
-	struct sockproto_endpoint ep;
-};
-
 /*
  * The broker's records. rvmad's Unix socket (default
  * /run/rvmad/sockets.sock) is SOCK_SEQPACKET: each message is one record
@@ -252,13 +236,16 @@ struct sockproto_reattach {
  *   Descriptors passed with any other message: rvmad disconnects.
  * - UNREGISTER: forget it (at close); RESULT answers. A disconnect from
  *   rvmad's socket unregisters everything the process had registered.
- * - ROUTE, then ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE or REATTACH:
- *   the record is about the connection @tuple; both have the same epoch.
+ * - ROUTE, then ATTACH_REQ, ATTACH_REP, ATTACH_NACK or DEMOTE: the record
+ *   is about the connection @tuple; both have the same epoch.
  * - RESULT: rvmad's answer to REGISTER and UNREGISTER (@reason 0: done),
  *   and to a routed record it could not take or deliver (@reason:
  *   SOCKPROTO_R_DENIED, not registered by this process;
- *   SOCKPROTO_R_NO_DAEMON, the peer's rvmad cannot be reached). An
- *   ATTACH_REQ is answered with ROUTE and ATTACH_NACK instead.
+ *   SOCKPROTO_R_NO_DAEMON, the peer's rvmad cannot be reached;
+ *   SOCKPROTO_R_NO_OWNER, for a DEMOTE: no process owns the connection on
+ *   the peer any more, so nothing will answer it). An ATTACH_REQ is
+ *   answered with ROUTE and ATTACH_NACK instead. Between two rvmads, a
+ *   RESULT about a DEMOTE travels behind a ROUTE, as the DEMOTE did.
  *
  * A tuple in these records is the connection as the host sending the
  * message sees it (local: that host's end): rvmad turns the peer host's
@@ -276,6 +263,12 @@ struct sockproto_reattach {
  *   answers with the connections of the asking user's processes (every
  *   process for root), as text (rvmad's own format, not a record) in one
  *   or more messages, then closes the connection.
+ * - DEVICE: rvmad to every process, unasked: the RDMA device @name is
+ *   being removed (`rdma link delete`, a driver unbound). The kernel waits
+ *   for every process to close the device before the removal ends, so a
+ *   process demotes the connections attached through it
+ *   (SOCKPROTO_R_DEVICE) and closes it once they are released. The
+ *   epoch is rvmad's count of such notices, from 1.
  */
 
 /**
@@ -341,6 +334,19 @@ struct sockproto_stats_rec {
 struct sockproto_list {
 	struct sockproto_hdr hdr;
 	uint64_t reserved;
+};
+
+#define SOCKPROTO_DEVICE_NAME_MAX 64	/* IB_DEVICE_NAME_MAX, its NUL included */
+
+/**
+ * struct sockproto_device - DEVICE
+ * @name:	the device's name, as ibv_get_device_name() gives it: at
+ *		least one byte, NUL-terminated, every byte after the first
+ *		NUL zero
+ */
+struct sockproto_device {
+	struct sockproto_hdr hdr;
+	char name[SOCKPROTO_DEVICE_NAME_MAX];
 };
 
 /*
@@ -569,13 +575,13 @@ struct sockproto_ring {
 #define SOCKPROTO_DEMOTE_SIZE	32
 #define SOCKPROTO_REASON_SIZE	24
 #define SOCKPROTO_ATTACH_SIZE	120
-#define SOCKPROTO_REATTACH_SIZE	136
 #define SOCKPROTO_ROUTE_SIZE	56	/* ROUTE, UNREGISTER */
 #define SOCKPROTO_REGISTER_SIZE	64
 #define SOCKPROTO_RESULT_SIZE	64
 #define SOCKPROTO_STATS_REC_SIZE 24
 #define SOCKPROTO_LIST_SIZE	24
-#define SOCKPROTO_RECORD_MAX	SOCKPROTO_REATTACH_SIZE
+#define SOCKPROTO_DEVICE_SIZE	80
+#define SOCKPROTO_RECORD_MAX	SOCKPROTO_ATTACH_SIZE
 
 _Static_assert(sizeof(struct sockproto_hdr) == SOCKPROTO_HDR_SIZE, "hdr");
 _Static_assert(sizeof(struct sockproto_offset_rec) == SOCKPROTO_OFFSET_SIZE, "offset");
@@ -584,12 +590,12 @@ _Static_assert(sizeof(struct sockproto_reason_rec) == SOCKPROTO_REASON_SIZE, "re
 _Static_assert(sizeof(struct sockproto_tuple) == 40, "tuple");
 _Static_assert(sizeof(struct sockproto_endpoint) == 56, "endpoint");
 _Static_assert(sizeof(struct sockproto_attach) == SOCKPROTO_ATTACH_SIZE, "attach");
-_Static_assert(sizeof(struct sockproto_reattach) == SOCKPROTO_REATTACH_SIZE, "reattach");
 _Static_assert(sizeof(struct sockproto_route) == SOCKPROTO_ROUTE_SIZE, "route");
 _Static_assert(sizeof(struct sockproto_register) == SOCKPROTO_REGISTER_SIZE, "register");
 _Static_assert(sizeof(struct sockproto_result) == SOCKPROTO_RESULT_SIZE, "result");
 _Static_assert(sizeof(struct sockproto_stats_rec) == SOCKPROTO_STATS_REC_SIZE, "stats rec");
 _Static_assert(sizeof(struct sockproto_list) == SOCKPROTO_LIST_SIZE, "list");
+_Static_assert(sizeof(struct sockproto_device) == SOCKPROTO_DEVICE_SIZE, "device");
 _Static_assert(sizeof(struct sockproto_stats) == SOCKPROTO_STATS_HDR_SIZE, "stats");
 _Static_assert(sizeof(struct sockproto_stats_slot) == SOCKPROTO_STATS_SLOT_SIZE, "stats slot");
 _Static_assert(offsetof(struct sockproto_stats, c) == 64, "stats counters");
@@ -597,7 +603,6 @@ _Static_assert(SOCKPROTO_STATS_REASONS > SOCKPROTO_R_MAX, "stats reasons");
 _Static_assert(sizeof(struct sockproto_ctrl) == 64, "ctrl");
 _Static_assert(sizeof(struct sockproto_ring) == 64, "ring");
 _Static_assert(offsetof(struct sockproto_attach, ep) == 64, "attach ep");
-_Static_assert(offsetof(struct sockproto_reattach, ep) == 80, "reattach ep");
 
 /* Little-endian stores and loads, whatever the host's byte order. */
 static inline void sockproto_put16(uint16_t *p, uint16_t v)
@@ -664,8 +669,6 @@ static inline size_t sockproto_size(unsigned int type)
 		return SOCKPROTO_OFFSET_SIZE;
 	case SOCKPROTO_DEMOTE:
 		return SOCKPROTO_DEMOTE_SIZE;
-	case SOCKPROTO_REATTACH:
-		return SOCKPROTO_REATTACH_SIZE;
 	case SOCKPROTO_ROUTE:
 	case SOCKPROTO_UNREGISTER:
 		return SOCKPROTO_ROUTE_SIZE;
@@ -677,6 +680,8 @@ static inline size_t sockproto_size(unsigned int type)
 		return SOCKPROTO_STATS_REC_SIZE;
 	case SOCKPROTO_LIST:
 		return SOCKPROTO_LIST_SIZE;
+	case SOCKPROTO_DEVICE:
+		return SOCKPROTO_DEVICE_SIZE;
 	}
 	return 0;
 }
@@ -810,17 +815,6 @@ static inline int sockproto_check(const void *buf, size_t len)
 			return err;
 		return sockproto_check_endpoint(&a->ep);
 	}
-	case SOCKPROTO_REATTACH: {
-		const struct sockproto_reattach *r = buf;
-
-		err = sockproto_check_tuple(&r->tuple);
-		if (err)
-			return err;
-		if (sockproto_get64(&r->consumed) > INT64_MAX ||
-		    sockproto_get64(&r->sent) > INT64_MAX)
-			return -SOCKPROTO_E_FIELD;
-		return sockproto_check_endpoint(&r->ep);
-	}
 	case SOCKPROTO_SWITCH:
 	case SOCKPROTO_FIN:
 		if (sockproto_get64(b + offsetof(struct sockproto_offset_rec, offset)) > INT64_MAX)
@@ -868,6 +862,16 @@ static inline int sockproto_check(const void *buf, size_t len)
 		if (!sockproto_zero(b + SOCKPROTO_HDR_SIZE, 8))
 			return -SOCKPROTO_E_RESERVED;
 		return 0;
+	case SOCKPROTO_DEVICE: {
+		const char *name = ((const struct sockproto_device *)buf)->name;
+		const char *nul = memchr(name, 0, SOCKPROTO_DEVICE_NAME_MAX);
+
+		if (nul && !sockproto_zero(nul, (size_t)(name + SOCKPROTO_DEVICE_NAME_MAX - nul)))
+			return -SOCKPROTO_E_RESERVED;
+		if (!nul || nul == name)
+			return -SOCKPROTO_E_FIELD;
+		return 0;
+	}
 	}
 	return -SOCKPROTO_E_TYPE;
 }

@@ -1,10 +1,13 @@
 package sockwire
 
-import "math"
+import (
+	"bytes"
+	"math"
+)
 
 // The broker's records (sockproto.h, "The broker's records"): what a
 // process and rvmad, and the rvmads of two hosts, say to each other about
-// connections besides the relayed ATTACH_*, DEMOTE and REATTACH.
+// connections besides the relayed ATTACH_* and DEMOTE.
 //
 // rvmad's Unix socket is SOCK_SEQPACKET: a message is one record, or a
 // Route followed by one relayed record of the same epoch. The pairing
@@ -40,8 +43,10 @@ type Unregister struct {
 
 // Result is RESULT: rvmad's answer to a Register or Unregister (Reason 0:
 // done), or to a routed record it could not take or deliver (Request is
-// that record's type; Reason ReasonDenied, ReasonNoDaemon, ...). Epoch is
-// the answered record's.
+// that record's type; Reason ReasonDenied, ReasonNoDaemon, or
+// ReasonNoOwner for a DEMOTE that no process on the peer owns any more).
+// Epoch is the answered record's. Between two rvmads a Result about a
+// DEMOTE travels behind a Route, as the DEMOTE did.
 type Result struct {
 	Epoch   uint32
 	Tuple   Tuple
@@ -62,6 +67,44 @@ type Stats struct {
 // closes the connection.
 type List struct {
 	Epoch uint32
+}
+
+// Device is DEVICE: rvmad tells every process, unasked, that the RDMA
+// device Name (as libibverbs names it) is being removed. The kernel
+// waits for every process to close the device, so a process demotes the
+// connections attached through it (ReasonDevice) and closes it once they
+// are released. Epoch is rvmad's count of such notices, from 1.
+type Device struct {
+	Epoch uint32
+	Name  string // 1 to DeviceNameMax-1 bytes, no NUL
+}
+
+// Type implements Record.
+func (Device) Type() Type { return TypeDevice }
+
+// RecordEpoch implements Record.
+func (r Device) RecordEpoch() uint32 { return r.Epoch }
+
+func (r Device) appendBody(dst []byte) ([]byte, error) {
+	if r.Name == "" || len(r.Name) >= DeviceNameMax || bytes.IndexByte([]byte(r.Name), 0) >= 0 {
+		return dst, errf(KindField, TypeDevice, "device name %q", r.Name)
+	}
+	dst = append(dst, r.Name...)
+	return append(dst, make([]byte, DeviceNameMax-len(r.Name))...), nil
+}
+
+// decodeDevice decodes the body of a DEVICE whose header Decode checked:
+// the bytes after the name's NUL, then the name, as sockproto_check.
+func decodeDevice(h Header, body []byte) (Record, error) {
+	name := body[:DeviceNameMax]
+	n := bytes.IndexByte(name, 0)
+	if n >= 0 && !zero(name[n:]) {
+		return nil, errf(KindReserved, h.Type, "bytes after the name")
+	}
+	if n <= 0 {
+		return nil, errf(KindField, h.Type, "device name without a NUL, or empty")
+	}
+	return Device{Epoch: h.Epoch, Name: string(name[:n])}, nil
 }
 
 // Type implements Record.

@@ -1,8 +1,7 @@
 // Package sockwire is the Go mirror of cmd/sockpreload/sockproto.h, the
 // wire protocol of sockets over RDMA (docs/sockets.md): control records
 // (ATTACH_REQ, ATTACH_REP, ATTACH_NACK, SWITCH, FIN, ABORT, DEMOTE,
-// REATTACH, and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT, STATS,
-// LIST), the control block the peer writes credits into, the header of a
+// and rvmad's ROUTE, REGISTER, UNREGISTER, RESULT, STATS, LIST, DEVICE), the control block the peer writes credits into, the header of a
 // receive ring, the immediate data of ring writes, and the layout of a
 // process's statistics segment.
 //
@@ -34,13 +33,15 @@ const (
 	DemoteSize   = 32  // DEMOTE
 	ReasonSize   = 24  // ATTACH_NACK, ABORT
 	AttachSize   = 120 // ATTACH_REQ, ATTACH_REP
-	ReattachSize = 136 // REATTACH
 	RouteSize    = 56  // ROUTE, UNREGISTER
 	RegisterSize = 64  // REGISTER
 	ResultSize   = 64  // RESULT
 	StatsSize    = 24  // STATS
 	ListSize     = 24  // LIST
-	RecordMax    = ReattachSize
+	DeviceSize   = 80  // DEVICE
+	RecordMax    = AttachSize
+
+	DeviceNameMax = 64 // a DEVICE's name field, its NUL included
 
 	RingLog2Min = 12 // smallest ring: 4 KiB
 	RingLog2Max = 30 // largest ring: 1 GiB
@@ -58,28 +59,29 @@ type Type uint8
 
 // Record types.
 const (
-	TypeAttachReq  Type = 1  // rvmad: attach RDMA to this connection
-	TypeAttachRep  Type = 2  // rvmad: accepted, with the acceptor's endpoint
-	TypeAttachNack Type = 3  // rvmad: refused, with a reason
-	TypeSwitch     Type = 4  // QP: the sender's bytes from Offset on go by the ring
-	TypeFin        Type = 5  // QP: the sender's stream ends at Offset
-	TypeAbort      Type = 6  // QP: the connection is reset
-	TypeDemote     Type = 7  // rvmad: back to TCP; the sender consumed this much
-	TypeReattach   Type = 8  // rvmad: a new incarnation takes the connection over
+	TypeAttachReq  Type = 1 // rvmad: attach RDMA to this connection
+	TypeAttachRep  Type = 2 // rvmad: accepted, with the acceptor's endpoint
+	TypeAttachNack Type = 3 // rvmad: refused, with a reason
+	TypeSwitch     Type = 4 // QP: the sender's bytes from Offset on go by the ring
+	TypeFin        Type = 5 // QP: the sender's stream ends at Offset
+	TypeAbort      Type = 6 // QP: the connection is reset
+	TypeDemote     Type = 7 // rvmad: back to TCP; the sender consumed this much
+	// 8 is reserved: never used again (it named a record no one sent).
 	TypeRoute      Type = 9  // rvmad: the next record is about this connection
 	TypeRegister   Type = 10 // rvmad: I own this connection; hand me its records
 	TypeUnregister Type = 11 // rvmad: forget this connection
 	TypeResult     Type = 12 // rvmad: the broker's answer to a request
 	TypeStats      Type = 13 // rvmad: my statistics segment (a memfd passed along)
 	TypeList       Type = 14 // rvmad: list my connections (rvmad sockets)
-	TypeMax             = TypeList
+	TypeDevice     Type = 15 // rvmad: this RDMA device is going away
+	TypeMax             = TypeDevice
 )
 
-var typeNames = [...]string{"", "ATTACH_REQ", "ATTACH_REP", "ATTACH_NACK", "SWITCH", "FIN", "ABORT", "DEMOTE", "REATTACH",
-	"ROUTE", "REGISTER", "UNREGISTER", "RESULT", "STATS", "LIST"}
+var typeNames = [...]string{"", "ATTACH_REQ", "ATTACH_REP", "ATTACH_NACK", "SWITCH", "FIN", "ABORT", "DEMOTE", "",
+	"ROUTE", "REGISTER", "UNREGISTER", "RESULT", "STATS", "LIST", "DEVICE"}
 
 func (t Type) String() string {
-	if t >= 1 && t <= TypeMax {
+	if t >= 1 && t <= TypeMax && typeNames[t] != "" {
 		return typeNames[t]
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
@@ -96,8 +98,6 @@ func (t Type) Size() int {
 		return OffsetSize
 	case TypeDemote:
 		return DemoteSize
-	case TypeReattach:
-		return ReattachSize
 	case TypeRoute, TypeUnregister:
 		return RouteSize
 	case TypeRegister:
@@ -108,6 +108,8 @@ func (t Type) Size() int {
 		return StatsSize
 	case TypeList:
 		return ListSize
+	case TypeDevice:
+		return DeviceSize
 	}
 	return 0
 }
@@ -140,12 +142,13 @@ const (
 	ReasonTimeout        Reason = 20 // the attachment took too long
 	ReasonApp            Reason = 21 // asked for by the program
 	ReasonLimit          Reason = 22 // a per-user cap of rvmad's was reached
-	ReasonMax                   = ReasonLimit
+	ReasonDevice         Reason = 23 // the RDMA device is being removed
+	ReasonMax                   = ReasonDevice
 )
 
 var reasonNames = [...]string{"", "version", "no_owner", "no_daemon", "no_device", "no_memory",
 	"shutdown", "denied", "disabled", "busy", "exec", "fd_passed", "fdopen", "splice", "qp_error",
-	"tcp_after_switch", "peer", "close_unread", "linger0", "protocol", "timeout", "app", "limit"}
+	"tcp_after_switch", "peer", "close_unread", "linger0", "protocol", "timeout", "app", "limit", "device"}
 
 // String is the reason's metric label (rdmaplus_sockets_fallback_total{reason}).
 func (r Reason) String() string {
@@ -332,17 +335,6 @@ type Attach struct {
 	Endpoint    Endpoint
 }
 
-// Reattach is REATTACH: a new incarnation of the owner (after fork or
-// exec) takes the connection over with a new QP and the same rings.
-type Reattach struct {
-	Epoch       uint32
-	Tuple       Tuple
-	Incarnation uint64
-	Consumed    uint64
-	Sent        uint64
-	Endpoint    Endpoint
-}
-
 // Type implements Record.
 func (Switch) Type() Type { return TypeSwitch }
 
@@ -366,9 +358,6 @@ func (a Attach) Type() Type {
 	return TypeAttachReq
 }
 
-// Type implements Record.
-func (Reattach) Type() Type { return TypeReattach }
-
 // RecordEpoch implements Record.
 func (r Switch) RecordEpoch() uint32 { return r.Epoch }
 
@@ -386,9 +375,6 @@ func (r Abort) RecordEpoch() uint32 { return r.Epoch }
 
 // RecordEpoch implements Record.
 func (r Attach) RecordEpoch() uint32 { return r.Epoch }
-
-// RecordEpoch implements Record.
-func (r Reattach) RecordEpoch() uint32 { return r.Epoch }
 
 func appendOffset(dst []byte, t Type, off uint64) ([]byte, error) {
 	if off > math.MaxInt64 {
@@ -474,23 +460,6 @@ func (a Attach) appendBody(dst []byte) ([]byte, error) {
 	dst = a.Tuple.appendTo(dst)
 	dst = le.AppendUint64(dst, a.Incarnation)
 	return a.Endpoint.appendTo(dst), nil
-}
-
-func (r Reattach) appendBody(dst []byte) ([]byte, error) {
-	if err := r.Tuple.check(TypeReattach); err != nil {
-		return dst, err
-	}
-	if r.Consumed > math.MaxInt64 || r.Sent > math.MaxInt64 {
-		return dst, errf(KindField, TypeReattach, "offsets %d, %d", r.Consumed, r.Sent)
-	}
-	if err := r.Endpoint.check(TypeReattach); err != nil {
-		return dst, err
-	}
-	dst = r.Tuple.appendTo(dst)
-	dst = le.AppendUint64(dst, r.Incarnation)
-	dst = le.AppendUint64(dst, r.Consumed)
-	dst = le.AppendUint64(dst, r.Sent)
-	return r.Endpoint.appendTo(dst), nil
 }
 
 // Append appends the encoding of r to dst. It fails, appending nothing,
@@ -633,20 +602,6 @@ func Decode(b []byte) (Record, error) {
 		}
 		return Attach{Reply: t == TypeAttachRep, Epoch: h.Epoch, Tuple: tu,
 			Incarnation: le.Uint64(body[40:]), Endpoint: ep}, nil
-	case TypeReattach:
-		tu, err := decodeTuple(body, t)
-		if err != nil {
-			return nil, err
-		}
-		r := Reattach{Epoch: h.Epoch, Tuple: tu, Incarnation: le.Uint64(body[40:]),
-			Consumed: le.Uint64(body[48:]), Sent: le.Uint64(body[56:])}
-		if r.Consumed > math.MaxInt64 || r.Sent > math.MaxInt64 {
-			return nil, errf(KindField, t, "offsets %d, %d", r.Consumed, r.Sent)
-		}
-		if r.Endpoint, err = decodeEndpoint(body[64:], t); err != nil {
-			return nil, err
-		}
-		return r, nil
 	case TypeSwitch, TypeFin:
 		off := le.Uint64(body)
 		if off > math.MaxInt64 {
@@ -660,6 +615,8 @@ func Decode(b []byte) (Record, error) {
 		return decodeBroker(h, body)
 	case TypeStats, TypeList:
 		return decodeStats(h, body)
+	case TypeDevice:
+		return decodeDevice(h, body)
 	}
 	return nil, errf(KindType, t, "no decoder")
 }

@@ -52,11 +52,6 @@ func vectors() []vector {
 		{name: "fin", rec: Fin{Epoch: 5, Offset: 1<<40 + 7}},
 		{name: "abort", rec: Abort{Epoch: 6, Reason: ReasonCloseUnread}},
 		{name: "demote", rec: Demote{Epoch: 7, Consumed: 0x0fedcba987654321, Reason: ReasonQPError}},
-		{name: "reattach", rec: Reattach{Epoch: 0xfffffff0,
-			Tuple:       Tuple{Family: AFInet6, LocalPort: 22, RemotePort: 51000, Local: seq(0x50), Remote: seq(0x60)},
-			Incarnation: 42, Consumed: 1000000, Sent: 2000000,
-			Endpoint: Endpoint{GID: seq(0xc0), QPN: 0x42, PSN: 0x4242, RingAddr: 0x1000, RingRKey: 0x77,
-				RingLog2: 30, MTU: 1, CtrlAddr: 0x2000, CtrlRKey: 0x78}}},
 		{name: "route", rec: Route{Epoch: 7,
 			Tuple: Tuple{Family: AFInet, LocalPort: 40000, RemotePort: 5201, Local: seq(0x70), Remote: seq(0x80)}}},
 		{name: "register", rec: Register{Epoch: 1,
@@ -68,6 +63,7 @@ func vectors() []vector {
 			Tuple:   Tuple{Family: AFInet, LocalPort: 5201, RemotePort: 40001, Local: seq(0xb0), Remote: seq(0xc0)},
 			Request: TypeRegister, Reason: ReasonLimit}},
 		{name: "stats", rec: Stats{Epoch: 1, Size: StatsHdrSize + 4096*StatsSlotSize}},
+		{name: "device", rec: Device{Epoch: 0xfffffff0, Name: "rxe_eth0"}},
 		{name: "list", rec: List{Epoch: 9}},
 	}
 	for i := range recs {
@@ -162,7 +158,7 @@ func malformedRecords() []malformed {
 	for _, v := range vectors() {
 		vs[v.name] = v.raw
 	}
-	sw, dm, at, ra, nk := vs["switch"], vs["demote"], vs["attach_req"], vs["reattach"], vs["attach_nack"]
+	sw, dm, at, dv, nk := vs["switch"], vs["demote"], vs["attach_req"], vs["device"], vs["attach_nack"]
 	rt, rg, rs := vs["route"], vs["register"], vs["result"]
 	set := func(off int, vals ...byte) func([]byte) []byte {
 		return func(b []byte) []byte { copy(b[off:], vals); return b }
@@ -183,7 +179,8 @@ func malformedRecords() []malformed {
 		{"version 0", mutate(sw, set(2, 0)), KindVersion},
 		{"version 2", mutate(sw, set(2, 2)), KindVersion},
 		{"type 0", mutate(sw, set(3, 0)), KindType},
-		{"type 15", mutate(sw, set(3, 15)), KindType},
+		{"type 8 (reserved)", mutate(sw, set(3, 8)), KindType},
+		{"type 16", mutate(sw, set(3, 16)), KindType},
 		{"route with a switch's length", mutate(sw, set(3, 9)), KindLength},
 		{"type 255", mutate(sw, set(3, 255)), KindType},
 		{"length 0", mutate(sw, set(4, 0, 0)), KindLength},
@@ -198,7 +195,22 @@ func malformedRecords() []malformed {
 		{"tuple padding", mutate(at, set(22, 1)), KindReserved},
 		{"endpoint padding", mutate(at, set(64+38, 1)), KindReserved},
 		{"endpoint padding 2", mutate(at, set(64+55, 1)), KindReserved},
-		{"reattach endpoint padding", mutate(ra, set(80+52, 1)), KindReserved},
+		{"device byte after the name's NUL", mutate(dv, set(16+63, 1)), KindReserved},
+		{"device name empty", mutate(dv, set(16, 0, 0, 0, 0, 0, 0, 0, 0)), KindField},
+		{"device name empty, a byte after", mutate(dv, set(16, 0)), KindReserved},
+		{"device name of 64 bytes, no NUL", mutate(dv, func(b []byte) []byte {
+			for i := 16; i < 80; i++ {
+				b[i] = 'x'
+			}
+			return b
+		}), KindField},
+		{"device name of 63 bytes", mutate(dv, func(b []byte) []byte {
+			for i := 16; i < 79; i++ {
+				b[i] = 'x'
+			}
+			return b
+		}), 0},
+		{"device minus one", dv[:79], KindShort},
 		{"epoch 0", mutate(sw, set(8, 0, 0, 0, 0)), KindField},
 		{"switch offset 2^63", mutate(sw, u64(16, 1<<63)), KindField},
 		{"demote consumed 2^64-1", mutate(dm, u64(16, ^uint64(0))), KindField},
@@ -212,7 +224,6 @@ func malformedRecords() []malformed {
 		{"ring log2 31", mutate(at, set(64+36, 31)), KindField},
 		{"mtu 0", mutate(at, set(64+37, 0)), KindField},
 		{"mtu 6", mutate(at, set(64+37, 6)), KindField},
-		{"reattach sent 2^63", mutate(ra, u64(72, 1<<63)), KindField},
 		{"family before endpoint padding", mutate(at, func(b []byte) []byte {
 			b[16] = 3
 			b[64+38] = 1
@@ -228,7 +239,7 @@ func malformedRecords() []malformed {
 		{"result padding", mutate(rs, set(57, 1)), KindReserved},
 		{"result padding 2", mutate(rs, set(63, 1)), KindReserved},
 		{"result request 0", mutate(rs, set(56, 0)), KindField},
-		{"result request 15", mutate(rs, set(56, 15)), KindField},
+		{"result request 16", mutate(rs, set(56, 16)), KindField},
 		{"stats padding", mutate(vs["stats"], set(20, 1)), KindReserved},
 		{"stats size below", mutate(vs["stats"], u32(16, StatsMin-1)), KindField},
 		{"stats size above", mutate(vs["stats"], u32(16, StatsMax+1)), KindField},
@@ -296,7 +307,9 @@ func TestEncodeRefuses(t *testing.T) {
 		Attach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Endpoint: Endpoint{QPN: 1 << 24, RingLog2: 12, MTU: 1}},
 		Attach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Endpoint: Endpoint{RingLog2: 31, MTU: 1}},
 		Attach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Endpoint: Endpoint{RingLog2: 12, MTU: 0}},
-		Reattach{Epoch: 1, Tuple: Tuple{Family: AFInet}, Sent: 1 << 63, Endpoint: good},
+		Device{Epoch: 1},
+		Device{Epoch: 1, Name: "a\x00b"},
+		Device{Epoch: 1, Name: strings.Repeat("x", DeviceNameMax)},
 		Route{Epoch: 1},
 		Unregister{Epoch: 1, Tuple: Tuple{Family: 3}},
 		Register{Epoch: 1, Tuple: Tuple{Family: AFInet}, FD: -1},

@@ -31,7 +31,10 @@ const (
 	signalEvery = 16
 )
 
-// device is one RDMA device opened for the process, kept open once used.
+// device is one RDMA device the process holds open while attachments
+// use it: opened by the first, closed after the last, so that a process
+// with no attachment holds no device (rxe's removal waits for every
+// process that has it open). The fields but refs and gone are set once.
 type device struct {
 	name string
 	ctx  *verbs.Context
@@ -39,6 +42,8 @@ type device struct {
 	ch   *verbs.CompChannel
 	gids []verbs.GIDEntry
 	mtu  verbs.MTU
+	refs int  // attachments holding it, under devMu
+	gone bool // being removed (rvmad's DEVICE): no new attachment, under devMu
 }
 
 var (
@@ -49,11 +54,13 @@ var (
 // errNoDevice is no RDMA device with a RoCE v2 GID for the address.
 var errNoDevice = errors.New("sockets: no RDMA device with a RoCE v2 GID for the connection's address")
 
-// deviceFor returns the opened device (named, or any) whose port 1 has a
-// RoCE v2 GID for ip, and that GID's index.
+// deviceFor returns the device (named, or any) whose port 1 has a RoCE
+// v2 GID for ip, and that GID's index, with a reference the caller gives
+// back with putDevice. Devices no attachment holds are closed again.
 func deviceFor(name string, ip netip.Addr) (*device, int, error) {
 	devMu.Lock()
 	defer devMu.Unlock()
+	defer closeUnused()
 	var names []string
 	if name != "" {
 		names = []string{name}
@@ -69,11 +76,12 @@ func deviceFor(name string, ip netip.Addr) (*device, int, error) {
 	want := net.IP(ip.Unmap().AsSlice())
 	for _, n := range names {
 		d, err := openDevice(n)
-		if err != nil {
+		if err != nil || d.gone {
 			continue
 		}
 		for refresh := 0; refresh < 2; refresh++ {
 			if e, err := verbs.PickRoCEv2GID(d.gids, port, want); err == nil {
+				d.refs++
 				return d, e.Index, nil
 			}
 			if g, err := d.ctx.GIDs(); err == nil {
@@ -113,6 +121,38 @@ func openDevice(name string) (*device, error) {
 	}
 	devices[name] = d
 	return d, nil
+}
+
+// closeUnused closes the devices no attachment holds (under devMu).
+func closeUnused() {
+	for name, d := range devices {
+		if d.refs == 0 {
+			delete(devices, name)
+			_ = d.ctx.Close() // its PD and channel with it
+		}
+	}
+}
+
+// putDevice gives back an attachment's reference to d; the last closes
+// the device.
+func putDevice(d *device) {
+	devMu.Lock()
+	defer devMu.Unlock()
+	if d.refs--; d.refs == 0 {
+		closeUnused()
+	}
+}
+
+// deviceGone marks the device name as being removed: no attachment takes
+// it from now on. It reports whether the process holds it.
+func deviceGone(name string) bool {
+	devMu.Lock()
+	defer devMu.Unlock()
+	d := devices[name]
+	if d != nil {
+		d.gone = true
+	}
+	return d != nil
 }
 
 // opKind is a queued post on the attachment's QP.
@@ -268,9 +308,11 @@ func isNil(c interface{ Close() error }) bool {
 	return false
 }
 
-// release stops the progress goroutine and frees everything. The caller
-// holds the connection's mutex; the progress goroutine checks released
-// under it before touching the memory.
+// release stops the progress goroutine and frees everything; the
+// device's reference goes once that goroutine ended (it may still be
+// inside a wait on the device's channel). The caller holds the
+// connection's mutex; the progress goroutine checks released under it
+// before touching the memory.
 func (a *attachment) release() {
 	if a.released {
 		return
@@ -280,6 +322,11 @@ func (a *attachment) release() {
 		a.cancel()
 	}
 	a.closeObjects()
+	if done, d := a.done, a.dev; done != nil {
+		go func() { <-done; putDevice(d) }()
+	} else {
+		putDevice(d)
+	}
 }
 
 // stageData copies p, the stream's bytes from off, into the staging

@@ -244,6 +244,7 @@ func (c *Conn) newAttachment() (*attachment, sockwire.Reason) {
 	}
 	a, err := newAttachment(d, idx, c.opts.RingSize, gid)
 	if err != nil {
+		putDevice(d)
 		return nil, sockwire.ReasonNoMemory
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -474,6 +475,13 @@ func (c *Conn) fromBroker(rec sockwire.Record) {
 		}
 	case sockwire.Demote:
 		c.m.FromBroker(proto.Msg{Kind: proto.MsgDemote, Epoch: r.Epoch, Off: r.Consumed, Reason: r.Reason})
+	case sockwire.Device:
+		// The device is being removed, and its removal waits until
+		// this process closes it: back to TCP, which releases it.
+		deviceGone(r.Name)
+		if c.att != nil && c.att.dev.name == r.Name {
+			c.m.Demote(sockwire.ReasonDevice)
+		}
 	case sockwire.Result:
 		if r.Reason == 0 {
 			break

@@ -61,7 +61,6 @@ static void endpoint(struct sockproto_endpoint *e, uint8_t gid, uint32_t qpn, ui
 static void vectors(void)
 {
 	struct sockproto_attach a;
-	struct sockproto_reattach ra;
 	struct sockproto_reason_rec rr;
 	struct sockproto_offset_rec o;
 	struct sockproto_demote d;
@@ -72,6 +71,7 @@ static void vectors(void)
 	struct sockproto_result res;
 	struct sockproto_stats_rec st;
 	struct sockproto_list ls;
+	struct sockproto_device dv;
 	uint32_t imm;
 
 	sockproto_init(&a, SOCKPROTO_ATTACH_REQ, 1);
@@ -109,14 +109,6 @@ static void vectors(void)
 	sockproto_put16(&d.reason, SOCKPROTO_R_QP_ERROR);
 	hex("demote", &d, sizeof(d));
 
-	sockproto_init(&ra, SOCKPROTO_REATTACH, 0xfffffff0u);
-	tuple(&ra.tuple, SOCKPROTO_AF_INET6, 22, 51000, 0x50, 0x60);
-	sockproto_put64(&ra.incarnation, 42);
-	sockproto_put64(&ra.consumed, 1000000);
-	sockproto_put64(&ra.sent, 2000000);
-	endpoint(&ra.ep, 0xc0, 0x42, 0x4242, 0x1000ull, 0x77, 30, 1, 0x2000ull, 0x78);
-	hex("reattach", &ra, sizeof(ra));
-
 	sockproto_init(&rt, SOCKPROTO_ROUTE, 7);
 	tuple(&rt.tuple, SOCKPROTO_AF_INET, 40000, 5201, 0x70, 0x80);
 	hex("route", &rt, sizeof(rt));
@@ -142,6 +134,10 @@ static void vectors(void)
 
 	sockproto_init(&ls, SOCKPROTO_LIST, 9);
 	hex("list", &ls, sizeof(ls));
+
+	sockproto_init(&dv, SOCKPROTO_DEVICE, 0xfffffff0u);
+	memcpy(dv.name, "rxe_eth0", 8);
+	hex("device", &dv, sizeof(dv));
 
 	memset(&c, 0, sizeof(c));
 	sockproto_put64(&c.credit, 0x1111222233334444ull);

@@ -36,7 +36,7 @@ type Options struct {
 
 // Broker is rvmad's sockets broker: it pairs connections between the
 // processes of this host (on the Unix socket) and the peer hosts' brokers
-// (on the pairing port), and relays their ATTACH_*, DEMOTE and REATTACH
+// (on the pairing port), and relays their ATTACH_* and DEMOTE
 // records in order. It never carries data.
 type Broker struct {
 	opts   Options
@@ -52,6 +52,8 @@ type Broker struct {
 	links      map[linkKey]*link
 	conns      map[net.Conn]struct{} // accepted pairing connections
 	listeners  []net.Listener
+	devWatch   *devWatch // the kernel's uevents; nil: not watched
+	devNotices uint32    // DEVICE records sent, the last one's epoch
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -99,6 +101,9 @@ func (b *Broker) Close(ctx context.Context) error {
 	b.closed = true
 	for _, l := range b.listeners {
 		l.Close()
+	}
+	if b.devWatch != nil {
+		b.devWatch.Close()
 	}
 	for c := range b.clients {
 		c.close()
@@ -156,6 +161,9 @@ func (b *Broker) fromClient(c *client, m message, p *passed) error {
 		b.addSegment(c, rec, p)
 		return nil
 	case sockwire.List:
+		b.mu.Lock()
+		c.listing = true // no DEVICE in the middle of its text
+		b.mu.Unlock()
 		return b.list(c)
 	case sockwire.Register:
 		reason := sockwire.Reason(0)
@@ -219,14 +227,14 @@ func (b *Broker) fromClient(c *client, m message, p *passed) error {
 }
 
 // answer tells the client of it that its record was refused or could not
-// reach the peer: an ATTACH_REQ or REATTACH gets ROUTE and ATTACH_NACK
+// reach the peer: an ATTACH_REQ gets ROUTE and ATTACH_NACK
 // (counted as an attachment refused), anything else a RESULT.
 func (b *Broker) answer(it item, reason sockwire.Reason) {
 	if it.from == nil {
 		return
 	}
 	switch it.typ {
-	case sockwire.TypeAttachReq, sockwire.TypeReattach:
+	case sockwire.TypeAttachReq:
 		b.m.refused(reason)
 		it.from.send(routedMsg(it.t, sockwire.Nack{Epoch: it.epoch, Reason: reason}))
 	default:
@@ -237,7 +245,7 @@ func (b *Broker) answer(it item, reason sockwire.Reason) {
 // fromPeer handles a message of the peer broker at src. An error closes
 // the pairing connection.
 func (b *Broker) fromPeer(src netip.Addr, m message) error {
-	if err := m.check(); err != nil {
+	if err := m.checkPeer(); err != nil {
 		return err
 	}
 	theirs := m.route.Tuple
@@ -276,16 +284,21 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 			case sockwire.Nack:
 				b.m.refused(rec.Reason)
 			}
-			if typ == sockwire.TypeAttachReq || typ == sockwire.TypeReattach {
+			if typ == sockwire.TypeAttachReq {
 				r.pending = epoch
 			}
-			r.owner.send(routedMsg(r.tuple, m.rec)) // the owner's own view
+			rec := m.rec
+			if res, ok := rec.(sockwire.Result); ok {
+				res.Tuple = r.tuple
+				rec = res
+			}
+			r.owner.send(routedMsg(r.tuple, rec)) // the owner's own view
 			return nil
 		}
 		b.tab.remove(r) // the socket is gone or another now
 	}
 	switch typ {
-	case sockwire.TypeAttachReq, sockwire.TypeReattach:
+	case sockwire.TypeAttachReq:
 		b.m.refused(sockwire.ReasonNoOwner)
 		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
 	case sockwire.TypeAttachRep:
@@ -293,6 +306,12 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 		// acceptor can go back to TCP whatever it consumed.
 		b.m.pairingError(pairNoOwner)
 		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Demote{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
+	case sockwire.TypeDemote:
+		// Nobody will answer: the sender resets at once rather than
+		// wait for a DEMOTE that cannot come.
+		b.m.pairingError(pairNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Result{Epoch: epoch, Tuple: t,
+			Request: sockwire.TypeDemote, Reason: sockwire.ReasonNoOwner})})
 	default:
 		b.m.pairingError(pairNoOwner)
 	}
@@ -300,7 +319,7 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 }
 
 // clientGone forgets a disconnected client: its registrations go, and an
-// ATTACH_REQ or REATTACH handed to it and not answered is refused to the
+// ATTACH_REQ handed to it and not answered is refused to the
 // peer (no_owner) so that the peer does not wait.
 func (b *Broker) clientGone(c *client) {
 	b.mu.Lock()

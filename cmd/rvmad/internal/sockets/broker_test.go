@@ -245,8 +245,18 @@ func TestRelay(t *testing.T) {
 	if attachTotal(a.b, "no_owner") != 1 || attachTotal(b.b, "no_owner") != 1 {
 		t.Errorf("attach_total{no_owner}: %v, %v", attachTotal(a.b, "no_owner"), attachTotal(b.b, "no_owner"))
 	}
+	// A DEMOTE that no process owns on the peer is answered, so that its
+	// sender resets at once instead of waiting for the peer's DEMOTE.
+	pa.send(routedMsg(ta, sockwire.Demote{Epoch: 4, Consumed: 1, Reason: sockwire.ReasonQPError}))
+	pa.wantRouted(ta, sockwire.Result{Epoch: 4, Tuple: ta, Request: sockwire.TypeDemote, Reason: sockwire.ReasonNoOwner})
 	if c, r := a.b.counts(); c != 1 || r != 1 {
 		t.Errorf("host a: %d clients, %d registrations", c, r)
+	}
+	// Only a broker's RESULT travels behind a ROUTE: a process that
+	// sends one is disconnected.
+	pa.send(routedMsg(ta, sockwire.Result{Epoch: 5, Tuple: ta, Request: sockwire.TypeDemote, Reason: sockwire.ReasonNoOwner}))
+	if !pa.closed() {
+		t.Error("a routed RESULT from a process did not disconnect it")
 	}
 }
 

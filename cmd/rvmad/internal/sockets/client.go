@@ -32,7 +32,8 @@ type client struct {
 	done chan struct{}
 	once sync.Once
 
-	seg *segment // its statistics segment, under the broker's mutex; nil: none
+	seg     *segment // its statistics segment, under the broker's mutex; nil: none
+	listing bool     // asked LIST (rvmad sockets), under the broker's mutex
 }
 
 // send queues m for the client without blocking; a client whose queue is

@@ -17,8 +17,9 @@ const messageMax = sockwire.RouteSize + sockwire.RecordMax
 // message is what the broker reads and writes, on its Unix socket (one
 // SOCK_SEQPACKET message each) and on the pairing port (back to back):
 // REGISTER, UNREGISTER or RESULT alone, or a ROUTE (route set) followed
-// by an ATTACH_REQ, ATTACH_REP, ATTACH_NACK, DEMOTE or REATTACH of the
-// same epoch.
+// by an ATTACH_REQ, ATTACH_REP, ATTACH_NACK or DEMOTE of the same epoch;
+// on the pairing port, also a ROUTE followed by a RESULT about a DEMOTE
+// (the peer's broker found no owner for it).
 type message struct {
 	route *sockwire.Route
 	rec   sockwire.Record
@@ -28,7 +29,7 @@ type message struct {
 func routed(t sockwire.Type) bool {
 	switch t {
 	case sockwire.TypeAttachReq, sockwire.TypeAttachRep, sockwire.TypeAttachNack,
-		sockwire.TypeDemote, sockwire.TypeReattach:
+		sockwire.TypeDemote:
 		return true
 	}
 	return false
@@ -54,7 +55,24 @@ func (m message) tuple() sockwire.Tuple {
 // and for records that carry a tuple, the same tuple (both are the
 // sending host's view). standalone lists the types allowed alone.
 func (m message) check(standalone ...sockwire.Type) error {
+	return m.checkRouted(false, standalone...)
+}
+
+// checkPeer is check for a message of the peer's broker, which may also
+// be a ROUTE and a RESULT about a DEMOTE, and nothing alone.
+func (m message) checkPeer() error { return m.checkRouted(true) }
+
+func (m message) checkRouted(peer bool, standalone ...sockwire.Type) error {
 	t := m.rec.Type()
+	if res, ok := m.rec.(sockwire.Result); ok && peer && m.route != nil {
+		if res.Request != sockwire.TypeDemote || res.Reason == 0 {
+			return fmt.Errorf("%w: a routed RESULT about %v, reason %v", errMessage, res.Request, res.Reason)
+		}
+		if m.route.Epoch != res.Epoch || m.route.Tuple != res.Tuple {
+			return fmt.Errorf("%w: a routed RESULT of another epoch or connection than its ROUTE", errMessage)
+		}
+		return nil
+	}
 	if m.route == nil {
 		for _, s := range standalone {
 			if t == s {
@@ -72,8 +90,6 @@ func (m message) check(standalone ...sockwire.Type) error {
 	var inner *sockwire.Tuple
 	switch r := m.rec.(type) {
 	case sockwire.Attach:
-		inner = &r.Tuple
-	case sockwire.Reattach:
 		inner = &r.Tuple
 	}
 	if inner != nil && *inner != m.route.Tuple {

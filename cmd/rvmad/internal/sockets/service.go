@@ -3,14 +3,15 @@
 // under the shim (and Go programs of pkg/sockets) talk to it on a Unix
 // socket, identified by SO_PEERCRED; the brokers of two hosts talk on a
 // TCP pairing port. It proves which process owns a connection with the
-// kernel's socket diagnostics, relays the connection's ATTACH_*, DEMOTE
-// and REATTACH records in order to the process that owns it on the peer
-// host, and exports aggregate metrics. It never carries data.
+// kernel's socket diagnostics, relays the connection's ATTACH_* and
+// DEMOTE records in order to the process that owns it on the peer host,
+// tells every process when an RDMA device is being removed, and exports
+// aggregate metrics. It never carries data.
 //
 // One job per file: service.go (the service), broker.go (routing),
 // client.go (the Unix socket), pairing.go (the pairing port), table.go
 // (who owns what), owner.go and diag.go (ownership), msg.go (messages),
-// tuple.go, metrics.go.
+// devices.go (RDMA devices being removed), tuple.go, metrics.go.
 package sockets
 
 import (
@@ -87,6 +88,7 @@ func (s *Service) Start(ctx context.Context) error {
 		_ = b.Close(ctx)
 		return fmt.Errorf("unix socket (sockets.socket): %w", err)
 	}
+	b.watchDevices(sysVerbs)
 	s.b = b
 	s.log.Info("sockets broker serving", "socket", s.cfg.Socket, "pairing_port", s.cfg.PairingPort,
 		"max_registrations_per_uid", s.cfg.MaxPerUID)

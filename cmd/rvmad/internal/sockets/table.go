@@ -11,7 +11,7 @@ var errLimit = errors.New("the user's cap of registrations is reached")
 
 // reg is one registered connection: the client (a process on rvmad's
 // Unix socket) that owns it, the inode of its socket when it proved so,
-// and the epoch of an ATTACH_REQ or REATTACH handed to it and not yet
+// and the epoch of an ATTACH_REQ handed to it and not yet
 // answered (0: none).
 type reg struct {
 	tuple   sockwire.Tuple // as the owner sees it

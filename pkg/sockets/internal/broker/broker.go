@@ -38,8 +38,9 @@ var ErrDenied = errors.New("sockets broker: registration refused")
 
 // Handler receives the records about one connection: the peer's
 // ATTACH_REQ, ATTACH_REP, ATTACH_NACK and DEMOTE (as sockwire records),
-// and the broker's RESULT about a routed record it could not take or
-// deliver. Gone is called once when the broker's connection ends.
+// the broker's RESULT about a routed record it could not take or
+// deliver, and its DEVICE (an RDMA device being removed), which every
+// handler gets. Gone is called once when the broker's connection ends.
 // Neither may block for long: the client's one reader calls them.
 type Handler interface {
 	FromBroker(rec sockwire.Record)
@@ -347,6 +348,17 @@ func (c *Client) dispatch(route *sockwire.Route, rec sockwire.Record) {
 		if res.Request == sockwire.TypeUnregister {
 			return
 		}
+	} else if d, ok := rec.(sockwire.Device); ok {
+		c.mu.Lock()
+		hs := make([]Handler, 0, len(c.handlers))
+		for _, h := range c.handlers {
+			hs = append(hs, h)
+		}
+		c.mu.Unlock()
+		for _, h := range hs {
+			h.FromBroker(d)
+		}
+		return
 	} else {
 		return
 	}
