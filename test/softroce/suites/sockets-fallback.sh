@@ -23,6 +23,10 @@
 #     its ring: the writer fails with ECONNRESET or EPIPE within 20 s (the
 #     anchor ends without a FIN on the ring, the shim probes the QP, which
 #     fails), never a hang;
+#  4c. guest 2's link down for 6 s in the middle of a transfer proven on
+#     RDMA: both QPs exhaust their retries (about 4 s) and fail, both
+#     sides demote (qp_error) while TCP waits, and once the link is back
+#     TCP carries the rest, every byte delivered;
 #  5. the rxe link deleted (rdma link delete) on guest 2 in the middle of
 #     a transfer proven on RDMA: rxe has no disassociate_ucontext, so the
 #     kernel's removal waits until every process holding the device
@@ -123,6 +127,17 @@ if [ "$LAB_ROLE" = server ]; then
 	kill -9 $srv
 	wait $srv 2>/dev/null || true
 	lab_signal c4b-killed
+
+	# 4c: guest 2's link goes down for 6 s mid-transfer.
+	"${shim[@]}" "$bulk" server -p 7608 >/tmp/s8.srv 2>&1 &
+	srv=$!
+	lab_wait_listen 7608
+	lab_signal c4c-ready
+	lab_wait c4c-done 90
+	grep -E 'DEMOTE|QP' /tmp/s8.srv | head -5 || true
+	kill $srv
+	wait $srv 2>/dev/null || true
+	! grep -q FAIL /tmp/s8.srv || { show "guest 1 server" /tmp/s8.srv; lab_fail "4c: the server failed across the link's outage"; }
 
 	# 5: guest 2 deletes its rxe link mid-transfer; count this side's packets.
 	"${shim[@]}" "$bulk" server -p 7607 >/tmp/s7.srv 2>&1 &
@@ -227,6 +242,28 @@ else
 	[ $rc -ne 0 ] || { show client /tmp/c4b.log; lab_fail "4b: the transfer ended cleanly, yet its peer was killed mid-stream"; }
 	grep -Eq 'Connection reset|Broken pipe' /tmp/c4b.log ||
 		{ show client /tmp/c4b.log; lab_fail "4b: the writer did not fail with ECONNRESET or EPIPE"; }
+
+	echo "== 4c. guest 2's link down for 6 s mid-transfer (the QPs fail: demote to TCP)"
+	lab_wait c4c-ready 60
+	mid 4c 7608 /tmp/c4c.log
+	tm=$(tcp_segs) ms0=$(now_ms)
+	ip link set eth0 down
+	sleep 6
+	ip link set eth0 up
+	wait_exit $BG 60 || { show client /tmp/c4c.log; lab_fail "4c: the transfer did not end within 60 s of the link's return"; }
+	rc=0
+	wait $BG || rc=$?
+	mc=$(now_ms) t2=$(tcp_segs)
+	echo "4c: the client ended $((mc - ms0)) ms after the link went down (status $rc); rxe packets +$((PM - P0)) before; TCP segments +$((tm - T0)) before, +$((t2 - tm)) after; demoted=$(summary demoted /tmp/c4c.log)"
+	grep -E 'DEMOTE|QP' /tmp/c4c.log | head -5 || true
+	[ $rc -eq 0 ] && grep -q '^ok bulk' /tmp/c4c.log || { show client /tmp/c4c.log; lab_fail "4c: bulk failed across the link's outage (status $rc)"; }
+	[ "$(summary demoted /tmp/c4c.log)" -ge 1 ] || { show client /tmp/c4c.log; lab_fail "4c: the connection did not demote when its QP failed"; }
+	[ $((t2 - tm)) -ge 100 ] || lab_fail "4c: TCP moved only $((t2 - tm)) segments after the outage: the rest did not go by TCP"
+	lab_signal c4c-done
+	for i in $(seq 1 100); do
+		[ "$(cat /sys/class/infiniband/$LAB_DEVICE/ports/1/state 2>/dev/null)" = "4: ACTIVE" ] && break
+		sleep 0.1
+	done
 
 	echo "== 5. the rxe link deleted on guest 2 mid-transfer"
 	lab_wait c5-ready 60
