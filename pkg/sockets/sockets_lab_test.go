@@ -947,3 +947,102 @@ func TestLabQPError(t *testing.T) {
 		wait(t, "qperr-done-server")
 	}
 }
+
+// TestLabDeviceRemoved deletes the server's rxe device (rdma link delete)
+// in the middle of a transfer on RDMA: rvmad tells the process, which
+// demotes and closes the device, so the delete returns while the bytes
+// go on over TCP, every one checked. The device is added again after.
+func TestLabDeviceRemoved(t *testing.T) {
+	server := role(t)
+	const size = 8 * mib
+	a, b := pattern(91, size), pattern(92, size)
+	var c *sockets.Conn
+	if server {
+		l := listen(t, 7496, nil)
+		signal(t, "devgone-listen")
+		c = accept(t, l)
+		a, b = b, a
+	} else {
+		wait(t, "devgone-listen")
+		c = dial(t, 7496, &sockets.Options{WaitAttach: true})
+	}
+	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	dev := os.Getenv(labenv.EnvDevice)
+	deleted := make(chan error, 1)
+	var took time.Duration
+	var hook func()
+	if server {
+		parent, err := os.ReadFile(filepath.Join("/sys/class/infiniband", dev, "parent"))
+		if err != nil {
+			t.Fatalf("device %q: %v", dev, err)
+		}
+		netdev := strings.TrimSpace(string(parent))
+		t.Cleanup(func() { relink(t, dev, netdev) })
+		hook = func() {
+			t0 := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, "rdma", "link", "delete", dev).CombinedOutput()
+			took = time.Since(t0)
+			if err != nil {
+				err = fmt.Errorf("rdma link delete %s after %v: %w: %s", dev, took, err, out)
+			}
+			deleted <- err
+		}
+	} else {
+		close(deleted)
+	}
+	sendRecv(t, c, a, b, true, 2*mib, hook)
+	if err := <-deleted; err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(30 * time.Second)
+	for c.Path().Phase != "plain" && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st, p := c.Stats(), c.Path()
+	fmt.Printf("device deleted on the server, guest %s: delete took %v, path %+v, stats %+v\n", labenv.Role(), took, p, st)
+	if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
+		t.Errorf("path %+v after the device's deletion", p)
+	}
+	if server && st.Demotes["device"] != 1 || !server && st.Demotes["peer"] != 1 {
+		t.Errorf("demotes %v", st.Demotes)
+	}
+	if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != size {
+		t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, size)
+	}
+	c.Close()
+	signal(t, "devgone-done-"+labenv.Role())
+	if server {
+		wait(t, "devgone-done-client")
+	} else {
+		wait(t, "devgone-done-server")
+	}
+}
+
+// relink adds the rxe device dev on netdev again, and waits until its
+// port is active with a RoCE v2 GID for the guest's address.
+func relink(t *testing.T, dev, netdev string) {
+	if _, err := os.Stat(filepath.Join("/sys/class/infiniband", dev)); err == nil {
+		return
+	}
+	if out, err := exec.Command("rdma", "link", "add", dev, "type", "rxe", "netdev", netdev).CombinedOutput(); err != nil {
+		t.Errorf("rdma link add %s: %v: %s", dev, err, out)
+		return
+	}
+	end := time.Now().Add(20 * time.Second)
+	for time.Now().Before(end) {
+		state, _ := os.ReadFile(filepath.Join("/sys/class/infiniband", dev, "ports/1/state"))
+		if strings.Contains(string(state), "ACTIVE") {
+			if ctx, err := verbs.Open(dev); err == nil {
+				gids, _ := ctx.GIDs()
+				ctx.Close()
+				if _, err := verbs.PickRoCEv2GID(gids, 1, net.ParseIP(labenv.Addr())); err == nil {
+					return
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("%s added again on %s, but no active port with a RoCE v2 GID for %s within 20 s", dev, netdev, labenv.Addr())
+}

@@ -8,7 +8,9 @@
 # and the TCP segment counters proving RDMA carried them; plain peers on
 # either side stay on TCP; a broker nobody serves stays on TCP; demotes
 # mid-stream asked by either side, and a QP failed mid-stream (demoted
-# through rvmad, every byte delivered); an attached peer killed with
+# through rvmad, every byte delivered); the server's rxe device deleted
+# mid-stream (rvmad says so, the server demotes and closes it, the
+# delete returns, every byte delivered); an attached peer killed with
 # SIGKILL gives an error, never a hang; a peer closing at once delivers
 # everything, then end of file; deadlines and a Read woken by ring
 # bytes; Upgrade of net connections; eight connections at once.
@@ -19,7 +21,7 @@ trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
 
 rvmad_sockets_start /tmp/rvmad-sockets.log
 SOCKETS_PHASE=a lab_gotest sockets -test.v -test.count=1 -test.timeout 600s \
-	-test.run '^TestLab(RDMATransfer|PlainPeer|NoRvmad|Demote|PeerKilled|Deadlines|PeerCloses|Upgrade|Many|QPError|DualStack)$' ||
+	-test.run '^TestLab(RDMATransfer|PlainPeer|NoRvmad|Demote|PeerKilled|Deadlines|PeerCloses|Upgrade|Many|QPError|DualStack|DeviceRemoved)$' ||
 	{ echo "--- rvmad's log:"; cat /tmp/rvmad-sockets.log; lab_fail "pkg/sockets lab tests failed"; }
 lab_signal "rvmad-stop-$LAB_INDEX"
 lab_wait rvmad-stop-1 120
