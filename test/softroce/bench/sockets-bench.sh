@@ -11,31 +11,17 @@
 # TCP. Under TCG only the ratios mean something.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-dir=$LAB_DIR/build/sockpreload
-ours=$dir/librdmaplus-sockets.so
-rs=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
-bulk=$dir/bulk
-[ -f "$rs" ] || lab_fail "$rs missing from the guest"
-rvmad_sockets_start /tmp/rvmad.log
+sockets_need "$RSOCKET"
+sockets_begin
 modes="tcp rsocket ours"
-port() { case $1 in tcp) echo 7491;; rsocket) echo 7492;; ours) echo 7493;; esac; }
-pre() { case $1 in tcp) echo "";; rsocket) echo "$rs";; ours) echo "$ours";; esac; }
 
 if [ "$LAB_ROLE" = server ]; then
-	for m in $modes; do
-		LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 "$bulk" server -p "$(port $m)" >/tmp/srv.$m 2>&1 &
-	done
-	lab_wait_listen "$(port tcp)"
-	lab_wait_listen "$(port ours)"
-	sleep 3	# rsocket listens through rdma_cm: no kernel socket to wait for
-	kill -0 %2 || { cat /tmp/srv.rsocket; lab_fail "the rsocket server exited"; }
+	bulk_servers $modes
 	lab_signal bench-ready
 	lab_wait bench-done 800
 	for m in $modes; do tail -3 /tmp/srv.$m; done
 else
-	lab_wait bench-ready 120
-	peer=$(lab_peer 1)
+	wait_peer bench-ready
 	: >/tmp/results
 	for round in 1 2 3; do
 		for m in $modes; do
@@ -43,7 +29,7 @@ else
 				set -- $t
 				name=$1
 				shift
-				out=$(LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 timeout 300 "$bulk" client -p "$(port $m)" -w 1500 "$@" "$peer") ||
+				out=$(LD_PRELOAD=$(mode_preload $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 timeout 300 "$BULK" client -p "$(mode_port $m)" -w 1500 "$@" "$peer") ||
 					lab_fail "$m $name round $round failed: $out"
 				case $name in
 				bw) v=$(echo "$out" | sed -n 's/.*(\([0-9.]*\) MB\/s).*/\1/p') ;;

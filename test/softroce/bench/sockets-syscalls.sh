@@ -12,17 +12,10 @@
 # and after. Each figure is per round trip, connection setup included.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-dir=$LAB_DIR/build/sockpreload
-ours=$dir/librdmaplus-sockets.so
-rs=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
-bulk=$dir/bulk
-[ -f "$rs" ] || lab_fail "$rs missing from the guest"
+sockets_need "$RSOCKET"
 [ -d "/sys/class/infiniband/${LAB_DEVICE:-none}" ] || lab_fail "no RDMA device"
-rvmad_sockets_start /tmp/rvmad.log
+sockets_begin
 modes="tcp rsocket ours"
-port() { case $1 in tcp) echo 7491;; rsocket) echo 7492;; ours) echo 7493;; esac; }
-pre() { case $1 in tcp) echo "";; rsocket) echo "$rs";; ours) echo "$ours";; esac; }
 tests="lat64:2000:64 lat4k:1000:4096"
 
 # vcsw PID: voluntary context switches of all PID's threads so far.
@@ -31,22 +24,14 @@ vcsw() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switch
 calls() { awk '$NF == "total" { print $4 }' "$1"; }
 
 if [ "$LAB_ROLE" = server ]; then
-	declare -A pid
-	for m in $modes; do
-		LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 "$bulk" server -p "$(port $m)" >/tmp/srv.$m 2>&1 &
-		pid[$m]=$!
-	done
-	lab_wait_listen "$(port tcp)"
-	lab_wait_listen "$(port ours)"
-	sleep 3	# rsocket listens through rdma_cm: no kernel socket to wait for
-	kill -0 "${pid[rsocket]}" || { cat /tmp/srv.rsocket; lab_fail "the rsocket server exited"; }
+	bulk_servers $modes
 	k=0
 	for round in 1 2; do
 		for m in $modes; do
 			for t in $tests; do
 				k=$((k + 1))
 				# a run with strace attached, then one without
-				strace -f -c -p "${pid[$m]}" -o /tmp/sst.$k 2>/dev/null &
+				strace -f -c -p "${BULK_PID[$m]}" -o /tmp/sst.$k 2>/dev/null &
 				st=$!
 				sleep 1
 				lab_signal traced.$k
@@ -54,10 +39,10 @@ if [ "$LAB_ROLE" = server ]; then
 				kill -INT $st
 				wait $st 2>/dev/null || true
 				echo "$(calls /tmp/sst.$k)" >"$LAB_SHARED/srv-calls.$k"
-				v0=$(vcsw "${pid[$m]}")
+				v0=$(vcsw "${BULK_PID[$m]}")
 				lab_signal plain.$k
 				lab_wait ran-plain.$k 300
-				echo $(($(vcsw "${pid[$m]}") - v0)) >"$LAB_SHARED/srv-wake.$k"
+				echo $(($(vcsw "${BULK_PID[$m]}") - v0)) >"$LAB_SHARED/srv-wake.$k"
 				lab_signal counted.$k
 			done
 		done
@@ -72,15 +57,15 @@ else
 			for t in $tests; do
 				IFS=: read -r name rounds size <<<"$t"
 				k=$((k + 1))
-				args=(client -p "$(port $m)" -w 1500 -n 0 -r "$rounds" -s "$size" "$peer")
+				args=(client -p "$(mode_port $m)" -w 1500 -n 0 -r "$rounds" -s "$size" "$peer")
 				lab_wait traced.$k 300
-				strace -f -c -o /tmp/st.$k -E LD_PRELOAD="$(pre $m)" -E RDMAPLUS_SOCKETS_ATTACH_MS=0 \
-					timeout 300 "$bulk" "${args[@]}" >/tmp/out.$k 2>&1 ||
+				strace -f -c -o /tmp/st.$k -E LD_PRELOAD="$(mode_preload $m)" -E RDMAPLUS_SOCKETS_ATTACH_MS=0 \
+					timeout 300 "$BULK" "${args[@]}" >/tmp/out.$k 2>&1 ||
 					{ cat /tmp/out.$k; lab_fail "$m $name round $round failed under strace"; }
 				lab_signal ran.$k
 				lab_wait plain.$k 300
-				LD_PRELOAD=$(pre $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 /usr/bin/time -f "%w" -o /tmp/time.$k \
-					timeout 300 "$bulk" "${args[@]}" >/tmp/out.$k 2>&1 ||
+				LD_PRELOAD=$(mode_preload $m) RDMAPLUS_SOCKETS_ATTACH_MS=0 /usr/bin/time -f "%w" -o /tmp/time.$k \
+					timeout 300 "$BULK" "${args[@]}" >/tmp/out.$k 2>&1 ||
 					{ cat /tmp/out.$k; lab_fail "$m $name round $round failed"; }
 				lab_signal ran-plain.$k
 				lab_wait counted.$k 120

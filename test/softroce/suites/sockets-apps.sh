@@ -10,24 +10,8 @@
 # go by RDMA (rxe's packet counters), and every program must exit 0.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-so=$LAB_DIR/build/sockpreload/librdmaplus-sockets.so
-[ -f "$so" ] || lab_fail "the shim is missing (make sockpreload)"
-rvmad_sockets_start /tmp/rvmad.log
-shim() { LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 "$@"; }
-
-# by_rdma NAME MIN CMD...: run CMD, fail unless it exits 0 and rxe moved MIN packets.
-by_rdma() {
-	local name=$1 min=$2 p0 p1 rc=0
-	shift 2
-	p0=$(rxe_packets)
-	"$@" >/tmp/out.$name 2>&1 || rc=$?
-	p1=$(rxe_packets)
-	grep -v "^$" /tmp/out.$name | tail -8
-	[ $rc -eq 0 ] || lab_fail "$name failed (status $rc)"
-	echo "$name: rxe packets +$((p1 - p0))"
-	[ $((p1 - p0)) -ge "$min" ] || lab_fail "$name: rxe moved only $((p1 - p0)) packets: not by RDMA"
-}
+sockets_need "$SHIM"
+sockets_begin
 
 if [ "$LAB_ROLE" = server ]; then
 	mkdir -p /tmp/redis /tmp/www /tmp/nginx
@@ -65,8 +49,7 @@ if [ "$LAB_ROLE" = server ]; then
 	lab_wait clients-done 500
 	tail -5 /tmp/redis.log /tmp/nginx/error.log /tmp/memcached.log 2>/dev/null || true
 else
-	lab_wait servers-ready 120
-	peer=$(lab_peer 1)
+	wait_peer servers-ready
 	by_rdma redis-p1 2000 shim timeout 200 redis-benchmark -h "$peer" -p 6379 -n 5000 -c 8 -t set,get -q
 	by_rdma redis-p16 2000 shim timeout 200 redis-benchmark -h "$peer" -p 6379 -n 20000 -c 8 -P 16 -t set,get -q
 	# BGSAVE during a load: the server forks with its connections busy.

@@ -21,11 +21,8 @@
 # makes it exit (its "read header" fails), which prints its summary.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-dir=$LAB_DIR/build/sockpreload
-so=$dir/librdmaplus-sockets.so
-bulk=$dir/bulk
-[ -x "$bulk" ] && [ -f "$so" ] || lab_fail "$dir: the shim or bulk is missing (make sockpreload)"
+sockets_need "$SHIM" "$BULK"
+sockets_begin
 dev=$LAB_DEVICE
 
 rxe() {
@@ -58,8 +55,8 @@ go_client_c_server() {
 	local name=$1 port=$2 bytes=$3 rounds=$4 log2=$5 ring=$6 s0 r0 srv n rc peer
 	if [ "$LAB_ROLE" = server ]; then
 		s0=$(rxe sent_pkts) r0=$(rxe rcvd_pkts)
-		LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 RDMAPLUS_SOCKETS_RING_LOG2=$log2 \
-			"$bulk" server -p "$port" >/tmp/c-srv-$name.log 2>&1 &
+		LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 RDMAPLUS_SOCKETS_RING_LOG2=$log2 \
+			"$BULK" server -p "$port" >/tmp/c-srv-$name.log 2>&1 &
 		srv=$!
 		lab_wait_listen "$port"
 		lab_signal "$name-c-server-ready"
@@ -79,8 +76,7 @@ go_client_c_server() {
 		check_summary "$name, guest 1 (C bulk server)" /tmp/c-srv-$name.log $bytes
 		lab_signal "$name-c-server-checked"
 	else
-		lab_wait "$name-c-server-ready" 120
-		peer=$(lab_peer 1)
+		wait_peer "$name-c-server-ready"
 		s0=$(rxe sent_pkts) r0=$(rxe rcvd_pkts)
 		rc=0
 		SOCKETS_INTEROP_DIAL=$peer:$port SOCKETS_INTEROP_BYTES=$bytes SOCKETS_INTEROP_ROUNDS=$rounds \
@@ -119,11 +115,10 @@ c_client_go_server() {
 		check_rxe "$name, guest 1 (Go server)" $s0 $r0 $bytes
 		lab_wait "$name-c-client-checked" 120
 	else
-		lab_wait "$name-go-server-ready" 120
-		peer=$(lab_peer 1)
+		wait_peer "$name-go-server-ready"
 		s0=$(rxe sent_pkts) r0=$(rxe rcvd_pkts)
 		rc=0
-		timeout 240 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p "$port" \
+		timeout 240 env LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$BULK" client -p "$port" \
 			-n $bytes -r $rounds -s 64 -w 1500 "$peer" >/tmp/c-cli-$name.log 2>&1 || rc=$?
 		echo "--- guest 2, $name: bulk client under the shim (status $rc)"
 		cat /tmp/c-cli-$name.log
@@ -136,7 +131,6 @@ c_client_go_server() {
 	fi
 }
 
-rvmad_sockets_start /tmp/rvmad.log
 go_client_c_server part1 7491 $((16 << 20)) 1000 18 ""
 c_client_go_server part2 7492 $((16 << 20)) 1000
 go_client_c_server part3 7493 $((4 << 20)) 200 16 $((1 << 20))

@@ -20,25 +20,17 @@
 # connections attach: each scenario must pass as over TCP.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-dir=$LAB_DIR/build/sockpreload
-so=$dir/librdmaplus-sockets.so
-bulk=$dir/bulk
-[ -x "$bulk" ] && [ -f "$so" ] || lab_fail "$dir: the shim or bulk is missing (make sockpreload)"
+sockets_need "$SHIM" "$BULK"
+sockets_begin
 bytes=$((16 << 20))
 
-tcp_segs() {
-	awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["InSegs"] + $c["OutSegs"] }' /proc/net/snmp
-}
-
-rvmad_sockets_start /tmp/rvmad.log
 under_shim() {
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$@"
+	LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$@"
 }
 
 if [ "$LAB_ROLE" = server ]; then
-	"$bulk" server -p 7481 >/tmp/plain.srv 2>&1 &
-	under_shim "$bulk" server -p 7482 >/tmp/shim.srv 2>&1 &
+	"$BULK" server -p 7481 >/tmp/plain.srv 2>&1 &
+	under_shim "$BULK" server -p 7482 >/tmp/shim.srv 2>&1 &
 	lab_wait_listen 7481
 	lab_wait_listen 7482
 	lab_signal bulk-ready
@@ -56,7 +48,7 @@ if [ "$LAB_ROLE" = server ]; then
 	lab_signal server-checked
 
 	rc=0
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$dir/conformance" server -p 7471 "$LAB_ADDR" \
+	LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_DEBUG=1 timeout 400 "$SOCKPRELOAD/conformance" server -p 7471 "$LAB_ADDR" \
 		>/tmp/conf.server 2>&1 &
 	srv=$!
 	( lab_wait_listen 7471 ) || { sed "s/^/guest 1 server: /" /tmp/conf.server; lab_fail "the conformance server does not listen"; }
@@ -66,15 +58,14 @@ if [ "$LAB_ROLE" = server ]; then
 	[ $rc -eq 0 ] || lab_fail "the conformance server failed (status $rc)"
 	grep -q '^ok server/handlers' /tmp/conf.server || lab_fail "the server's handlers did not all pass"
 else
-	lab_wait bulk-ready 120
-	peer=$(lab_peer 1)
+	wait_peer bulk-ready
 	p0=$(rxe_packets) t0=$(tcp_segs)
-	timeout 120 "$bulk" client -p 7481 -n $bytes -w 1500 "$peer" || lab_fail "bulk over plain TCP failed"
+	timeout 120 "$BULK" client -p 7481 -n $bytes -w 1500 "$peer" || lab_fail "bulk over plain TCP failed"
 	p1=$(rxe_packets) t1=$(tcp_segs)
 	echo "plain TCP: rxe packets +$((p1 - p0)), TCP segments +$((t1 - t0))"
 	rc=0
 	scrape http://127.0.0.1:9470/metrics /tmp/m0
-	timeout 180 env LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$bulk" client -p 7482 -n $bytes -w 1500 "$peer" \
+	timeout 180 env LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=2 "$BULK" client -p 7482 -n $bytes -w 1500 "$peer" \
 		>/tmp/shim.cli 2>&1 &
 	cli=$!
 	# rvmad sockets while it runs: the last listing with the connection on RDMA
@@ -127,7 +118,7 @@ else
 
 	lab_wait conformance-ready 120
 	rc=0
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=${CONF_DEBUG:-1} timeout 400 "$dir/conformance" client -p 7471 -r 7472 "$peer" \
+	LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_ATTACH_MS=0 RDMAPLUS_SOCKETS_DEBUG=${CONF_DEBUG:-1} timeout 400 "$SOCKPRELOAD/conformance" client -p 7471 -r 7472 "$peer" \
 		>/tmp/conf.client 2>&1 || rc=$?
 	sed "s/^/guest 2 client: /" /tmp/conf.client
 	[ $rc -eq 0 ] || lab_fail "the conformance client failed (status $rc)"

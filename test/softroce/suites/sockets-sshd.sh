@@ -10,10 +10,8 @@
 # attaches in the child that serves it, by the kernel's byte counts.
 set -euo pipefail
 source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
-trap 'jobs -p | xargs -r kill 2>/dev/null || true' EXIT
-so=$LAB_DIR/build/sockpreload/librdmaplus-sockets.so
-[ -f "$so" ] || lab_fail "the shim is missing (make sockpreload)"
-rvmad_sockets_start /tmp/rvmad.log
+sockets_need "$SHIM"
+sockets_begin
 # the initramfs has no user database: root for both, sshd's privilege separation user
 grep -qs '^root:' /etc/passwd || echo 'root:x:0:0:root:/root:/bin/bash' >>/etc/passwd
 grep -qs '^root:' /etc/group || echo 'root:x:0:' >>/etc/group
@@ -41,7 +39,7 @@ if [ "$LAB_ROLE" = server ]; then
 	head -c $size /dev/urandom >/tmp/down
 	sha256sum /tmp/down | cut -d' ' -f1 >"$LAB_SHARED/down.sha256"
 	# sshd must be started by its absolute path to re-exec itself
-	LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 /usr/sbin/sshd -D -e -f /tmp/ssh/sshd_config >/tmp/sshd.log 2>&1 &
+	shim /usr/sbin/sshd -D -e -f /tmp/ssh/sshd_config >/tmp/sshd.log 2>&1 &
 	(lab_wait_listen 2222 30) || { cat /tmp/sshd.log; exit 1; }
 	lab_signal sshd-ready
 	lab_wait uploaded 300
@@ -53,25 +51,18 @@ if [ "$LAB_ROLE" = server ]; then
 		lab_fail "an sshd child died of a signal under the shim"
 	fi
 else
-	lab_wait sshd-ready 120
-	peer=$(lab_peer 1)
+	wait_peer sshd-ready
 	cp "$LAB_SHARED/ssh-client-key" /tmp/ssh/client
 	chmod 600 /tmp/ssh/client
 	head -c $size /dev/urandom >/tmp/up
 	opts=(-i /tmp/ssh/client -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null
 		-o BatchMode=yes -o LogLevel=ERROR -P 2222)
+	# 20 MiB in 4 KiB writes at least; a fallback to TCP moves none
 	scp_by_rdma() {
-		local name=$1 p0 p1 rc=0
+		local name=$1
 		shift
-		p0=$(rxe_packets)
-		LD_PRELOAD=$so RDMAPLUS_SOCKETS_DEBUG=1 timeout 200 scp "${opts[@]}" "$@" >/tmp/out.$name 2>&1 || rc=$?
-		p1=$(rxe_packets)
-		cat /tmp/out.$name
-		[ $rc -eq 0 ] || lab_fail "scp $name failed (status $rc)"
-		echo "scp $name: rxe packets +$((p1 - p0))"
-		# 20 MiB in 4 KiB writes at least; a fallback to TCP moves none
-		[ $((p1 - p0)) -ge 4000 ] || lab_fail "scp $name: rxe moved only $((p1 - p0)) packets: not by RDMA"
-		grep -q "attached=1" /tmp/out.$name || lab_fail "scp $name: ssh did not attach"
+		by_rdma -s . "scp $name" 4000 shim timeout 200 scp "${opts[@]}" "$@"
+		grep -q "attached=1" "/tmp/out.scp $name" || lab_fail "scp $name: ssh did not attach"
 	}
 	scp_by_rdma up /tmp/up "root@$peer:/tmp/up"
 	lab_signal uploaded

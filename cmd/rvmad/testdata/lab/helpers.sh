@@ -1,4 +1,5 @@
-# Helpers for the rvmad lab suites (test/softroce/suites/rvmad*.sh), sourced
+# Helpers for the rvmad and sockets lab suites and benches
+# (test/softroce/suites/rvmad*.sh, sockets-*.sh, test/softroce/bench/sockets-*.sh), sourced
 # with: source "$LAB_DIR/cmd/rvmad/testdata/lab/helpers.sh"
 #
 #   rvmad_start LOG ARGS...      start "$LAB_BIN/rvmad serve ARGS" in the background, log to LOG; sets RVMAD_PID
@@ -16,6 +17,28 @@
 #   equal_files FILE DIR F:M...  fail unless metric M in FILE equals the number in DIR/F, for each F:M
 #   show_changes FILE1 FILE2 [S] print the series whose value changed among those whose
 #                                name or labels contain S (default: device=" series)
+#   tcp_segs                     TCP segments this guest received and sent so far (/proc/net/snmp)
+#
+# For the sockets suites and benches (test/softroce/suites/sockets-*.sh,
+# test/softroce/bench/sockets-*.sh), whose programs run under the shim that
+# make sockpreload builds into $SOCKPRELOAD:
+#   SHIM, BULK                   the shim (librdmaplus-sockets.so) and bulk (cmd/sockpreload/test/bulk.c)
+#   RSOCKET                      rdma-core's rsocket preload library (librspreload.so)
+#   sockets_need FILE...         fail unless each FILE exists (the shim's: make sockpreload)
+#   sockets_begin [SIGNAL]       kill the script's background jobs at its exit (with SIGNAL, default
+#                                TERM), start rvmad with its sockets broker (rvmad_sockets_start
+#                                /tmp/rvmad.log)
+#   shim CMD...                  run CMD under the shim with its summaries (RDMAPLUS_SOCKETS_DEBUG=1)
+#   wait_peer EVENT [SECS]       wait for EVENT (lab_wait, default 120 s), then set peer to guest 1's address
+#   rxe_check NAME N MIN         print that rxe moved N packets for NAME, fail unless N >= MIN (not by RDMA)
+#   by_rdma [-s RE] NAME MIN CMD...
+#                                run CMD with its output in /tmp/out.NAME; fail (showing all of it)
+#                                unless it exits 0, else show the lines that match RE (default: the
+#                                last 8), and fail unless rxe moved MIN packets or more
+#   mode_port MODE, mode_preload MODE
+#                                for MODE tcp, rsocket or ours: bulk's port (7491 to 7493) and LD_PRELOAD
+#   bulk_servers MODE...         start `bulk server` under each MODE (output /tmp/srv.MODE, pid in
+#                                BULK_PID[MODE]) and wait until each serves
 #
 # For `make demo` (test/softroce/demo/demo.sh, with gobuild=./cmd/rvmad in its header):
 #   rvmad_demo_begin             start rvmad on 127.0.0.1:9470 (sockets broker on) and take the "before" scrape
@@ -145,4 +168,80 @@ rvmad_demo_end() {
 # rxe_packets.
 tcp_segs() {
 	awk '/^Tcp:/ { if (!h) { for (i = 1; i <= NF; i++) c[$i] = i; h = 1 } else print $c["InSegs"] + $c["OutSegs"] }' /proc/net/snmp
+}
+
+SOCKPRELOAD=${LAB_DIR:-}/build/sockpreload
+SHIM=$SOCKPRELOAD/librdmaplus-sockets.so
+BULK=$SOCKPRELOAD/bulk
+RSOCKET=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+
+sockets_need() {
+	local f
+	for f in "$@"; do
+		case $f in
+		"$SOCKPRELOAD"/*) [ -e "$f" ] || lab_fail "$f is missing (make sockpreload)" ;;
+		*) [ -e "$f" ] || lab_fail "$f missing from the guest" ;;
+		esac
+	done
+}
+
+sockets_begin() {
+	trap "jobs -p | xargs -r kill -${1:-TERM} 2>/dev/null || true" EXIT
+	rvmad_sockets_start /tmp/rvmad.log
+}
+
+shim() {
+	LD_PRELOAD=$SHIM RDMAPLUS_SOCKETS_DEBUG=1 "$@"
+}
+
+wait_peer() {
+	lab_wait "$1" "${2:-120}"
+	peer=$(lab_peer 1)
+}
+
+rxe_check() {
+	echo "$1: rxe packets +$2"
+	[ "$2" -ge "$3" ] || lab_fail "$1: rxe moved only $2 packets: not by RDMA"
+}
+
+by_rdma() {
+	local show= name min p0 p1 rc=0
+	[ "$1" != -s ] || { show=$2; shift 2; }
+	name=$1 min=$2
+	shift 2
+	p0=$(rxe_packets)
+	"$@" >"/tmp/out.$name" 2>&1 || rc=$?
+	p1=$(rxe_packets)
+	if [ $rc -ne 0 ]; then
+		cat "/tmp/out.$name"
+		lab_fail "$name failed (status $rc)"
+	elif [ -n "$show" ]; then
+		grep -E "$show" "/tmp/out.$name" || true
+	else
+		grep -v "^$" "/tmp/out.$name" | tail -8
+	fi
+	rxe_check "$name" $((p1 - p0)) "$min"
+}
+
+mode_port() {
+	case $1 in tcp) echo 7491 ;; rsocket) echo 7492 ;; ours) echo 7493 ;; esac
+}
+
+mode_preload() {
+	case $1 in tcp) echo "" ;; rsocket) echo "$RSOCKET" ;; ours) echo "$SHIM" ;; esac
+}
+
+declare -A BULK_PID
+bulk_servers() {
+	local m rs=
+	for m in "$@"; do
+		LD_PRELOAD=$(mode_preload "$m") RDMAPLUS_SOCKETS_ATTACH_MS=0 "$BULK" server -p "$(mode_port "$m")" >/tmp/srv.$m 2>&1 &
+		BULK_PID[$m]=$!
+	done
+	for m in "$@"; do
+		case $m in rsocket) rs=1 ;; *) lab_wait_listen "$(mode_port "$m")" ;; esac
+	done
+	[ -n "$rs" ] || return 0
+	sleep 3	# rsocket listens through rdma_cm: no kernel socket to wait for
+	kill -0 "${BULK_PID[rsocket]}" || { cat /tmp/srv.rsocket; lab_fail "the rsocket server exited"; }
 }
