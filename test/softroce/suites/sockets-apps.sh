@@ -71,6 +71,11 @@ else
 	[ -n "$want" ] && [ "$got" = "$want" ] || lab_fail "the file curl got through nginx differs"
 
 	by_rdma memcslap 1000 shim timeout 200 memcslap --servers="$peer:11211" --concurrency=4 --execute-number=2000 --binary
+	# memcslap exits 0 whatever failed: no error reported, and its four
+	# threads moved their 8000 keys
+	! grep -qi error /tmp/out.memcslap || { cat /tmp/out.memcslap; lab_fail "memcslap reported errors"; }
+	grep -Eq '^Time to [a-z]+ +8000 keys by +4 threads' /tmp/out.memcslap ||
+		{ cat /tmp/out.memcslap; lab_fail "memcslap did not move its 8000 keys"; }
 	lab_signal clients-done
 fi
 echo "PASS sockets-apps (guest $LAB_INDEX)"
