@@ -599,49 +599,6 @@ void conn_fork_child(void)
 	atomic_store_explicit(&shim_stats.inherited, n, memory_order_relaxed);
 }
 
-struct atts {
-	struct att **a;
-	int n, cap;
-	int no_more;
-};
-
-static void gather(struct conn *c, void *arg)
-{
-	struct atts *v = arg;
-	struct att *a = conn_att(c);
-
-	if (v->no_more)
-		atomic_store(&c->eligible, 0);
-	if (!a)
-		return;
-	if (v->n == v->cap) {
-		int cap = v->cap ? 2 * v->cap : 64;
-		struct att **p = realloc(v->a, (size_t)cap * sizeof(*p));
-
-		if (!p)
-			return;
-		v->a = p;
-		v->cap = cap;
-	}
-	atomic_fetch_add(&a->refs, 1);
-	v->a[v->n++] = a;
-}
-
-/*
- * The attachments of the live connections, each with a reference the
- * caller gives back (att_put), in an array the caller frees: *n of them.
- * Without memory for the array, those left out are not returned. With
- * no_more, no connection becomes attachable from now on (exec).
- */
-struct att **conn_atts(int *n, int no_more)
-{
-	struct atts v = { NULL, 0, 0, no_more };
-
-	conn_foreach_live(gather, &v);
-	*n = v.n;
-	return v.a;
-}
-
 /* Walk the live connections under shim_lock (stats, exec). */
 void conn_foreach_live(void (*fn)(struct conn *c, void *arg), void *arg)
 {

@@ -23,6 +23,48 @@
 #include <stdlib.h>
 
 
+struct atts {
+	struct att **a;
+	int n, cap;
+};
+
+/* Under shim_lock: no connection becomes attachable; the attached ones, each with a reference. */
+static void gather(struct conn *c, void *arg)
+{
+	struct atts *v = arg;
+	struct att *a = conn_att(c);
+
+	atomic_store(&c->eligible, 0);
+	if (!a)
+		return;
+	if (v->n == v->cap) {
+		int cap = v->cap ? 2 * v->cap : 64;
+		struct att **p = realloc(v->a, (size_t)cap * sizeof(*p));
+
+		if (!p)
+			return;
+		v->a = p;
+		v->cap = cap;
+	}
+	atomic_fetch_add(&a->refs, 1);
+	v->a[v->n++] = a;
+}
+
+/*
+ * The attachments of the live connections, each with a reference the
+ * caller gives back (att_put), in an array the caller frees: *n of them.
+ * Without memory for the array, those left out are not demoted: the new
+ * image finds them as they are, and their peer's probe ends them.
+ */
+static struct att **exec_atts(int *n)
+{
+	struct atts v = { NULL, 0, 0 };
+
+	conn_foreach_live(gather, &v);
+	*n = v.n;
+	return v.a;
+}
+
 void exec_prepare(int spawn)
 {
 	if (!shim_owner())
@@ -30,7 +72,7 @@ void exec_prepare(int spawn)
 	stat_add(spawn ? &shim_stats.spawns : &shim_stats.execs, 1);
 	if (atomic_load_explicit(&shim_stats.attachable, memory_order_relaxed)) {
 		int n;
-		struct att **v = conn_atts(&n, 1);
+		struct att **v = exec_atts(&n);
 
 		/* outside the table's lock: a demote takes the attachment's */
 		for (int i = 0; i < n; i++) {

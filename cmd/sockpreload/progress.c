@@ -508,9 +508,36 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 }
 
 /*
+ * The registry's attachments (closing ones too), each with a reference
+ * the caller gives back, in an array the caller frees: *n of them.
+ */
+static struct att **reg_all(int *n)
+{
+	struct att **v = NULL, *a;
+	int k = 0, cap = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	for (a = reg_head; a; a = a->next) {
+		if (k == cap) {
+			struct att **p = realloc(v, (size_t)(cap ? 2 * cap : 64) * sizeof(*p));
+
+			if (!p)
+				break;
+			v = p;
+			cap = cap ? 2 * cap : 64;
+		}
+		atomic_fetch_add(&a->refs, 1);
+		v[k++] = a;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	*n = k;
+	return v;
+}
+
+/*
  * rvmad's DEVICE: the device is being removed, and the kernel waits for
- * this process to close it. Every attachment through it demotes; the
- * device closes when the last is released (ibv.c).
+ * this process to close it. Every attachment through it demotes, closing
+ * ones too; the device closes when the last is released (ibv.c).
  */
 static void on_device(const unsigned char *rec)
 {
@@ -522,7 +549,7 @@ static void on_device(const unsigned char *rec)
 	if (!ibv_dev_gone(d.name))
 		return;
 	TRACE("DEVICE %s is being removed: demoting its attachments", d.name);
-	v = conn_atts(&n, 0);
+	v = reg_all(&n);
 	for (int i = 0; i < n; i++) {
 		struct att *a = v[i];
 

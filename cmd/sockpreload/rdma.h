@@ -205,7 +205,6 @@ void att_ep_attached(struct att *a);			/* under mu */
 void att_drain_sends(struct att *a, int ms);
 void att_closed(struct att *a);
 void att_demote_wait(struct att *a, int reason, int ms);
-struct att **conn_atts(int *n, int no_more);
 void att_take_events(struct att *a);			/* under mu */
 #define ATT_POLLED	0x4000	/* att_poll_enter found completions: look again */
 int att_poll_enter(struct att *a, int rd, int wr, int *chanfd);
