@@ -450,16 +450,19 @@ static void on_record(struct att *a, const unsigned char *rec, size_t len)
 		if (epoch != a->epoch)
 			break;
 		/*
-		 * No owner yet: the acceptor has not called accept (or not
-		 * registered) when the request came, or hands the connection
-		 * to a child that has not started (sshd's after
-		 * authentication); or busy: its bytes were moving. Ask again,
-		 * 100 ms, 400 ms, 1.6 s, then three times 3.2 s later.
+		 * No owner yet: the acceptor has not registered within the
+		 * 2 s the peer's rvmad kept the request (it hands the
+		 * connection to a child that has not started, as sshd's
+		 * after authentication): ask again 100 ms later, so that the
+		 * requests wait there nearly all the time. Busy: its bytes
+		 * were moving; ask again 100 ms, 400 ms, 1.6 s, then 3.2 s
+		 * later.
 		 */
 		if (a->phase == PHASE_ATTACHING &&
 		    (why == SOCKPROTO_R_NO_OWNER || why == SOCKPROTO_R_BUSY) &&
 		    a->retries < ATT_RETRIES && !a->closing && !a->disabled) {
-			a->retry_at = shim_now_ms() + (a->retries < 3 ? 100 << (2 * a->retries) : 3200);
+			a->retry_at = shim_now_ms() + (why == SOCKPROTO_R_NO_OWNER ? 100 :
+						       a->retries < 3 ? 100 << (2 * a->retries) : 3200);
 			a->retries++;
 			atomic_fetch_add(&retries_pending, 1);
 		} else if (a->phase == PHASE_ATTACHING) {

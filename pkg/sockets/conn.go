@@ -447,15 +447,19 @@ func (c *Conn) fromBroker(rec sockwire.Record) {
 		was := c.m.Phase()
 		c.m.FromBroker(proto.Msg{Kind: proto.MsgAttachNack, Epoch: r.Epoch, Reason: r.Reason})
 		if was == proto.Attaching && c.m.Phase() == proto.Plain {
-			// A server that accepted but has not registered yet
-			// answers no_owner, one whose bytes were moving busy:
-			// ask again a few times, as the shim does.
+			// A server that has not registered within the 2 s
+			// the peer's rvmad kept the request answers no_owner:
+			// ask again 100 ms later. One whose bytes were moving
+			// answers busy: 100 ms, 400 ms, 1.6 s, then 3.2 s. As
+			// the shim does.
 			if (r.Reason == sockwire.ReasonNoOwner || r.Reason == sockwire.ReasonBusy) &&
 				c.retries < attachRetries && !c.closed {
 				c.retries++
 				c.retrying = true
-				delay := 3200 * time.Millisecond // 100 ms, 400 ms, 1.6 s, then 3.2 s
-				if c.retries <= 3 {
+				delay := 3200 * time.Millisecond
+				if r.Reason == sockwire.ReasonNoOwner {
+					delay = 100 * time.Millisecond
+				} else if c.retries <= 3 {
 					delay = time.Duration(25<<(2*c.retries)) * time.Millisecond
 				}
 				time.AfterFunc(delay, func() {

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/rdmaplus/rdmaplus/internal/sockwire"
 )
@@ -52,8 +53,9 @@ type Broker struct {
 	links      map[linkKey]*link
 	conns      map[net.Conn]struct{} // accepted pairing connections
 	listeners  []net.Listener
-	devWatch   *devWatch // the kernel's uevents; nil: not watched
-	devNotices uint32    // DEVICE records sent, the last one's epoch
+	parked     map[sockwire.Tuple]*parked // peers' ATTACH_REQs waiting for an owner, by key
+	devWatch   *devWatch                  // the kernel's uevents; nil: not watched
+	devNotices uint32                     // DEVICE records sent, the last one's epoch
 	closed     bool
 	wg         sync.WaitGroup
 }
@@ -63,7 +65,7 @@ type Broker struct {
 func NewBroker(opts Options, m *metrics) *Broker {
 	b := &Broker{opts: opts, log: opts.Log, verify: opts.Verifier, tab: newTable(opts.MaxPerUID),
 		clients: map[*client]struct{}{}, uidClients: map[uint32]int{}, segUID: map[uint32]segUsage{},
-		links: map[linkKey]*link{},
+		links: map[linkKey]*link{}, parked: map[sockwire.Tuple]*parked{},
 		conns: map[net.Conn]struct{}{}}
 	if b.log == nil {
 		b.log = slog.New(slog.DiscardHandler)
@@ -104,6 +106,10 @@ func (b *Broker) Close(ctx context.Context) error {
 	}
 	if b.devWatch != nil {
 		b.devWatch.Close()
+	}
+	for k, p := range b.parked {
+		p.timer.Stop()
+		delete(b.parked, k)
 	}
 	for c := range b.clients {
 		c.close()
@@ -188,6 +194,11 @@ func (b *Broker) fromClient(c *client, m message, p *passed) error {
 			}
 		}
 		c.send(message{rec: sockwire.Result{Epoch: rec.Epoch, Tuple: t, Request: sockwire.TypeRegister, Reason: reason}})
+		if reason == 0 {
+			b.mu.Lock()
+			b.unparkLocked(t)
+			b.mu.Unlock()
+		}
 		return nil
 	case sockwire.Unregister:
 		reason := sockwire.ReasonDenied
@@ -299,6 +310,9 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 	}
 	switch typ {
 	case sockwire.TypeAttachReq:
+		if b.parkLocked(t, epoch, m.rec) {
+			return nil
+		}
 		b.m.refused(sockwire.ReasonNoOwner)
 		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
 	case sockwire.TypeAttachRep:
@@ -316,6 +330,72 @@ func (b *Broker) fromPeer(src netip.Addr, m message) error {
 		b.m.pairingError(pairNoOwner)
 	}
 	return nil
+}
+
+// parkFor is how long a peer's ATTACH_REQ waits for its connection's
+// owner to register before it is refused (no_owner), and maxParked how
+// many wait at once, all peers together (beyond: refused at once).
+const (
+	parkFor   = 2 * time.Second
+	maxParked = 4096
+)
+
+// parked is a peer's ATTACH_REQ for a connection nobody here owns yet:
+// the acceptor registers a connection a little after it accepted it (at
+// its first read or write after the attach delay, or in a child forked
+// after authentication, as sshd's), and the request goes to it as soon
+// as it does, rather than the client asking again seconds later.
+type parked struct {
+	epoch uint32
+	rec   sockwire.Record
+	timer *time.Timer
+}
+
+// parkLocked keeps the peer's ATTACH_REQ about t (this host's view) for
+// parkFor; false when the broker is closed or too many wait.
+func (b *Broker) parkLocked(t sockwire.Tuple, epoch uint32, rec sockwire.Record) bool {
+	k := key(t)
+	if b.closed || (b.parked[k] == nil && len(b.parked) >= maxParked) {
+		return false
+	}
+	if old := b.parked[k]; old != nil { // a request of another epoch: the older is answered
+		old.timer.Stop()
+		b.m.refused(sockwire.ReasonNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: old.epoch, Reason: sockwire.ReasonNoOwner})})
+	}
+	p := &parked{epoch: epoch, rec: rec}
+	p.timer = time.AfterFunc(parkFor, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.parked[k] != p {
+			return
+		}
+		delete(b.parked, k)
+		b.m.refused(sockwire.ReasonNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: epoch, Reason: sockwire.ReasonNoOwner})})
+	})
+	b.parked[k] = p
+	return true
+}
+
+// unparkLocked hands a parked ATTACH_REQ about t to the owner that just
+// registered t.
+func (b *Broker) unparkLocked(t sockwire.Tuple) {
+	k := key(t)
+	p := b.parked[k]
+	if p == nil {
+		return
+	}
+	p.timer.Stop()
+	delete(b.parked, k)
+	r := b.tab.lookup(t)
+	if r == nil { // unregistered meanwhile: as if never registered
+		b.m.refused(sockwire.ReasonNoOwner)
+		b.toPeerLocked(item{t: t, msg: routedMsg(t, sockwire.Nack{Epoch: p.epoch, Reason: sockwire.ReasonNoOwner})})
+		return
+	}
+	r.pending = p.epoch
+	r.owner.send(routedMsg(r.tuple, p.rec))
 }
 
 // clientGone forgets a disconnected client: its registrations go, and an

@@ -260,6 +260,42 @@ func TestRelay(t *testing.T) {
 	}
 }
 
+// An ATTACH_REQ that comes before the acceptor registered waits for it
+// (sshd's session child registers seconds after the client asks), and
+// one nobody registers is refused after parkFor.
+func TestParked(t *testing.T) {
+	a, b := newHost(t, 100), newHost(t, 100)
+	pairHosts(a, b)
+	cc, sc := tcpPair(t, "127.0.0.1")
+	pa, pb := dialProc(t, a), dialProc(t, b)
+	ta := pa.register(cc, 0)
+
+	pa.send(routedMsg(ta, attachReq(1, ta)))
+	if m, err := pa.tryRecv(300 * time.Millisecond); err == nil {
+		t.Fatalf("answered at once: %+v", m)
+	}
+	tb := pb.register(sc, 0) // the RESULT first, then the request that waited
+	pb.wantRouted(tb, attachReq(1, ta))
+	rep := sockwire.Attach{Reply: true, Epoch: 1, Tuple: tb, Incarnation: 2, Endpoint: endpoint(0x22)}
+	pb.send(routedMsg(tb, rep))
+	pa.wantRouted(ta, rep)
+
+	pb.send(message{rec: sockwire.Unregister{Epoch: 9, Tuple: tb}})
+	pb.wantResult(tb, sockwire.TypeUnregister, 9, 0)
+	t0 := time.Now()
+	pa.send(routedMsg(ta, attachReq(2, ta)))
+	pa.wantRouted(ta, sockwire.Nack{Epoch: 2, Reason: sockwire.ReasonNoOwner})
+	if d := time.Since(t0); d < parkFor-100*time.Millisecond {
+		t.Errorf("refused after %v, before parkFor", d)
+	}
+	b.b.mu.Lock()
+	n := len(b.b.parked)
+	b.b.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d requests still parked", n)
+	}
+}
+
 // A connection whose both ends live on one host goes through its own
 // pairing port (loopback connections, or two processes of one host).
 func TestRelaySameHost(t *testing.T) {
