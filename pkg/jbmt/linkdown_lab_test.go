@@ -31,12 +31,15 @@ const (
 	linkDownBound = 7 * time.Second
 	linkDownHold  = 10 * time.Second
 	// bounceDial is how long guest 2 tries a new connection over guest
-	// 1's device once its link is back. On rxe of 6.1 rdma_cm cannot
-	// connect to a device whose link went down and up: its RC QPs work
-	// again (ibv_rc_pingpong between the guests does), but the
-	// connection requests sent to it never count as received (rxe's
-	// rcvd_pkts stays put) and time out, rping's as ours. Guest 1 then
-	// adds its device again, and the next Dial must connect.
+	// 1's device once its link is back. On rxe (6.1 and 6.12) rdma_cm
+	// cannot connect to a device on which a connection ended while its
+	// link was down: RC QPs work again (ibv_rc_pingpong between the
+	// guests does), but connection requests sent to it never count as
+	// received and time out. rping alone shows it, with no JBMT
+	// connection: an rping connection torn down while guest 1's link is
+	// down, and the next rping to guest 1 times out; with none torn down,
+	// a bounced link takes new connections at once. Guest 1 then adds its
+	// device again, and the next Dial must connect.
 	bounceDial = 10 * time.Second
 )
 
@@ -82,10 +85,9 @@ func portReady(t *testing.T, ctx context.Context, dev string) {
 // link going down (measured from the moment guest 2 sees guest 1's
 // barrier, which is after it), the connection is down on both hosts and
 // neither keeps a page pinned. Once the link is back (port ACTIVE, the
-// GID back), a new Dial makes a new connection (on 6.1, where rdma_cm
-// cannot reach a device whose link bounced, after guest 1 added its
-// device again: bounceDial) that gets 8 MiB from the same token, every
-// byte checked. The lab fails the run on any kernel report.
+// GID back), a new Dial makes a new connection (after guest 1 added its
+// device again when rxe takes no connection over the bounced device:
+// bounceDial) that gets 8 MiB from the same token, every byte checked. The lab fails the run on any kernel report.
 func TestTwoGuestsTransferLinkDown(t *testing.T) {
 	s := open(t)
 	dev := labenv.Device(t)
