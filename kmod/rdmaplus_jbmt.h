@@ -57,7 +57,7 @@ void jbmt_region_put(struct jbmt_region *r);
 /* ---- the wire ----------------------------------------------------------- */
 
 #define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
-#define JBMT_PROTO		4
+#define JBMT_PROTO		5
 /* sections one host has in flight to a peer (and the peer to it) */
 #define JBMT_CREDITS		16
 /* registrations in flight: our gets' sinks, and the peer's puts' */
@@ -65,9 +65,9 @@ void jbmt_region_put(struct jbmt_region *r);
 /*
  * Receives each side keeps posted: per credit the peer's request and its
  * FIN (a FIN may arrive before the request's buffer is posted again),
- * and the response to one of ours.
+ * and the response to one of ours; and the peer's probe.
  */
-#define JBMT_RECV_DEPTH		(3 * JBMT_CREDITS)
+#define JBMT_RECV_DEPTH		(3 * JBMT_CREDITS + 1)
 #define JBMT_SECT_PAGES		64
 #define JBMT_SECT_BYTES		(JBMT_SECT_PAGES * PAGE_SIZE)
 /* a section's pages: one more when it does not start on a page */
@@ -79,6 +79,12 @@ void jbmt_region_put(struct jbmt_region *r);
 #define JBMT_INLINE_MAX		8192
 /* how long a peer may hold a sink section granted to it */
 #define JBMT_LEASE_MS		2000
+/*
+ * How often a connection with our sections in flight checks that the
+ * peer said something: one silent for a whole period gets a PING, whose
+ * retries fail the QP when the peer is unreachable (rdmaplus_jbmt_net.c).
+ */
+#define JBMT_PROBE_MS		500
 
 enum jbmt_msg_type {
 	JBMT_MSG_GET = 1,	/* initiator: write this section to my sink */
@@ -86,6 +92,7 @@ enum jbmt_msg_type {
 	JBMT_MSG_GRANT,		/* target: here is the sink (rkey, iova) */
 	JBMT_MSG_DONE,		/* target: the section ended (status) */
 	JBMT_MSG_FIN,		/* initiator: written to the granted sink */
+	JBMT_MSG_PING,		/* either: are you there? (dropped on receipt) */
 };
 
 /* why a section failed, on the wire (jbmt_status_errno()) */
@@ -207,6 +214,16 @@ struct jbmt_peer {
 	struct xarray grants;		/* sinks granted to the peer */
 	u32 next_grant;
 	struct work_struct teardown;
+	/*
+	 * The probe: every JBMT_PROBE_MS while up, a PING when our sections
+	 * are in flight and nothing came from the peer since the last tick.
+	 * An RC QP notices an unreachable peer only by a send's retries, and
+	 * an operation waiting for answers sends nothing.
+	 */
+	struct delayed_work probe;
+	unsigned int rx_count;		/* messages received (the CQ's work) */
+	unsigned int probe_seen;	/* rx_count at the last tick; lock */
+	bool probing;			/* a PING in flight; lock */
 	refcount_t ref;
 };
 

@@ -299,6 +299,7 @@ static void jbmt_rx_done(struct ib_cq *cq, struct ib_wc *wc)
 	if (rx->data_len)
 		ib_dma_sync_single_for_cpu(p->pd->device, rx->data_dma,
 					   rx->data_len, DMA_FROM_DEVICE);
+	WRITE_ONCE(p->rx_count, p->rx_count + 1);	/* the probe's clock */
 	rx->msg = rx->buf;
 	rx->wc_flags = wc->wc_flags;
 	rx->inv_rkey = wc->wc_flags & IB_WC_WITH_INVALIDATE ?
@@ -312,6 +313,9 @@ static void jbmt_rx_done(struct ib_cq *cq, struct ib_wc *wc)
 		/* a response: it only wakes the section's operation */
 		jbmt_xfer_response(p, rx);
 		jbmt_rx_repost(rx);
+		break;
+	case JBMT_MSG_PING:
+		jbmt_rx_repost(rx);	/* it only had to arrive */
 		break;
 	default:
 		/*
@@ -342,6 +346,7 @@ static void jbmt_peer_free_ib(struct jbmt_peer *p, bool destroy_id)
 	p->dead = true;			/* nobody enters now */
 	spin_unlock_irqrestore(&p->lock, flags);
 	wake_up_all(&p->wq);		/* operations waiting for credits */
+	cancel_delayed_work_sync(&p->probe);	/* even as it requeues */
 	if (p->cm && p->cm->qp) {
 		/* registrations first: their completions post on the QP */
 		if (p->regqp_ready)
@@ -454,6 +459,73 @@ void jbmt_peer_down(struct jbmt_peer *p, int err)
 		jbmt_peer_put(p);
 }
 
+static void jbmt_probe_done(struct jbmt_tx *tx, struct ib_wc *wc)
+{
+	struct jbmt_peer *p = tx->p;
+	unsigned long flags;
+
+	spin_lock_irqsave(&p->lock, flags);
+	p->probing = false;
+	spin_unlock_irqrestore(&p->lock, flags);
+}
+
+/* Send p a PING; p entered. */
+static int jbmt_probe_send(struct jbmt_peer *p)
+{
+	struct jbmt_tx *tx = jbmt_tx_alloc(p, GFP_KERNEL);
+	int ret;
+
+	if (!tx)
+		return -ENOMEM;
+	tx->msg.type = JBMT_MSG_PING;
+	tx->done = jbmt_probe_done;
+	ret = jbmt_tx_prepare(tx, 0);
+	if (!ret)
+		ret = jbmt_post_send(p->cm->qp, &tx->wr);
+	if (ret)
+		jbmt_tx_free(tx);
+	return ret;
+}
+
+/*
+ * The probe's tick (docs/jbmt.md, "Connections"): with our sections in
+ * flight and nothing received from p for a whole period, a PING. If p is
+ * unreachable its retries run out and the QP fails (jbmt_tx_done), which
+ * fails those sections: an operation waiting for answers learns within
+ * about a period and the QP's retries. It stops when p's resources go
+ * (jbmt_peer_free_ib cancels it).
+ */
+static void jbmt_peer_probe_work(struct work_struct *w)
+{
+	struct jbmt_peer *p = container_of(to_delayed_work(w),
+					   struct jbmt_peer, probe);
+	unsigned int seen = READ_ONCE(p->rx_count);
+	unsigned long flags;
+	bool send;
+	int ret = -ENOTCONN;
+
+	spin_lock_irqsave(&p->lock, flags);
+	send = p->state == JBMT_PEER_UP && !p->dead && p->inflight &&
+	       !p->probing && seen == p->probe_seen;
+	p->probe_seen = seen;
+	p->probing |= send;
+	spin_unlock_irqrestore(&p->lock, flags);
+	if (send) {
+		if (jbmt_peer_enter(p)) {
+			ret = jbmt_probe_send(p);
+			jbmt_peer_leave(p);
+		}
+		if (ret) {
+			spin_lock_irqsave(&p->lock, flags);
+			p->probing = false;
+			spin_unlock_irqrestore(&p->lock, flags);
+		}
+	}
+	if (!READ_ONCE(p->dead))
+		queue_delayed_work(jbmt_wq, &p->probe,
+				   msecs_to_jiffies(JBMT_PROBE_MS));
+}
+
 static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 {
 	struct jbmt_peer *p = kzalloc(sizeof(*p), GFP_KERNEL);
@@ -476,6 +548,7 @@ static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 	xa_init_flags(&p->xids, XA_FLAGS_ALLOC1);
 	xa_init_flags(&p->grants, XA_FLAGS_ALLOC1);
 	INIT_WORK(&p->teardown, jbmt_peer_teardown_work);
+	INIT_DELAYED_WORK(&p->probe, jbmt_peer_probe_work);
 	refcount_set(&p->ref, 1);
 	atomic_inc(&jbmt_peers_alive);
 	return p;
@@ -584,7 +657,7 @@ static int jbmt_peer_create_qp(struct jbmt_peer *p, struct rdma_cm_id *cm)
 	attr.qp_context = p;
 	p->max_sge = clamp_t(u32, dev->attrs.max_send_sge, 1, 16);
 	writes = DIV_ROUND_UP(JBMT_SECT_SPAN, p->max_sge);
-	send_wr = JBMT_CREDITS * (2 * writes + 5) + 1;
+	send_wr = JBMT_CREDITS * (2 * writes + 5) + 2;	/* a PING, a drain */
 	attr.cap.max_send_wr = send_wr;
 	attr.cap.max_send_sge = p->max_sge;
 	p->pd = ib_alloc_pd(dev, 0);
@@ -680,6 +753,16 @@ int jbmt_post_reg_then(struct jbmt_peer *p, struct ib_reg_wr *reg,
 	return jbmt_post_send(p->regqp, &reg->wr);
 }
 
+/*
+ * The QP's local ACK timeout, 4.096 us * 2^JBMT_ACK_TIMEOUT (about 0.54 s;
+ * rdma_cm would give RoCE 2^19, about 2.1 s), and its retries: a send the
+ * peer does not acknowledge fails the QP after JBMT_RETRY_CNT + 1
+ * timeouts, about 3.8 s, which bounds how long a lost peer goes unnoticed
+ * (with the probe's period, docs/jbmt.md "Failures").
+ */
+#define JBMT_ACK_TIMEOUT	17
+#define JBMT_RETRY_CNT		6
+
 static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)
 {
 	memset(h, 0, sizeof(*h));
@@ -691,7 +774,13 @@ static void jbmt_conn_param(struct rdma_conn_param *cp, struct jbmt_hello *h)
 	cp->private_data_len = sizeof(*h);
 	cp->responder_resources = 1;
 	cp->initiator_depth = 1;
-	cp->retry_count = 7;
+	/*
+	 * Not 7, the most a count can say: rxe takes a retry count of 7 for
+	 * "retry for ever", as 7 means for RNR retries, and a peer that is
+	 * gone would never fail the QP. An RNR NAK (a receive not posted
+	 * again yet) is retried for ever.
+	 */
+	cp->retry_count = JBMT_RETRY_CNT;
 	cp->rnr_retry_count = 7;
 }
 
@@ -725,6 +814,8 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		ret = jbmt_peer_link(p);
 		mutex_unlock(&jbmt_net_mutex);
 	}
+	if (!ret)
+		ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 	if (!ret) {
 		jbmt_conn_param(&cp, &mine);
 		ret = rdma_accept(cm, &cp);
@@ -763,6 +854,8 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		ret = jbmt_peer_create_qp(p, cm);
+		if (!ret)
+			ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
 		if (!ret) {
 			jbmt_conn_param(&cp, &h);
 			/* in the handler: its mutex is held */
@@ -796,10 +889,25 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 				     &jbmt_net_st.connects);
 		}
 		spin_unlock_irqrestore(&p->lock, flags);
-		if (up)
-			pr_info_ratelimited("JBMT: connection %s %pI4:%u up\n",
+		if (up) {
+			struct ib_qp_init_attr init;
+			struct ib_qp_attr qa = {};
+
+			/* what bounds the failure of an unreachable peer */
+			if (ib_query_qp(cm->qp, &qa, IB_QP_TIMEOUT |
+					IB_QP_RETRY_CNT, &init))
+				qa.timeout = qa.retry_cnt = 0;
+			pr_info_ratelimited("JBMT: connection %s %pI4:%u up (ACK timeout %u, %u retries)\n",
 					    p->inbound ? "from" : "to",
-					    &p->addr, ntohs(p->port));
+					    &p->addr, ntohs(p->port),
+					    qa.timeout, qa.retry_cnt);
+			/* not once jbmt_peer_free_ib() may have cancelled it */
+			spin_lock_irqsave(&p->lock, flags);
+			if (!p->dead)
+				queue_delayed_work(jbmt_wq, &p->probe,
+						   msecs_to_jiffies(JBMT_PROBE_MS));
+			spin_unlock_irqrestore(&p->lock, flags);
+		}
 		complete_all(&p->done);
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
