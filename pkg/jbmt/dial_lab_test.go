@@ -152,18 +152,7 @@ func TestTwoGuestsDialDeviceGone(t *testing.T) {
 	}
 	signal(t, "gone-tried")
 	await(t, ctx, "gone-back")
-	var again *jbmt.Peer
-	for again == nil {
-		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
-		again, err = s.Dial(try, server)
-		cancelTry()
-		if err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("Dial after the peer's device came back: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	again := redial(t, ctx, s, server)
 	if again.ID() == first.ID() {
 		t.Errorf("the new connection has the old one's id %d", first.ID())
 	}

@@ -224,16 +224,8 @@ func TestTwoGuestsTransferLinkDown(t *testing.T) {
 		await(t, ctx, "lnk-readded")
 		back = time.Now()
 	}
-	for again == nil {
-		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
-		again, err = s.Dial(try, server)
-		cancelTry()
-		if err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("Dial after guest 1's device came back: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+	if again == nil {
+		again = redial(t, ctx, s, server)
 	}
 	t.Logf("connected again %v after guest 1's port was back", time.Since(back).Round(time.Millisecond))
 	got := make([]byte, getN)

@@ -108,6 +108,24 @@ func loadToken(t *testing.T, ctx context.Context, name string) jbmt.Token {
 }
 
 // dialGuest1 dials guest 1's JBMT service.
+// redial dials server until it connects (5 s a try) or ctx ends, which
+// fails the test: for a peer whose device or link just came back.
+func redial(t *testing.T, ctx context.Context, s *jbmt.Service, server netip.AddrPort) *jbmt.Peer {
+	t.Helper()
+	for {
+		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
+		p, err := s.Dial(try, server)
+		cancelTry()
+		if err == nil {
+			return p
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("Dial after the peer's device came back: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func dialGuest1(t *testing.T, ctx context.Context, s *jbmt.Service) *jbmt.Peer {
 	t.Helper()
 	a, err := labenv.AddrOf(1)
@@ -461,18 +479,7 @@ func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	checkUnpinned(t)
 	signal(t, "gone2-failed")
 	await(t, ctx, "gone2-back")
-	var again *jbmt.Peer
-	for again == nil {
-		try, cancelTry := context.WithTimeout(ctx, 5*time.Second)
-		again, err = s.Dial(try, server)
-		cancelTry()
-		if err != nil {
-			if ctx.Err() != nil {
-				t.Fatalf("Dial after the peer's device came back: %v", err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
+	again := redial(t, ctx, s, server)
 	clear(got)
 	if m, err := again.Get(ctx, got, tok, 0); err != nil || m != n || !bytes.Equal(got, want) {
 		t.Fatalf("Get over the new connection with the same token: %d, %v (bytes equal: %v)", m, err, bytes.Equal(got, want))

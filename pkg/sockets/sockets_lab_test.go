@@ -491,25 +491,62 @@ func TestLabNoRvmad(t *testing.T) {
 // TestLabDemote demotes an attached connection while 8 MiB move each way:
 // once asked by the client, once by the server. Every byte arrives, the
 // connection ends on TCP, and each side counts its demote.
+// attachedPair makes the connection name on port between the guests,
+// attached both ways, and the 8 MiB each side sends (out) and must get
+// (in), from seeds seed and seed+1. server is guest 1's role.
+func attachedPair(t *testing.T, port int, name string, seed uint64) (c *sockets.Conn, out, in []byte, server bool) {
+	t.Helper()
+	server = role(t)
+	out, in = pattern(seed, 8*mib), pattern(seed+1, 8*mib)
+	if server {
+		l := listen(t, port, nil)
+		signal(t, name+"-listen")
+		c = accept(t, l)
+		out, in = in, out
+	} else {
+		wait(t, name+"-listen")
+		c = dial(t, port, &sockets.Options{WaitAttach: true})
+	}
+	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	return c, out, in, server
+}
+
+// demotedCheck waits (30 s at most) until c's demote completed, prints
+// what happened, checks c is plain TCP with both paths in what it read
+// (8 MiB in all), and returns its statistics.
+func demotedCheck(t *testing.T, c *sockets.Conn, what string) sockets.Stats {
+	t.Helper()
+	end := time.Now().Add(30 * time.Second)
+	for c.Path().Phase != "plain" && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	st, p := c.Stats(), c.Path()
+	fmt.Printf("%s, guest %s: path %+v, stats %+v\n", what, labenv.Role(), p, st)
+	if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
+		t.Errorf("path %+v: want plain TCP", p)
+	}
+	if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != 8*mib {
+		t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, 8*mib)
+	}
+	return st
+}
+
+// bothDone waits until both guests finished the connection name.
+func bothDone(t *testing.T, name string) {
+	t.Helper()
+	signal(t, name+"-done-"+labenv.Role())
+	if labenv.Role() == "server" {
+		wait(t, name+"-done-client")
+	} else {
+		wait(t, name+"-done-server")
+	}
+}
+
 func TestLabDemote(t *testing.T) {
-	server := role(t)
 	for i, by := range []string{"client", "server", "both"} {
 		t.Run("by-"+by, func(t *testing.T) {
-			port := []int{7485, 7486, 7495}[i]
-			const size = 8 * mib
-			a, b := pattern(uint64(41+2*i), size), pattern(uint64(42+2*i), size)
-			var c *sockets.Conn
 			name := "demote-" + by
-			if server {
-				l := listen(t, port, nil)
-				signal(t, name+"-listen")
-				c = accept(t, l)
-				a, b = b, a
-			} else {
-				wait(t, name+"-listen")
-				c = dial(t, port, &sockets.Options{WaitAttach: true})
-			}
-			waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+			c, a, b, _ := attachedPair(t, []int{7485, 7486, 7495}[i], name, uint64(41+2*i))
 			mine := labenv.Role() == by || by == "both"
 			var derr error
 			done := make(chan struct{})
@@ -529,9 +566,7 @@ func TestLabDemote(t *testing.T) {
 				// (Both: the peer's DEMOTE may have come first.)
 				t.Fatalf("Demote: %v", derr)
 			}
-			st := c.Stats()
-			p := c.Path()
-			fmt.Printf("demote by %s, guest %s: path %+v, stats %+v\n", by, labenv.Role(), p, st)
+			st := demotedCheck(t, c, "demote by "+by)
 			want := "peer"
 			if mine {
 				want = "app"
@@ -540,18 +575,10 @@ func TestLabDemote(t *testing.T) {
 			if by == "both" {
 				got = st.Demotes["app"] + st.Demotes["peer"]
 			}
-			if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" || got != 1 {
-				t.Errorf("path %+v, demotes %v: want plain TCP after one %s demote", p, st.Demotes, want)
+			if got != 1 {
+				t.Errorf("demotes %v: want one %s demote", st.Demotes, want)
 			}
-			if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != size {
-				t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, size)
-			}
-			signal(t, name+"-done-"+labenv.Role())
-			if server {
-				wait(t, name+"-done-client")
-			} else {
-				wait(t, name+"-done-server")
-			}
+			bothDone(t, name)
 		})
 	}
 }
@@ -901,20 +928,7 @@ func TestLabMany(t *testing.T) {
 // 8 MiB move each way: the connection demotes through rvmad (reason
 // qp_error) and every byte arrives, the rest by TCP.
 func TestLabQPError(t *testing.T) {
-	server := role(t)
-	const size = 8 * mib
-	a, b := pattern(81, size), pattern(82, size)
-	var c *sockets.Conn
-	if server {
-		l := listen(t, 7494, nil)
-		signal(t, "qperr-listen")
-		c = accept(t, l)
-		a, b = b, a
-	} else {
-		wait(t, "qperr-listen")
-		c = dial(t, 7494, &sockets.Options{WaitAttach: true})
-	}
-	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	c, a, b, server := attachedPair(t, 7494, "qperr", 81)
 	var hook func()
 	if server {
 		hook = func() {
@@ -924,28 +938,11 @@ func TestLabQPError(t *testing.T) {
 		}
 	}
 	sendRecv(t, c, a, b, true, 2*mib, hook)
-	// The demote completes on its own; wait for the plain phase.
-	end := time.Now().Add(30 * time.Second)
-	for c.Path().Phase != "plain" && time.Now().Before(end) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	st, p := c.Stats(), c.Path()
-	fmt.Printf("QP failed on the server, guest %s: path %+v, stats %+v\n", labenv.Role(), p, st)
-	if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
-		t.Errorf("path %+v after the QP failed", p)
-	}
+	st := demotedCheck(t, c, "QP failed on the server")
 	if server && st.Demotes["qp_error"] != 1 || !server && st.Demotes["qp_error"]+st.Demotes["peer"] != 1 {
 		t.Errorf("demotes %v", st.Demotes)
 	}
-	if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != size {
-		t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, size)
-	}
-	signal(t, "qperr-done-"+labenv.Role())
-	if server {
-		wait(t, "qperr-done-client")
-	} else {
-		wait(t, "qperr-done-server")
-	}
+	bothDone(t, "qperr")
 }
 
 // TestLabDeviceRemoved deletes the server's rxe device (rdma link delete)
@@ -953,20 +950,7 @@ func TestLabQPError(t *testing.T) {
 // demotes and closes the device, so the delete returns while the bytes
 // go on over TCP, every one checked. The device is added again after.
 func TestLabDeviceRemoved(t *testing.T) {
-	server := role(t)
-	const size = 8 * mib
-	a, b := pattern(91, size), pattern(92, size)
-	var c *sockets.Conn
-	if server {
-		l := listen(t, 7496, nil)
-		signal(t, "devgone-listen")
-		c = accept(t, l)
-		a, b = b, a
-	} else {
-		wait(t, "devgone-listen")
-		c = dial(t, 7496, &sockets.Options{WaitAttach: true})
-	}
-	waitPath(t, c, sockets.RDMA, sockets.RDMA, 30*time.Second)
+	c, a, b, server := attachedPair(t, 7496, "devgone", 91)
 	dev := os.Getenv(labenv.EnvDevice)
 	deleted := make(chan error, 1)
 	var took time.Duration
@@ -996,28 +980,12 @@ func TestLabDeviceRemoved(t *testing.T) {
 	if err := <-deleted; err != nil {
 		t.Fatal(err)
 	}
-	end := time.Now().Add(30 * time.Second)
-	for c.Path().Phase != "plain" && time.Now().Before(end) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	st, p := c.Stats(), c.Path()
-	fmt.Printf("device deleted on the server, guest %s: delete took %v, path %+v, stats %+v\n", labenv.Role(), took, p, st)
-	if p.Read != sockets.TCP || p.Write != sockets.TCP || p.Phase != "plain" {
-		t.Errorf("path %+v after the device's deletion", p)
-	}
+	st := demotedCheck(t, c, fmt.Sprintf("device deleted on the server (the delete took %v)", took))
 	if server && st.Demotes["device"] != 1 || !server && st.Demotes["peer"] != 1 {
 		t.Errorf("demotes %v", st.Demotes)
 	}
-	if st.ReadRDMA == 0 || st.ReadTCP == 0 || st.ReadRDMA+st.ReadTCP != size {
-		t.Errorf("read %d by RDMA and %d by TCP: want both, %d in all", st.ReadRDMA, st.ReadTCP, size)
-	}
 	c.Close()
-	signal(t, "devgone-done-"+labenv.Role())
-	if server {
-		wait(t, "devgone-done-client")
-	} else {
-		wait(t, "devgone-done-server")
-	}
+	bothDone(t, "devgone")
 }
 
 // relink adds the rxe device dev on netdev again, and waits until its
