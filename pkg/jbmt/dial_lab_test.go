@@ -23,9 +23,7 @@ import (
 // address that is not IPv4 is refused before any of it.
 func TestTwoGuestsDial(t *testing.T) {
 	s := open(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	before := stats(t)
@@ -103,9 +101,7 @@ func TestTwoGuestsDial(t *testing.T) {
 func TestTwoGuestsDialDeviceGone(t *testing.T) {
 	s := open(t)
 	dev := labenv.Device(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if labenv.Role() == "server" {

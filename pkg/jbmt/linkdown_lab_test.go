@@ -91,9 +91,7 @@ func portReady(t *testing.T, ctx context.Context, dev string) {
 func TestTwoGuestsTransferLinkDown(t *testing.T) {
 	s := open(t)
 	dev := labenv.Device(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const n = 32 << 20

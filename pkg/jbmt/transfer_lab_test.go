@@ -108,6 +108,14 @@ func loadToken(t *testing.T, ctx context.Context, name string) jbmt.Token {
 }
 
 // dialGuest1 dials guest 1's JBMT service.
+// needTwoGuests fails the test unless the boot has two guests.
+func needTwoGuests(t *testing.T) {
+	t.Helper()
+	if n, err := labenv.Guests(); err != nil || n != 2 {
+		t.Fatalf("this test needs a boot of two guests (have %d)", n)
+	}
+}
+
 // redial dials server until it connects (5 s a try) or ctx ends, which
 // fails the test: for a peer whose device or link just came back.
 func redial(t *testing.T, ctx context.Context, s *jbmt.Service, server netip.AddrPort) *jbmt.Peer {
@@ -368,9 +376,7 @@ func TestLabTransferCancel(t *testing.T) {
 // is left with pages pinned.
 func TestTwoGuestsTransfer(t *testing.T) {
 	s := open(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	const n = 8 << 20
@@ -423,9 +429,7 @@ func TestTwoGuestsTransfer(t *testing.T) {
 func TestTwoGuestsTransferPeerGone(t *testing.T) {
 	s := open(t)
 	dev := labenv.Device(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	const n = 32 << 20
@@ -769,9 +773,7 @@ func TestLabTransferBudget(t *testing.T) {
 // holding more than it.
 func TestTwoGuestsTransferBudget(t *testing.T) {
 	s := open(t)
-	if n, err := labenv.Guests(); err != nil || n != 2 {
-		t.Fatalf("this test needs a boot of two guests (have %d)", n)
-	}
+	needTwoGuests(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	if labenv.Role() == "server" {

@@ -76,6 +76,14 @@ wait_exit() {
 }
 now_ms() { local s; read -r s _ </proc/uptime; echo "${s/./}0"; }
 show() { sed "s/^/    $1: /" "$2"; }
+# serve PORT N [EVENT]: bulk server under the shim on PORT, its output in
+# /tmp/sN.srv, its pid in srv; once it listens, signal EVENT (if given).
+serve() {
+	"${shim[@]}" "$bulk" server -p "$1" >"/tmp/s$2.srv" 2>&1 &
+	srv=$!
+	lab_wait_listen "$1"
+	[ -z "${3:-}" ] || lab_signal "$3"
+}
 
 rvmad_sockets_start /tmp/rvmad.log
 
@@ -89,23 +97,16 @@ if [ "$LAB_ROLE" = server ]; then
 	# 2: rvmad stopped here, then on both; a fresh server without it.
 	lab_wait c1-done 60
 	rvmad_stop
-	"${shim[@]}" "$bulk" server -p 7603 >/tmp/s3.srv 2>&1 &
-	lab_wait_listen 7603
-	lab_signal c2-ready
+	serve 7603 3 c2-ready
 	lab_wait c2-done 60
 	rvmad_sockets_start /tmp/rvmad.log2
 	lab_signal c2-rvmad
 
 	# 3: rvmad killed on guest 2 mid-transfer.
-	"${shim[@]}" "$bulk" server -p 7604 >/tmp/s4.srv 2>&1 &
-	lab_wait_listen 7604
-	lab_signal c3-ready
+	serve 7604 4 c3-ready
 
 	# 4a: guest 2's client killed while it sends: this server reads.
-	"${shim[@]}" "$bulk" server -p 7605 >/tmp/s5.srv 2>&1 &
-	srv=$!
-	lab_wait_listen 7605
-	lab_signal c4a-ready
+	serve 7605 5 c4a-ready
 	lab_wait c4a-killed 60
 	t0=$(now_ms)
 	wait_exit $srv 15 || { show "guest 1 server" /tmp/s5.srv; lab_fail "4a: the server still runs 15 s after its peer was killed: a hang"; }
@@ -119,20 +120,14 @@ if [ "$LAB_ROLE" = server ]; then
 		lab_fail "4a: the server did not end with end of file or ECONNRESET"
 
 	# 4b: this server killed while guest 2's client writes into its ring.
-	"${shim[@]}" "$bulk" server -p 7606 >/tmp/s6.srv 2>&1 &
-	srv=$!
-	lab_wait_listen 7606
-	lab_signal c4b-ready
+	serve 7606 6 c4b-ready
 	lab_wait c4b-mid 60
 	kill -9 $srv
 	wait $srv 2>/dev/null || true
 	lab_signal c4b-killed
 
 	# 4c: guest 2's link goes down for 6 s mid-transfer.
-	"${shim[@]}" "$bulk" server -p 7608 >/tmp/s8.srv 2>&1 &
-	srv=$!
-	lab_wait_listen 7608
-	lab_signal c4c-ready
+	serve 7608 8 c4c-ready
 	lab_wait c4c-done 90
 	grep -E 'DEMOTE|QP' /tmp/s8.srv | head -5 || true
 	kill $srv
@@ -140,8 +135,7 @@ if [ "$LAB_ROLE" = server ]; then
 	! grep -q FAIL /tmp/s8.srv || { show "guest 1 server" /tmp/s8.srv; lab_fail "4c: the server failed across the link's outage"; }
 
 	# 5: guest 2 deletes its rxe link mid-transfer; count this side's packets.
-	"${shim[@]}" "$bulk" server -p 7607 >/tmp/s7.srv 2>&1 &
-	lab_wait_listen 7607
+	serve 7607 7
 	rxe_packets >"$LAB_SHARED/c5.g1p0"
 	lab_signal c5-ready
 	lab_wait c5-done 90
