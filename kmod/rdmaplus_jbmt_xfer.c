@@ -101,6 +101,26 @@ static u32 jbmt_inline_max(void)
 	return min_t(u32, READ_ONCE(jbmt_inline_bytes), JBMT_INLINE_MAX);
 }
 
+/*
+ * A section this host starts spans at most this many pages (1 to
+ * JBMT_SECT_PAGES): smaller sections pin less at a time and cost more
+ * messages per byte. Peers serve any size up to JBMT_SECT_BYTES.
+ */
+static unsigned int jbmt_section_pages = JBMT_SECT_PAGES;
+
+static int jbmt_section_set(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 1, JBMT_SECT_PAGES);
+}
+
+static const struct kernel_param_ops jbmt_section_ops = {
+	.set = jbmt_section_set,
+	.get = param_get_uint,
+};
+module_param_cb(jbmt_section_pages, &jbmt_section_ops, &jbmt_section_pages,
+		0644);
+MODULE_PARM_DESC(jbmt_section_pages, "pages a section of this host's transfers spans at most (1 to 64, default 64)");
+
 static const int jbmt_errno[JBMT_NSTATUS] = {
 	[JBMT_OK] = 0,
 	[JBMT_NOENT] = -ENOENT,
@@ -735,7 +755,8 @@ static void jbmt_isect_cancel(struct jbmt_isect *s, int err)
  */
 static unsigned int jbmt_want_pages(struct jbmt_peer *p, u64 addr, u64 len)
 {
-	u64 bytes = min_t(u64, len, JBMT_SECT_BYTES - offset_in_page(addr));
+	u64 sect = (u64)READ_ONCE(jbmt_section_pages) << PAGE_SHIFT;
+	u64 bytes = min_t(u64, len, sect - offset_in_page(addr));
 
 	return min3(jbmt_span(addr, bytes), max(READ_ONCE(p->remote_budget), 1U),
 		    jbmt_pin_budget());

@@ -9,7 +9,7 @@
 # anchor: memory pinned and registered once). Two repetitions, alternated.
 # Under TCG only the ratio means something (docs/benchmarks.md).
 set -euo pipefail
-source "$LAB_DIR/test/softroce/bench/lib/write-bw-loopback.sh"
+source "$LAB_DIR/test/softroce/bench/lib/perftest-bw-loopback.sh"
 for rep in 1 2; do
 	echo "# repetition $rep: jbmtperf"
 	"$LAB_BIN/jbmtperf" -t bw -addr "$LAB_ADDR" -min 65536 -max $((4 << 20)) -bytes $((128 << 20))

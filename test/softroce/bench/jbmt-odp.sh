@@ -9,7 +9,7 @@
 # arrive). Path MTU 4096 (rxe's ODP copy in 7.2 and 7.3 places a packet
 # right only if it starts on a page: docs/kmod.md). Two repetitions.
 set -euo pipefail
-source "$LAB_DIR/test/softroce/bench/lib/write-bw-loopback.sh"
+source "$LAB_DIR/test/softroce/bench/lib/perftest-bw-loopback.sh"
 for rep in 1 2; do
 	echo "# repetition $rep: jbmtperf -t bw (blocking)"
 	"$LAB_BIN/jbmtperf" -t bw -addr "$LAB_ADDR" -min 65536 -max $((4 << 20)) -bytes $((64 << 20))

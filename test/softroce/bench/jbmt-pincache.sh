@@ -11,7 +11,7 @@
 # pinned anew. Two repetitions. Under TCG only the ratios mean something
 # (docs/benchmarks.md).
 set -euo pipefail
-source "$LAB_DIR/test/softroce/bench/lib/write-bw-loopback.sh"
+source "$LAB_DIR/test/softroce/bench/lib/perftest-bw-loopback.sh"
 param=/sys/module/rdmaplus/parameters/jbmt_pin_cache
 plat() {
 	local s=$1

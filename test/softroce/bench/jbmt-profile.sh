@@ -18,7 +18,7 @@
 # ends. Sampling slows every run a little; compare shares, and MB/s only
 # between the runs of one boot.
 set -euo pipefail
-source "$LAB_DIR/test/softroce/bench/lib/write-bw-loopback.sh"
+source "$LAB_DIR/test/softroce/bench/lib/perftest-bw-loopback.sh"
 if ! command -v perf >/dev/null; then
 	echo "# perf is not in the guest: add it to test/softroce/guest/tools to profile"
 	exit 0

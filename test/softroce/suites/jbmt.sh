@@ -13,7 +13,8 @@
 # connection kept, 16 MiB moved under a 64 KiB memlock limit, a cancelled
 # get, the buffer unmapped under a get (ErrFault), a getter killed with
 # SIGKILL mid-transfer, untouched memory faulted in by the deferred path,
-# a pin budget of one page (and a process's share) never exceeded with 16
-# transfers at once, and no page left pinned.
+# sections capped at 1 and 5 pages (jbmt_section_pages), a pin budget of
+# one page (and a process's share) never exceeded with 16 transfers at
+# once, and no page left pinned.
 set -euo pipefail
 lab_gotest jbmt -test.v -test.run 'TestLab' -test.timeout 150s
