@@ -4,9 +4,12 @@
  * (docs/jbmt.md). A region is a range of a process's address space with
  * rights; registering it pins nothing and takes the same time at any
  * size. Its token {id, gen, key} names it to any host: the id finds it in
- * a host-wide table, the generation tells a reused id, and 64 random bits
- * make a token impossible to guess from another. The service needs no
- * rxe hook and works the same on every RDMA device.
+ * a host-wide table, the generation tells a reused id, and the key, a
+ * keyed hash of both under a secret drawn at load, makes a token
+ * impossible to guess from another and lets the host tell a token it
+ * issued and revoked (stale) from one it never issued, remembering
+ * nothing. The service needs no rxe hook and works the same on every RDMA
+ * device.
  *
  * Regions are found by id under RCU; a file's regions are revoked when it
  * is closed. Each region holds its process's mm_struct (mmgrab: not the
@@ -23,6 +26,7 @@
 #include <linux/random.h>
 #include <linux/rcupdate.h>
 #include <linux/sched/mm.h>
+#include <linux/siphash.h>
 #include <linux/slab.h>
 #include <linux/sysfs.h>
 #include <linux/uaccess.h>
@@ -36,6 +40,7 @@
 static DEFINE_XARRAY_ALLOC1(jbmt_regions);
 static u32 jbmt_next_id;		/* xa_alloc_cyclic's cursor */
 static atomic_t jbmt_gen = ATOMIC_INIT(0);
+static siphash_key_t jbmt_token_secret;	/* drawn at load */
 
 static struct {
 	atomic64_t regions;		/* registered now */
@@ -84,6 +89,21 @@ struct jbmt_region *jbmt_region_get(u32 id, u32 gen, u64 key)
 	return r;
 }
 
+/* The key of the token {id, gen}: generations are never reused. */
+static u64 jbmt_token_key(u32 id, u32 gen)
+{
+	return siphash_2u32(id, gen, &jbmt_token_secret);
+}
+
+/*
+ * Whether this host issued {id, gen, key} (since the module was loaded):
+ * a token that names no region and was issued has been revoked.
+ */
+bool jbmt_token_issued(u32 id, u32 gen, u64 key)
+{
+	return key == jbmt_token_key(id, gen);
+}
+
 /*
  * Take r out of the host's table, wait for the sections on it, and free it
  * after a grace period (a reader that found it under RCU may still look at
@@ -127,20 +147,26 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	r->addr = a.addr;
 	r->length = a.length;
 	r->rights = a.rights;
-	r->key = get_random_u64();
 	r->gen = atomic_inc_return(&jbmt_gen);
 	r->mm = current->mm;
 	mmgrab(r->mm);
 	refcount_set(&r->ref, 1);
 
 	mutex_lock(&ctx->mutex);
-	/* published whole: a reader that finds the id sees every field */
-	ret = xa_alloc_cyclic(&jbmt_regions, &r->id, r,
+	/* the id reserved (lookups find nothing), then r published whole */
+	ret = xa_alloc_cyclic(&jbmt_regions, &r->id, NULL,
 			      XA_LIMIT(1, RDMAPLUS_JBMT_MAX_ID), &jbmt_next_id,
 			      GFP_KERNEL_ACCOUNT);
 	if (ret < 0) {
 		mutex_unlock(&ctx->mutex);
 		ret = ret == -EBUSY ? -ENOSPC : ret;
+		goto err_free;
+	}
+	r->key = jbmt_token_key(r->id, r->gen);
+	ret = xa_err(xa_store(&jbmt_regions, r->id, r, GFP_KERNEL_ACCOUNT));
+	if (ret) {
+		xa_erase(&jbmt_regions, r->id);
+		mutex_unlock(&ctx->mutex);
 		goto err_free;
 	}
 	list_add_tail(&r->node, &ctx->regions);
@@ -329,8 +355,10 @@ static const struct attribute_group jbmt_attr_group = {
 
 int rdmaplus_jbmt_init(void)
 {
-	int ret = sysfs_create_group(rdmaplus_kobj(), &jbmt_attr_group);
+	int ret;
 
+	get_random_bytes(&jbmt_token_secret, sizeof(jbmt_token_secret));
+	ret = sysfs_create_group(rdmaplus_kobj(), &jbmt_attr_group);
 	if (ret)
 		return ret;
 	ret = jbmt_pin_init();

@@ -52,12 +52,13 @@ struct jbmt_region {
 
 /* The region a token names, held, or NULL (no such region, or revoked). */
 struct jbmt_region *jbmt_region_get(u32 id, u32 gen, u64 key);
+bool jbmt_token_issued(u32 id, u32 gen, u64 key);
 void jbmt_region_put(struct jbmt_region *r);
 
 /* ---- the wire ----------------------------------------------------------- */
 
 #define JBMT_MAGIC		0x4a424d54	/* "JBMT" */
-#define JBMT_PROTO		5
+#define JBMT_PROTO		6
 /* sections one host has in flight to a peer (and the peer to it) */
 #define JBMT_CREDITS		16
 /* registrations in flight: our gets' sinks, and the peer's puts' */
@@ -98,7 +99,7 @@ enum jbmt_msg_type {
 /* why a section failed, on the wire (jbmt_status_errno()) */
 enum jbmt_status {
 	JBMT_OK,
-	JBMT_NOENT,		/* no such region: bad token, or revoked */
+	JBMT_NOENT,		/* no such region: a token never issued */
 	JBMT_PERM,		/* the region lacks the right */
 	JBMT_RANGE,		/* outside the region */
 	JBMT_FAULT,		/* its pages are not mapped, or its process is gone */
@@ -106,6 +107,7 @@ enum jbmt_status {
 	JBMT_INVAL,		/* a malformed request */
 	JBMT_ABORT,		/* the initiator gave up */
 	JBMT_NOPIN,		/* NACK: the target's pin budget is full; retry */
+	JBMT_STALE,		/* the token was issued, its region revoked */
 	JBMT_NSTATUS,
 };
 

@@ -131,6 +131,7 @@ static const int jbmt_errno[JBMT_NSTATUS] = {
 	[JBMT_INVAL] = -EINVAL,
 	[JBMT_ABORT] = -ECONNABORTED,
 	[JBMT_NOPIN] = -EAGAIN,
+	[JBMT_STALE] = -ESTALE,
 };
 
 static int jbmt_status_errno(u8 status)
@@ -1289,7 +1290,10 @@ static u8 jbmt_tsect_pin(struct jbmt_tsect *t, const struct jbmt_msg *m,
 	r = jbmt_region_get(be32_to_cpu(m->token_id), be32_to_cpu(m->token_gen),
 			    be64_to_cpu(m->token_key));
 	if (!r)
-		return JBMT_NOENT;
+		return jbmt_token_issued(be32_to_cpu(m->token_id),
+					 be32_to_cpu(m->token_gen),
+					 be64_to_cpu(m->token_key)) ?
+		       JBMT_STALE : JBMT_NOENT;
 	t->r = r;
 	if (!(r->rights & right))
 		return JBMT_PERM;

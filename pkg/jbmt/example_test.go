@@ -52,6 +52,8 @@ func ExamplePeer_Get() {
 	buf := make([]byte, 4<<20)
 	n, err := p.Get(ctx, buf, tok, 0)
 	switch {
+	case errors.Is(err, jbmt.ErrStale):
+		log.Printf("the owner revoked the region after %d bytes: ask it for a new token", n)
 	case errors.Is(err, jbmt.ErrBadToken), errors.Is(err, jbmt.ErrRange):
 		log.Printf("refused after %d bytes: %v", n, err) // the connection is still up
 	case errors.Is(err, jbmt.ErrPeerGone):

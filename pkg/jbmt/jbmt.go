@@ -24,9 +24,14 @@ var (
 	ErrQuota = errors.New("jbmt: region quota of this user reached")
 	// ErrClosed: the Service or Region was closed.
 	ErrClosed = errors.New("jbmt: closed")
-	// ErrBadToken: the peer has no region by that token (a wrong token,
-	// or one its owner revoked). The connection is still up.
+	// ErrBadToken: the peer never issued that token (a wrong or forged
+	// token, or one issued before its module was loaded again). The
+	// connection is still up.
 	ErrBadToken = errors.New("jbmt: no such region on the peer")
+	// ErrStale: the peer issued that token and has since revoked it (its
+	// owner closed the Region or the Service, or exited). The connection
+	// is still up; ask the owner for a new token.
+	ErrStale = errors.New("jbmt: the region was revoked by its owner")
 	// ErrPermission: the region does not grant the right (Read for a
 	// Get, Write for a Put).
 	ErrPermission = errors.New("jbmt: the region does not grant that right")

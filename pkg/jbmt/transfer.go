@@ -21,9 +21,9 @@ import (
 // and charges no RLIMIT_MEMLOCK; the peer does the same with its region.
 // ctx bounds the wait for the peer's answers and cancels the transfer.
 //
-// Errors wrap ErrBadToken, ErrPermission (src lacks Read), ErrRange,
-// ErrFault, ErrPeerGone, ErrInvalid (an empty dst), ErrClosed,
-// ErrNotSupported, ctx's error, or the module's errno (syscall.ETIMEDOUT:
+// Errors wrap ErrBadToken, ErrStale (src was revoked), ErrPermission (src
+// lacks Read), ErrRange, ErrFault, ErrPeerGone, ErrInvalid (an empty dst),
+// ErrClosed, ErrNotSupported, ctx's error, or the module's errno (syscall.ETIMEDOUT:
 // no answer within the module's longest wait, ten minutes, when ctx has
 // no deadline; syscall.ENOMEM). Only ErrPeerGone means the connection is
 // down. A host short of pin budget (its own or the peer's) makes Get
@@ -120,6 +120,8 @@ func wrapTransfer(op string, err error) error {
 	switch {
 	case errors.Is(err, syscall.ENOENT):
 		s = ErrBadToken
+	case errors.Is(err, syscall.ESTALE):
+		s = ErrStale
 	case errors.Is(err, syscall.EACCES):
 		s = ErrPermission
 	case errors.Is(err, syscall.ERANGE):

@@ -231,9 +231,10 @@ func TestLabTransferLoopback(t *testing.T) {
 
 // TestLabTransferErrors (suite jbmt): each refusal comes back as its own
 // error and leaves the connection up (the next transfer succeeds, no
-// disconnect is counted): a wrong key, a revoked token, a region without
-// the right, a range past its end, an unmapped page in the region and in
-// the local buffer, an empty buffer.
+// disconnect is counted): a wrong key, a revoked token (ErrStale) and one
+// whose generation was changed (ErrBadToken), a region without the right,
+// a range past its end, an unmapped page in the region and in the local
+// buffer, an empty buffer.
 func TestLabTransferErrors(t *testing.T) {
 	s := open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -300,10 +301,22 @@ func TestLabTransferErrors(t *testing.T) {
 	if err := ro.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Get(ctx, buf, tok, 0); !errors.Is(err, jbmt.ErrBadToken) {
-		t.Errorf("Get with a revoked token: %v, want ErrBadToken", err)
+	if _, err := p.Get(ctx, buf, tok, 0); !errors.Is(err, jbmt.ErrStale) {
+		t.Errorf("Get with a revoked token: %v, want ErrStale", err)
 	}
 	ok("a revoked token")
+	// the same id and key under a later generation: never issued
+	tok.Gen++
+	if _, err := p.Get(ctx, buf, tok, 0); !errors.Is(err, jbmt.ErrBadToken) {
+		t.Errorf("Get with a revoked token's generation changed: %v, want ErrBadToken", err)
+	}
+	// a live token's id under another generation with its key: never issued
+	other := rw.Token()
+	other.Gen--
+	if _, err := p.Put(ctx, buf[:1], other, 0); !errors.Is(err, jbmt.ErrBadToken) {
+		t.Errorf("Put with a live token's generation changed: %v, want ErrBadToken", err)
+	}
+	ok("a changed generation")
 
 	st := stats(t)
 	if st.Disconnects != before.Disconnects || st.SectionsRefused-before.SectionsRefused < 8 {

@@ -4,7 +4,7 @@
 # JBMT under traffic, its server going away: guest 2 reads a 64 MiB file
 # from guest 1 with JBMT gets, again and again, starting over at once
 # whatever the error. Guest 1 kills its server (its regions go under the
-# gets: EFAULT while the process exits, then ENOENT) and unloads the
+# gets: EFAULT while the process exits, then ESTALE) and unloads the
 # module under the requests still coming (its connections go down): every
 # read of guest 2 ends, none hangs, a new connection is refused while
 # nothing listens, and after guest 1 loads the module again a new server
