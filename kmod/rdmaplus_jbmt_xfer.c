@@ -76,7 +76,14 @@ static struct {
 	atomic64_t op_errors;		/* operations that failed */
 	atomic64_t sections;		/* started by this host */
 	atomic64_t sections_served;	/* served for peers */
-	atomic64_t sections_refused;	/* peers' requests refused */
+	atomic64_t sections_refused;	/* peers' requests refused, why: */
+	atomic64_t refused_noent;	/* a token this host never issued */
+	atomic64_t refused_stale;	/* a revoked region's token */
+	atomic64_t refused_perm;	/* the region lacks the right */
+	atomic64_t refused_range;	/* outside the region */
+	atomic64_t refused_fault;	/* pages not mapped, process gone */
+	atomic64_t refused_nomem;	/* no memory or sink here */
+	atomic64_t refused_inval;	/* a malformed request */
 	atomic64_t leases_expired;	/* grants taken back */
 	atomic64_t nacks_sent;		/* NOPIN: our serving budget full */
 	atomic64_t nacks_received;	/* NOPIN: a peer's */
@@ -1553,6 +1560,24 @@ static void jbmt_serve_fin(struct jbmt_peer *p, struct jbmt_rx *rx)
 	jbmt_tsect_free(t, rx->inv_rkey && rx->inv_rkey == t->mem.mr->rkey);
 }
 
+/* A peer's section refused with status st: counted, and by why. */
+static void jbmt_count_refusal(u8 st)
+{
+	static atomic64_t *const why[JBMT_NSTATUS] = {
+		[JBMT_NOENT] = &jbmt_xfer_st.refused_noent,
+		[JBMT_STALE] = &jbmt_xfer_st.refused_stale,
+		[JBMT_PERM] = &jbmt_xfer_st.refused_perm,
+		[JBMT_RANGE] = &jbmt_xfer_st.refused_range,
+		[JBMT_FAULT] = &jbmt_xfer_st.refused_fault,
+		[JBMT_NOMEM] = &jbmt_xfer_st.refused_nomem,
+		[JBMT_INVAL] = &jbmt_xfer_st.refused_inval,
+	};
+
+	atomic64_inc(&jbmt_xfer_st.sections_refused);
+	if (st < JBMT_NSTATUS && why[st])
+		atomic64_inc(why[st]);
+}
+
 /*
  * Serve a request; with nofault (in the completion handler) only if its
  * pages are resident and nothing else would block: false when it must go
@@ -1586,8 +1611,10 @@ static bool jbmt_serve(struct jbmt_peer *p, struct jbmt_rx *rx, bool nofault)
 				atomic64_inc(&jbmt_xfer_st.sections_inline);
 			break;
 		}
-		atomic64_inc(st == JBMT_NOPIN ? &jbmt_xfer_st.nacks_sent :
-			     &jbmt_xfer_st.sections_refused);
+		if (st == JBMT_NOPIN)
+			atomic64_inc(&jbmt_xfer_st.nacks_sent);
+		else
+			jbmt_count_refusal(st);
 		{
 			struct jbmt_msg done = {
 				.type = JBMT_MSG_DONE,
@@ -1647,6 +1674,13 @@ JBMT_XFER_ATTR(op_errors);
 JBMT_XFER_ATTR(sections);
 JBMT_XFER_ATTR(sections_served);
 JBMT_XFER_ATTR(sections_refused);
+JBMT_XFER_ATTR(refused_noent);
+JBMT_XFER_ATTR(refused_stale);
+JBMT_XFER_ATTR(refused_perm);
+JBMT_XFER_ATTR(refused_range);
+JBMT_XFER_ATTR(refused_fault);
+JBMT_XFER_ATTR(refused_nomem);
+JBMT_XFER_ATTR(refused_inval);
 JBMT_XFER_ATTR(leases_expired);
 JBMT_XFER_ATTR(nacks_sent);
 JBMT_XFER_ATTR(nacks_received);
@@ -1664,6 +1698,13 @@ static struct attribute *jbmt_xfer_attrs[] = {
 	&jbmt_xfer_attr_sections.kattr.attr,
 	&jbmt_xfer_attr_sections_served.kattr.attr,
 	&jbmt_xfer_attr_sections_refused.kattr.attr,
+	&jbmt_xfer_attr_refused_noent.kattr.attr,
+	&jbmt_xfer_attr_refused_stale.kattr.attr,
+	&jbmt_xfer_attr_refused_perm.kattr.attr,
+	&jbmt_xfer_attr_refused_range.kattr.attr,
+	&jbmt_xfer_attr_refused_fault.kattr.attr,
+	&jbmt_xfer_attr_refused_nomem.kattr.attr,
+	&jbmt_xfer_attr_refused_inval.kattr.attr,
 	&jbmt_xfer_attr_leases_expired.kattr.attr,
 	&jbmt_xfer_attr_nacks_sent.kattr.attr,
 	&jbmt_xfer_attr_nacks_received.kattr.attr,

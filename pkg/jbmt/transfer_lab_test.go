@@ -319,8 +319,31 @@ func TestLabTransferErrors(t *testing.T) {
 	ok("a changed generation")
 
 	st := stats(t)
-	if st.Disconnects != before.Disconnects || st.SectionsRefused-before.SectionsRefused < 8 {
-		t.Errorf("counters %+v after the refusals (before %+v): want no disconnect and 8 refusals", st, before)
+	if st.Disconnects != before.Disconnects || st.SectionsRefused-before.SectionsRefused < 10 {
+		t.Errorf("counters %+v after the refusals (before %+v): want no disconnect and 10 refusals", st, before)
+	}
+	// each refusal counted by its reason (over loopback this host served them)
+	var sum uint64
+	for _, c := range []struct {
+		why       string
+		now, then uint64
+		want      uint64
+	}{
+		{"never issued", st.RefusedNoEnt, before.RefusedNoEnt, 3},
+		{"stale", st.RefusedStale, before.RefusedStale, 1},
+		{"permission", st.RefusedPerm, before.RefusedPerm, 2},
+		{"range", st.RefusedRange, before.RefusedRange, 2},
+		{"fault", st.RefusedFault, before.RefusedFault, 2},
+		{"nomem", st.RefusedNoMem, before.RefusedNoMem, 0},
+		{"invalid", st.RefusedInval, before.RefusedInval, 0},
+	} {
+		if d := c.now - c.then; d != c.want {
+			t.Errorf("refusals counted as %s: %d, want %d", c.why, d, c.want)
+		}
+		sum += c.now - c.then
+	}
+	if d := st.SectionsRefused - before.SectionsRefused; sum != d {
+		t.Errorf("refusals by reason sum to %d, sections_refused moved by %d", sum, d)
 	}
 	checkUnpinned(t)
 }

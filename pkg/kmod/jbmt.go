@@ -176,7 +176,14 @@ type JBMTStats struct {
 	OpErrors        uint64 // operations that failed
 	Sections        uint64 // sections this host started, since load
 	SectionsServed  uint64 // peers' sections this host served, since load
-	SectionsRefused uint64 // peers' sections refused (bad token, rights, range, unmapped pages)
+	SectionsRefused uint64 // peers' sections refused (bad token, rights, range, unmapped pages); by why:
+	RefusedNoEnt    uint64 // a token this host never issued
+	RefusedStale    uint64 // a token of a region since revoked
+	RefusedPerm     uint64 // the region lacks the right
+	RefusedRange    uint64 // outside the region
+	RefusedFault    uint64 // the region's pages not mapped, or its process gone
+	RefusedNoMem    uint64 // no memory or sink on this host
+	RefusedInval    uint64 // a malformed request
 	LeasesExpired   uint64 // sinks granted to a peer and taken back unfinished
 	PinnedPages     uint64 // pages JBMT holds pinned now, both sides
 	NACKsSent       uint64 // peers' sections answered NOPIN: the serving budget was full
@@ -218,7 +225,11 @@ func JBMTStatsFromDir(dir string) (JBMTStats, error) {
 		{"accepts", &st.Accepts}, {"connect_errors", &st.ConnectErrors}, {"disconnects", &st.Disconnects},
 		{"gets", &st.Gets}, {"puts", &st.Puts}, {"get_bytes", &st.GetBytes}, {"put_bytes", &st.PutBytes},
 		{"op_errors", &st.OpErrors}, {"sections", &st.Sections}, {"sections_served", &st.SectionsServed},
-		{"sections_refused", &st.SectionsRefused}, {"leases_expired", &st.LeasesExpired},
+		{"sections_refused", &st.SectionsRefused}, {"refused_noent", &st.RefusedNoEnt},
+		{"refused_stale", &st.RefusedStale}, {"refused_perm", &st.RefusedPerm},
+		{"refused_range", &st.RefusedRange}, {"refused_fault", &st.RefusedFault},
+		{"refused_nomem", &st.RefusedNoMem}, {"refused_inval", &st.RefusedInval},
+		{"leases_expired", &st.LeasesExpired},
 		{"pinned_pages", &st.PinnedPages}, {"nacks_sent", &st.NACKsSent}, {"nacks_received", &st.NACKsReceived},
 		{"budget_waits", &st.BudgetWaits}, {"pin_budget_pages", &st.PinBudgetPages},
 		{"op_pinned_pages", &st.OpPinnedPages}, {"served_pinned_pages", &st.ServedPinned},

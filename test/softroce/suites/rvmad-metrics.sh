@@ -200,6 +200,13 @@ equal_files /tmp/m6 "$jb" regions:rdmaplus_jbmt_regions registered_bytes:rdmaplu
 	gets:rdmaplus_jbmt_gets_total puts:rdmaplus_jbmt_puts_total get_bytes:rdmaplus_jbmt_get_bytes_total \
 	put_bytes:rdmaplus_jbmt_put_bytes_total op_errors:rdmaplus_jbmt_op_errors_total sections:rdmaplus_jbmt_sections_total \
 	sections_served:rdmaplus_jbmt_sections_served_total sections_refused:rdmaplus_jbmt_sections_refused_total \
+	refused_noent:'rdmaplus_jbmt_section_refusals_total{reason="bad_token"}' \
+	refused_stale:'rdmaplus_jbmt_section_refusals_total{reason="stale"}' \
+	refused_perm:'rdmaplus_jbmt_section_refusals_total{reason="permission"}' \
+	refused_range:'rdmaplus_jbmt_section_refusals_total{reason="range"}' \
+	refused_fault:'rdmaplus_jbmt_section_refusals_total{reason="fault"}' \
+	refused_nomem:'rdmaplus_jbmt_section_refusals_total{reason="nomem"}' \
+	refused_inval:'rdmaplus_jbmt_section_refusals_total{reason="invalid"}' \
 	leases_expired:rdmaplus_jbmt_leases_expired_total pinned_pages:rdmaplus_jbmt_pinned_pages \
 	nacks_sent:rdmaplus_jbmt_nacks_sent_total nacks_received:rdmaplus_jbmt_nacks_received_total \
 	budget_waits:rdmaplus_jbmt_budget_waits_total pin_budget_pages:rdmaplus_jbmt_pin_budget_pages \

@@ -79,6 +79,15 @@ func NewJBMT(sysfsRoot string, log *slog.Logger) *Service[kmod.JBMTStats] {
 	s.counter("sections", "Sections this host started (kernel: sections).", func(st kmod.JBMTStats) uint64 { return st.Sections })
 	s.counter("sections_served", "Peers' sections this host served (kernel: sections_served).", func(st kmod.JBMTStats) uint64 { return st.SectionsServed })
 	s.counter("sections_refused", "Peers' sections this host refused: a bad token, rights, range, unmapped pages (kernel: sections_refused).", func(st kmod.JBMTStats) uint64 { return st.SectionsRefused })
+	const refusals = "Peers' sections this host refused, by reason; they sum to sections_refused. bad_token: a token this host never issued (kernel: refused_noent). stale: a token of a region since revoked; the peer should ask its owner for a new one (kernel: refused_stale). permission: the region lacks the right (kernel: refused_perm). range: outside the region (kernel: refused_range). fault: the region's pages not mapped, or its process gone (kernel: refused_fault). nomem: no memory or sink on this host (kernel: refused_nomem). invalid: a malformed request (kernel: refused_inval)."
+	s.counterBy("section_refusals", refusals, "reason",
+		series[kmod.JBMTStats]{"bad_token", func(st kmod.JBMTStats) uint64 { return st.RefusedNoEnt }},
+		series[kmod.JBMTStats]{"stale", func(st kmod.JBMTStats) uint64 { return st.RefusedStale }},
+		series[kmod.JBMTStats]{"permission", func(st kmod.JBMTStats) uint64 { return st.RefusedPerm }},
+		series[kmod.JBMTStats]{"range", func(st kmod.JBMTStats) uint64 { return st.RefusedRange }},
+		series[kmod.JBMTStats]{"fault", func(st kmod.JBMTStats) uint64 { return st.RefusedFault }},
+		series[kmod.JBMTStats]{"nomem", func(st kmod.JBMTStats) uint64 { return st.RefusedNoMem }},
+		series[kmod.JBMTStats]{"invalid", func(st kmod.JBMTStats) uint64 { return st.RefusedInval }})
 	s.counter("leases_expired", "Sinks granted to a peer and taken back unfinished after their lease (kernel: leases_expired).", func(st kmod.JBMTStats) uint64 { return st.LeasesExpired })
 	s.gauge("pinned_pages", "Pages JBMT holds pinned now, for sections in flight either way and in cached ranges (kernel: pinned_pages).", func(st kmod.JBMTStats) uint64 { return st.PinnedPages })
 	s.gauge("pin_budget_pages", "The pin budget of each side, pages: what this host's operations may hold pinned, and what it may pin to serve peers; the module parameter jbmt_pin_budget_pages sets it (kernel: pin_budget_pages).", func(st kmod.JBMTStats) uint64 { return st.PinBudgetPages })

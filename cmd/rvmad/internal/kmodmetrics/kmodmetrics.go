@@ -44,9 +44,17 @@ type Service[S any] struct {
 }
 
 type metric[S any] struct {
-	desc  *prometheus.Desc
-	kind  prometheus.ValueType
-	value func(S) float64
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	value  func(S) float64
+	labels []string // the values of desc's variable labels
+}
+
+// series is one series of a counter family with a label: the label's
+// value, and the counter.
+type series[S any] struct {
+	value string
+	v     func(S) uint64
 }
 
 func newService[S any](name, what, sysfsRoot, dir, prefix string, read func(string) (S, error), log *slog.Logger) *Service[S] {
@@ -58,12 +66,22 @@ func newService[S any](name, what, sysfsRoot, dir, prefix string, read func(stri
 
 func (s *Service[S]) counter(name, help string, v func(S) uint64) {
 	s.metrics = append(s.metrics, metric[S]{prometheus.NewDesc(s.prefix+name+"_total", help, nil, nil),
-		prometheus.CounterValue, func(st S) float64 { return float64(v(st)) }})
+		prometheus.CounterValue, func(st S) float64 { return float64(v(st)) }, nil})
+}
+
+// counterBy adds the counter family name with the variable label label,
+// one series per element of all (each its own counter file).
+func (s *Service[S]) counterBy(name, help, label string, all ...series[S]) {
+	d := prometheus.NewDesc(s.prefix+name+"_total", help, []string{label}, nil)
+	for _, x := range all {
+		s.metrics = append(s.metrics, metric[S]{d, prometheus.CounterValue,
+			func(st S) float64 { return float64(x.v(st)) }, []string{x.value}})
+	}
 }
 
 func (s *Service[S]) gauge(name, help string, v func(S) uint64) {
 	s.metrics = append(s.metrics, metric[S]{prometheus.NewDesc(s.prefix+name, help, nil, nil),
-		prometheus.GaugeValue, func(st S) float64 { return float64(v(st)) }})
+		prometheus.GaugeValue, func(st S) float64 { return float64(v(st)) }, nil})
 }
 
 // Name returns the service's name ("activeaccess", "mailboxes").
@@ -86,8 +104,10 @@ func (s *Service[S]) Stop(context.Context) error { return nil }
 // Describe sends every metric's descriptor.
 func (s *Service[S]) Describe(ch chan<- *prometheus.Desc) {
 	ch <- s.loaded
-	for _, m := range s.metrics {
-		ch <- m.desc
+	for i, m := range s.metrics {
+		if i == 0 || s.metrics[i-1].desc != m.desc { // a family's series are adjacent
+			ch <- m.desc
+		}
 	}
 }
 
@@ -111,7 +131,7 @@ func (s *Service[S]) CollectErr(ch chan<- prometheus.Metric) error {
 	}
 	ch <- prometheus.MustNewConstMetric(s.loaded, prometheus.GaugeValue, 1)
 	for _, m := range s.metrics {
-		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st))
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), m.labels...)
 	}
 	return nil
 }
