@@ -39,7 +39,8 @@
 /* id -> region, host-wide; readers under RCU */
 static DEFINE_XARRAY_ALLOC1(jbmt_regions);
 static u32 jbmt_next_id;		/* xa_alloc_cyclic's cursor */
-static atomic_t jbmt_gen = ATOMIC_INIT(0);
+/* generations: a token carries the low 32 bits, its key hashes all 64 */
+static atomic64_t jbmt_gen = ATOMIC64_INIT(0);
 static siphash_key_t jbmt_token_secret;	/* drawn at load */
 
 static struct {
@@ -89,19 +90,33 @@ struct jbmt_region *jbmt_region_get(u32 id, u32 gen, u64 key)
 	return r;
 }
 
-/* The key of the token {id, gen}: generations are never reused. */
-static u64 jbmt_token_key(u32 id, u32 gen)
+/*
+ * The key of the token of id and the 64-bit generation gen, which is never
+ * reused: when the 32 bits a token carries wrap, a token of the last round
+ * still does not match a region of this one.
+ */
+static u64 jbmt_token_key(u32 id, u64 gen)
 {
-	return siphash_2u32(id, gen, &jbmt_token_secret);
+	return siphash_3u32(id, lower_32_bits(gen), upper_32_bits(gen),
+			    &jbmt_token_secret);
 }
 
 /*
- * Whether this host issued {id, gen, key} (since the module was loaded):
- * a token that names no region and was issued has been revoked.
+ * Whether this host issued {id, gen, key} (since the module was loaded, in
+ * this round of the generations or the one before): a token that names no
+ * region and was issued has been revoked.
  */
 bool jbmt_token_issued(u32 id, u32 gen, u64 key)
 {
-	return key == jbmt_token_key(id, gen);
+	u64 now = atomic64_read(&jbmt_gen);
+	u64 full = (now & ~(u64)U32_MAX) | gen;
+
+	if (full > now) {	/* not yet issued in this round: the last one's */
+		if (!upper_32_bits(full))
+			return false;
+		full -= 1ULL << 32;
+	}
+	return key == jbmt_token_key(id, full);
 }
 
 /*
@@ -126,6 +141,7 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 {
 	struct rdmaplus_jbmt_reg a;
 	struct jbmt_region *r;
+	u64 gen;
 	long ret;
 
 	ret = rdmaplus_copy_in(&a, sizeof(a), sizeof(a), arg);
@@ -147,7 +163,8 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 	r->addr = a.addr;
 	r->length = a.length;
 	r->rights = a.rights;
-	r->gen = atomic_inc_return(&jbmt_gen);
+	gen = atomic64_inc_return(&jbmt_gen);
+	r->gen = lower_32_bits(gen);
 	r->mm = current->mm;
 	mmgrab(r->mm);
 	refcount_set(&r->ref, 1);
@@ -162,7 +179,7 @@ static long jbmt_reg(struct rdmaplus_jbmt_ctx *ctx, void __user *arg)
 		ret = ret == -EBUSY ? -ENOSPC : ret;
 		goto err_free;
 	}
-	r->key = jbmt_token_key(r->id, r->gen);
+	r->key = jbmt_token_key(r->id, gen);
 	ret = xa_err(xa_store(&jbmt_regions, r->id, r, GFP_KERNEL_ACCOUNT));
 	if (ret) {
 		xa_erase(&jbmt_regions, r->id);
