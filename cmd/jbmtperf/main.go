@@ -42,9 +42,11 @@
 //     pages), for a get resident in new pages (MADV_DONTNEED, then its
 //     bytes written again: an anonymous page dropped would read as the
 //     zero page, so a get's only fault that keeps its data is a swap-in,
-//     the next state); pageout: out of the pin cache and swapped out
-//     (MADV_PAGEOUT, which needs swap; /proc/self/pagemap must show every
-//     page in swap, or jbmtperf fails). Both buffers have 4 KiB pages
+//     the next state); pageout: out of the pin cache (the mapping made
+//     read-only and writable again: reclaim passes over pinned pages, so
+//     the cache's ranges must go first) and swapped out (MADV_PAGEOUT,
+//     which needs swap; /proc/self/pagemap must show every page in swap,
+//     or jbmtperf fails). Both buffers have 4 KiB pages
 //     (MADV_NOHUGEPAGE). Each size makes min(-n, max(11, -bytes/size))
 //     transfers after two untimed ones, every one checked byte for byte,
 //     and prints besides the median and 99th percentile the median time
