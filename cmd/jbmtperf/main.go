@@ -6,6 +6,7 @@
 //	jbmtperf -d rxe0 -t reg [-min 4096] [-max 1073741824] [-pinned-max 268435456] [-n 20]
 //	jbmtperf -t bw -addr 10.77.0.1 [-min 65536] [-max 16777216] [-bytes 268435456]
 //	jbmtperf -t lat -addr 10.77.0.1 [-min 8] [-max 1048576] [-n 1000]
+//	jbmtperf -t lat -addr 10.77.0.1 -state warm|cold|pageout [-sizes 1,8,...,4194304] [-n 200] [-bytes 67108864]
 //	jbmtperf -t async -addr 10.77.0.1 [-min 65536] [-max 4194304] [-window 8] [-bytes 268435456] [-n 100]
 //	jbmtperf -t sweep -addr 10.77.0.1 [-max 262144] [-budgets 1,4,16,64,256,1024] [-procs 1,4,16] [-dur 2s]
 //
@@ -31,6 +32,29 @@
 //     -min to -max by factors of 8, -n of each: median and 99th
 //     percentile in µs. The anchors are perftest's ib_read_lat and
 //     ib_write_lat in the same boot (test/softroce/bench/jbmt-lat.sh).
+//     With -state, the sizes of -sizes (or -min to -max by factors of 8),
+//     and before each timed transfer, outside the timed part, the pages
+//     of the region (the target's side: a get's source, a put's sink;
+//     the caller's buffer stays warm, pin cache hits) are put in a state:
+//     warm: resident and in the pin cache (every transfer hits it, as
+//     without -state); cold: out of the pin cache, and for a put not
+//     resident either (MADV_DONTNEED: its pins fault in new, zeroed
+//     pages), for a get resident in new pages (MADV_DONTNEED, then its
+//     bytes written again: an anonymous page dropped would read as the
+//     zero page, so a get's only fault that keeps its data is a swap-in,
+//     the next state); pageout: out of the pin cache (the mapping made
+//     read-only and writable again: reclaim passes over pinned pages, so
+//     the cache's ranges must go first) and swapped out (MADV_PAGEOUT,
+//     which needs swap; /proc/self/pagemap must show every page in swap,
+//     or jbmtperf fails). Both buffers have 4 KiB pages
+//     (MADV_NOHUGEPAGE). Each size makes min(-n, max(11, -bytes/size))
+//     transfers after two untimed ones, every one checked byte for byte,
+//     and prints besides the median and 99th percentile the median time
+//     of the preparation and, per transfer, the sections the target
+//     served in its completion handler (inline) and from a work item
+//     (deferred), the pin cache's hits and misses (both sides) and the
+//     pages swapped in and out (/proc/vmstat pswpin, pswpout)
+//     (test/softroce/bench/jbmt-lat-state.sh).
 //   - async: asynchronous gets (Peer.StartGet, Service.Wait and Poll):
 //     the bandwidth with -window of them in flight, and, one at a time,
 //     the median of each stage of -n, from the times in each completion:
@@ -76,8 +100,30 @@ func main() {
 	maxSize := flag.Int("max", 1<<30, "largest size in bytes")
 	pinnedMax := flag.Int("pinned-max", 256<<20, "largest size registered pinned or with ODP")
 	n := flag.Int("n", 20, "registrations per size and kind")
+	state := flag.String("state", "", "lat: the state of the region's pages (the target's side: a get's source, a put's sink) before each timed transfer: warm (in the pin cache), cold (out of it; a put's pages dropped), pageout (swapped out; needs swap); go doc ./cmd/jbmtperf says more")
+	sizeList := flag.String("sizes", "", "lat with -state: the sizes, comma-separated (default: -min to -max by factors of 8)")
 	flag.Parse()
-	if (*test != "reg" && *test != "bw" && *test != "lat" && *test != "async" && *test != "sweep") || *window < 1 || *minSize < 1 || *maxSize < *minSize || *n < 1 || *total < *maxSize {
+	var sizes []int
+	if *sizeList != "" {
+		var err error
+		if sizes, err = ints(*sizeList); err != nil {
+			fmt.Fprintln(os.Stderr, "jbmtperf: -sizes:", err)
+			os.Exit(2)
+		}
+	} else {
+		for s := *minSize; s >= 1 && s <= *maxSize; s *= 8 {
+			sizes = append(sizes, s)
+		}
+	}
+	if *state != "" && (*test != "lat" || (*state != stateWarm && *state != stateCold && *state != statePageout)) {
+		fmt.Fprintln(os.Stderr, "jbmtperf: -state is warm, cold or pageout, with -t lat")
+		os.Exit(2)
+	}
+	if *state == "" && *sizeList != "" {
+		fmt.Fprintln(os.Stderr, "jbmtperf: -sizes goes with -state")
+		os.Exit(2)
+	}
+	if (*test != "reg" && *test != "bw" && *test != "lat" && *test != "async" && *test != "sweep") || *window < 1 || *minSize < 1 || *maxSize < *minSize || *n < 1 || (*total < *maxSize && *state == "") || len(sizes) == 0 {
 		fmt.Fprintln(os.Stderr, "jbmtperf: bad settings (see -h)")
 		os.Exit(2)
 	}
@@ -86,7 +132,11 @@ func main() {
 	case "bw":
 		err = bw(*addr, *minSize, *maxSize, *total)
 	case "lat":
-		err = lat(*addr, *minSize, *maxSize, *n)
+		if *state != "" {
+			err = latState(*addr, sizes, *n, *total, *state)
+		} else {
+			err = lat(*addr, *minSize, *maxSize, *n)
+		}
 	case "async":
 		err = async(*addr, *minSize, *maxSize, *total, *window, *n)
 	case "sweep":
