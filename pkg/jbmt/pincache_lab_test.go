@@ -163,7 +163,7 @@ func TestLabTransferPinCacheUnmap(t *testing.T) {
 		}
 	}
 	before := settle(t) // the serving side's sections released: the range idle
-	unmap(t, mem[n:])
+	hole(t, mem[n:])
 	st := stats(t)
 	if st.PinCacheStale == before.PinCacheStale || st.PinnedPages >= before.PinnedPages {
 		t.Errorf("after munmap of a cached range: stale %d -> %d, pinned %d -> %d; want the range dropped",
@@ -225,9 +225,9 @@ func TestLabTransferAdvise(t *testing.T) {
 	if _, err := reg.Advise(n-4096, 8192); !errors.Is(err, jbmt.ErrRange) {
 		t.Errorf("Region.Advise past the region's end: %v, want ErrRange", err)
 	}
-	hole := alloc(t, 3*4096)
-	unmap(t, hole[8192:])
-	if m, err := s.Advise(hole, jbmt.Read); !errors.Is(err, jbmt.ErrFault) || m != 0 {
+	gap := alloc(t, 3*4096)
+	hole(t, gap[8192:])
+	if m, err := s.Advise(gap, jbmt.Read); !errors.Is(err, jbmt.ErrFault) || m != 0 {
 		// one section: it faults as a whole
 		t.Errorf("Advise over an unmapped page: %d, %v; want 0, ErrFault", m, err)
 	}

@@ -61,8 +61,22 @@ func region(t *testing.T, s *jbmt.Service, n int, r jbmt.Rights) ([]byte, *jbmt.
 	return b, reg
 }
 
+// hole takes b's pages away, part of a buffer that a cleanup frees whole:
+// an inaccessible mapping replaces them in one step (the kernel unmaps
+// them first, as munmap does: transfers over them fail with ErrFault and
+// cached ranges over them are dropped). A bare munmap would leave a gap
+// that the Go runtime may map for itself, and the buffer's Free would
+// then unmap that under it.
+func hole(t *testing.T, b []byte) {
+	t.Helper()
+	if _, err := unix.MmapPtr(-1, 0, unsafe.Pointer(&b[0]), uintptr(len(b)), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
+		t.Fatalf("mmap over %d bytes: %v", len(b), err)
+	}
+}
+
 // unmap takes b's pages out of the address space (unix.Munmap takes only
-// whole mappings it made).
+// whole mappings it made); nothing may free them after.
 func unmap(t *testing.T, b []byte) {
 	t.Helper()
 	if _, _, e := unix.Syscall(unix.SYS_MUNMAP, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0); e != 0 {
@@ -273,9 +287,9 @@ func TestLabTransferErrors(t *testing.T) {
 	}
 	ok("a range past the end")
 
-	// a hole in the region: its third page unmapped
+	// a hole in the region: its third page taken away
 	holed, hr := region(t, s, 8*4096, jbmt.Read|jbmt.Write)
-	unmap(t, holed[2*4096:3*4096])
+	hole(t, holed[2*4096:3*4096])
 	if n, err := p.Get(ctx, buf, hr.Token(), 4096); !errors.Is(err, jbmt.ErrFault) {
 		t.Errorf("Get over an unmapped page of the region: %d, %v, want ErrFault", n, err)
 	}
