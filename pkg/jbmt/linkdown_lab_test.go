@@ -38,8 +38,8 @@ const (
 	// failed takes no rdma_cm connection until it is deleted and added
 	// again. The module therefore sends none while the port is down: the
 	// connection that went keeps its rdma_cm id (whose destruction sends
-	// a DREQ) until the port is ACTIVE (docs/jbmt.md, "Connections"), so
-	// the Dial connects over the same device.
+	// a DREQ or DREP) until the port is up again (docs/jbmt.md,
+	// "Connections"), so the Dial connects over the same device.
 	bounceDial = 10 * time.Second
 )
 
@@ -110,11 +110,13 @@ func cmSent(t *testing.T, dev string) (all, end int64) {
 // keeps it down for linkDownHold, beyond the QP's retries. Every
 // operation in flight fails with ErrPeerGone within linkDownBound of the
 // link going down (measured from the moment guest 2 sees guest 1's
-// barrier, which is after it), the connection is down on both hosts and
-// neither keeps a page pinned. Once the link is back (port ACTIVE, the
-// GID back), a new Dial over the same device makes a new connection
-// within bounceDial that gets 8 MiB from the same token, every byte
-// checked. The lab fails the run on any kernel report.
+// barrier, which is after it), the connection is down on both hosts,
+// neither keeps a page pinned and guest 1 sends no connection manager
+// message. Once the link is back (port ACTIVE, the GID back), guest 1
+// sends the DREQ or DREP that ends the connection that went, and a new
+// Dial over the same device makes a new connection within bounceDial
+// that gets 8 MiB from the same token, every byte checked. The lab fails
+// the run on any kernel report.
 func TestTwoGuestsTransferLinkDown(t *testing.T) {
 	s := open(t)
 	dev := labenv.Device(t)
