@@ -226,6 +226,17 @@ struct jbmt_peer {
 	unsigned int rx_count;		/* messages received (the CQ's work) */
 	unsigned int probe_seen;	/* rx_count at the last tick; lock */
 	bool probing;			/* a PING in flight; lock */
+	/*
+	 * A connection that goes while its port is down keeps its rdma_cm id
+	 * until the port is up again: destroying the id makes the CM send a
+	 * DREQ (a DREP, a REJ), and rxe fails its QP1 for good on a MAD it
+	 * cannot send (docs/jbmt.md, "Connections"). Under jbmt_net_mutex.
+	 */
+	struct list_head park_node;	/* jbmt_parked, while kept */
+	bool kept;			/* on jbmt_parked */
+	bool removed;			/* its device went before it was kept */
+	unsigned int park_active;	/* ticks that saw its port ACTIVE */
+	struct rdma_cm_id *park_cm;	/* the id kept */
 	refcount_t ref;
 };
 

@@ -9,13 +9,15 @@
  * the next request. Each carries 64-byte control messages (SEND and
  * RECV) for the transfers of rdmaplus_jbmt_xfer.c, and their RDMA WRITEs.
  *
- * Locking: jbmt_net_mutex guards the peer table (and is held while a
- * connection is started, never while one is awaited or destroyed);
- * rdma_cm calls jbmt_cm_handler() for one id at a time, in a work item,
- * and it takes the peer's spinlock for its state (and the mutex to put an
- * accepted peer in the table). Each event holds its peer. Resources are
- * freed once (peer->torn): by the teardown work, by a device-removal
- * event, or at unload. Whatever uses a connection's QP, CQ, PD and sinks
+ * Locking: jbmt_net_mutex guards the peer table and the kept ids (and
+ * is held while a connection is started, never while one is awaited or
+ * destroyed); rdma_cm calls jbmt_cm_handler() for one id at a time, in a
+ * work item, and it takes the peer's spinlock for its state (and the
+ * mutex to put an accepted peer in the table). Each event holds its
+ * peer. Resources are freed once (peer->torn): by the teardown work, by
+ * a device-removal event, or at unload. A connection whose port is down
+ * when it is torn down keeps its rdma_cm id until the port is up
+ * (jbmt_park()). Whatever uses a connection's QP, CQ, PD and sinks
  * (an operation, a request's work) is a user of the peer
  * (jbmt_peer_enter()); freeing them marks the peer dead, drains the QP,
  * fails the sections waiting on it and waits for its users to leave.
@@ -25,9 +27,11 @@
 #include <linux/in.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
+#include <linux/netdevice.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
+#include <rdma/ib_cache.h>
 #include <rdma/ib_cm.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/mr_pool.h>
@@ -46,6 +50,14 @@ module_param(max_jbmt_peers, uint, 0644);
 MODULE_PARM_DESC(max_jbmt_peers, "connections to and from peer hosts this host keeps at most (ENOSPC beyond; requests beyond are rejected)");
 
 #define JBMT_RESOLVE_MS		2000
+/*
+ * How often the ids of connections that went while their port was down
+ * are looked at, and for how many ticks in a row their port must be up
+ * before one is destroyed (its DREQ or DREP sent): the port comes up
+ * with the link, the link's routes a moment after.
+ */
+#define JBMT_PARK_MS		500
+#define JBMT_PARK_TICKS		2
 
 /* what a connection request carries (rdma_cm private data) */
 struct jbmt_hello {
@@ -63,6 +75,10 @@ static atomic_t jbmt_peers_alive;	/* allocated: 0 again at unload */
 static u32 jbmt_next_peer;		/* ids are not reused at once */
 static struct rdma_cm_id *jbmt_listener;
 static struct workqueue_struct *jbmt_wq;	/* teardowns */
+static LIST_HEAD(jbmt_parked);		/* peers keeping their id; mutex */
+static bool jbmt_park_closed;		/* unloading: none kept; mutex */
+static void jbmt_park_tick(struct work_struct *w);
+static DECLARE_DELAYED_WORK(jbmt_park_work, jbmt_park_tick);
 
 static struct {
 	atomic64_t peers;		/* up now */
@@ -74,17 +90,24 @@ static struct {
 
 /* ---- peers -------------------------------------------------------------- */
 
-void jbmt_peer_put(struct jbmt_peer *p)
+/* Free p's receive buffers (unmapped): at the end, or once it is torn. */
+static void jbmt_peer_free_rx(struct jbmt_peer *p)
 {
 	int i;
 
+	if (p->rx)
+		for (i = 0; i < JBMT_RECV_DEPTH; i++)
+			kfree(p->rx[i].data);
+	kfree(p->rx);
+	p->rx = NULL;
+}
+
+void jbmt_peer_put(struct jbmt_peer *p)
+{
 	if (refcount_dec_and_test(&p->ref)) {
 		xa_destroy(&p->xids);
 		xa_destroy(&p->grants);
-		if (p->rx)
-			for (i = 0; i < JBMT_RECV_DEPTH; i++)
-				kfree(p->rx[i].data);
-		kfree(p->rx);
+		jbmt_peer_free_rx(p);
 		kfree(p);
 		atomic_dec(&jbmt_peers_alive);
 	}
@@ -413,17 +436,123 @@ static void jbmt_peer_unlink(struct jbmt_peer *p)
 	jbmt_peer_put(p);		/* the table's reference */
 }
 
+/*
+ * Whether cm's port could not send a message now: it is not ACTIVE, or
+ * its network device is not up. The device goes down first when its
+ * link is taken down: routes through it fail from then on (rxe's sends
+ * too), and rxe marks its port down only in the notifier that follows.
+ */
+static bool jbmt_cm_port_down(struct rdma_cm_id *cm)
+{
+	int ifindex = cm->route.addr.dev_addr.bound_dev_if;
+	struct net_device *ndev;
+	enum ib_port_state state;
+	bool up;
+
+	if (!cm->device)
+		return false;
+	if (!ib_get_cached_port_state(cm->device, cm->port_num, &state) &&
+	    state != IB_PORT_ACTIVE)
+		return true;
+	if (!ifindex)
+		return false;
+	rcu_read_lock();
+	ndev = dev_get_by_index_rcu(&init_net, ifindex);
+	up = ndev && netif_running(ndev) && (READ_ONCE(ndev->flags) & IFF_UP);
+	rcu_read_unlock();
+	return !up;
+}
+
+/*
+ * Keep cm, the id of p (torn, its verbs resources freed), until its port
+ * is up again: destroying it now would make the CM send a DREQ (a DREP,
+ * a REJ) on a port that cannot send, and rxe then moves its QP1 to the
+ * error state, for good (ib_mad only takes a QP1 out of SQE, and rxe's
+ * error flushes QP1's receives, which ib_mad does not post again): that
+ * device would take no connection until it is deleted and added again.
+ * False if p's device is going or the module is: the caller destroys cm.
+ */
+static bool jbmt_park(struct jbmt_peer *p, struct rdma_cm_id *cm)
+{
+	mutex_lock(&jbmt_net_mutex);
+	if (p->removed || jbmt_park_closed) {
+		mutex_unlock(&jbmt_net_mutex);
+		return false;
+	}
+	refcount_inc(&p->ref);		/* the list's */
+	p->park_cm = cm;
+	p->kept = true;
+	p->park_active = 0;
+	list_add_tail(&p->park_node, &jbmt_parked);
+	queue_delayed_work(jbmt_wq, &jbmt_park_work,
+			   msecs_to_jiffies(JBMT_PARK_MS));
+	mutex_unlock(&jbmt_net_mutex);
+	pr_info_ratelimited("JBMT: connection %s %pI4:%u: its port is down, the connection manager's id is kept until it is up\n",
+			    p->inbound ? "from" : "to", &p->addr,
+			    ntohs(p->port));
+	return true;
+}
+
+/* Take p off jbmt_parked onto list; jbmt_net_mutex held. */
+static void jbmt_unpark(struct jbmt_peer *p, struct list_head *list)
+{
+	p->kept = false;
+	list_move_tail(&p->park_node, list);
+}
+
+/* Destroy the ids of the peers on list (taken off jbmt_parked). */
+static void jbmt_park_release(struct list_head *list)
+{
+	struct jbmt_peer *p, *n;
+
+	list_for_each_entry_safe(p, n, list, park_node) {
+		list_del_init(&p->park_node);
+		rdma_destroy_id(p->park_cm);	/* its DREQ or DREP, now */
+		p->park_cm = NULL;
+		jbmt_peer_put(p);		/* the list's */
+	}
+}
+
+/* Destroy the kept ids whose port has been up for JBMT_PARK_TICKS. */
+static void jbmt_park_tick(struct work_struct *w)
+{
+	struct jbmt_peer *p, *n;
+	LIST_HEAD(ready);
+
+	mutex_lock(&jbmt_net_mutex);
+	list_for_each_entry_safe(p, n, &jbmt_parked, park_node) {
+		if (jbmt_cm_port_down(p->park_cm))
+			p->park_active = 0;
+		else if (++p->park_active >= JBMT_PARK_TICKS)
+			jbmt_unpark(p, &ready);
+	}
+	if (!list_empty(&jbmt_parked) && !jbmt_park_closed)
+		queue_delayed_work(jbmt_wq, &jbmt_park_work,
+				   msecs_to_jiffies(JBMT_PARK_MS));
+	mutex_unlock(&jbmt_net_mutex);
+	jbmt_park_release(&ready);
+}
+
 static void jbmt_peer_teardown_work(struct work_struct *w)
 {
 	struct jbmt_peer *p = container_of(w, struct jbmt_peer, teardown);
+	struct rdma_cm_id *cm;
+	bool park;
 
 	mutex_lock(&jbmt_net_mutex);
 	jbmt_peer_unlink(p);
 	mutex_unlock(&jbmt_net_mutex);
 	if (jbmt_peer_claim(p)) {
-		if (p->cm)
-			rdma_disconnect(p->cm);
-		jbmt_peer_free_ib(p, true);
+		cm = p->cm;
+		park = cm && jbmt_cm_port_down(cm);
+		if (cm && !park)
+			rdma_disconnect(cm);
+		jbmt_peer_free_ib(p, !park);
+		if (park) {
+			jbmt_peer_free_rx(p);	/* not needed while kept */
+			if (!jbmt_park(p, cm))
+				rdma_destroy_id(cm);
+		}
 	}
 	jbmt_peer_put(p);		/* the work's reference */
 }
@@ -538,6 +667,7 @@ static struct jbmt_peer *jbmt_peer_new(__be32 addr, __be16 port, bool inbound)
 		return NULL;
 	}
 	INIT_LIST_HEAD(&p->node);
+	INIT_LIST_HEAD(&p->park_node);
 	p->addr = addr;
 	p->port = port;
 	p->inbound = inbound;
@@ -836,6 +966,31 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 	return 0;
 }
 
+/*
+ * The device of p (torn) goes: its id, if kept, is rdma_cm's to destroy
+ * now (1), which removal waits for; if it is not kept yet, the teardown
+ * destroys it instead of keeping it.
+ */
+static int jbmt_unpark_removed(struct jbmt_peer *p)
+{
+	bool kept;
+
+	mutex_lock(&jbmt_net_mutex);
+	kept = p->kept;
+	if (kept) {
+		p->kept = false;
+		list_del_init(&p->park_node);
+		p->park_cm = NULL;
+	} else {
+		p->removed = true;
+	}
+	mutex_unlock(&jbmt_net_mutex);
+	if (!kept)
+		return 0;
+	jbmt_peer_put(p);	/* the list's; the handler holds p too */
+	return 1;
+}
+
 /* jbmt_cm_handler() for a peer's id, p held. */
 static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 			 struct rdma_cm_event *ev)
@@ -846,6 +1001,10 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 	bool up;
 	int ret;
 
+	/* torn, maybe keeping its id: only the device's removal matters */
+	if (READ_ONCE(p->torn) && ev->event != RDMA_CM_EVENT_DEVICE_REMOVAL)
+		return 0;
+
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		ret = rdma_resolve_route(cm, JBMT_RESOLVE_MS);
@@ -853,6 +1012,11 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 			jbmt_peer_down(p, ret);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		/* no REQ on a port that cannot send it (jbmt_park()) */
+		if (jbmt_cm_port_down(cm)) {
+			jbmt_peer_down(p, -EHOSTUNREACH);
+			break;
+		}
 		ret = jbmt_peer_create_qp(p, cm);
 		if (!ret)
 			ret = rdma_set_ack_timeout(cm, JBMT_ACK_TIMEOUT);
@@ -932,7 +1096,7 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 			jbmt_peer_free_ib(p, false);
 			return 1;
 		}
-		break;
+		return jbmt_unpark_removed(p);
 	default:
 		break;
 	}
@@ -1129,7 +1293,8 @@ int rdmaplus_jbmt_net_init(void)
 /* No file is open: no process waits in CONNECT. */
 void rdmaplus_jbmt_net_exit(void)
 {
-	struct jbmt_peer *p;
+	struct jbmt_peer *p, *n;
+	LIST_HEAD(gone);
 
 	if (jbmt_listener)
 		rdma_destroy_id(jbmt_listener);	/* no new peer after this */
@@ -1149,7 +1314,20 @@ void rdmaplus_jbmt_net_exit(void)
 		flush_work(&p->teardown);
 		jbmt_peer_put(p);
 	}
-	destroy_workqueue(jbmt_wq);	/* every teardown has run */
+	/*
+	 * Every teardown has run and none keeps an id after this: the kept
+	 * ones go now, whatever their port (a port still down loses its
+	 * QP1 to their messages, as it would to any connection's end).
+	 */
+	flush_workqueue(jbmt_wq);
+	mutex_lock(&jbmt_net_mutex);
+	jbmt_park_closed = true;
+	list_for_each_entry_safe(p, n, &jbmt_parked, park_node)
+		jbmt_unpark(p, &gone);
+	mutex_unlock(&jbmt_net_mutex);
+	cancel_delayed_work_sync(&jbmt_park_work);
+	jbmt_park_release(&gone);
+	destroy_workqueue(jbmt_wq);
 	WARN_ON(!xa_empty(&jbmt_peers));
 	WARN_ON(atomic_read(&jbmt_peers_alive));	/* a reference leaked */
 	sysfs_unmerge_group(rdmaplus_kobj(), &jbmt_net_group);

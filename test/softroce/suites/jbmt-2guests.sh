@@ -16,9 +16,10 @@
 # (ip link set eth0 down) while guest 2 has gets and a put in flight:
 # each fails with ErrPeerGone within 7 s (the QP's ACK timeout and
 # retries after the module's probe; 3.8 s measured on 6.1, 4.2 s on
-# 6.12), nothing stays pinned, the connection is down on both; once the
-# link is back a new Dial connects (after guest 1 added its device again:
-# rxe takes no rdma_cm connection on a device where one ended while its
-# link was down, rping's neither) and gets 8 MiB, every byte checked.
+# 6.12), nothing stays pinned, the connection is down on both, guest 1
+# sends no connection manager message while its link is down (rxe would
+# fail its QP1 for good), and the DREQ or DREP that ends the connection
+# that went once it is back; a new Dial over the same device connects and
+# gets 8 MiB, every byte checked.
 set -euo pipefail
 lab_gotest jbmt -test.v -test.run 'TestTwoGuests' -test.timeout 240s
