@@ -235,6 +235,7 @@ struct jbmt_peer {
 	struct list_head park_node;	/* jbmt_parked, while kept */
 	bool kept;			/* on jbmt_parked */
 	bool removed;			/* its device went before it was kept */
+	bool cm_talked;			/* its id sent or took a REQ: its end sends */
 	unsigned int park_active;	/* ticks that saw its port ACTIVE */
 	struct rdma_cm_id *park_cm;	/* the id kept */
 	refcount_t ref;

@@ -544,7 +544,8 @@ static void jbmt_peer_teardown_work(struct work_struct *w)
 	mutex_unlock(&jbmt_net_mutex);
 	if (jbmt_peer_claim(p)) {
 		cm = p->cm;
-		park = cm && jbmt_cm_port_down(cm);
+		/* an id that never sent or took a REQ goes without a message */
+		park = cm && READ_ONCE(p->cm_talked) && jbmt_cm_port_down(cm);
 		if (cm && !park)
 			rdma_disconnect(cm);
 		jbmt_peer_free_ib(p, !park);
@@ -936,6 +937,7 @@ static int jbmt_accept(struct rdma_cm_id *cm, struct rdma_cm_event *ev)
 		return 1;
 	}
 	p->cm = cm;
+	p->cm_talked = true;	/* its id ends with a REJ or a DREQ */
 	p->remote_budget = max(be32_to_cpu(h->budget), 1U);
 	cm->context = p;
 	ret = jbmt_peer_create_qp(p, cm);
@@ -1024,6 +1026,8 @@ static int jbmt_cm_event(struct jbmt_peer *p, struct rdma_cm_id *cm,
 			jbmt_conn_param(&cp, &h);
 			/* in the handler: its mutex is held */
 			ret = rdma_connect_locked(cm, &cp);
+			if (!ret)
+				WRITE_ONCE(p->cm_talked, true);
 		}
 		if (ret)
 			jbmt_peer_down(p, ret);
