@@ -457,8 +457,8 @@ static bool jbmt_cm_port_down(struct rdma_cm_id *cm)
 	if (!ifindex)
 		return false;
 	rcu_read_lock();
-	ndev = dev_get_by_index_rcu(&init_net, ifindex);
-	up = ndev && netif_running(ndev) && (READ_ONCE(ndev->flags) & IFF_UP);
+	ndev = dev_get_by_index_rcu(cm->route.addr.dev_addr.net, ifindex);
+	up = ndev && netif_running(ndev);
 	rcu_read_unlock();
 	return !up;
 }

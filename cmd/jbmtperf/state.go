@@ -140,11 +140,7 @@ func latState(addr string, sizes []int, n, total int, state string) error {
 					return err
 				}
 			}
-			st0, err := jbmt.ReadStats()
-			if err != nil {
-				return err
-			}
-			in0, out0, err := swapCounts()
+			c0, err := readCounters()
 			if err != nil {
 				return err
 			}
@@ -165,11 +161,7 @@ func latState(addr string, sizes []int, n, total int, state string) error {
 					return err
 				}
 			}
-			st, err := jbmt.ReadStats()
-			if err != nil {
-				return err
-			}
-			in, out, err := swapCounts()
+			c, err := readCounters()
 			if err != nil {
 				return err
 			}
@@ -177,9 +169,9 @@ func latState(addr string, sizes []int, n, total int, state string) error {
 			slices.Sort(lat)
 			fmt.Printf("%-4s %10d %-7s %10.1f %10.1f %5d %10.1f %8.2f %8.2f %8.2f %8.2f %8.1f %8.1f\n", op, size, state,
 				lat[len(lat)/2], lat[len(lat)*99/100], iters, median(prep),
-				per(st0.SectionsInline, st.SectionsInline), per(st0.SectionsDefer, st.SectionsDefer),
-				per(st0.PinCacheHits, st.PinCacheHits), per(st0.PinCacheMisses, st.PinCacheMisses),
-				per(in0, in), per(out0, out))
+				per(c0.st.SectionsInline, c.st.SectionsInline), per(c0.st.SectionsDefer, c.st.SectionsDefer),
+				per(c0.st.PinCacheHits, c.st.PinCacheHits), per(c0.st.PinCacheMisses, c.st.PinCacheMisses),
+				per(c0.in, c.in), per(c0.out, c.out))
 		}
 	}
 	return nil
@@ -260,6 +252,22 @@ func expectPages(pm *os.File, b []byte, want uint64, what string) error {
 		return fmt.Errorf("%d of %d pages not %s (the first's pagemap entry %#x)", bad, npages, what, firstBad)
 	}
 	return nil
+}
+
+// counters are what latState reports per transfer: the host's JBMT
+// counters and the pages swapped in and out since boot.
+type counters struct {
+	st      jbmt.Stats
+	in, out uint64
+}
+
+func readCounters() (counters, error) {
+	st, err := jbmt.ReadStats()
+	if err != nil {
+		return counters{}, err
+	}
+	in, out, err := swapCounts()
+	return counters{st, in, out}, err
 }
 
 // swapCounts reads pswpin and pswpout from /proc/vmstat (pages swapped
