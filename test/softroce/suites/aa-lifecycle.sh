@@ -50,8 +50,11 @@ cat /tmp/err
 
 echo "== kill -9 releases everything"
 kill -9 "$child"
+# the killed process's files are released after it is reaped, one by one
+# (its rxe references, then its /dev/rdmaplus): wait for both
 for _ in $(seq 100); do
-	[ "$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)" -lt "$refs" ] && break
+	[ "$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)" -lt "$refs" ] &&
+		[ "$(awk '$1=="rdmaplus" {print $3}' /proc/modules)" = 0 ] && break
 	sleep 0.05
 done
 after=$(awk '$1=="rdma_rxe" {print $3}' /proc/modules)
